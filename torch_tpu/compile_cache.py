@@ -1,0 +1,57 @@
+"""The one cache of compiled XLA programs, shared by every executor.
+
+In memory: a dict from a structural key (op or graph, input shapes and dtypes, static arguments) to
+a compiled executable. On disk: JAX's persistent compilation cache (configured in
+``runtime/platform.py``; TORCH_TPU_CACHE_DIR sets its folder, '' turns it off).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import counters as stats
+from .runtime import platform
+
+_PROGRAMS: dict[Any, Any] = {}
+_counters = stats.counters
+
+
+def lookup(key):
+    prog = _PROGRAMS.get(key)
+    if prog is not None:
+        _counters["cache_hits"] += 1
+    return prog
+
+
+def compile_program(key, fn: Callable, example_args: tuple, device=None, donate: tuple = ()):
+    """Trace ``fn`` for ``example_args`` (arrays or ShapeDtypeStructs), compile it and cache it."""
+    jax = platform.jax()
+    _counters["cache_misses"] += 1
+    kwargs = {}
+    if device is not None:
+        kwargs["out_shardings"] = jax.sharding.SingleDeviceSharding(device)
+    if donate:
+        kwargs["donate_argnums"] = donate
+    jitted = jax.jit(fn, **kwargs)
+    if device is not None and not example_args:
+        with jax.default_device(device):
+            prog = jitted.lower().compile()
+    else:
+        prog = jitted.lower(*example_args).compile()
+    _PROGRAMS[key] = prog
+    return prog
+
+
+def get_or_compile(key, fn: Callable, example_args: tuple, device=None):
+    prog = _PROGRAMS.get(key)
+    if prog is None:
+        return compile_program(key, fn, example_args, device)
+    _counters["cache_hits"] += 1
+    return prog
+
+
+def clear() -> None:
+    _PROGRAMS.clear()
+
+
+def size() -> int:
+    return len(_PROGRAMS)

@@ -1,0 +1,267 @@
+"""``torch.tpu``: the device module, shaped like ``torch.cuda``."""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .executors.modes import EagerMode
+from .executors import modes as _modes
+from .runtime import platform as _platform
+from .runtime import rng as _rng
+
+_initialized = False
+_current_device = 0
+
+
+def _lazy_init() -> None:
+    global _initialized
+    if not _initialized:
+        _platform.devices()
+        _initialized = True
+
+
+def is_available() -> bool:
+    try:
+        return device_count() > 0
+    except Exception:
+        return False
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def init() -> None:
+    _lazy_init()
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+def device_count() -> int:
+    return _platform.device_count()
+
+
+def current_device() -> int:
+    return _current_device
+
+
+def set_device(device) -> None:
+    global _current_device
+    index = _index(device)
+    if index != 0:
+        raise RuntimeError(
+            f"torch_tpu binds one device per process (tpu:0); got {index}. Run one process per device "
+            "(torchrun) and select it with TORCH_TPU_DEVICE_INDEX or the launcher.")
+    _current_device = index
+
+
+def _index(device) -> int:
+    if device is None:
+        return _current_device
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "tpu":
+            raise ValueError(f"expected a tpu device, got {device}")
+        return 0 if device.index is None else device.index
+    raise TypeError(f"invalid device {device!r}")
+
+
+class device:
+    """Context manager selecting a device (only tpu:0 exists per process)."""
+
+    def __init__(self, dev):
+        self.idx = _index(dev)
+
+    def __enter__(self):
+        set_device(self.idx)
+
+    def __exit__(self, *exc):
+        return False
+
+
+def synchronize(device=None) -> None:
+    from . import sync
+
+    sync()
+
+
+def get_device_name(device=None) -> str:
+    return _platform.device_name(_index(device))
+
+
+class _DeviceProperties:
+    def __init__(self, index):
+        dev = _platform.jax_device(index)
+        self.name = _platform.device_name(index)
+        self.platform = _platform.platform()
+        self.index = index
+        self.device_kind = getattr(dev, "device_kind", self.platform)
+        self.total_memory = _memory_limit(index)
+
+    def __repr__(self):
+        return (f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "
+                f"total_memory={self.total_memory // (1024 * 1024)}MB)")
+
+
+def get_device_properties(device=None):
+    return _DeviceProperties(_index(device))
+
+
+def get_device_capability(device=None):
+    return (0, 0)
+
+
+# --- RNG -----------------------------------------------------------------------------------------
+def manual_seed(seed: int) -> None:
+    _rng.manual_seed(seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    _rng.manual_seed(seed)
+
+
+def seed() -> None:
+    _rng.seed()
+
+
+def seed_all() -> None:
+    _rng.seed()
+
+
+def initial_seed() -> int:
+    return _rng.initial_seed()
+
+
+def get_rng_state(device=None) -> torch.Tensor:
+    return _rng.get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device=None) -> None:
+    _rng.set_state(new_state)
+
+
+def get_rng_state_all():
+    return [get_rng_state()]
+
+
+def set_rng_state_all(states) -> None:
+    set_rng_state(states[0])
+
+
+# --- memory ----------------------------------------------------------------------------------------
+def _pjrt_stats(index=None) -> dict | None:
+    try:
+        stats = _platform.jax_device(_index(index)).memory_stats()
+    except Exception:
+        return None
+    return stats or None
+
+
+def _memory_limit(index=None) -> int:
+    stats = _pjrt_stats(index)
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    try:
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def memory_allocated(device=None) -> int:
+    """Bytes held by live tpu tensors: PJRT's bytes_in_use where the platform reports it (GPU, TPU),
+    else torch_tpu's own count of live tensor storages (the CPU platform reports none)."""
+    stats = _pjrt_stats(device)
+    if stats and "bytes_in_use" in stats:
+        return int(stats["bytes_in_use"])
+    from ._tensor import memory_in_use
+
+    return memory_in_use()
+
+
+def max_memory_allocated(device=None) -> int:
+    stats = _pjrt_stats(device)
+    if stats and "peak_bytes_in_use" in stats:
+        return int(stats["peak_bytes_in_use"])
+    from ._tensor import memory_peak
+
+    return memory_peak()
+
+
+def memory_reserved(device=None) -> int:
+    stats = _pjrt_stats(device)
+    if stats and "bytes_reserved" in stats:
+        return int(stats["bytes_reserved"])
+    return memory_allocated(device)
+
+
+def max_memory_reserved(device=None) -> int:
+    return max(memory_reserved(device), max_memory_allocated(device))
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    from ._tensor import reset_memory_peak
+
+    reset_memory_peak()
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def memory_stats(device=None) -> dict:
+    return {
+        "allocated_bytes.all.current": memory_allocated(device),
+        "allocated_bytes.all.peak": max_memory_allocated(device),
+        "reserved_bytes.all.current": memory_reserved(device),
+    }
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    total = _memory_limit(device)
+    return max(total - memory_allocated(device), 0), total
+
+
+def empty_cache() -> None:
+    """XLA frees buffers when their last reference dies; there is no cache to empty."""
+    import gc
+
+    gc.collect()
+
+
+# --- execution modes ---------------------------------------------------------------------------------
+def set_eager_mode(mode: EagerMode):
+    """Context manager: ``with torch.tpu.set_eager_mode(EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING): ...``"""
+    return _modes.eager_mode_context(mode)
+
+
+class _ModuleWithEagerMode(type(_modes)):
+    @property
+    def eager_mode(self) -> EagerMode:
+        return _modes.get_mode()
+
+    @eager_mode.setter
+    def eager_mode(self, mode: EagerMode) -> None:
+        _modes.set_mode(mode)
+
+
+# autocast support (torch.autocast("tpu")) queries these
+def get_amp_supported_dtype():
+    return [torch.bfloat16, torch.float16]
+
+
+def _is_compiled() -> bool:
+    return True
+
+
+import sys as _sys  # noqa: E402
+
+_sys.modules[__name__].__class__ = _ModuleWithEagerMode
+contextlib  # noqa: B018

@@ -1,0 +1,53 @@
+"""PrivateUse1 kernels for factory ops (they have no tensor argument, so __torch_dispatch__ never
+sees them). Allocation is lazy; value-producing factories run through the op table."""
+from __future__ import annotations
+
+import torch
+
+from . import _tensor
+
+aten = torch.ops.aten
+
+
+def _device_index(device) -> int:
+    if device is None:
+        return 0
+    device = torch.device(device)
+    return 0 if device.index is None else device.index
+
+
+def _check_device(device) -> None:
+    index = _device_index(device)
+    if index != 0:
+        raise RuntimeError(
+            f"tpu:{index}: torch_tpu binds one device per process (tpu:0); run one process per device")
+
+
+def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    _check_device(device)
+    return _tensor.empty(size, dtype or torch.get_default_dtype())
+
+
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_device(device)
+    return _tensor.empty(size, dtype or torch.get_default_dtype())
+
+
+def _through_op_table(op):
+    def kernel(*args, **kwargs):
+        _check_device(kwargs.get("device"))
+        from .executors import strict
+
+        return strict.run_op(op, args, kwargs)
+
+    return kernel
+
+
+KERNELS = {
+    "empty.memory_format": empty_memory_format,
+    "empty_strided": empty_strided,
+}
+for _name in ("arange", "arange.start", "arange.start_step", "linspace", "logspace", "eye", "eye.m",
+              "randperm", "tril_indices", "triu_indices"):
+    _packet, _, _ov = _name.partition(".")
+    KERNELS[_name] = _through_op_table(getattr(getattr(aten, _packet), _ov or "default"))

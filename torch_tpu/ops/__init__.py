@@ -1,0 +1,11 @@
+"""The op table (see registry.py). ``load()`` imports every lowering module (and so JAX): called on
+first device use, never at ``import torch``."""
+import functools
+
+
+@functools.lru_cache(maxsize=None)
+def load() -> None:
+    from ..runtime import platform
+
+    platform.jax()  # configure JAX (x64, caches) before any lowering module imports it
+    from . import elementwise, reductions, nn, shape, indexing, random, factories  # noqa: F401

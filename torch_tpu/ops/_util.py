@@ -1,0 +1,83 @@
+"""Small helpers shared by lowerings."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..runtime import dtypes
+
+
+def is_array(x) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray)) or hasattr(x, "aval")
+
+
+def jdtype(torch_dtype):
+    return None if torch_dtype is None else dtypes.to_jax_dtype(torch_dtype)
+
+
+def is_float(x) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+
+
+def is_low_precision(x) -> bool:
+    return jnp.result_type(x) in (jnp.bfloat16, jnp.float16)
+
+
+def upcast(x):
+    """Compute in float32 for bf16/fp16 inputs (as torch's CPU and CUDA kernels do)."""
+    return x.astype(jnp.float32) if is_low_precision(x) else x
+
+
+def to_float(x):
+    """Integer/bool inputs of float-valued ops compute in the default float dtype."""
+    if is_float(x):
+        return x
+    return jnp.asarray(x).astype(jnp.float32)
+
+
+def norm_dim(dim, ndim: int):
+    if dim is None:
+        return None
+    if isinstance(dim, (list, tuple)):
+        if len(dim) == 0:
+            return None
+        return tuple(d % max(ndim, 1) for d in dim)
+    return dim % max(ndim, 1)
+
+
+def dims_tuple(dim, ndim: int):
+    d = norm_dim(dim, ndim)
+    if d is None:
+        return tuple(range(ndim))
+    return d if isinstance(d, tuple) else (d,)
+
+
+def precision_of(precision):
+    """torch.set_float32_matmul_precision -> XLA dot precision."""
+    if precision in (None, "highest"):
+        return jax.lax.Precision.HIGHEST
+    if precision == "high":
+        return jax.lax.Precision.HIGH
+    return jax.lax.Precision.DEFAULT
+
+
+def matmul(a, b, precision=None):
+    """Matrix product with fp32 accumulation for low-precision inputs."""
+    prec = precision_of(precision)
+    if is_low_precision(a) or is_low_precision(b):
+        out = jnp.matmul(a, b, precision=prec, preferred_element_type=jnp.float32)
+        return out.astype(jnp.result_type(a, b))
+    return jnp.matmul(a, b, precision=prec)
+
+
+def vjp_lowering(forward, n_primals: int):
+    """Build ``backward(grad, *primals_and_static)`` lowerings from a forward lowering via jax.vjp."""
+
+    def backward(grad, *args, **kwargs):
+        primals = args[:n_primals]
+        static = args[n_primals:]
+        _, pullback = jax.vjp(lambda *p: forward(*p, *static, **kwargs), *primals)
+        return pullback(grad)
+
+    return backward

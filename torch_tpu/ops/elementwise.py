@@ -1,0 +1,455 @@
+"""Pointwise ops: arithmetic, comparisons, math functions, activations."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .registry import aten, register
+from ._util import is_float, jdtype, to_float, upcast
+
+
+def _scaled(y, alpha):
+    return y if alpha is None or alpha == 1 else y * alpha
+
+
+@register(aten.add.Tensor, aten.add.Scalar)
+def add(x, y, alpha=1):
+    if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
+        return jnp.logical_or(x, y)
+    return x + _scaled(y, alpha)
+
+
+@register(aten.sub.Tensor, aten.sub.Scalar)
+def sub(x, y, alpha=1):
+    return x - _scaled(y, alpha)
+
+
+@register(aten.rsub.Tensor, aten.rsub.Scalar)
+def rsub(x, y, alpha=1):
+    return y - _scaled(x, alpha)
+
+
+@register(aten.mul.Tensor, aten.mul.Scalar)
+def mul(x, y):
+    if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
+        return jnp.logical_and(x, y)
+    return x * y
+
+
+@register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
+def div(x, y):
+    if not is_float(x) and not is_float(y):
+        x = jnp.asarray(x).astype(jnp.float32)
+        if not isinstance(y, (int, float)):
+            y = jnp.asarray(y).astype(jnp.float32)
+    return jnp.true_divide(x, y)
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(x, y, rounding_mode=None):
+    if rounding_mode is None:
+        return div(x, y)
+    if rounding_mode == "trunc":
+        if is_float(x) or is_float(y):
+            return jnp.trunc(jnp.true_divide(x, y))
+        x_, y_ = jnp.asarray(x), jnp.asarray(y)
+        q = jnp.floor_divide(x_, y_)
+        rem = x_ - q * y_
+        return jnp.where((rem != 0) & ((x_ < 0) != (y_ < 0)), q + 1, q)
+    return floor_divide(x, y)
+
+
+@register(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(x, y):
+    if is_float(x) or is_float(y):
+        return jnp.floor(jnp.true_divide(x, y))
+    return jnp.floor_divide(x, y)
+
+
+@register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
+def remainder(x, y):
+    return jnp.remainder(x, y)
+
+
+@register(aten.fmod.Tensor, aten.fmod.Scalar)
+def fmod(x, y):
+    return jnp.fmod(x, y)
+
+
+@register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def pow_(x, y):
+    if isinstance(y, (int, float)) and not isinstance(y, bool):
+        if y == 2:
+            return x * x
+        if y == 1:
+            return x
+        if y == 0.5 and is_float(x):
+            return jnp.sqrt(x)
+        if isinstance(y, int) and 0 <= y <= 64:
+            return jax.lax.integer_pow(jnp.asarray(x), y)
+    return jnp.power(x, y)
+
+
+@register(aten.float_power.Tensor_Tensor, aten.float_power.Tensor_Scalar, aten.float_power.Scalar)
+def float_power(x, y):
+    x = jnp.asarray(x)
+    cdt = jnp.complex128 if jnp.iscomplexobj(x) or jnp.iscomplexobj(y) else jnp.float64
+    return jnp.power(x.astype(cdt), jnp.asarray(y).astype(cdt))
+
+
+def _cmp(fn):
+    def lower(x, y):
+        return fn(x, y)
+
+    return lower
+
+
+register(aten.eq.Tensor, aten.eq.Scalar)(_cmp(jnp.equal))
+register(aten.ne.Tensor, aten.ne.Scalar)(_cmp(jnp.not_equal))
+register(aten.lt.Tensor, aten.lt.Scalar)(_cmp(jnp.less))
+register(aten.le.Tensor, aten.le.Scalar)(_cmp(jnp.less_equal))
+register(aten.gt.Tensor, aten.gt.Scalar)(_cmp(jnp.greater))
+register(aten.ge.Tensor, aten.ge.Scalar)(_cmp(jnp.greater_equal))
+register(aten.maximum.default)(_cmp(jnp.maximum))
+register(aten.minimum.default)(_cmp(jnp.minimum))
+register(aten.fmax.default)(_cmp(jnp.fmax))
+register(aten.fmin.default)(_cmp(jnp.fmin))
+register(aten.atan2.default)(_cmp(lambda x, y: jnp.arctan2(to_float(x), to_float(y))))
+register(aten.hypot.default)(_cmp(jnp.hypot))
+register(aten.copysign.Tensor, aten.copysign.Scalar)(_cmp(lambda x, y: jnp.copysign(to_float(x), y)))
+register(aten.nextafter.default)(_cmp(jnp.nextafter))
+register(aten.logical_and.default)(_cmp(lambda x, y: jnp.logical_and(x != 0, y != 0)))
+register(aten.logical_or.default)(_cmp(lambda x, y: jnp.logical_or(x != 0, y != 0)))
+register(aten.logical_xor.default)(_cmp(lambda x, y: jnp.logical_xor(x != 0, y != 0)))
+register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_cmp(jnp.bitwise_and))
+register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_cmp(jnp.bitwise_or))
+register(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_cmp(jnp.bitwise_xor))
+register(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.__lshift__.Scalar,
+         aten.__lshift__.Tensor)(_cmp(jnp.left_shift))
+register(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, aten.__rshift__.Scalar,
+         aten.__rshift__.Tensor)(_cmp(jnp.right_shift))
+
+
+@register(aten.xlogy.Tensor, aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other)
+def xlogy(x, y):
+    x, y = to_float(jnp.asarray(x)), to_float(jnp.asarray(y))
+    return jnp.where(x == 0, jnp.where(jnp.isnan(y), jnp.nan, 0.0), x * jnp.log(y))
+
+
+@register(aten.bitwise_not.default)
+def bitwise_not(x):
+    return jnp.logical_not(x) if x.dtype == jnp.bool_ else jnp.bitwise_not(x)
+
+
+@register(aten.logical_not.default)
+def logical_not(x):
+    return jnp.logical_not(x != 0)
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def where(cond, x, y):
+    return jnp.where(cond, x, y)
+
+
+@register(aten.clamp.default, aten.clamp.Tensor)
+def clamp(x, min=None, max=None):
+    if min is not None:
+        x = jnp.maximum(x, min) if not is_float(x) else jnp.where(jnp.isnan(x), x, jnp.maximum(x, min))
+    if max is not None:
+        x = jnp.minimum(x, max) if not is_float(x) else jnp.where(jnp.isnan(x), x, jnp.minimum(x, max))
+    return x
+
+
+@register(aten.clamp_min.default, aten.clamp_min.Tensor)
+def clamp_min(x, min):
+    return clamp(x, min=min)
+
+
+@register(aten.clamp_max.default, aten.clamp_max.Tensor)
+def clamp_max(x, max):
+    return clamp(x, max=max)
+
+
+@register(aten.lerp.Scalar, aten.lerp.Tensor)
+def lerp(x, end, weight):
+    return x + weight * (end - x)
+
+
+@register(aten.addcmul.default)
+def addcmul(x, t1, t2, value=1):
+    return x + value * t1 * t2
+
+
+@register(aten.addcdiv.default)
+def addcdiv(x, t1, t2, value=1):
+    return x + value * (t1 / t2)
+
+
+# --- unary math ---------------------------------------------------------------------------------
+def _float_unary(fn):
+    def lower(x):
+        x = jnp.asarray(x)
+        return fn(to_float(x))
+
+    return lower
+
+
+_FLOAT_UNARY = {
+    aten.exp: jnp.exp, aten.exp2: jnp.exp2, aten.expm1: jnp.expm1, aten.log: jnp.log,
+    aten.log2: jnp.log2, aten.log10: jnp.log10, aten.log1p: jnp.log1p, aten.sqrt: jnp.sqrt,
+    aten.rsqrt: jax.lax.rsqrt, aten.sin: jnp.sin, aten.cos: jnp.cos, aten.tan: jnp.tan,
+    aten.asin: jnp.arcsin, aten.acos: jnp.arccos, aten.atan: jnp.arctan, aten.sinh: jnp.sinh,
+    aten.cosh: jnp.cosh, aten.tanh: jnp.tanh, aten.asinh: jnp.arcsinh, aten.acosh: jnp.arccosh,
+    aten.atanh: jnp.arctanh, aten.sigmoid: jax.nn.sigmoid, aten.erf: jax.scipy.special.erf,
+    aten.erfc: jax.scipy.special.erfc, aten.erfinv: jax.scipy.special.erfinv,
+    aten.reciprocal: jnp.reciprocal, aten.lgamma: jax.scipy.special.gammaln,
+    aten.digamma: jax.scipy.special.digamma, aten.i0: jax.scipy.special.i0,
+    aten.sinc: jnp.sinc, aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg,
+}
+for _op, _fn in _FLOAT_UNARY.items():
+    register(_op.default)(_float_unary(_fn))
+
+
+@register(aten.logit.default)
+def logit(x, eps=None):
+    x = to_float(x)
+    if eps is not None:
+        x = jnp.clip(x, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
+
+
+def _same_unary(fn):
+    def lower(x):
+        return fn(x)
+
+    return lower
+
+
+register(aten.neg.default)(_same_unary(jnp.negative))
+register(aten.abs.default)(_same_unary(jnp.abs))
+register(aten.sign.default)(_same_unary(jnp.sign))
+register(aten.sgn.default)(_same_unary(lambda x: jnp.sign(x) if not jnp.iscomplexobj(x) else
+                                       jnp.where(x == 0, 0, x / jnp.abs(x))))
+register(aten.square.default)(_same_unary(lambda x: x * x))
+register(aten.floor.default)(_same_unary(lambda x: jnp.floor(x) if is_float(x) else x))
+register(aten.ceil.default)(_same_unary(lambda x: jnp.ceil(x) if is_float(x) else x))
+register(aten.trunc.default)(_same_unary(lambda x: jnp.trunc(x) if is_float(x) else x))
+register(aten.frac.default)(_same_unary(lambda x: x - jnp.trunc(x)))
+register(aten.signbit.default)(_same_unary(jnp.signbit))
+register(aten.isnan.default)(_same_unary(jnp.isnan))
+register(aten.isinf.default)(_same_unary(jnp.isinf))
+register(aten.isfinite.default)(_same_unary(jnp.isfinite))
+register(aten.isposinf.default)(_same_unary(jnp.isposinf))
+register(aten.isneginf.default)(_same_unary(jnp.isneginf))
+register(aten.conj_physical.default)(_same_unary(jnp.conj))
+register(aten.real.default)(_same_unary(jnp.real))
+register(aten.imag.default)(_same_unary(jnp.imag))
+register(aten.angle.default)(_same_unary(lambda x: jnp.angle(x) if is_float(x) or jnp.iscomplexobj(x)
+                                         else jnp.where(x < 0, jnp.pi, 0.0)))
+
+
+@register(aten.round.default)
+def round_(x):
+    return jnp.round(x) if is_float(x) else x
+
+
+@register(aten.round.decimals)
+def round_decimals(x, decimals=0):
+    scale = 10.0 ** decimals
+    return jnp.round(x * scale) / scale
+
+
+@register(aten.nan_to_num.default)
+def nan_to_num(x, nan=None, posinf=None, neginf=None):
+    if not is_float(x):
+        return x
+    return jnp.nan_to_num(x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)
+
+
+# --- activations --------------------------------------------------------------------------------
+@register(aten.relu.default)
+def relu(x):
+    return jnp.maximum(x, jnp.zeros((), x.dtype))
+
+
+@register(aten.gelu.default)
+def gelu(x, approximate="none"):
+    y = upcast(x)
+    return jax.nn.gelu(y, approximate=approximate == "tanh").astype(x.dtype)
+
+
+@register(aten.silu.default)
+def silu(x):
+    y = upcast(x)
+    return (y * jax.nn.sigmoid(y)).astype(x.dtype)
+
+
+@register(aten.mish.default)
+def mish(x):
+    y = upcast(x)
+    return (y * jnp.tanh(jax.nn.softplus(y))).astype(x.dtype)
+
+
+@register(aten.softplus.default)
+def softplus(x, beta=1, threshold=20):
+    y = upcast(x)
+    bx = y * beta
+    return jnp.where(bx > threshold, y, jnp.log1p(jnp.exp(bx)) / beta).astype(x.dtype)
+
+
+@register(aten.elu.default)
+def elu(x, alpha=1, scale=1, input_scale=1):
+    y = upcast(x)
+    return jnp.where(y > 0, y * scale, alpha * scale * jnp.expm1(y * input_scale)).astype(x.dtype)
+
+
+@register(aten.leaky_relu.default)
+def leaky_relu(x, negative_slope=0.01):
+    return jnp.where(x > 0, x, x * negative_slope)
+
+
+@register(aten.hardtanh.default)
+def hardtanh(x, min_val=-1, max_val=1):
+    return jnp.clip(x, min_val, max_val)
+
+
+@register(aten.hardsigmoid.default)
+def hardsigmoid(x):
+    return jnp.clip(x / 6 + 0.5, 0, 1)
+
+
+@register(aten.hardswish.default)
+def hardswish(x):
+    return x * jnp.clip(x / 6 + 0.5, 0, 1)
+
+
+@register(aten.threshold.default)
+def threshold(x, threshold, value):
+    return jnp.where(x > threshold, x, value)
+
+
+@register(aten.threshold_backward.default)
+def threshold_backward(grad, x, threshold):
+    return jnp.where(x > threshold, grad, jnp.zeros((), grad.dtype))
+
+
+@register(aten.glu.default)
+def glu(x, dim=-1):
+    a, b = jnp.split(x, 2, axis=dim)
+    return a * jax.nn.sigmoid(b)
+
+
+@register(aten.log_sigmoid_forward.default)
+def log_sigmoid_forward(x):
+    y = upcast(x)
+    return jax.nn.log_sigmoid(y).astype(x.dtype), jnp.zeros((0,), x.dtype)
+
+
+@register(aten.prelu.default, aten._prelu_kernel.default)
+def prelu(x, weight):
+    w = weight.reshape((-1,) + (1,) * max(x.ndim - 2, 0)) if x.ndim >= 2 and weight.size > 1 else weight
+    return jnp.where(x > 0, x, w * x)
+
+
+# backward of common activations (autograd on tpu)
+@register(aten.sigmoid_backward.default)
+def sigmoid_backward(grad, out):
+    return grad * out * (1 - out)
+
+
+@register(aten.tanh_backward.default)
+def tanh_backward(grad, out):
+    return grad * (1 - out * out)
+
+
+@register(aten.gelu_backward.default)
+def gelu_backward(grad, x, approximate="none"):
+    _, pull = jax.vjp(lambda v: gelu(v, approximate), x)
+    return pull(grad)[0]
+
+
+@register(aten.silu_backward.default)
+def silu_backward(grad, x):
+    _, pull = jax.vjp(silu, x)
+    return pull(grad)[0]
+
+
+@register(aten.softplus_backward.default)
+def softplus_backward(grad, x, beta, threshold):
+    _, pull = jax.vjp(lambda v: softplus(v, beta, threshold), x)
+    return pull(grad)[0]
+
+
+@register(aten.elu_backward.default)
+def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
+    x = self_or_result
+    if is_result:
+        return jnp.where(x > 0, grad * scale, grad * (x + alpha * scale) * input_scale)
+    return jnp.where(x > 0, grad * scale, grad * alpha * scale * input_scale * jnp.exp(x * input_scale))
+
+
+@register(aten.leaky_relu_backward.default)
+def leaky_relu_backward(grad, x, negative_slope, self_is_result):
+    return jnp.where(x > 0, grad, grad * negative_slope)
+
+
+@register(aten.hardtanh_backward.default)
+def hardtanh_backward(grad, x, min_val, max_val):
+    return jnp.where((x > min_val) & (x < max_val), grad, 0)
+
+
+@register(aten.mish_backward.default)
+def mish_backward(grad, x):
+    _, pull = jax.vjp(mish, x)
+    return pull(grad)[0]
+
+
+@register(aten.log_sigmoid_backward.default)
+def log_sigmoid_backward(grad, x, buffer):
+    return grad * jax.nn.sigmoid(-upcast(x)).astype(grad.dtype)
+
+
+# --- dtype / fill -------------------------------------------------------------------------------
+@register(aten.fill.Scalar, aten.fill.Tensor)
+def fill(x, value):
+    return jnp.full(x.shape, value, x.dtype)
+
+
+@register(aten.zero.default)
+def zero(x):
+    return jnp.zeros(x.shape, x.dtype)
+
+
+@register(aten.clone.default)
+def clone(x, memory_format=None):
+    return x
+
+
+@register(aten.alias_copy.default, aten.lift_fresh_copy.default, aten.detach_copy.default)
+def identity_copy(x):
+    return x
+
+
+@register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def masked_fill(x, mask, value):
+    return jnp.where(mask, jnp.asarray(value).astype(x.dtype), x)
+
+
+@register(aten.full_like.default)
+def full_like(x, fill_value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return jnp.full(x.shape, fill_value, jdtype(dtype) or x.dtype)
+
+
+@register(aten.zeros_like.default)
+def zeros_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return jnp.zeros(x.shape, jdtype(dtype) or x.dtype)
+
+
+@register(aten.ones_like.default)
+def ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return jnp.ones(x.shape, jdtype(dtype) or x.dtype)
+
+
+@register(aten._to_copy.default)
+def to_copy(x, dtype=None, **kwargs):
+    return x if dtype is None else x.astype(jdtype(dtype))

@@ -1,0 +1,83 @@
+"""Lowerings of value-producing factory ops (arange, linspace, eye, ...)."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .registry import aten, register
+from ._util import jdtype
+
+
+def _ignore(**_):
+    return None
+
+
+@register(aten.arange.default)
+def arange(end, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange_start_step(0, end, 1, dtype)
+
+
+@register(aten.arange.start)
+def arange_start(start, end, dtype=None, layout=None, device=None, pin_memory=None):
+    return arange_start_step(start, end, 1, dtype)
+
+
+@register(aten.arange.start_step)
+def arange_start_step(start, end, step=1, dtype=None, layout=None, device=None, pin_memory=None):
+    n = int(np.ceil((end - start) / step)) if step != 0 else 0
+    n = max(n, 0)
+    if all(isinstance(v, int) for v in (start, end, step)) and (dtype is None or not dtype.is_floating_point):
+        return start + jnp.arange(n, dtype=jnp.int64) * step
+    # torch computes start + i * step in double precision
+    return start + jnp.arange(n, dtype=jnp.float64) * step
+
+
+@register(aten.linspace.default)
+def linspace(start, end, steps, dtype=None, layout=None, device=None, pin_memory=None):
+    if steps == 1:
+        return jnp.full((1,), start, jnp.float64)
+    i = jnp.arange(steps, dtype=jnp.float64)
+    step = (end - start) / (steps - 1)
+    half = steps // 2
+    # torch fills the first half from start and the second from end (symmetric rounding)
+    out = jnp.where(i < half, start + step * i, end - step * (steps - 1 - i))
+    if dtype is not None and not dtype.is_floating_point and not dtype.is_complex:
+        return out.astype(jdtype(dtype))
+    return out
+
+
+@register(aten.logspace.default)
+def logspace(start, end, steps, base=10.0, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.power(base, linspace(start, end, steps))
+
+
+@register(aten.eye.default)
+def eye(n, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.eye(n, dtype=jdtype(dtype) or jnp.float32)
+
+
+@register(aten.eye.m)
+def eye_m(n, m, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.eye(n, m, dtype=jdtype(dtype) or jnp.float32)
+
+
+@register(aten.tril_indices.default)
+def tril_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
+    r, c = np.tril_indices(row, offset, col)
+    return jnp.asarray(np.stack([r, c]).astype(np.int64))
+
+
+@register(aten.triu_indices.default)
+def triu_indices(row, col, offset=0, dtype=None, layout=None, device=None, pin_memory=None):
+    r, c = np.triu_indices(row, offset, col)
+    return jnp.asarray(np.stack([r, c]).astype(np.int64))
+
+
+@register(aten.scalar_tensor.default)
+def scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.asarray(s, dtype=jdtype(dtype) or jnp.float32)
+
+
+@register(aten.full.default)
+def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.full(tuple(size), fill_value, jdtype(dtype))

@@ -1,0 +1,221 @@
+"""Gather/scatter/index ops. Ops whose output shape depends on values are marked data_dependent."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .registry import aten, register
+
+
+def _index_tuple(indices):
+    return tuple(slice(None) if i is None else i for i in indices)
+
+
+@register(aten.index.Tensor, aten._unsafe_index.Tensor)
+def index(x, indices):
+    return x[_index_tuple(indices)]
+
+
+@register(aten.index_put.default, aten._unsafe_index_put.default)
+def index_put(x, indices, values, accumulate=False):
+    idx = _index_tuple(indices)
+    values = values.astype(x.dtype)
+    return x.at[idx].add(values) if accumulate else x.at[idx].set(values)
+
+
+@register(aten._index_put_impl.default)
+def index_put_impl(x, indices, values, accumulate=False, unsafe=False):
+    return index_put(x, indices, values, accumulate)
+
+
+def _grids(index, dim):
+    grids = list(jnp.meshgrid(*[jnp.arange(s) for s in index.shape], indexing="ij"))
+    grids[dim] = index
+    return tuple(grids)
+
+
+@register(aten.gather.default)
+def gather(x, dim, index, sparse_grad=False):
+    if x.ndim == 0:
+        return x.reshape(index.shape) if index.ndim == 0 else jnp.broadcast_to(x, index.shape)
+    d = dim % x.ndim
+    return x[_grids(index, d)]
+
+
+@register(aten.scatter.src, aten.scatter.value)
+def scatter(x, dim, index, src):
+    if x.ndim == 0:
+        return jnp.asarray(src).astype(x.dtype).reshape(()) if index.size else x
+    d = dim % x.ndim
+    if hasattr(src, "shape") and jnp.ndim(src) > 0:
+        src = src[tuple(slice(0, s) for s in index.shape)]
+    return x.at[_grids(index, d)].set(jnp.asarray(src).astype(x.dtype))
+
+
+@register(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_reduce_legacy(x, dim, index, src, reduce):
+    d = dim % x.ndim
+    if jnp.ndim(src) > 0:
+        src = src[tuple(slice(0, s) for s in index.shape)]
+    src = jnp.asarray(src).astype(x.dtype)
+    g = _grids(index, d)
+    return x.at[g].add(src) if reduce == "add" else x.at[g].multiply(src)
+
+
+@register(aten.scatter_add.default)
+def scatter_add(x, dim, index, src):
+    if x.ndim == 0:
+        return x + jnp.sum(src)
+    d = dim % x.ndim
+    src = src[tuple(slice(0, s) for s in index.shape)]
+    return x.at[_grids(index, d)].add(src.astype(x.dtype))
+
+
+@register(aten.scatter_reduce.two)
+def scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    d = dim % max(x.ndim, 1)
+    src = src[tuple(slice(0, s) for s in index.shape)].astype(x.dtype)
+    g = _grids(index, d) if x.ndim else ()
+    if reduce == "sum":
+        base = x if include_self else x.at[g].set(0)
+        return base.at[g].add(src)
+    if reduce == "prod":
+        base = x if include_self else x.at[g].set(1)
+        return base.at[g].multiply(src)
+    if reduce in ("amax", "amin"):
+        fill = (-jnp.inf if reduce == "amax" else jnp.inf) if jnp.issubdtype(x.dtype, jnp.inexact) else (
+            jnp.iinfo(x.dtype).min if reduce == "amax" else jnp.iinfo(x.dtype).max)
+        base = x if include_self else x.at[g].set(fill)
+        return base.at[g].max(src) if reduce == "amax" else base.at[g].min(src)
+    if reduce == "mean":
+        base = x if include_self else x.at[g].set(0)
+        sums = base.at[g].add(src)
+        counts = jnp.ones(x.shape, jnp.int64 if not jnp.issubdtype(x.dtype, jnp.inexact) else x.dtype)
+        if not include_self:
+            counts = counts.at[g].set(0)
+        counts = counts.at[g].add(1)
+        counts = jnp.maximum(counts, 1)
+        if jnp.issubdtype(x.dtype, jnp.inexact):
+            return sums / counts
+        return jnp.floor_divide(sums, counts.astype(x.dtype))
+    raise NotImplementedError(f"scatter_reduce with reduce={reduce!r}")
+
+
+@register(aten.index_select.default)
+def index_select(x, dim, index):
+    if x.ndim == 0:
+        return jnp.broadcast_to(x, index.shape)
+    return jnp.take(x, index, axis=dim % x.ndim)
+
+
+def _along(x, dim, index):
+    idx = [slice(None)] * x.ndim
+    idx[dim % x.ndim] = index
+    return tuple(idx)
+
+
+@register(aten.index_add.default)
+def index_add(x, dim, index, source, alpha=1):
+    if x.ndim == 0:
+        return x + alpha * source.reshape(())
+    src = source * alpha if alpha != 1 else source
+    return x.at[_along(x, dim, index)].add(src.astype(x.dtype))
+
+
+@register(aten.index_copy.default)
+def index_copy(x, dim, index, source):
+    if x.ndim == 0:
+        return source.reshape(()).astype(x.dtype)
+    return x.at[_along(x, dim, index)].set(source.astype(x.dtype))
+
+
+@register(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(x, dim, index, value):
+    if x.ndim == 0:
+        return jnp.asarray(value).astype(x.dtype).reshape(())
+    return x.at[_along(x, dim, index)].set(jnp.asarray(value).astype(x.dtype))
+
+
+@register(aten.masked_scatter.default)
+def masked_scatter(x, mask, source):
+    mask = jnp.broadcast_to(mask, x.shape)
+    flat_mask = mask.reshape(-1)
+    pos = jnp.cumsum(flat_mask.astype(jnp.int64)) - 1
+    vals = source.reshape(-1)[jnp.clip(pos, 0, max(source.size - 1, 0))]
+    return jnp.where(flat_mask, vals.astype(x.dtype), x.reshape(-1)).reshape(x.shape)
+
+
+@register(aten.take.default)
+def take(x, index):
+    return x.reshape(-1)[index]
+
+
+@register(aten.searchsorted.Tensor)
+def searchsorted(sorted_seq, x, out_int32=False, right=False, side=None, sorter=None):
+    side = side or ("right" if right else "left")
+    if sorter is not None:
+        sorted_seq = jnp.take_along_axis(sorted_seq, sorter, axis=-1)
+    if sorted_seq.ndim == 1:
+        return jnp.searchsorted(sorted_seq, x, side=side)
+    flat_s = sorted_seq.reshape(-1, sorted_seq.shape[-1])
+    flat_x = x.reshape(-1, x.shape[-1])
+    out = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(flat_s, flat_x)
+    return out.reshape(x.shape)
+
+
+@register(aten.bucketize.Tensor)
+def bucketize(x, boundaries, out_int32=False, right=False):
+    return jnp.searchsorted(boundaries, x, side="right" if right else "left")
+
+
+@register(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+def isin(elements, test_elements, assume_unique=False, invert=False):
+    res = jnp.isin(elements, test_elements)
+    return ~res if invert else res
+
+
+# --- data-dependent output shapes (run eagerly on concrete arrays) ------------------------------
+@register(aten.nonzero.default, data_dependent=True)
+def nonzero(x):
+    return jnp.asarray(np.stack(np.nonzero(np.asarray(x)), axis=1).astype(np.int64)) if x.ndim else \
+        jnp.zeros((int(bool(np.asarray(x))), 0), jnp.int64)
+
+
+@register(aten.masked_select.default, data_dependent=True)
+def masked_select(x, mask):
+    x, mask = jnp.broadcast_arrays(x, mask)
+    return x[np.asarray(mask)]
+
+
+@register(aten._unique2.default, data_dependent=True)
+def unique2(x, sorted=True, return_inverse=False, return_counts=False):
+    vals, inv, counts = np.unique(np.asarray(x), return_inverse=True, return_counts=True)
+    return (jnp.asarray(vals), jnp.asarray(inv.reshape(x.shape).astype(np.int64)),
+            jnp.asarray(counts.astype(np.int64)) if return_counts else jnp.zeros((0,), jnp.int64))
+
+
+@register(aten.unique_dim.default, data_dependent=True)
+def unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
+    vals, inv, counts = np.unique(np.asarray(x), axis=dim, return_inverse=True, return_counts=True)
+    return jnp.asarray(vals), jnp.asarray(inv.reshape(-1).astype(np.int64)), jnp.asarray(counts.astype(np.int64))
+
+
+@register(aten.unique_consecutive.default, data_dependent=True)
+def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
+    a = np.asarray(x)
+    if dim is None:
+        flat = a.reshape(-1)
+        if flat.size == 0:
+            return jnp.asarray(flat), jnp.zeros(a.shape, jnp.int64), jnp.zeros((0,), jnp.int64)
+        change = np.concatenate([[True], flat[1:] != flat[:-1]])
+        inv = np.cumsum(change) - 1
+        counts = np.diff(np.append(np.nonzero(change)[0], flat.size))
+        return jnp.asarray(flat[change]), jnp.asarray(inv.reshape(a.shape)), jnp.asarray(counts.astype(np.int64))
+    raise NotImplementedError("unique_consecutive with dim on tpu")
+
+
+@register(aten.repeat_interleave.Tensor, data_dependent=True)
+def repeat_interleave_tensor(repeats, output_size=None):
+    r = np.asarray(repeats)
+    return jnp.asarray(np.repeat(np.arange(r.shape[0]), r).astype(np.int64))

@@ -1,0 +1,97 @@
+"""Random ops. Each receives ``rng_key`` (derived in-program from the device RNG state)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .registry import aten, register
+from ._util import jdtype
+
+
+def _float_dtype(dt):
+    return jnp.float32 if dt in (jnp.bfloat16, jnp.float16) else dt
+
+
+@register(aten.normal_.default, random=True)
+def normal_(x, mean=0.0, std=1.0, generator=None, *, rng_key):
+    dt = _float_dtype(x.dtype)
+    return (jax.random.normal(rng_key, x.shape, dt) * std + mean).astype(x.dtype)
+
+
+@register(aten.uniform_.default, random=True)
+def uniform_(x, from_=0.0, to=1.0, generator=None, *, rng_key, **kw):
+    lo = kw.get("from", from_)
+    dt = _float_dtype(x.dtype)
+    return jax.random.uniform(rng_key, x.shape, dt, minval=lo, maxval=to).astype(x.dtype)
+
+
+@register(aten.exponential_.default, random=True)
+def exponential_(x, lambd=1.0, generator=None, *, rng_key):
+    dt = _float_dtype(x.dtype)
+    return (jax.random.exponential(rng_key, x.shape, dt) / lambd).astype(x.dtype)
+
+
+@register(aten.bernoulli_.float, aten.bernoulli_.Tensor, random=True)
+def bernoulli_(x, p=0.5, generator=None, *, rng_key):
+    return jax.random.bernoulli(rng_key, p, x.shape).astype(x.dtype)
+
+
+@register(aten.bernoulli.default, random=True)
+def bernoulli(x, generator=None, *, rng_key):
+    return jax.random.bernoulli(rng_key, x, x.shape).astype(x.dtype)
+
+
+@register(aten.bernoulli.p, random=True)
+def bernoulli_p(x, p, generator=None, *, rng_key):
+    return jax.random.bernoulli(rng_key, p, x.shape).astype(x.dtype)
+
+
+@register(getattr(aten.random_, "from"), aten.random_.to, aten.random_.default, random=True)
+def random_(x, *args, generator=None, rng_key, **kw):
+    ints = [a for a in args if a is None or isinstance(a, int)]
+    if len(ints) == 2:
+        lo, hi = ints
+    elif len(ints) == 1:
+        lo, hi = 0, ints[0]
+    else:
+        lo, hi = 0, None
+    if hi is None:
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            hi = 2 ** jnp.finfo(x.dtype).nmant + 1
+        elif x.dtype == jnp.bool_:
+            hi = 2
+        else:
+            hi = int(jnp.iinfo(x.dtype).max) + 1 if x.dtype != jnp.int64 else 2 ** 63 - 1
+    vals = jax.random.randint(rng_key, x.shape, lo, hi, dtype=jnp.int64)
+    return vals.astype(x.dtype)
+
+
+@register(aten.native_dropout.default, random=True)
+def native_dropout(x, p, train, *, rng_key):
+    if not train or p == 0:
+        return x, jnp.ones(x.shape, jnp.bool_)
+    keep = jax.random.bernoulli(rng_key, 1.0 - p, x.shape)
+    scale = 1.0 / (1.0 - p) if p < 1 else 0.0
+    return jnp.where(keep, x * scale, 0).astype(x.dtype), keep
+
+
+@register(aten.native_dropout_backward.default)
+def native_dropout_backward(grad, mask, scale):
+    return grad * mask.astype(grad.dtype) * scale
+
+
+@register(aten.randperm.default, random=True)
+def randperm(n, dtype=None, layout=None, device=None, pin_memory=None, *, rng_key):
+    return jax.random.permutation(rng_key, n).astype(jdtype(dtype) or jnp.int64)
+
+
+@register(aten.multinomial.default, random=True)
+def multinomial(probs, num_samples, replacement=False, generator=None, *, rng_key):
+    logits = jnp.log(probs.astype(jnp.float32))
+    if replacement:
+        shape = probs.shape[:-1] + (num_samples,)
+        return jax.random.categorical(rng_key, logits[..., None, :], axis=-1,
+                                      shape=shape).astype(jnp.int64)
+    # Gumbel top-k: sampling without replacement
+    g = jax.random.gumbel(rng_key, probs.shape, jnp.float32)
+    return jax.lax.top_k(logits + g, num_samples)[1].astype(jnp.int64)

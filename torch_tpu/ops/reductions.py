@@ -1,0 +1,316 @@
+"""Reductions, scans, sorting."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .registry import aten, register
+from ._util import dims_tuple, is_float, is_low_precision, jdtype, norm_dim, to_float
+
+
+def _acc(x, dtype=None):
+    """Accumulation dtype: float32 for bf16/fp16, int64 for small ints (as torch)."""
+    if dtype is not None:
+        return x.astype(jdtype(dtype))
+    if is_low_precision(x):
+        return x.astype(jnp.float32)
+    if x.dtype == jnp.bool_ or (jnp.issubdtype(x.dtype, jnp.integer)):
+        return x.astype(jnp.int64)
+    return x
+
+
+@register(aten.sum.default)
+def sum_all(x, dtype=None):
+    return jnp.sum(_acc(x, dtype))
+
+
+@register(aten.sum.dim_IntList)
+def sum_dim(x, dim=None, keepdim=False, dtype=None):
+    return jnp.sum(_acc(x, dtype), axis=dims_tuple(dim, x.ndim), keepdims=keepdim)
+
+
+@register(aten.mean.default)
+def mean_all(x, dtype=None):
+    return jnp.mean(_acc(x, dtype))
+
+
+@register(aten.mean.dim)
+def mean_dim(x, dim=None, keepdim=False, dtype=None):
+    return jnp.mean(_acc(x, dtype), axis=dims_tuple(dim, x.ndim), keepdims=keepdim)
+
+
+@register(aten.prod.default)
+def prod_all(x, dtype=None):
+    return jnp.prod(_acc(x, dtype))
+
+
+@register(aten.prod.dim_int)
+def prod_dim(x, dim, keepdim=False, dtype=None):
+    return jnp.prod(_acc(x, dtype), axis=norm_dim(dim, x.ndim), keepdims=keepdim)
+
+
+@register(aten.amax.default)
+def amax(x, dim=(), keepdim=False):
+    return jnp.max(x, axis=dims_tuple(dim, x.ndim) if x.ndim else None, keepdims=keepdim)
+
+
+@register(aten.amin.default)
+def amin(x, dim=(), keepdim=False):
+    return jnp.min(x, axis=dims_tuple(dim, x.ndim) if x.ndim else None, keepdims=keepdim)
+
+
+@register(aten.max.default)
+def max_all(x):
+    return jnp.max(x)
+
+
+@register(aten.min.default)
+def min_all(x):
+    return jnp.min(x)
+
+
+def _arg_reduce(x, dim, keepdim, fn):
+    if x.ndim == 0:
+        return jnp.zeros((), jnp.int64)
+    if dim is None:
+        idx = fn(x.reshape(-1))
+        return idx.reshape((1,) * x.ndim) if keepdim else idx
+    d = dim % x.ndim
+    idx = fn(x, axis=d)
+    return jnp.expand_dims(idx, d) if keepdim else idx
+
+
+def _nan_aware(fn):
+    # torch propagates NaN: argmax of a row with NaN points at the (first) NaN.
+    def inner(x, axis=None):
+        if is_float(x):
+            nan = jnp.isnan(x)
+            has_nan = jnp.any(nan, axis=axis)
+            first_nan = jnp.argmax(nan, axis=axis)
+            return jnp.where(has_nan, first_nan, fn(x, axis=axis))
+        return fn(x, axis=axis)
+
+    return inner
+
+
+@register(aten.argmax.default)
+def argmax(x, dim=None, keepdim=False):
+    return _arg_reduce(x, dim, keepdim, _nan_aware(jnp.argmax))
+
+
+@register(aten.argmin.default)
+def argmin(x, dim=None, keepdim=False):
+    return _arg_reduce(x, dim, keepdim, _nan_aware(jnp.argmin))
+
+
+@register(aten.max.dim)
+def max_dim(x, dim, keepdim=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    return jnp.max(x, axis=dim % x.ndim, keepdims=keepdim), argmax(x, dim, keepdim)
+
+
+@register(aten.min.dim)
+def min_dim(x, dim, keepdim=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    return jnp.min(x, axis=dim % x.ndim, keepdims=keepdim), argmin(x, dim, keepdim)
+
+
+@register(aten.aminmax.default)
+def aminmax(x, dim=None, keepdim=False):
+    axis = None if dim is None else dim % max(x.ndim, 1)
+    return jnp.min(x, axis=axis, keepdims=keepdim), jnp.max(x, axis=axis, keepdims=keepdim)
+
+
+@register(aten.all.default, aten.all.dim, aten.all.dims)
+def all_(x, dim=None, keepdim=False):
+    axis = None if dim is None else dims_tuple(dim, x.ndim)
+    return jnp.all(x != 0, axis=axis, keepdims=keepdim)
+
+
+@register(aten.any.default, aten.any.dim, aten.any.dims)
+def any_(x, dim=None, keepdim=False):
+    axis = None if dim is None else dims_tuple(dim, x.ndim)
+    return jnp.any(x != 0, axis=axis, keepdims=keepdim)
+
+
+def _correction(correction, unbiased=None):
+    if correction is not None:
+        return correction
+    if unbiased is None:
+        return 1
+    return 1 if unbiased else 0
+
+
+@register(aten.var.correction)
+def var(x, dim=None, correction=None, keepdim=False):
+    y = to_float(_acc(x) if is_low_precision(x) else x)
+    return jnp.var(y, axis=dims_tuple(dim, x.ndim) if dim is not None else None,
+                   ddof=_correction(correction), keepdims=keepdim)
+
+
+@register(aten.std.correction)
+def std(x, dim=None, correction=None, keepdim=False):
+    return jnp.sqrt(var(x, dim, correction=correction, keepdim=keepdim))
+
+
+@register(aten.var_mean.correction)
+def var_mean(x, dim=None, correction=None, keepdim=False):
+    y = to_float(_acc(x) if is_low_precision(x) else x)
+    axis = dims_tuple(dim, x.ndim) if dim is not None else None
+    return jnp.var(y, axis=axis, ddof=_correction(correction), keepdims=keepdim), jnp.mean(y, axis=axis, keepdims=keepdim)
+
+
+@register(aten.std_mean.correction)
+def std_mean(x, dim=None, correction=None, keepdim=False):
+    v, m = var_mean(x, dim, correction=correction, keepdim=keepdim)
+    return jnp.sqrt(v), m
+
+
+@register(aten.logsumexp.default)
+def logsumexp(x, dim, keepdim=False):
+    y = to_float(_acc(x) if is_low_precision(x) else x)
+    return jax.nn.logsumexp(y, axis=dims_tuple(dim, x.ndim), keepdims=keepdim)
+
+
+@register(aten.linalg_vector_norm.default)
+def vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):
+    y = _acc(x, dtype) if (dtype is not None or is_low_precision(x)) else x
+    y = jnp.abs(y)
+    axis = dims_tuple(dim, x.ndim) if dim is not None else None
+    if ord == float("inf"):
+        return jnp.max(y, axis=axis, keepdims=keepdim)
+    if ord == float("-inf"):
+        return jnp.min(y, axis=axis, keepdims=keepdim)
+    if ord == 0:
+        return jnp.sum((y != 0).astype(y.dtype), axis=axis, keepdims=keepdim)
+    if ord == 1:
+        return jnp.sum(y, axis=axis, keepdims=keepdim)
+    if ord == 2:
+        return jnp.sqrt(jnp.sum(y * y, axis=axis, keepdims=keepdim))
+    return jnp.sum(y ** ord, axis=axis, keepdims=keepdim) ** (1.0 / ord)
+
+
+@register(aten.cumsum.default)
+def cumsum(x, dim, dtype=None):
+    if x.ndim == 0:
+        return _acc(x, dtype)
+    return jnp.cumsum(_acc(x, dtype), axis=dim % x.ndim)
+
+
+@register(aten.cumprod.default)
+def cumprod(x, dim, dtype=None):
+    if x.ndim == 0:
+        return _acc(x, dtype)
+    return jnp.cumprod(_acc(x, dtype), axis=dim % x.ndim)
+
+
+def _cum_extreme(x, dim, op):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = dim % x.ndim
+    n = x.shape[d]
+    idx = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int64).reshape([n if i == d else 1 for i in range(x.ndim)]), x.shape)
+
+    def combine(a, b):
+        va, ia = a
+        vb, ib = b
+        take_b = op(vb, va) | (vb == va)
+        if jnp.issubdtype(va.dtype, jnp.inexact):
+            take_b = (take_b & ~jnp.isnan(va)) | jnp.isnan(vb)
+        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+
+    return jax.lax.associative_scan(combine, (x, idx), axis=d)
+
+
+@register(aten.cummax.default)
+def cummax(x, dim):
+    return _cum_extreme(x, dim, jnp.greater)
+
+
+@register(aten.cummin.default)
+def cummin(x, dim):
+    return _cum_extreme(x, dim, jnp.less)
+
+
+@register(aten.logcumsumexp.default)
+def logcumsumexp(x, dim):
+    if x.ndim == 0:
+        return x
+    return jax.lax.cumlogsumexp(x, axis=dim % x.ndim)
+
+
+@register(aten.sort.default, aten.sort.stable)
+def sort(x, dim=-1, descending=False, stable=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = dim % x.ndim
+    if descending:
+        # stable descending: sort the negated order key, keeping ties in index order
+        if jnp.issubdtype(x.dtype, jnp.inexact):
+            nan = jnp.isnan(x)  # torch: NaN is the largest value
+            order = jnp.lexsort((jnp.where(nan, 0, -x), ~nan), axis=d)
+        elif x.dtype == jnp.bool_:
+            order = jnp.argsort(~x, axis=d, stable=True)
+        elif jnp.issubdtype(x.dtype, jnp.unsignedinteger):
+            order = jnp.argsort(jnp.iinfo(x.dtype).max - x, axis=d, stable=True)
+        else:
+            order = jnp.argsort(~x, axis=d, stable=True)  # ~x = -x-1: no overflow at the minimum
+    else:
+        order = jnp.argsort(x, axis=d, stable=True)
+    return jnp.take_along_axis(x, order, axis=d), order.astype(jnp.int64)
+
+
+@register(aten.argsort.default, aten.argsort.stable)
+def argsort(x, dim=-1, descending=False, stable=False):
+    return sort(x, dim, descending)[1]
+
+
+@register(aten.topk.default)
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = dim % x.ndim
+    vals, idx = sort(x, d, descending=largest)
+    return jax.lax.slice_in_dim(vals, 0, k, axis=d), jax.lax.slice_in_dim(idx, 0, k, axis=d)
+
+
+@register(aten.kthvalue.default)
+def kthvalue(x, k, dim=-1, keepdim=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = dim % x.ndim
+    vals, idx = sort(x, d)
+    v = jax.lax.index_in_dim(vals, k - 1, axis=d, keepdims=keepdim)
+    i = jax.lax.index_in_dim(idx, k - 1, axis=d, keepdims=keepdim)
+    return v, i
+
+
+@register(aten.median.default)
+def median_all(x):
+    flat = jnp.sort(x.reshape(-1))
+    return flat[(flat.shape[0] - 1) // 2]
+
+
+@register(aten.median.dim)
+def median_dim(x, dim, keepdim=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = dim % x.ndim
+    k = (x.shape[d] - 1) // 2
+    vals, idx = sort(x, d)
+    return (jax.lax.index_in_dim(vals, k, axis=d, keepdims=keepdim),
+            jax.lax.index_in_dim(idx, k, axis=d, keepdims=keepdim))
+
+
+@register(aten.count_nonzero.dim_IntList, aten.count_nonzero.default)
+def count_nonzero(x, dim=None):
+    axis = None if dim is None else dims_tuple(dim, x.ndim)
+    return jnp.sum(x != 0, axis=axis, dtype=jnp.int64)
+
+
+@register(aten.nansum.default)
+def nansum(x, dim=None, keepdim=False, dtype=None):
+    axis = None if dim is None else dims_tuple(dim, x.ndim)
+    return jnp.nansum(_acc(x, dtype), axis=axis, keepdims=keepdim)

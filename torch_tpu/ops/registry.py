@@ -1,0 +1,112 @@
+"""THE op table: one mapping from aten ops to XLA computations, used by every executor.
+
+A lowering is a pure function over JAX arrays (tensor arguments) and plain Python values (every
+other argument, static). It mirrors the aten schema: ``fn(*args, **kwargs)``. It may return arrays
+of any dtype; executors cast each output to the dtype torch's meta kernel promises, so type
+promotion always follows torch.
+
+In-place (``add_``) and ``out=`` overloads need no lowering of their own: executors find the
+functional overload (``add.Tensor``) and write its result back into the mutated tensors.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+aten = torch.ops.aten
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    fn: Callable
+    # Output shape depends on values (nonzero, unique, masked_select): run outside jit, eagerly.
+    data_dependent: bool = False
+    # Needs random bits: the executor passes ``rng_key=`` (a JAX PRNG key) as a keyword argument.
+    random: bool = False
+    # Reads torch.get_float32_matmul_precision() (part of the program key).
+    matmul: bool = False
+
+
+LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
+
+
+def _overloads(op):
+    if isinstance(op, torch._ops.OpOverload):
+        return [op]
+    result = []
+    for name in op.overloads():
+        ov = getattr(op, name)
+        schema = ov._schema
+        if any(a.is_out for a in schema.arguments):
+            continue
+        result.append(ov)
+    return result
+
+
+def register(*ops, data_dependent: bool = False, random: bool = False, matmul: bool = False):
+    """Decorator: ``@register(aten.add, aten.sub.Tensor)`` (a packet means every functional overload)."""
+
+    def deco(fn):
+        low = Lowering(fn, data_dependent=data_dependent, random=random, matmul=matmul)
+        for op in ops:
+            for ov in _overloads(op):
+                LOWERINGS[ov] = low
+        return fn
+
+    return deco
+
+
+def lookup(func) -> Lowering | None:
+    return LOWERINGS.get(func)
+
+
+def covered_ops() -> list:
+    """Every aten overload with a direct lowering (tests iterate over this)."""
+    return sorted(LOWERINGS, key=str)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema helpers shared by executors: in-place / out= overloads -> functional overload.
+# ---------------------------------------------------------------------------------------------
+_FUNCTIONAL: dict = {}
+
+
+def mutated_arguments(func) -> list[tuple[int, str]]:
+    """(position, name) of arguments the op writes to."""
+    out = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            out.append((i, a.name))
+    return out
+
+
+def functional_variant(func):
+    """The functional overload computing what an in-place or out= overload writes, or None."""
+    if func in _FUNCTIONAL:
+        return _FUNCTIONAL[func]
+    schema = func._schema
+    name = schema.name.split("::", 1)[1]
+    result = None
+    is_out = any(a.is_out for a in schema.arguments)
+    if is_out:
+        packet = getattr(aten, name, None)
+        wanted = [a.name for a in schema.arguments if not a.is_out]
+        if packet is not None:
+            for ov_name in packet.overloads():
+                ov = getattr(packet, ov_name)
+                args = ov._schema.arguments
+                if any(a.is_out for a in args):
+                    continue
+                if [a.name for a in args] == wanted:
+                    result = ov
+                    break
+    elif name.endswith("_") and not name.endswith("__"):
+        packet = getattr(aten, name[:-1], None)
+        if packet is not None:
+            result = getattr(packet, func._overloadname, None)
+            if result is None and func._overloadname == "default":
+                result = getattr(packet, "default", None)
+    _FUNCTIONAL[func] = result
+    return result

@@ -1,0 +1,88 @@
+"""Mapping between torch dtypes and JAX/NumPy dtypes, and host <-> device copies."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from . import platform
+from .. import counters as stats
+
+
+@functools.lru_cache(maxsize=None)
+def _tables():
+    jnp = platform.jax().numpy
+    import ml_dtypes
+
+    to_jax = {
+        torch.float32: jnp.float32,
+        torch.float64: jnp.float64,
+        torch.float16: jnp.float16,
+        torch.bfloat16: jnp.bfloat16,
+        torch.int8: jnp.int8,
+        torch.int16: jnp.int16,
+        torch.int32: jnp.int32,
+        torch.int64: jnp.int64,
+        torch.uint8: jnp.uint8,
+        torch.bool: jnp.bool_,
+        torch.complex64: jnp.complex64,
+        torch.complex128: jnp.complex128,
+        torch.uint16: jnp.uint16,
+        torch.uint32: jnp.uint32,
+        torch.uint64: jnp.uint64,
+        torch.float8_e4m3fn: jnp.float8_e4m3fn,
+        torch.float8_e5m2: jnp.float8_e5m2,
+    }
+    to_torch = {np.dtype(v): k for k, v in to_jax.items()}
+    # numpy has no bfloat16/float8: move those through a same-width integer view.
+    host_view = {
+        torch.bfloat16: (torch.int16, np.dtype(ml_dtypes.bfloat16)),
+        torch.float8_e4m3fn: (torch.int8, np.dtype(ml_dtypes.float8_e4m3fn)),
+        torch.float8_e5m2: (torch.int8, np.dtype(ml_dtypes.float8_e5m2)),
+    }
+    return to_jax, to_torch, host_view
+
+
+def to_jax_dtype(dtype: torch.dtype):
+    try:
+        return _tables()[0][dtype]
+    except KeyError:
+        raise TypeError(f"torch dtype {dtype} is not supported on the tpu device") from None
+
+
+def to_torch_dtype(jax_dtype) -> torch.dtype:
+    return _tables()[1][np.dtype(jax_dtype)]
+
+
+def host_to_device(cpu_tensor: torch.Tensor, device):
+    """Copy a CPU tensor to a device array (same dtype, same logical shape)."""
+    jax = platform.jax()
+    t = cpu_tensor.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    t = t.contiguous()
+    view = _tables()[2].get(t.dtype)
+    if view is not None:
+        arr = t.view(view[0]).numpy().view(view[1])
+    else:
+        arr = t.numpy()
+    stats.counters["host_to_device_bytes"] += arr.nbytes
+    return jax.device_put(arr, device)
+
+
+def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:
+    """Copy a device array to a new CPU tensor of the given torch dtype (waits for the value)."""
+    host = np.asarray(array)
+    stats.counters["device_to_host_bytes"] += host.nbytes
+    view = _tables()[2].get(dtype)
+    if view is not None:
+        host = host.view(np.dtype(f"i{host.dtype.itemsize}"))
+        return torch.from_numpy(host.copy()).view(dtype)
+    if not host.flags.writeable or not host.flags.c_contiguous:
+        host = np.ascontiguousarray(host).copy()
+    else:
+        host = host.copy()
+    return torch.from_numpy(host)

@@ -1,0 +1,121 @@
+"""Chooses the PJRT platform and device, and configures JAX once, on first use.
+
+JAX is imported lazily so that ``import torch`` (which autoloads this backend) stays light.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+
+_LOCK = threading.Lock()
+_PLATFORM_ALIASES = {"gpu": "cuda", "cuda": "cuda", "tpu": "tpu", "cpu": "cpu"}
+
+
+def _configure_environment() -> None:
+    # torch CUDA may share the GPU with XLA: never grab 75% of its memory up front.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def default_cache_dir() -> str:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "torch_tpu")
+
+
+def compile_cache_dir() -> str | None:
+    """Directory of the persistent XLA compile cache, or None when disabled (TORCH_TPU_CACHE_DIR='')."""
+    value = os.environ.get("TORCH_TPU_CACHE_DIR")
+    if value is None:
+        return os.path.join(default_cache_dir(), "xla-cache")
+    return value or None
+
+
+@functools.lru_cache(maxsize=None)
+def jax():
+    """Import and configure JAX (once)."""
+    with _LOCK:
+        _configure_environment()
+        import jax as _jax
+
+        # torch's int64 indices and float64 need 64-bit types.
+        _jax.config.update("jax_enable_x64", True)
+        cache_dir = compile_cache_dir()
+        if cache_dir:
+            try:
+                _jax.config.update("jax_compilation_cache_dir", cache_dir)
+                _jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+                _jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+            except Exception:  # an old JAX without these options: run without a disk cache
+                pass
+        from . import _compile_events
+
+        _compile_events.install(_jax)
+        return _jax
+
+
+def _try_devices(jax_mod, platform: str):
+    try:
+        return jax_mod.devices(platform)
+    except Exception:
+        return []
+
+
+@functools.lru_cache(maxsize=None)
+def platform() -> str:
+    """The PJRT platform in use: 'tpu', 'cuda' or 'cpu'."""
+    jax_mod = jax()
+    forced = os.environ.get("TORCH_TPU_PLATFORM", "").strip().lower()
+    if forced:
+        if forced not in _PLATFORM_ALIASES:
+            raise RuntimeError(
+                f"TORCH_TPU_PLATFORM={forced!r} is not one of cpu, gpu, tpu")
+        name = _PLATFORM_ALIASES[forced]
+        if not _try_devices(jax_mod, name):
+            raise RuntimeError(
+                f"TORCH_TPU_PLATFORM={forced!r} was requested but JAX finds no {name} device "
+                f"(installed jax {jax_mod.__version__}; for GPUs install jax[cuda], for TPUs libtpu)")
+        return name
+    for name in ("tpu", "cuda"):
+        if _try_devices(jax_mod, name):
+            return name
+    return "cpu"
+
+
+@functools.lru_cache(maxsize=None)
+def devices():
+    """The local PJRT devices of the chosen platform, in index order."""
+    jax_mod = jax()
+    plat = platform()
+    return [d for d in jax_mod.local_devices(backend=plat)]
+
+
+def device_count() -> int:
+    return len(devices())
+
+
+def local_device_index() -> int:
+    """The device this process binds: 0, or the local rank under a multi-process launcher."""
+    for var in ("TORCH_TPU_DEVICE_INDEX",):
+        if var in os.environ:
+            return int(os.environ[var])
+    return 0
+
+
+def jax_device(index: int | None = None):
+    devs = devices()
+    idx = 0 if index is None else index
+    if idx < 0 or idx >= len(devs):
+        raise RuntimeError(
+            f"tpu:{idx} does not exist: this process sees {len(devs)} {platform()} device(s)")
+    return devs[idx]
+
+
+def device_name(index: int | None = None) -> str:
+    dev = jax_device(index)
+    plat = platform()
+    if plat == "cpu":
+        return "cpu (XLA)"
+    kind = getattr(dev, "device_kind", "") or plat
+    if plat == "tpu" and not kind.upper().startswith("TPU"):
+        kind = f"TPU {kind}"
+    return kind

@@ -1,0 +1,200 @@
+"""Reading and writing a strided view of a storage with XLA operations.
+
+A view is torch metadata (size, stride, storage offset, dtype) over its storage's memory. Most views
+(transpose, permute, slicing, select, reshape, expand, unsqueeze, chunk, unbind ...) are *regular*:
+once their dimensions are sorted by stride, each stride divides the previous one and rows do not
+overlap. Those become reshape + static slices + transpose (cheap for XLA); the offset is a runtime
+argument so that ``x[i]`` for many ``i`` shares one program. Anything else (diagonal, overlapping
+``unfold``, exotic ``as_strided``) uses an index gather / scatter.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import compile_cache
+from . import counters as stats
+from .runtime import dtypes, platform
+
+
+def _layout(size, stride):
+    """Split view dims into (sorted real dims, broadcast dims); None when not regular."""
+    real = [(k, s, st) for k, (s, st) in enumerate(zip(size, stride)) if s > 1 and st != 0]
+    real.sort(key=lambda d: -d[2])
+    for (ka, sa, ta), (kb, sb, tb) in zip(real, real[1:]):
+        if ta % tb != 0 or ta < tb * sb:
+            return None
+    return real
+
+
+def _units(storage_dtype: torch.dtype, view_dtype: torch.dtype) -> float:
+    """How many view elements one storage element holds."""
+    if storage_dtype.is_complex and not view_dtype.is_complex:
+        return 2.0
+    return storage_dtype.itemsize / view_dtype.itemsize
+
+
+def _to_flat(arr, storage_dtype, view_dtype):
+    jax = platform.jax()
+    jnp = jax.numpy
+    flat = arr.reshape(-1)
+    if view_dtype == storage_dtype:
+        return flat
+    vdt = dtypes.to_jax_dtype(view_dtype)
+    if storage_dtype.is_complex and not view_dtype.is_complex:
+        return jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1).astype(vdt)
+    if storage_dtype == torch.bool or view_dtype == torch.bool:
+        return flat.astype(vdt)
+    return jax.lax.bitcast_convert_type(flat, vdt).reshape(-1) if storage_dtype.itemsize >= view_dtype.itemsize \
+        else jax.lax.bitcast_convert_type(flat.reshape(-1, view_dtype.itemsize // storage_dtype.itemsize), vdt)
+
+
+def _from_flat(flat, storage_shape, storage_dtype, view_dtype):
+    jax = platform.jax()
+    jnp = jax.numpy
+    sdt = dtypes.to_jax_dtype(storage_dtype)
+    if view_dtype != storage_dtype:
+        if storage_dtype.is_complex and not view_dtype.is_complex:
+            pairs = flat.reshape(-1, 2)
+            flat = jax.lax.complex(pairs[:, 0], pairs[:, 1]).astype(sdt)
+        elif storage_dtype == torch.bool or view_dtype == torch.bool:
+            flat = flat.astype(sdt)
+        elif storage_dtype.itemsize > view_dtype.itemsize:
+            flat = jax.lax.bitcast_convert_type(
+                flat.reshape(-1, storage_dtype.itemsize // view_dtype.itemsize), sdt)
+        else:
+            flat = jax.lax.bitcast_convert_type(flat, sdt).reshape(-1)
+    return flat.reshape(storage_shape)
+
+
+def _gather_indices(size, stride, offset):
+    jnp = platform.jax().numpy
+    idx = offset
+    for k, (s, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[k] = s
+        idx = idx + jnp.arange(s, dtype=jnp.int64).reshape(shape) * st
+    return jnp.broadcast_to(idx, tuple(size))
+
+
+def _window_geometry(real, n_flat, offset_is_zero):
+    """Shape of the window that holds a regular view, its length and the padding it needs."""
+    t1 = real[0][2]
+    length = real[0][1] * t1
+    shape = [real[0][1]]
+    for (_, _, ta), (_, _, tb) in zip(real, real[1:]):
+        shape.append(ta // tb)
+    shape.append(real[-1][2])
+    whole = offset_is_zero and length == n_flat
+    pad = 0 if whole else t1
+    return shape, length, pad, whole
+
+
+def _read_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_zero):
+    jax = platform.jax()
+    jnp = jax.numpy
+    real = _layout(size, stride)
+
+    def fn(arr, offset):
+        flat = _to_flat(arr, storage_dtype, view_dtype)
+        if 0 in size:
+            return jnp.zeros(size, flat.dtype)
+        if real is None:
+            return flat[_gather_indices(size, stride, offset)]
+        if not real:
+            val = jax.lax.dynamic_index_in_dim(flat, offset, keepdims=False)
+            return jnp.broadcast_to(val, size)
+        shape, length, pad, whole = _window_geometry(real, flat.shape[0], offset_is_zero)
+        if whole:
+            window = flat
+        else:
+            window = jax.lax.dynamic_slice_in_dim(jnp.pad(flat, (0, pad)), offset, length)
+        window = window.reshape(shape)
+        index = (slice(None),) + tuple(slice(0, d[1]) for d in real[1:]) + (0,)
+        box = window[index]
+        order = [d[0] for d in real]
+        # put real dims back in their original order, then restore size-1 and broadcast dims
+        perm = sorted(range(len(order)), key=lambda i: order[i])
+        box = jnp.transpose(box, perm)
+        kept = sorted(order)
+        expanded_shape = [size[k] if k in kept else 1 for k in range(len(size))]
+        return jnp.broadcast_to(box.reshape(expanded_shape), size)
+
+    return fn
+
+
+def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_zero):
+    jax = platform.jax()
+    jnp = jax.numpy
+    real = _layout(size, stride)
+
+    def fn(arr, value, offset):
+        flat = _to_flat(arr, storage_dtype, view_dtype)
+        n = flat.shape[0]
+        if 0 in size:
+            return arr
+        if real is None:
+            new_flat = flat.at[_gather_indices(size, stride, offset).reshape(-1)].set(value.reshape(-1))
+            return _from_flat(new_flat, storage_shape, storage_dtype, view_dtype)
+        if not real:
+            new_flat = jax.lax.dynamic_update_index_in_dim(flat, value.reshape(-1)[:1], offset, 0)
+            return _from_flat(new_flat, storage_shape, storage_dtype, view_dtype)
+        shape, length, pad, whole = _window_geometry(real, n, offset_is_zero)
+        order = [d[0] for d in real]
+        box = value.reshape([size[k] for k in sorted(order)])
+        # original order of the kept dims -> sorted-by-stride order
+        kept = sorted(order)
+        box = jnp.transpose(box, [kept.index(k) for k in order])
+        box = box.reshape(box.shape + (1,))
+        if whole:
+            window = flat.reshape(shape)
+            new_flat = jax.lax.dynamic_update_slice(window, box, (0,) * len(shape)).reshape(-1)
+        else:
+            padded = jnp.pad(flat, (0, pad))
+            window = jax.lax.dynamic_slice_in_dim(padded, offset, length).reshape(shape)
+            window = jax.lax.dynamic_update_slice(window, box, (0,) * len(shape))
+            new_flat = jax.lax.dynamic_update_slice_in_dim(padded, window.reshape(-1), offset, 0)[:n]
+        return _from_flat(new_flat, storage_shape, storage_dtype, view_dtype)
+
+    return fn
+
+
+def _offset_arg(offset: int):
+    return np.int64(offset)
+
+
+def read(storage, t):
+    size = tuple(t.shape)
+    stride = tuple(t.stride())
+    offset = t.storage_offset()
+    key = ("view-read", storage.shape, storage.dtype, t.dtype, size, stride, offset == 0)
+    arr = storage.value()
+    prog = compile_cache.lookup(key)
+    if prog is None:
+        fn = _read_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
+        prog = compile_cache.compile_program(key, fn, (arr, _offset_arg(offset)))
+    stats.counters["executions"] += 1
+    return prog(arr, _offset_arg(offset))
+
+
+def check_writable(t) -> None:
+    for s, st in zip(t.shape, t.stride()):
+        if st == 0 and s > 1:
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to a "
+                "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def write(storage, t, value):
+    size = tuple(t.shape)
+    stride = tuple(t.stride())
+    offset = t.storage_offset()
+    key = ("view-write", storage.shape, storage.dtype, t.dtype, size, stride, offset == 0)
+    arr = storage.value()
+    prog = compile_cache.lookup(key)
+    if prog is None:
+        fn = _write_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
+        prog = compile_cache.compile_program(key, fn, (arr, value, _offset_arg(offset)))
+    stats.counters["executions"] += 1
+    return prog(arr, value, _offset_arg(offset))
+
