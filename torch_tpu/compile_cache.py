@@ -31,12 +31,14 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         kwargs["out_shardings"] = jax.sharding.SingleDeviceSharding(device)
     if donate:
         kwargs["donate_argnums"] = donate
-    jitted = jax.jit(fn, **kwargs)
+    # A jitted function (not a lowered/compiled stage): its call path is JAX's C++ fast path.
+    # It compiles now, for the example arguments, so failures surface here with the op's name.
+    prog = jax.jit(fn, **kwargs)
     if device is not None and not example_args:
         with jax.default_device(device):
-            prog = jitted.lower().compile()
+            prog.lower().compile()
     else:
-        prog = jitted.lower(*example_args).compile()
+        prog.lower(*example_args).compile()
     _PROGRAMS[key] = prog
     return prog
 

@@ -14,7 +14,7 @@ import torch
 
 from .. import compile_cache
 from .. import counters as stats
-from .._tensor import TpuTensor, value_of, write, wrap
+from .._tensor import TpuStorage, TpuTensor, value_of, write, wrap
 from ..ops import registry
 from ..runtime import dtypes, platform, rng
 from . import modes
@@ -168,8 +168,6 @@ class _LoweredEntry:
 
 
 def _storage_for(arr, dtype):
-    from .._tensor import TpuStorage
-
     return TpuStorage(arr, arr.shape, dtype)
 
 
