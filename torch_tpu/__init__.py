@@ -7,15 +7,23 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group (called at the end of ``import torch``).
+
+    Defined before any import: ``import torch_tpu`` first imports torch, whose autoload then looks
+    this name up on the partially initialised package."""
+    from . import _registration
+
+    _registration.register()
+
+
+import torch  # noqa: E402  (before _registration, so torch's autoload finds _autoload above)
+
 from . import _registration
 from .executors.modes import EagerMode
 
 _registration.register()
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group (called at the end of ``import torch``)."""
-    _registration.register()
 
 
 def stats() -> dict:

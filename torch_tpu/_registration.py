@@ -50,6 +50,10 @@ def register() -> None:
     dispatch.install()
     _register_autocast()
     _register_dynamo_backend()
+    from . import _serialization
+
+    _serialization.install()
+    _register_distributed()
 
 
 def _register_factories() -> None:
@@ -61,14 +65,56 @@ def _register_factories() -> None:
         _LIB.impl(name, fn, "PrivateUse1")
 
 
+# torch.autocast("tpu") policy, like CUDA's: matmul/conv-like ops run in the autocast dtype,
+# precision-sensitive ops in float32; every other op falls through unchanged.
+_AUTOCAST_LOW = ("matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "mv", "linear",
+                 "einsum", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                 "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "prelu",
+                 "scaled_dot_product_attention")
+_AUTOCAST_FP32 = ("softmax.int", "log_softmax.int", "layer_norm", "group_norm", "mse_loss",
+                  "nll_loss_nd", "cross_entropy_loss", "binary_cross_entropy_with_logits",
+                  "exp", "log", "pow.Tensor_Scalar", "rsqrt", "cumsum", "norm.Scalar")
+
+
+def _autocast_kernel(op_name: str, low: bool):
+    packet, _, overload = op_name.partition(".")
+    op = getattr(getattr(torch.ops.aten, packet), overload or "default")
+    exclude = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+
+    def cast(x, dtype):
+        if isinstance(x, torch.Tensor):
+            if x.is_floating_point() and x.device.type == "tpu" and x.dtype != torch.float64:
+                return x.to(dtype)
+            return x
+        if type(x) in (list, tuple):
+            return type(x)(cast(e, dtype) for e in x)
+        return x
+
+    def kernel(*args, **kwargs):
+        dtype = torch.get_autocast_dtype("tpu") if low else torch.float32
+        args = cast(args, dtype)
+        kwargs = {k: cast(v, dtype) for k, v in kwargs.items()}
+        with torch._C._ExcludeDispatchKeyGuard(exclude):
+            return op(*args, **kwargs)
+
+    return kernel
+
+
 def _register_autocast() -> None:
-    # torch.autocast("tpu") needs the AutocastPrivateUse1 key to fall through to our dispatch.
-    try:
-        lib = torch.library.Library("_", "IMPL")
-        lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
-        _register_autocast.lib = lib
-    except Exception:
-        pass
+    lib = torch.library.Library("_", "IMPL")
+    lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+    ops = torch.library.Library("aten", "IMPL")
+    for names, low in ((_AUTOCAST_LOW, True), (_AUTOCAST_FP32, False)):
+        for name in names:
+            ops.impl(name, _autocast_kernel(name, low), "AutocastPrivateUse1")
+    _register_autocast.libs = (lib, ops)
+
+
+def _register_distributed() -> None:
+    # the c10d backend "tpu_dist" (alias "tpu"); light: the implementation loads on first use
+    from . import distributed
+
+    distributed.register()
 
 
 def _register_dynamo_backend() -> None:

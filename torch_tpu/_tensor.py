@@ -76,15 +76,57 @@ def _contiguous_strides(shape) -> tuple:
     return tuple(reversed(strides))
 
 
+def _dynamo_tracing() -> bool:
+    import sys
+
+    guards = sys.modules.get("torch._guards")
+    return guards is not None and guards.TracingContext.try_get() is not None
+
+
+class _DynamoOnly:
+    """A class attribute visible only while dynamo traces (hasattr is False otherwise)."""
+
+    def __init__(self, fn, static: bool = False):
+        self.fn, self.static = fn, static
+
+    def __get__(self, obj, cls=None):
+        if not _dynamo_tracing():
+            raise AttributeError("only defined while torch.compile traces")
+        if self.static or obj is None:
+            return self.fn
+        return self.fn.__get__(obj, cls)
+
+
+def _fake_on_tpu(inner):
+    """dynamo's fake of a tpu tensor: a plain FakeTensor whose device is tpu (not its meta stand-in's),
+    so traced device logic sees "tpu" and other backends (inductor) cannot silently run on meta."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(inner, FakeTensor) and inner.device.type == "meta":
+        meta = torch.empty_strided(inner.shape, inner.stride(), dtype=inner.dtype, device="meta")
+        fake = FakeTensor(inner.fake_mode, meta, device_for(0))
+        if inner.requires_grad:
+            fake.requires_grad_(True)
+        return fake
+    return inner
+
+
 class TpuTensor(torch.Tensor):
     """A tensor on the "tpu" device. Users never construct it directly."""
 
     _tpu_storage: TpuStorage
-    _tpu_full: bool
+    # class-level defaults: a fresh (non-view) tensor sets only its storage (hot path)
+    _tpu_full = True
+    _tpu_cache = None
+    _tpu_cache_version = -1
 
     @staticmethod
-    def __new__(cls, storage: TpuStorage, size, stride=None, offset: int = 0, dtype=None,
+    def __new__(cls, storage: TpuStorage, size=None, stride=None, offset: int = 0, dtype=None,
                 requires_grad: bool = False):
+        if isinstance(storage, torch.Tensor):
+            # ``type(param)(tensor, requires_grad=...)``: a tpu parameter's type is TpuTensor, and code
+            # that rebuilds parameters by their type (accelerate's offload hooks) means nn.Parameter.
+            return torch.nn.Parameter(storage, requires_grad=requires_grad)
         dtype = storage.dtype if dtype is None else dtype
         device = device_for(storage.device_index)
         if stride is None:
@@ -102,6 +144,12 @@ class TpuTensor(torch.Tensor):
         t._tpu_cache = None
         t._tpu_cache_version = -1
         return t
+
+    def _tpu_is_full(self) -> bool:
+        storage = self._tpu_storage
+        return (self.dtype == storage.dtype and self.storage_offset() == 0
+                and tuple(self.shape) == storage.shape
+                and (math.prod(storage.shape) <= 1 or self.stride() == _contiguous_strides(self.shape)))
 
     # Dispatch is installed by torch_tpu.executors.dispatch (keeps this module free of op logic).
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -134,11 +182,44 @@ class TpuTensor(torch.Tensor):
         self._tpu_cache_version = new._tpu_cache_version
 
     def __reduce_ex__(self, proto):
-        # torch.save / pickling: store the CPU value and come back on the tpu device.
-        return (_rebuild_from_cpu, (self.detach().cpu(), self.requires_grad))
+        # torch.save / pickling: store the CPU value; torch's own rebuild function (allowed by
+        # weights_only loading) honours map_location and otherwise comes back on the tpu device.
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (self.detach().cpu(), self.dtype, str(self.device), self.requires_grad))
 
-    def __tensor_flatten__(self):  # used by torch.compile (issue 5); kept minimal here
-        return [], None
+    def tolist(self):
+        return self.detach().cpu().tolist()
+
+    # torch.compile: while dynamo traces, a tpu tensor is a "traceable wrapper subclass" whose one
+    # inner tensor is a meta stand-in; dynamo fakes it on the outer (tpu) device and unflatten hands
+    # that plain FakeTensor back, so dynamo traces tpu tensors like any device's. Outside dynamo the
+    # unflatten is hidden (else nn.Module._apply would swap_tensors every parameter on .to("tpu"));
+    # flatten stays visible because dynamo's guards call it on every compiled call.
+    def __tensor_flatten__(self):
+        return ["_tpu_fake_inner"], None
+
+    __tensor_unflatten__ = _DynamoOnly(
+        lambda inner, ctx, outer_size, outer_stride: _fake_on_tpu(inner["_tpu_fake_inner"]), static=True)
+
+    def _is_view(self):
+        # While dynamo fakes graph inputs, describe a tpu view as a plain tensor: its fake view
+        # replay would flatten the fake base, which is a plain FakeTensor (see unflatten above).
+        if _dynamo_tracing():
+            return False
+        return torch._C.TensorBase._is_view(self)
+
+    def __coerce_same_metadata_as_tangent__(self, expected_meta, expected_type=None):
+        # compiled backward was traced on plain stand-ins; a tpu tangent is what it runs on
+        return self
+
+    @property
+    def _tpu_fake_inner(self):
+        # cached: dynamo's aliasing guards compare inner tensors by identity
+        inner = self.__dict__.get("_tpu_meta_inner")
+        if inner is None:
+            inner = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta")
+            self.__dict__["_tpu_meta_inner"] = inner
+        return inner
 
     def numpy(self, *, force: bool = False):
         raise TypeError(
@@ -150,6 +231,13 @@ def _rebuild_from_cpu(cpu_tensor: torch.Tensor, requires_grad: bool):
     t = cpu_tensor.to("tpu")
     if requires_grad:
         t.requires_grad_(True)
+    return t
+
+
+def new_full(array, dtype: torch.dtype, _make=torch.Tensor._make_wrapper_subclass) -> "TpuTensor":
+    """Hot path: wrap a fresh device array (an op's output) as a new tensor on tpu:0."""
+    t = _make(TpuTensor, array.shape, dtype=dtype, device=_DEVICE or device_for(0))
+    t._tpu_storage = TpuStorage(array, array.shape, dtype)
     return t
 
 
@@ -169,6 +257,13 @@ def value_of(t: TpuTensor):
     return arr
 
 
+def refresh_layout(t: TpuTensor) -> None:
+    """After t's own sizes/strides changed in place (as_strided_, squeeze_, t_ ...)."""
+    t._tpu_full = t._tpu_is_full()
+    t._tpu_cache = None
+    t._tpu_cache_version = -1
+
+
 def write(t: TpuTensor, array) -> None:
     """Make ``array`` (t's shape and dtype) the new value of t, and so of its base and other views."""
     storage = t._tpu_storage
@@ -177,6 +272,7 @@ def write(t: TpuTensor, array) -> None:
         return
     from . import strided
 
+    strided.check_writable(t)  # an expanded view: torch refuses to write it, so do we
     storage.set(strided.write(storage, t, array))
     t._tpu_cache = array
     t._tpu_cache_version = storage.version
@@ -192,6 +288,13 @@ def wrap(array, dtype: torch.dtype | None = None, device_index: int = 0) -> TpuT
 def empty(size, dtype: torch.dtype, device_index: int = 0, stride=None) -> TpuTensor:
     """A new tensor whose storage is written later (reads as zeros if never written)."""
     size = tuple(size)
+    if stride is not None and 0 not in size and tuple(stride) != _contiguous_strides(size) \
+            and math.prod(size) > 1:
+        # a non-contiguous layout (empty_strided, empty_like of a transposed tensor): a flat
+        # storage of the layout's extent, viewed with the requested strides
+        extent = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+        storage = TpuStorage(None, (extent,), dtype, device_index)
+        return TpuTensor(storage, size, tuple(stride), 0, dtype)
     storage = TpuStorage(None, size, dtype, device_index)
     return TpuTensor(storage, size, dtype=dtype)
 

@@ -51,6 +51,8 @@ def current_device() -> int:
 def set_device(device) -> None:
     global _current_device
     index = _index(device)
+    if index != 0 and index == _platform.local_device_index():
+        index = 0  # torchrun's LOCAL_RANK names this process's bound device, which torch calls tpu:0
     if index != 0:
         raise RuntimeError(
             f"torch_tpu binds one device per process (tpu:0); got {index}. Run one process per device "

@@ -30,7 +30,7 @@ def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=N
 
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     _check_device(device)
-    return _tensor.empty(size, dtype or torch.get_default_dtype())
+    return _tensor.empty(size, dtype or torch.get_default_dtype(), stride=stride)
 
 
 def _through_op_table(op):
@@ -43,9 +43,19 @@ def _through_op_table(op):
     return kernel
 
 
+def _copy_from(src, dst, non_blocking=False):
+    # torch.tensor(data, device="tpu") copies with the Python dispatch key excluded, so the copy
+    # arrives here instead of __torch_dispatch__.
+    from .executors import dispatch
+
+    return dispatch._copy_(None, (dst, src), {})
+
+
 KERNELS = {
     "empty.memory_format": empty_memory_format,
     "empty_strided": empty_strided,
+    "_copy_from": _copy_from,
+    "_copy_from_and_resize": _copy_from,
 }
 for _name in ("arange", "arange.start", "arange.start_step", "linspace", "logspace", "eye", "eye.m",
               "randperm", "tril_indices", "triu_indices"):

@@ -31,6 +31,8 @@ def _units(storage_dtype: torch.dtype, view_dtype: torch.dtype) -> float:
     """How many view elements one storage element holds."""
     if storage_dtype.is_complex and not view_dtype.is_complex:
         return 2.0
+    if view_dtype.is_complex and not storage_dtype.is_complex:
+        return 0.5
     return storage_dtype.itemsize / view_dtype.itemsize
 
 
@@ -43,6 +45,9 @@ def _to_flat(arr, storage_dtype, view_dtype):
     vdt = dtypes.to_jax_dtype(view_dtype)
     if storage_dtype.is_complex and not view_dtype.is_complex:
         return jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1).astype(vdt)
+    if view_dtype.is_complex and not storage_dtype.is_complex:  # view_as_complex
+        pairs = flat.reshape(-1, 2)
+        return jax.lax.complex(pairs[:, 0], pairs[:, 1]).astype(vdt)
     if storage_dtype == torch.bool or view_dtype == torch.bool:
         return flat.astype(vdt)
     return jax.lax.bitcast_convert_type(flat, vdt).reshape(-1) if storage_dtype.itemsize >= view_dtype.itemsize \
@@ -57,6 +62,8 @@ def _from_flat(flat, storage_shape, storage_dtype, view_dtype):
         if storage_dtype.is_complex and not view_dtype.is_complex:
             pairs = flat.reshape(-1, 2)
             flat = jax.lax.complex(pairs[:, 0], pairs[:, 1]).astype(sdt)
+        elif view_dtype.is_complex and not storage_dtype.is_complex:
+            flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1).astype(sdt)
         elif storage_dtype == torch.bool or view_dtype == torch.bool:
             flat = flat.astype(sdt)
         elif storage_dtype.itemsize > view_dtype.itemsize:

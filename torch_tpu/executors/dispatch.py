@@ -190,17 +190,117 @@ def _empty_like(func, args, kwargs):
     from .. import _tensor
 
     x = args[0]
-    return _tensor.empty(x.shape, kwargs.get("dtype") or x.dtype)
+    dtype = kwargs.get("dtype") or x.dtype
+    stride = None
+    if not x.is_contiguous() or kwargs.get("memory_format") not in (None, torch.preserve_format):
+        # torch's layout rule (preserve_format keeps dense strides, channels_last ...) via meta
+        mx = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        stride = torch.empty_like(mx, memory_format=kwargs.get("memory_format") or torch.preserve_format).stride()
+    return _tensor.empty(x.shape, dtype, stride=stride)
 
 
 def _new_empty(func, args, kwargs):
     from .. import _tensor
 
     x, size = args[0], args[1]
-    return _tensor.empty(size, kwargs.get("dtype") or x.dtype)
+    stride = args[2] if func is aten.new_empty_strided.default and len(args) > 2 else None
+    return _tensor.empty(size, kwargs.get("dtype") or x.dtype, stride=stride)
+
+
+# ---------------------------------------------------------------------------------------------
+# Boolean-mask indexing: a mask's positions depend on its values, so XLA cannot trace it. A single
+# leading mask with a broadcastable value is a static select (torch.where); otherwise the mask
+# becomes long indices through nonzero (a data-dependent op, which waits for the mask).
+# ---------------------------------------------------------------------------------------------
+def _is_mask(i) -> bool:
+    return isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+
+
+def _long_indices(indices):
+    out = []
+    for i in indices:
+        if _is_mask(i):
+            if not isinstance(i, TpuTensor):
+                i = i.to("tpu")
+            out.extend(i.bool().nonzero().unbind(1))
+        else:
+            out.append(i)
+    return out
+
+
+def _index_bool(func, args, kwargs):
+    x, indices = args[0], args[1]
+    if not any(_is_mask(i) for i in indices):
+        return strict.run_op(func, args, kwargs)
+    return strict.run_op(func, (x, _long_indices(indices), *args[2:]), kwargs)
+
+
+def _index_put_bool(func, args, kwargs):
+    x, indices, values = args[0], args[1], args[2]
+    if not any(_is_mask(i) for i in indices):
+        return strict.run_op(func, args, kwargs)
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    mask = indices[0]
+    k = mask.dim() if _is_mask(mask) else -1
+    inplace = func is not aten.index_put.default
+    if (len(indices) == 1 and k > 0 and tuple(mask.shape) == tuple(x.shape[:k])
+            and values.dim() <= x.dim() - k and isinstance(x, TpuTensor)):
+        m = mask.bool().reshape(tuple(mask.shape) + (1,) * (x.dim() - k))
+        if not isinstance(m, TpuTensor):
+            m = m.to("tpu")
+        v = values.to(x.dtype)
+        if not isinstance(v, TpuTensor) and v.dim() > 0:
+            v = v.to("tpu")
+        new = torch.where(m, x + v if accumulate else v, x)
+        if inplace:
+            return _copy_into(x, new)
+        return new
+    return strict.run_op(func, (x, _long_indices(indices), *args[2:]), kwargs)
+
+
+def _as_strided_(func, args, kwargs):
+    """In-place metadata change (squeeze_, unsqueeze_, transpose_, t_ land here): set the
+    wrapper's own sizes/strides with torch's kernel, then refresh what the payload cached."""
+    from .. import _tensor
+
+    x = args[0]
+    torch.ops.aten.as_strided_.default._op_dk(
+        torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional, *args, **kwargs)
+    _tensor.refresh_layout(x)
+    return x
+
+
+def _like(func, args, kwargs):
+    # zeros_like & co. of a non-contiguous tensor keep its layout: torch's composite kernel
+    # (empty_like + fill) does that; the contiguous case runs the op table.
+    x = args[0]
+    if isinstance(x, TpuTensor) and not x.is_contiguous() and \
+            kwargs.get("memory_format") in (None, torch.preserve_format):
+        return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+    return strict.run_op(func, args, kwargs)
+
+
+def _clone(func, args, kwargs):
+    # clone keeps a non-contiguous dense layout (preserve_format), as on CPU
+    x = args[0]
+    if isinstance(x, TpuTensor) and not x.is_contiguous() and \
+            kwargs.get("memory_format") in (None, torch.preserve_format):
+        return _copy_into(_empty_like(None, (x,), {}), x)
+    return strict.run_op(func, args, kwargs)
 
 
 _SPECIAL = {
+    aten.clone.default: _clone,
+    aten.zeros_like.default: _like,
+    aten.ones_like.default: _like,
+    aten.full_like.default: _like,
+    aten.rand_like.default: _like,
+    aten.randn_like.default: _like,
+    aten.index.Tensor: _index_bool,
+    aten.index_put.default: _index_put_bool,
+    aten.index_put_.default: _index_put_bool,
+    aten._index_put_impl_.default: _index_put_bool,
+    aten.as_strided_.default: _as_strided_,
     aten._fused_sdp_choice.default: _fused_sdp_choice,
     aten.empty_like.default: _empty_like,
     aten.new_empty.default: _new_empty,
@@ -218,13 +318,26 @@ _SPECIAL = {
 
 
 def torch_dispatch(cls, func, types, args=(), kwargs=None):
+    if len(types) > 1 or types[0] is not TpuTensor:
+        # another tensor subclass takes part (AsyncCollectiveTensor, DTensor ...): let it unwrap first
+        if any(not issubclass(t, TpuTensor) for t in types):
+            return NotImplemented
     kwargs = kwargs or {}
     special = _SPECIAL.get(func)
     if special is not None:
         return special(func, args, kwargs)
     if func.is_view:
-        return run_view(func, args, kwargs)
+        kind = _VIEW_KIND.get(func)
+        if kind is None:
+            # CompositeImplicit "maybe-view" ops (to, reshape ...) may copy: let torch decide.
+            kind = _VIEW_KIND[func] = "decompose" if strict._has_composite_implicit(func) else "view"
+        if kind == "view":
+            return run_view(func, args, kwargs)
+        return func.decompose(*args, **kwargs)
     return strict.run_op(func, args, kwargs)
+
+
+_VIEW_KIND: dict = {}
 
 
 def install() -> None:

@@ -14,7 +14,7 @@ import torch
 
 from .. import compile_cache
 from .. import counters as stats
-from .._tensor import TpuStorage, TpuTensor, value_of, write, wrap
+from .._tensor import TpuTensor, new_full, value_of, write, wrap
 from ..ops import registry
 from ..runtime import dtypes, platform, rng
 from . import modes
@@ -73,11 +73,19 @@ _CPU_INDEX_OPS = {torch.ops.aten.index.Tensor, torch.ops.aten.index_put.default,
 
 
 def signature(func, args, kwargs):
+    """(structural key, dynamic arrays) of a call. Hot path: plain tpu tensors are inlined."""
     sig = [func]
     arrays = []
     allow_cpu = func in _CPU_INDEX_OPS
     for a in args:
-        _walk(func, a, sig, arrays, allow_cpu)
+        if type(a) is TpuTensor and a._tpu_full:
+            arr = a._tpu_storage.array
+            if arr is None:
+                arr = a._tpu_storage.value()
+            sig.append((arr.shape, a.dtype))
+            arrays.append(arr)
+        else:
+            _walk(func, a, sig, arrays, allow_cpu)
     if kwargs:
         for k, v in kwargs.items():
             sig.append(k)
@@ -162,13 +170,8 @@ class _LoweredEntry:
                 return targets[0] if len(targets) == 1 else tuple(targets)
         dts = self.out_dtypes
         if self.rebuild is None:
-            return TpuTensor(_storage_for(outs[0], dts[0]), outs[0].shape, dtype=dts[0])
-        return self.rebuild([TpuTensor(_storage_for(o, d), o.shape, dtype=d)
-                             for o, d in zip(outs[: self.n_out], dts)])
-
-
-def _storage_for(arr, dtype):
-    return TpuStorage(arr, arr.shape, dtype)
+            return new_full(outs[0], dts[0])
+        return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
 
 
 def _write_targets(writes, args, kwargs):
@@ -258,6 +261,24 @@ def no_lowering_error(func, args, kwargs) -> NotImplementedError:
         "torch_tpu.stats()['cpu_fallbacks']), or report the op.")
 
 
+_IN_COMPOSITE: set = set()
+
+
+def _composite_explicit(func):
+    key = torch._C.DispatchKey.CompositeExplicitAutograd
+
+    def run(*args, **kwargs):
+        if func in _IN_COMPOSITE:  # the composite kernel calls back into itself (via out=)
+            raise no_lowering_error(func, args, kwargs)
+        _IN_COMPOSITE.add(func)
+        try:
+            return func._op_dk(key, *args, **kwargs)
+        finally:
+            _IN_COMPOSITE.discard(func)
+
+    return run
+
+
 def _python_entry(func):
     """Decomposition (torch's own tables) or CPU fallback, or None."""
     if _has_composite_implicit(func):
@@ -267,6 +288,9 @@ def _python_entry(func):
     decomp = decomposition_table.get(func)
     if decomp is not None:
         return _PythonEntry(decomp)
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd"):
+        # e.g. rand_like, _foreach_* (loops of per-tensor aten ops): torch's own composite kernel
+        return _PythonEntry(_composite_explicit(func))
     if os.environ.get("TORCH_TPU_CPU_FALLBACK", "0") not in ("", "0"):
         return _PythonEntry(_cpu_fallback(func))
     return None
@@ -311,6 +335,14 @@ def _build_entry(func, args, kwargs, key, arrays):
     n_inputs = counter[0]
     in_place = bool(writes) and _is_inplace_or_out(func)
     write_metas = [meta_kwargs[name] if name in meta_kwargs else meta_args[pos] for pos, name in writes]
+    if has_meta:  # torch's meta kernel resized a wrongly shaped out= tensor; we cannot resize
+        for (pos, name), m in zip(writes, write_metas):
+            target = kwargs[name] if name in kwargs else args[pos]
+            if isinstance(m, torch.Tensor) and tuple(m.shape) != tuple(target.shape):
+                raise RuntimeError(
+                    f"tpu: {func}: the out= tensor has shape {tuple(target.shape)} but the result "
+                    f"has shape {tuple(m.shape)}; tpu tensors cannot be resized in place, pass an "
+                    f"out= tensor of the result's shape ({describe(args, kwargs)})")
 
     # The functional call of an in-place/out= op drops the out= arguments.
     call_args, call_kwargs = tmpl_args, dict(tmpl_kwargs)
@@ -332,8 +364,8 @@ def _build_entry(func, args, kwargs, key, arrays):
         return low.fn(*a, **k)
 
     example = list(arrays)
-    if low.random:
-        example.append(rng.next_key_data())
+    if low.random:  # compiling must not consume random state (the run below draws the key)
+        example.append(rng.peek_key_data())
     if in_place:
         out_leaves = []
     elif has_meta:

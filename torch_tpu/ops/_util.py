@@ -39,6 +39,8 @@ def to_float(x):
 def norm_dim(dim, ndim: int):
     if dim is None:
         return None
+    if ndim == 0:  # torch accepts dim 0/-1 on 0-d tensors; there is no axis to reduce
+        return ()
     if isinstance(dim, (list, tuple)):
         if len(dim) == 0:
             return None
@@ -48,6 +50,8 @@ def norm_dim(dim, ndim: int):
 
 def dims_tuple(dim, ndim: int):
     d = norm_dim(dim, ndim)
+    if ndim == 0:
+        return ()
     if d is None:
         return tuple(range(ndim))
     return d if isinstance(d, tuple) else (d,)

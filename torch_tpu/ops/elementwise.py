@@ -8,6 +8,11 @@ from .registry import aten, register
 from ._util import is_float, jdtype, to_float, upcast
 
 
+def _up(x):
+    """Arrays in bf16/fp16 compute in fp32 (torch's opmath); Python scalars stay as they are."""
+    return upcast(x) if hasattr(x, "dtype") else x
+
+
 def _scaled(y, alpha):
     return y if alpha is None or alpha == 1 else y * alpha
 
@@ -51,7 +56,7 @@ def div_mode(x, y, rounding_mode=None):
         return div(x, y)
     if rounding_mode == "trunc":
         if is_float(x) or is_float(y):
-            return jnp.trunc(jnp.true_divide(x, y))
+            return jnp.trunc(jnp.true_divide(_up(x), _up(y)))
         x_, y_ = jnp.asarray(x), jnp.asarray(y)
         q = jnp.floor_divide(x_, y_)
         rem = x_ - q * y_
@@ -62,7 +67,8 @@ def div_mode(x, y, rounding_mode=None):
 @register(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(x, y):
     if is_float(x) or is_float(y):
-        return jnp.floor(jnp.true_divide(x, y))
+        # bf16/fp16: divide in fp32 and round once (as torch's CPU/CUDA kernels)
+        return jnp.floor(jnp.true_divide(_up(x), _up(y)))
     return jnp.floor_divide(x, y)
 
 
@@ -172,24 +178,26 @@ def clamp_max(x, max):
 
 @register(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(x, end, weight):
-    return x + weight * (end - x)
+    x, end, weight = _up(x), _up(end), _up(weight)
+    # torch's formula: weight < 0.5 ? x + w*(end-x) : end - (end-x)*(1-w)
+    return jnp.where(jnp.abs(weight) < 0.5, x + weight * (end - x), end - (end - x) * (1 - weight))
 
 
 @register(aten.addcmul.default)
 def addcmul(x, t1, t2, value=1):
-    return x + value * t1 * t2
+    return _up(x) + value * _up(t1) * _up(t2)
 
 
 @register(aten.addcdiv.default)
 def addcdiv(x, t1, t2, value=1):
-    return x + value * (t1 / t2)
+    return _up(x) + value * (_up(t1) / _up(t2))
 
 
 # --- unary math ---------------------------------------------------------------------------------
 def _float_unary(fn):
     def lower(x):
         x = jnp.asarray(x)
-        return fn(to_float(x))
+        return fn(upcast(to_float(x)))  # bf16/fp16 in fp32, rounded once by the executor
 
     return lower
 
@@ -342,7 +350,8 @@ def glu(x, dim=-1):
 @register(aten.log_sigmoid_forward.default)
 def log_sigmoid_forward(x):
     y = upcast(x)
-    return jax.nn.log_sigmoid(y).astype(x.dtype), jnp.zeros((0,), x.dtype)
+    # the buffer is only used by torch's CPU backward; its shape follows the meta kernel
+    return jax.nn.log_sigmoid(y).astype(x.dtype), jnp.zeros_like(x)
 
 
 @register(aten.prelu.default, aten._prelu_kernel.default)

@@ -19,9 +19,29 @@ def index(x, indices):
 
 @register(aten.index_put.default, aten._unsafe_index_put.default)
 def index_put(x, indices, values, accumulate=False):
+    if len(indices) == 1 and indices[0] is not None and indices[0].dtype == jnp.bool_:
+        return _index_put_mask(x, indices[0], values, accumulate)
     idx = _index_tuple(indices)
     values = values.astype(x.dtype)
     return x.at[idx].add(values) if accumulate else x.at[idx].set(values)
+
+
+def _index_put_mask(x, mask, values, accumulate):
+    """x[mask] = values without a data-dependent shape: the k-th True position takes values[k]."""
+    k = mask.ndim
+    lead, rest = x.shape[:k], x.shape[k:]
+    m = jnp.broadcast_to(mask, lead).reshape(-1)
+    flat = x.reshape((-1,) + rest)
+    values = jnp.asarray(values).astype(x.dtype)
+    if values.ndim > len(rest) and values.shape[0] != 1:
+        pos = jnp.clip(jnp.cumsum(m.astype(jnp.int32)) - 1, 0, max(values.shape[0] - 1, 0))
+        vals = jnp.broadcast_to(values, (values.shape[0],) + rest)[pos]
+    else:
+        vals = jnp.broadcast_to(values.reshape(values.shape[-len(rest):] if rest else ()) if values.ndim > len(rest)
+                                else values, rest)[None]
+    sel = m.reshape((-1,) + (1,) * len(rest))
+    out = jnp.where(sel, flat + vals if accumulate else vals, flat)
+    return out.reshape(x.shape)
 
 
 @register(aten._index_put_impl.default)
@@ -37,6 +57,8 @@ def _grids(index, dim):
 
 @register(aten.gather.default)
 def gather(x, dim, index, sparse_grad=False):
+    if index.size == 0:  # torch allows any index rank when it is empty
+        return jnp.zeros(index.shape, x.dtype)
     if x.ndim == 0:
         return x.reshape(index.shape) if index.ndim == 0 else jnp.broadcast_to(x, index.shape)
     d = dim % x.ndim
@@ -104,8 +126,8 @@ def scatter_reduce(x, dim, index, src, reduce, include_self=True):
 
 @register(aten.index_select.default)
 def index_select(x, dim, index):
-    if x.ndim == 0:
-        return jnp.broadcast_to(x, index.shape)
+    if x.ndim == 0:  # torch: a 0-d result whatever the (one-element) index shape
+        return x
     return jnp.take(x, index, axis=dim % x.ndim)
 
 
@@ -139,7 +161,7 @@ def index_fill(x, dim, index, value):
 
 @register(aten.masked_scatter.default)
 def masked_scatter(x, mask, source):
-    mask = jnp.broadcast_to(mask, x.shape)
+    x, mask = jnp.broadcast_arrays(x, mask)
     flat_mask = mask.reshape(-1)
     pos = jnp.cumsum(flat_mask.astype(jnp.int64)) - 1
     vals = source.reshape(-1)[jnp.clip(pos, 0, max(source.size - 1, 0))]

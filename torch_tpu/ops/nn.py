@@ -23,7 +23,12 @@ def mm(a, b, precision=None):
 
 @register(aten.addmm.default, aten.baddbmm.default, aten.addmv.default, matmul=True)
 def addmm(bias, a, b, beta=1, alpha=1, precision=None):
-    prod = matmul(a, b, precision)
+    if is_low_precision(a) or is_low_precision(b):
+        # bf16: product and bias add in fp32, rounded once (torch's CPU/CUDA epilogue)
+        prod = jnp.matmul(a, b, precision=precision_of(precision), preferred_element_type=jnp.float32)
+        bias = upcast(bias)
+    else:
+        prod = matmul(a, b, precision)
     if alpha != 1:
         prod = prod * alpha
     if beta == 0:
@@ -33,8 +38,10 @@ def addmm(bias, a, b, beta=1, alpha=1, precision=None):
 
 @register(aten.addbmm.default, matmul=True)
 def addbmm(bias, a, b, beta=1, alpha=1, precision=None):
-    prod = jnp.sum(matmul(a, b, precision).astype(jnp.float32 if is_low_precision(a) else a.dtype), axis=0)
-    return beta * bias + alpha * prod if beta != 0 else alpha * prod
+    low = is_low_precision(a)
+    prod = jnp.sum(jnp.matmul(a, b, precision=precision_of(precision),
+                              preferred_element_type=jnp.float32 if low else None), axis=0)
+    return beta * upcast(bias) + alpha * prod if beta != 0 else alpha * prod
 
 
 @register(aten._addmm_activation.default, matmul=True)
@@ -134,13 +141,13 @@ def sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_m
 # --- softmax --------------------------------------------------------------------------------------
 @register(aten._softmax.default)
 def softmax(x, dim, half_to_float=False):
-    y = jax.nn.softmax(upcast(x), axis=dim)
+    y = jax.nn.softmax(upcast(x), axis=dim if x.ndim else None)
     return y if half_to_float else y.astype(x.dtype)
 
 
 @register(aten._log_softmax.default)
 def log_softmax(x, dim, half_to_float=False):
-    y = jax.nn.log_softmax(upcast(x), axis=dim)
+    y = jax.nn.log_softmax(upcast(x), axis=dim if x.ndim else None)
     return y if half_to_float else y.astype(x.dtype)
 
 
@@ -203,8 +210,14 @@ def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bi
 
     primals = (x, weight, bias)
     _, pull = jax.vjp(fwd_saved, *primals)
-    gx, gw, gb = pull(grad)
-    del fwd, axes
+    _, gw, gb = pull(grad)
+    # d/dx must also flow through mean and rstd (vjp above treats the saved stats as constants):
+    # gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = grad * weight, xhat = (x - mean) * rstd
+    xhat = (upcast(x) - mean) * rstd
+    g = upcast(grad) * (upcast(weight) if weight is not None else 1.0)
+    gx = rstd * (g - jnp.mean(g, axis=axes, keepdims=True)
+                 - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True))
+    del fwd
     return (gx if output_mask[0] else None,
             gw if output_mask[1] and weight is not None else None,
             gb if output_mask[2] and bias is not None else None)
@@ -256,7 +269,15 @@ def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, ou
         return out.astype(x.dtype)
 
     _, pull = jax.vjp(fwd_saved, x, weight)
-    gx, gw = pull(grad)
+    _, gw = pull(grad)
+    # input gradient: mean and rstd depend on x too (treating them as constants is wrong)
+    bshape = (1, C) + (1,) * (x.ndim - 2)
+    g = upcast(grad) if weight is None else upcast(grad) * upcast(weight).reshape(bshape)
+    g = g.reshape(N, group, -1)
+    xhat = (upcast(x).reshape(N, group, -1) - mean[..., None]) * rstd[..., None]
+    gx = rstd[..., None] * (g - jnp.mean(g, -1, keepdims=True)
+                            - xhat * jnp.mean(g * xhat, -1, keepdims=True))
+    gx = gx.reshape(x.shape).astype(x.dtype)
     gb = jnp.sum(upcast(grad), axis=(0,) + tuple(range(2, x.ndim))) if output_mask[2] else None
     del fwd
     return (gx if output_mask[0] else None, gw if output_mask[1] and weight is not None else None, gb)
@@ -567,6 +588,9 @@ def smooth_l1_loss(x, target, reduction=1, beta=1.0):
 
 @register(aten.nll_loss_forward.default)
 def nll_loss_forward(x, target, weight, reduction, ignore_index):
+    if x.ndim == 1 and reduction == 0:  # unbatched: a 0-d loss
+        loss, total = nll_loss_forward(x[None], target[None], weight, reduction, ignore_index)
+        return loss[0], total
     if x.ndim == 1:
         x = x[None]
         target = target[None]
@@ -606,3 +630,13 @@ def bce_with_logits(x, target, weight=None, pos_weight=None, reduction=1):
         loss = loss * weight
     return _reduce_loss(loss, reduction)
 
+
+
+@register(aten.embedding_renorm.default)
+def embedding_renorm(weight, indices, max_norm, norm_type):
+    """Rows of weight that indices reach are rescaled to norm <= max_norm (torch adds 1e-7)."""
+    w = upcast(weight)
+    norms = jnp.sum(jnp.abs(w) ** norm_type, axis=-1) ** (1.0 / norm_type)
+    hit = jnp.zeros((weight.shape[0],), jnp.bool_).at[indices.reshape(-1)].set(True)
+    scale = jnp.where(hit & (norms > max_norm), max_norm / (norms + 1e-7), 1.0)
+    return (w * scale[:, None]).astype(weight.dtype)

@@ -95,3 +95,27 @@ def multinomial(probs, num_samples, replacement=False, generator=None, *, rng_ke
     # Gumbel top-k: sampling without replacement
     g = jax.random.gumbel(rng_key, probs.shape, jnp.float32)
     return jax.lax.top_k(logits + g, num_samples)[1].astype(jnp.int64)
+
+
+# --- *_like factories (CompositeExplicit in torch, no decomposition reaches the op table) ------------
+def _like_dtype(x, dtype):
+    return jdtype(dtype) or x.dtype
+
+
+@register(aten.randn_like.default, random=True)
+def randn_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, *, rng_key):
+    dt = _like_dtype(x, dtype)
+    return jax.random.normal(rng_key, x.shape, _float_dtype(dt)).astype(dt)
+
+
+@register(aten.rand_like.default, random=True)
+def rand_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, *, rng_key):
+    dt = _like_dtype(x, dtype)
+    return jax.random.uniform(rng_key, x.shape, _float_dtype(dt)).astype(dt)
+
+
+@register(aten.randint_like.default, aten.randint_like.low_dtype, random=True)
+def randint_like(x, *bounds, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None,
+                 rng_key):
+    lo, hi = (0, bounds[0]) if len(bounds) == 1 else bounds
+    return jax.random.randint(rng_key, x.shape, lo, hi, dtype=jnp.int64).astype(_like_dtype(x, dtype))

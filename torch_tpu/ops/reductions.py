@@ -119,7 +119,7 @@ def min_dim(x, dim, keepdim=False):
 
 @register(aten.aminmax.default)
 def aminmax(x, dim=None, keepdim=False):
-    axis = None if dim is None else dim % max(x.ndim, 1)
+    axis = None if dim is None or x.ndim == 0 else dim % x.ndim
     return jnp.min(x, axis=axis, keepdims=keepdim), jnp.max(x, axis=axis, keepdims=keepdim)
 
 

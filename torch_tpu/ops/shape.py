@@ -229,7 +229,7 @@ def view_as_real_copy(x):
 
 @register(aten.complex.default)
 def complex_(real, imag):
-    return jax.lax.complex(real, imag)
+    return jax.lax.complex(*jnp.broadcast_arrays(real, imag))
 
 
 @register(aten.polar.default)

@@ -70,6 +70,10 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
     else:
         arr = t.numpy()
     stats.counters["host_to_device_bytes"] += arr.nbytes
+    if getattr(device, "platform", "cpu") == "cpu":
+        # on the CPU platform device_put shares the numpy buffer (zero copy): without this copy a
+        # later in-place change of the CPU tensor would silently change the tpu tensor
+        arr = arr.copy()
     return jax.device_put(arr, device)
 
 
@@ -82,7 +86,7 @@ def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:
         host = host.view(np.dtype(f"i{host.dtype.itemsize}"))
         return torch.from_numpy(host.copy()).view(dtype)
     if not host.flags.writeable or not host.flags.c_contiguous:
-        host = np.ascontiguousarray(host).copy()
+        host = np.array(host, order="C")  # copies; np.ascontiguousarray would turn 0-d into 1-d
     else:
         host = host.copy()
     return torch.from_numpy(host)

@@ -86,7 +86,16 @@ def devices():
     """The local PJRT devices of the chosen platform, in index order."""
     jax_mod = jax()
     plat = platform()
-    return [d for d in jax_mod.local_devices(backend=plat)]
+    devs = [d for d in jax_mod.local_devices(backend=plat)]
+    if "TORCH_TPU_DEVICE_INDEX" in os.environ and len(devs) > 1:
+        # one process per device (torchrun): this process sees only its own device, as tpu:0
+        idx = local_device_index()
+        if not 0 <= idx < len(devs):
+            raise RuntimeError(
+                f"TORCH_TPU_DEVICE_INDEX={idx} (the local rank) names no device: this host has "
+                f"{len(devs)} {plat} device(s); start at most {len(devs)} processes per host")
+        devs = [devs[idx]]
+    return devs
 
 
 def device_count() -> int:

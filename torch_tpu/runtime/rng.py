@@ -35,6 +35,11 @@ def next_key_data() -> np.ndarray:
     return data
 
 
+def peek_key_data() -> np.ndarray:
+    """Like next_key_data without advancing (example input when compiling a random op)."""
+    return np.array([_State.seed & 0x7FFFFFFFFFFFFFFF, _State.offset], dtype=np.int64)
+
+
 def make_key(data):
     """Inside a program: a JAX PRNG key from the [seed, offset] array."""
     from . import platform

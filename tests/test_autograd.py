@@ -1,0 +1,114 @@
+"""Autograd and optimizers on the tpu device match CPU torch."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DEV = "tpu"
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 8)
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+        self.gn = nn.GroupNorm(2, 4)
+        self.fc1 = nn.Linear(8 + 4 * 4 * 4, 16)
+        self.ln = nn.LayerNorm(16)
+        self.fc2 = nn.Linear(16, 5)
+
+    def forward(self, tokens, img):
+        e = self.emb(tokens).mean(1)
+        c = F.silu(self.gn(self.conv(img))).flatten(1)
+        h = F.gelu(self.fc1(torch.cat([e, c], 1)))
+        h = self.ln(h)
+        return F.softmax(self.fc2(h), dim=-1)
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 10, (3, 6), generator=g)
+    img = torch.randn(3, 2, 4, 4, generator=g)
+    target = torch.randn(3, 5, generator=g)
+    return tokens, img, target
+
+
+def _close(a, b, **kw):
+    torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-4, atol=1e-5, **kw)
+
+
+def test_mlp_gradients_match_cpu():
+    torch.manual_seed(0)
+    ref = Net()
+    dev = copy.deepcopy(ref).to(DEV)
+    tokens, img, target = _inputs()
+    loss_ref = F.mse_loss(ref(tokens, img), target)
+    loss_ref.backward()
+    loss = F.mse_loss(dev(tokens.to(DEV), img.to(DEV)), target.to(DEV))
+    loss.backward()
+    _close(loss, loss_ref)
+    for (n, p), (_, q) in zip(ref.named_parameters(), dev.named_parameters()):
+        assert q.grad is not None and q.grad.device.type == "tpu", n
+        _close(q.grad, p.grad, msg=n)
+
+
+def test_input_grad_and_retain():
+    x = torch.randn(4, 3)
+    xd = x.to(DEV).requires_grad_()
+    xc = x.clone().requires_grad_()
+    for t in (xc, xd):
+        y = (t * t).sum(1)
+        y.retain_grad()
+        (y.exp().sum() + t[1:, :2].pow(3).sum()).backward()
+    _close(xd.grad, xc.grad)
+    assert xd.grad.device.type == "tpu"
+
+
+def test_adamw_matches_cpu(foreach=None):  # None: foreach=True on non-CPU devices (_foreach_* ops)
+    torch.manual_seed(1)
+    ref = nn.Sequential(nn.Linear(6, 8), nn.GELU(), nn.LayerNorm(8), nn.Linear(8, 2))
+    dev = copy.deepcopy(ref).to(DEV)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.1, foreach=foreach)
+    opt = torch.optim.AdamW(dev.parameters(), lr=1e-2, weight_decay=0.1, foreach=foreach)
+    x = torch.randn(5, 6)
+    y = torch.randn(5, 2)
+    for _ in range(2):
+        for m, o, xx, yy in ((ref, opt_ref, x, y), (dev, opt, x.to(DEV), y.to(DEV))):
+            o.zero_grad()
+            F.mse_loss(m(xx), yy).backward()
+            o.step()
+    for p, q in zip(ref.parameters(), dev.parameters()):
+        assert isinstance(q, nn.Parameter) and q.device.type == "tpu"
+        _close(q, p)
+    st = opt.state[next(iter(dev.parameters()))]
+    assert st["exp_avg"].device.type == "tpu"
+
+
+def test_sgd_momentum_and_grad_clip():
+    torch.manual_seed(2)
+    ref = nn.Linear(4, 3)
+    dev = copy.deepcopy(ref).to(DEV)
+    x = torch.randn(6, 4)
+    for m, xx in ((ref, x), (dev, x.to(DEV))):
+        o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(2):
+            o.zero_grad()
+            m(xx).pow(2).sum().backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+            o.step()
+    _close(dev.weight, ref.weight)
+    _close(dev.bias, ref.bias)
+
+
+def test_no_grad_and_detach():
+    w = torch.ones(3, device=DEV, requires_grad=True)
+    with torch.no_grad():
+        y = w * 2
+    assert not y.requires_grad
+    z = (w * 3).detach()
+    assert not z.requires_grad and z.device.type == "tpu"
+    with torch.inference_mode():
+        v = nn.functional.linear(torch.ones(2, 3, device=DEV), torch.ones(4, 3, device=DEV))
+    assert v.cpu().tolist() == [[3.0] * 4] * 2

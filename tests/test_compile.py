@@ -1,0 +1,282 @@
+"""Compiled mode: torch.compile(module, backend="tpu") (static shapes, one XLA program per graph)."""
+
+import copy
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+import torch._dynamo
+
+import torch_tpu
+from torch_tpu.compile import StaticShapeError
+
+
+def _graph_compiles():
+    return torch_tpu.stats()["graph_compiles"]
+
+
+def _close(a, b, tol=1e-5):
+    torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=tol, atol=tol)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.norm = torch.nn.LayerNorm(16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.fc1(x))
+        h = self.norm(h).softmax(-1) * torch.arange(16, device=x.device, dtype=x.dtype)
+        return self.fc2(h)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    from torch_tpu.compile import lowering
+
+    torch._dynamo.reset()
+    lowering.clear_programs()
+    yield
+
+
+def test_compiled_module_matches_cpu_and_reuses_programs():
+    torch.manual_seed(0)
+    ref = MLP()
+    m = copy.deepcopy(ref).to("tpu")
+    c = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False)
+    x = torch.randn(3, 8)
+    torch_tpu.reset_stats()
+    with torch.no_grad():
+        _close(c(x.to("tpu")), ref(x))
+    assert _graph_compiles() == 1
+    torch_tpu.reset_stats()
+    x2 = torch.randn(3, 8)
+    with torch.no_grad():
+        _close(c(x2.to("tpu")), ref(x2))
+    s = torch_tpu.stats()
+    assert s["graph_compiles"] == 0 and s["compiles"] == 0  # seen shape: nothing compiles
+    torch_tpu.reset_stats()
+    x3 = torch.randn(5, 8)
+    with torch.no_grad():
+        _close(c(x3.to("tpu")), ref(x3))
+    assert _graph_compiles() == 1  # a new shape compiles once
+
+
+def test_module_compile_method_and_parameters_are_inputs():
+    torch.manual_seed(1)
+    ref = MLP()
+    m = copy.deepcopy(ref).to("tpu")
+    m.compile(backend="tpu", fullgraph=True, dynamic=False)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        _close(m(x.to("tpu")), ref(x))
+        # parameters are program inputs, not baked constants: new weights, same program
+        ref.fc2.weight.mul_(2)
+        m.fc2.weight.mul_(2)
+        torch_tpu.reset_stats()
+        _close(m(x.to("tpu")), ref(x))
+    assert _graph_compiles() == 0
+
+
+class Mutating(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(4))
+
+    def forward(self, x, y):
+        self.count.add_(1)       # buffer mutation
+        y[..., :2] = 0           # input view mutation
+        y.view(-1).mul_(3)
+        z = x.t()
+        z.add_(1)                # mutation through a view of an input
+        return x * 2 + self.count + y.sum()
+
+
+def test_mutations_are_written_back():
+    ref = Mutating()
+    m = Mutating().to("tpu")
+    c = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False)
+    x, y = torch.randn(4, 4), torch.randn(3, 4)
+    xt, yt = x.to("tpu"), y.to("tpu")
+    for _ in range(2):
+        out_ref = ref(x, y)
+        out = c(xt, yt)
+        _close(out, out_ref)
+        _close(xt, x)
+        _close(yt, y)
+        _close(m.count, ref.count)
+
+
+def test_dynamic_shapes_are_refused_clearly():
+    m = MLP().to("tpu")
+    with pytest.raises(Exception, match="static shapes"):
+        torch.compile(m, backend="tpu", dynamic=True)(torch.randn(3, 8).to("tpu"))
+    torch._dynamo.reset()
+    x = torch.randn(3, 8).to("tpu")
+    torch._dynamo.mark_dynamic(x, 0)
+    with pytest.raises(Exception, match="static shapes"):
+        torch.compile(m, backend="tpu")(x)
+    assert issubclass(StaticShapeError, RuntimeError)
+
+
+def test_graph_breaks_compile_each_piece():
+    def f(x, w):
+        y = torch.tanh(x @ w)
+        torch._dynamo.graph_break()  # Python runs between the two compiled pieces
+        return (y * 3).sum(-1)
+
+    torch.manual_seed(2)
+    x, w = torch.randn(4, 5), torch.randn(5, 6)
+    c = torch.compile(f, backend="tpu", fullgraph=False, dynamic=False)
+    torch_tpu.reset_stats()
+    _close(c(x.to("tpu"), w.to("tpu")), f(x, w))
+    assert _graph_compiles() == 2
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="graph_break"):
+        torch.compile(f, backend="tpu", fullgraph=True, dynamic=False)(x.to("tpu"), w.to("tpu"))
+
+
+def test_training_gradients_match_cpu():
+    torch.manual_seed(3)
+    ref = MLP()
+    m = copy.deepcopy(ref).to("tpu")
+    c = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False)
+    x = torch.randn(6, 8)
+    torch_tpu.reset_stats()
+    c(x.to("tpu")).square().mean().backward()
+    ref(x).square().mean().backward()
+    assert _graph_compiles() == 2  # forward and backward programs
+    for (name, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def _flux_transformer(layers, single, width=32):
+    from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    return FluxTransformer2DModel(
+        patch_size=1, in_channels=16, num_layers=layers, num_single_layers=single,
+        attention_head_dim=16, num_attention_heads=width // 16, joint_attention_dim=24,
+        pooled_projection_dim=20, axes_dims_rope=(4, 6, 6))
+
+
+def _flux_inputs(seq, txt=7, batch=1):
+    g = torch.Generator().manual_seed(seq)
+    return dict(
+        hidden_states=torch.randn(batch, seq, 16, generator=g),
+        encoder_hidden_states=torch.randn(batch, txt, 24, generator=g),
+        pooled_projections=torch.randn(batch, 20, generator=g),
+        timestep=torch.full((batch,), 0.5),
+        img_ids=torch.stack([torch.zeros(seq), torch.arange(seq) // 4, torch.arange(seq) % 4], -1),
+        txt_ids=torch.zeros(txt, 3),
+        return_dict=False,
+    )
+
+
+def _to_tpu(d):
+    return {k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in d.items()}
+
+
+def test_repeated_blocks_share_programs_across_depths():
+    # compile count grows with block types x shapes, not with the number of blocks
+    for (layers, single), seq in (((1, 1), 16), ((3, 3), 12)):
+        ref = _flux_transformer(layers, single)
+        m = copy.deepcopy(ref).to("tpu")
+        m.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
+        inputs = _flux_inputs(seq)
+        torch_tpu.reset_stats()
+        with torch.no_grad():
+            out = m(**_to_tpu(inputs))[0]
+            expect = ref(**inputs)[0]
+        assert _graph_compiles() == 2, (layers, single)  # one double-stream + one single-stream block
+        _close(out, expect, tol=2e-4)
+        torch_tpu.reset_stats()
+        with torch.no_grad():
+            m(**_to_tpu(inputs))
+        assert torch_tpu.stats()["graph_compiles"] == 0
+
+
+def test_mini_flux_training_lowers_loss():
+    model = _flux_transformer(1, 1).to("tpu")
+    model.train()
+    c = torch.compile(model, backend="tpu", fullgraph=True, dynamic=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    inputs = _to_tpu(_flux_inputs(16))
+    target = torch.randn(1, 16, 16, generator=torch.Generator().manual_seed(9)).to("tpu")
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = (c(**inputs)[0] - target).square().mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from torch_tpu.testing import tiny_pipelines as tp
+
+    return lambda kind: tp.load_pipeline(kind, "tiny")
+
+
+def _latents(pipe, size, steps=2):
+    g = torch.Generator("cpu").manual_seed(0)
+    return pipe(prompt="a red cat", num_inference_steps=steps, height=size, width=size,
+                generator=g, output_type="latent").images
+
+
+def test_sd3_static_shape_flow(tiny):
+    pipe = tiny("sd3")
+    pipe.to("tpu")
+    eager = _latents(pipe, 64).cpu()
+    pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+    torch_tpu.reset_stats()
+    warm = _latents(pipe, 64)  # warm-up compiles the transformer once
+    assert _graph_compiles() == 1
+    torch.testing.assert_close(warm.cpu(), eager, rtol=1e-4, atol=1e-4)
+    torch_tpu.reset_stats()
+    _latents(pipe, 64)
+    s = torch_tpu.stats()
+    assert s["graph_compiles"] == 0 and s["compiles"] == 0  # same height/width: nothing compiles
+    torch_tpu.reset_stats()
+    _latents(pipe, 64, steps=3)
+    assert _graph_compiles() == 0  # num_inference_steps does not recompile the transformer
+    torch_tpu.reset_stats()
+    _latents(pipe, 80)
+    assert _graph_compiles() == 1  # a new height/width compiles once
+    with pytest.raises(ValueError, match="_repeated_blocks"):
+        pipe.transformer.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
+
+
+@pytest.mark.parametrize("kind", ["flux", "flux2"])
+@pytest.mark.parametrize("offload", [False, True])
+def test_regional_compilation_pipelines(tiny, kind, offload):
+    pipe = tiny(kind)
+    if offload:
+        pipe.enable_model_cpu_offload(device="tpu")
+    else:
+        pipe.to("tpu")
+    eager = _latents(pipe, 64).cpu()
+    pipe.transformer.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
+    torch_tpu.reset_stats()
+    out = _latents(pipe, 64)
+    assert _graph_compiles() == 2
+    torch.testing.assert_close(out.cpu(), eager, rtol=1e-4, atol=1e-4)
+    torch_tpu.reset_stats()
+    _latents(pipe, 64)
+    assert _graph_compiles() == 0 and torch_tpu.stats()["compiles"] == 0
+
+
+def test_inductor_with_tpu_tensors_fails_clearly():
+    # torch 2.13's inductor routes "tpu" tensors to its Pallas generator (written for Google's
+    # TorchTPU); without a backend argument torch.compile means inductor, so both get the same error.
+    x = torch.randn(3, 4).to("tpu")
+    for kwargs in ({"backend": "inductor"}, {}):
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="backend='tpu'"):
+            torch.compile(lambda t: (t * 2).sin() + 1, **kwargs)(x)

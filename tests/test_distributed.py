@@ -1,0 +1,480 @@
+"""tpu_dist: real 2-process jobs on the CPU platform (each process one XLA CPU device).
+
+Each scenario below runs in 2 child processes (plain subprocesses with torchrun's environment, or
+torchrun itself through ``python -m torch.tpu.distributed``); the children check their results
+against CPU torch (gloo on CPU tensors, or a single-process CPU computation) computed in the same job
+and exit non-zero on a mismatch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.abspath(__file__)
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios (run inside the children).
+# ---------------------------------------------------------------------------------------------
+def _inputs(rank, shape, dtype, torch):
+    g = torch.Generator().manual_seed(1234 + rank)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    return torch.randint(1, 7, shape, generator=g, dtype=dtype)
+
+
+def _check(name, got, want, atol=1e-5, rtol=1e-5):
+    import torch
+
+    got = got.cpu() if isinstance(got, torch.Tensor) else got
+    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    torch.testing.assert_close(got, want, atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
+
+
+def scenario_collectives(out_dir):
+    """Every c10d collective on tpu tensors == the same collective through gloo on CPU tensors."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="tpu_dist")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert dist.get_backend() == "tpu_dist"
+    cpu_group = dist.new_group(backend="gloo")
+    R = dist.ReduceOp
+
+    def both(fn):
+        """fn(device, group) -> list of tensors; compare tpu/tpu_dist against cpu/gloo."""
+        return fn("tpu", None), fn("cpu", cpu_group)
+
+    cases = [(torch.float32, [R.SUM, R.MAX, R.MIN, R.PRODUCT, R.AVG]),
+             (torch.bfloat16, [R.SUM, R.MAX]),
+             (torch.int64, [R.SUM, R.MAX, R.MIN, R.PRODUCT, R.BAND, R.BOR, R.BXOR])]
+    for dtype, ops in cases:
+        for op in ops:
+            def f(dev, group):
+                t = _inputs(rank, (5, 3), dtype, torch).to(dev)
+                if op == R.AVG and dev == "cpu":  # gloo has no AVG: the reference is SUM / world
+                    dist.all_reduce(t, op=R.SUM, group=group)
+                    return [t / world]
+                dist.all_reduce(t, op=op, group=group)
+                return [t]
+            (a,), (b,) = both(f)
+            _check(f"all_reduce {op} {dtype}", a, b, atol=1e-2 if dtype == torch.bfloat16 else 1e-5)
+
+    # in place into a non-contiguous view: the base sees the result
+    base = _inputs(rank, (4, 6), torch.float32, torch)
+    tb = base.to("tpu")
+    view = tb[:, 1::2]
+    dist.all_reduce(view)
+    ref = base.clone()
+    rv = ref[:, 1::2].contiguous()
+    dist.all_reduce(rv, group=cpu_group)
+    ref[:, 1::2] = rv
+    _check("all_reduce into a strided view", tb, ref)
+
+    def all_gather(dev, group):
+        outs = [torch.empty(3, 2, device=dev) for _ in range(world)]
+        dist.all_gather(outs, _inputs(rank, (3, 2), torch.float32, torch).to(dev), group=group)
+        return outs
+
+    for i, (a, b) in enumerate(zip(*both(all_gather))):
+        _check(f"all_gather[{i}]", a, b)
+
+    def all_gather_into(dev, group):
+        out = torch.empty(world * 3, 2, dtype=torch.int64, device=dev)
+        dist.all_gather_into_tensor(out, _inputs(rank, (3, 2), torch.int64, torch).to(dev), group=group)
+        return [out]
+
+    _check("all_gather_into_tensor", *[x[0] for x in both(all_gather_into)])
+
+    def reduce_scatter(dev, group):
+        out = torch.empty(3, device=dev)
+        ins = [(_inputs(rank, (3,), torch.float32, torch) + i).to(dev) for i in range(world)]
+        dist.reduce_scatter(out, ins, group=group)
+        return [out]
+
+    def reduce_scatter_tensor(dev, group):
+        out = torch.empty(2, 4, device=dev)
+        dist.reduce_scatter_tensor(out, _inputs(rank, (2 * world, 4), torch.float32, torch).to(dev), group=group)
+        return [out]
+
+    _check("reduce_scatter", *[x[0] for x in both(reduce_scatter)])
+    _check("reduce_scatter_tensor", *[x[0] for x in both(reduce_scatter_tensor)])
+
+    def broadcast(dev, group):
+        t = _inputs(rank, (4,), torch.float32, torch).to(dev)
+        dist.broadcast(t, src=1, group=group)
+        return [t]
+
+    _check("broadcast", *[x[0] for x in both(broadcast)])
+
+    def reduce(dev, group):
+        t = _inputs(rank, (4,), torch.float32, torch).to(dev)
+        dist.reduce(t, dst=0, group=group)
+        return [t]
+
+    if rank == 0:
+        _check("reduce (dst)", *[x[0] for x in both(reduce)])
+    else:
+        both(reduce)
+
+    def all_to_all_single(dev, group):
+        inp = _inputs(rank, (world * 2, 3), torch.float32, torch).to(dev)
+        out = torch.empty_like(inp)
+        dist.all_to_all_single(out, inp, group=group)
+        # uneven splits
+        in_splits = [1, 3] if rank == 0 else [2, 2]
+        out_splits = [1, 2] if rank == 0 else [3, 2]
+        inp2 = _inputs(rank, (4, 2), torch.float32, torch).to(dev)
+        out2 = torch.empty(sum(out_splits), 2, device=dev)
+        dist.all_to_all_single(out2, inp2, out_splits, in_splits, group=group)
+        return [out, out2]
+
+    for i, (a, b) in enumerate(zip(*both(all_to_all_single))):
+        _check(f"all_to_all_single[{i}]", a, b)
+
+    def all_to_all(dev, group):
+        ins = [(_inputs(rank, (2,), torch.float32, torch) + 10 * i).to(dev) for i in range(world)]
+        outs = [torch.empty(2, device=dev) for _ in range(world)]
+        dist.all_to_all(outs, ins, group=group)
+        return outs
+
+    for i, (a, b) in enumerate(zip(*both(all_to_all))):
+        _check(f"all_to_all[{i}]", a, b)
+
+    def gather(dev, group):
+        t = _inputs(rank, (3,), torch.float32, torch).to(dev)
+        outs = [torch.empty(3, device=dev) for _ in range(world)] if rank == 0 else None
+        dist.gather(t, outs, dst=0, group=group)
+        return outs or []
+
+    for i, (a, b) in enumerate(zip(*both(gather))):
+        _check(f"gather[{i}]", a, b)
+
+    def scatter(dev, group):
+        out = torch.empty(3, device=dev)
+        ins = [(_inputs(0, (3,), torch.float32, torch) * (i + 1)).to(dev) for i in range(world)] if rank == 0 else None
+        dist.scatter(out, ins, src=0, group=group)
+        return [out]
+
+    _check("scatter", *[x[0] for x in both(scatter)])
+
+    # point to point, both directions
+    payload = _inputs(7, (2, 3), torch.float32, torch)
+    if rank == 0:
+        dist.send(payload.to("tpu"), dst=1)
+        back = torch.empty(2, 3, device="tpu")
+        dist.recv(back, src=1)
+        _check("send/recv round trip", back, payload * 2)
+    else:
+        got = torch.empty(2, 3, device="tpu")
+        dist.recv(got, src=0)
+        _check("recv", got, payload)
+        dist.send(got * 2, dst=0)
+
+    # a plain gloo group handed tpu tensors: the c10d ops reach __torch_dispatch__ and are staged too
+    x = _inputs(rank, (2, 3), torch.float32, torch)
+    t = x.to("tpu")
+    dist.all_reduce(t, op=R.MAX, group=cpu_group)
+    ref = x.clone()
+    dist.all_reduce(ref, op=R.MAX, group=cpu_group)
+    _check("gloo group, tpu tensor: all_reduce", t, ref)
+    out = torch.empty(2 * world, 3, device="tpu")
+    dist.all_gather_into_tensor(out, x.to("tpu"), group=cpu_group)
+    ref = torch.empty(2 * world, 3)
+    dist.all_gather_into_tensor(ref, x, group=cpu_group)
+    _check("gloo group, tpu tensor: all_gather_into_tensor", out, ref)
+
+    # async_op returns a Work that waits
+    t = torch.ones(3, device="tpu")
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    _check("async all_reduce", t, torch.full((3,), float(world)))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def scenario_dtensor(out_dir):
+    """DeviceMesh("tpu"), functional collectives, DTensor redistribution and sharded matmuls."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+
+    dist.init_process_group(backend="tpu")  # the alias
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = DeviceMesh("tpu", list(range(world)))
+    assert mesh.device_type == "tpu" and mesh.size() == world
+    mesh2 = init_device_mesh("tpu", (world,), mesh_dim_names=("tp",))
+    assert mesh2["tp"].size() == world
+
+    # functional collectives (what DTensor calls) against CPU math over every rank's input
+    xs = [_inputs(r, (4, 3), torch.float32, torch) for r in range(world)]
+    x = xs[rank].to("tpu")
+    _check("funcol.all_reduce", funcol.all_reduce(x, "sum", mesh), sum(xs))
+    _check("funcol.all_reduce max", funcol.all_reduce(x, "max", mesh), torch.stack(xs).amax(0))
+    _check("funcol.all_gather_tensor", funcol.all_gather_tensor(x, 0, mesh), torch.cat(xs))
+    _check("funcol.reduce_scatter_tensor", funcol.reduce_scatter_tensor(x, "sum", 0, mesh),
+           sum(xs).chunk(world)[rank])
+    _check("funcol.broadcast", funcol.broadcast(x, 1, mesh), xs[1])
+    a2a = funcol.all_to_all_single(x, None, None, mesh)
+    _check("funcol.all_to_all_single", a2a, torch.cat([xs[r].chunk(world)[rank] for r in range(world)]))
+
+    torch.manual_seed(0)  # same on every rank
+    A, B = torch.randn(8, 6), torch.randn(6, 4)
+    want = A @ B
+    for mesh_ in (mesh, mesh2):
+        dA = distribute_tensor(A.to("tpu"), mesh_, [Shard(0)])
+        assert dA.to_local().shape == (8 // world, 6), dA.to_local().shape
+        assert dA.to_local().device.type == "tpu"
+        dB = distribute_tensor(B.to("tpu"), mesh_, [Replicate()])
+        _check("Shard(0) @ Replicate", (dA @ dB).full_tensor(), want)
+        # colwise x rowwise: Shard(1) @ Shard(0) gives a Partial sum
+        C = distribute_tensor(A.to("tpu"), mesh_, [Shard(1)]) @ distribute_tensor(B.to("tpu"), mesh_, [Shard(0)])
+        assert isinstance(C.placements[0], Partial), C.placements
+        _check("Partial -> Replicate", C.redistribute(mesh_, [Replicate()]).to_local(), want, atol=1e-5)
+        _check("Partial -> Shard(0)", C.redistribute(mesh_, [Shard(0)]).to_local(), want.chunk(world)[rank],
+               atol=1e-5)
+        _check("Shard(0) -> Shard(1)", dA.redistribute(mesh_, [Shard(1)]).to_local(), A.chunk(world, 1)[rank])
+        _check("Replicate -> Shard(1)", dB.redistribute(mesh_, [Shard(1)]).to_local(), B.chunk(world, 1)[rank])
+
+    # tensor-parallel MLP through torch's parallelize_module == the same MLP in one CPU process
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(1)
+    mlp = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 6))
+    inp = torch.randn(3, 6)
+    want = mlp(inp).detach()
+    tp = parallelize_module(mlp.to("tpu"), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    assert tp[0].weight.to_local().shape == (8 // world, 6)
+    _check("ColwiseParallel/RowwiseParallel MLP", tp(inp.to("tpu")).detach(), want, atol=1e-5)
+
+    # clear errors: a mesh bigger than the world, a mesh on a device type the group does not serve
+    try:
+        init_device_mesh("tpu", (world * 2,))
+    except RuntimeError as exc:
+        assert "world size" in str(exc) or "bigger" in str(exc), exc
+    else:
+        raise AssertionError("a mesh bigger than the world was accepted")
+    dist.destroy_process_group()
+
+
+def scenario_fail_raise(out_dir):
+    """Rank 1 raises before a collective: rank 0 must fail with a clear error, not hang."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="tpu_dist")
+    t = torch.ones(4, device="tpu")
+    dist.all_reduce(t)  # both alive
+    if dist.get_rank() == 1:
+        raise SystemExit(3)
+    t0 = time.time()
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as exc:
+        (open(os.path.join(out_dir, "rank0.json"), "w")
+         .write(json.dumps({"error": str(exc), "seconds": time.time() - t0})))
+        raise SystemExit(0)
+    raise AssertionError("all_reduce with a dead peer returned")
+
+
+def scenario_fail_hang(out_dir):
+    """Rank 1 stays alive but never joins: rank 0 must time out (TORCH_TPU_DIST_TIMEOUT)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend="tpu_dist")
+    t = torch.ones(4, device="tpu")
+    dist.all_reduce(t)
+    if dist.get_rank() == 1:
+        time.sleep(float(os.environ["TORCH_TPU_DIST_TIMEOUT"]) + 8)
+        os._exit(0)
+    t0 = time.time()
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as exc:
+        (open(os.path.join(out_dir, "rank0.json"), "w")
+         .write(json.dumps({"error": str(exc), "seconds": time.time() - t0})))
+        os._exit(0)  # do not wait for the stuck peer at exit
+    raise AssertionError("all_reduce with a stuck peer returned")
+
+
+def scenario_pipeline_tp(out_dir):
+    """The seed's tensor-parallel example on tiny Flux2 and Flux pipelines; rank 0 compares each image
+    with the same pipeline unsharded in one process (CPU torch)."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    from torch_tpu.distributed import tp_pipelines
+    from torch_tpu.testing import tiny_pipelines
+
+    root = os.environ["TINY_ROOT"]
+    dist.init_process_group(backend="tpu_dist")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = DeviceMesh("tpu", list(range(world)))
+    report = {}
+    if rank == 0:  # build once, before the other ranks read it
+        for kind in ("flux2", "flux"):
+            tiny_pipelines.build_pipeline_dir(kind, "tiny", root=root)
+    dist.barrier()
+    for kind in ("flux2", "flux"):
+        path = str(tiny_pipelines.build_pipeline_dir(kind, "tiny", root=root))
+        t0 = time.time()
+        pipe = tp_pipelines.load_tp_pipeline(kind, path, mesh, torch.float32)
+        t_load = time.time() - t0
+        # sharded weights (a rowwise layer's bias is a Replicate DTensor: whole on every rank)
+        params = list(pipe.transformer.parameters())
+        sharded = [p for p in params if isinstance(p, DTensor) and any(isinstance(pl, Shard) for pl in p.placements)]
+        assert sharded, f"{kind}: no transformer parameter was sharded"
+        assert all(p.to_local().device.type == "tpu" for p in sharded)
+        local = sum(p.to_local().numel() for p in sharded)
+        full = sum(p.numel() for p in sharded)
+        everything_local = sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in params)
+        t0 = time.time()
+        image = tp_pipelines.generate(pipe)
+        entry = {"sharded_local": local, "sharded_full": full, "all_local": everything_local,
+                 "all_full": sum(p.numel() for p in params), "load_s": t_load, "generate_s": time.time() - t0}
+        if kind == "flux2":
+            te = [p for p in pipe.text_encoder.parameters() if isinstance(p, DTensor)]
+            entry["text_encoder_dtensors"] = len(te)
+            assert te, "the text encoder was not sharded"
+        if rank == 0:
+            ref = tiny_pipelines.load_pipeline(kind, "tiny", torch.float32, root=root)
+            want = tp_pipelines.generate(ref)
+            np.testing.assert_allclose(image, want, atol=2e-3, err_msg=f"{kind}: TP image vs single-process image")
+            entry["max_diff"] = float(np.abs(image - want).max())
+        report[kind] = entry
+    dist.destroy_process_group()
+    if rank == 0:
+        open(os.path.join(out_dir, "rank0.json"), "w").write(json.dumps(report))
+
+
+# ---------------------------------------------------------------------------------------------
+# Launching.
+# ---------------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def job_env(tmp_path_factory):
+    env = dict(os.environ)
+    # share one compile cache across the children (and with the rest of the suite when set)
+    from torch_tpu.runtime import platform
+
+    env["TORCH_TPU_CACHE_DIR"] = platform.compile_cache_dir() or str(tmp_path_factory.mktemp("xla-cache"))
+    env.setdefault("TINY_ROOT", os.environ.get("TORCH_TPU_TINY_PIPELINES_DIR")
+                   or str(tmp_path_factory.mktemp("pipes")))
+    env["HF_HUB_OFFLINE"] = "1"
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_TPU_DEVICE_INDEX"):
+        env.pop(var, None)
+    return env
+
+
+def _spawn(scenario, out_dir, env, nproc=2, timeout=150, extra=None, rank0_only=False):
+    """Start nproc ranks as plain processes with torchrun's environment; return [(rc, stderr, secs)]."""
+    port = str(_free_port())
+    procs = []
+    t0 = time.time()
+    for rank in range(nproc):
+        e = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **(extra or {}))
+        procs.append(subprocess.Popen([sys.executable, HERE, scenario, str(out_dir)], env=e, cwd=REPO,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    results = []
+    try:
+        for p in procs[:1] if rank0_only else procs:  # rank0_only: the others are stuck on purpose
+            out, _ = p.communicate(timeout=max(1, timeout - (time.time() - t0)))
+            results.append((p.returncode, out, time.time() - t0))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+def _assert_ok(results):
+    for rank, (rc, out, _) in enumerate(results):
+        assert rc == 0, f"rank {rank} exited with {rc}:\n{out[-6000:]}"
+
+
+def test_collectives_under_torchrun_via_launcher(job_env, tmp_path):
+    # `python -m torch.tpu.distributed [--nproc-per-node N] script` = the launcher's env + torchrun
+    proc = subprocess.run([sys.executable, "-m", "torch.tpu.distributed", "--nproc-per-node", "2", HERE,
+                           "collectives", str(tmp_path)], env=job_env, cwd=REPO, capture_output=True, text=True,
+                          timeout=150)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
+
+
+def test_singlehost_wrapper_prints_exportable_env(job_env):
+    # the documented form: eval $(python -m ...singlehost_wrapper | sed 's/^/export /')
+    wrapper = f"{sys.executable} -m torch_tpu._internal.distributed.launchers.singlehost_wrapper"
+    shell = subprocess.run(
+        ["bash", "-c", f"set -e; out=$({wrapper}); echo \"$out\"; echo ---; "
+                       f"eval $(echo \"$out\" | sed 's/^/export /'); "
+                       "echo $MASTER_ADDR $MASTER_PORT $PET_NPROC_PER_NODE $NPROC_PER_NODE $TORCH_TPU_PLATFORM"],
+        env=job_env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert shell.returncode == 0, shell.stderr[-3000:]
+    printed, exported = shell.stdout.split("---\n")
+    lines = printed.strip().splitlines()
+    assert all("=" in line and " " not in line and "#" not in line for line in lines), lines
+    addr, port, pet_nproc, nproc, plat = exported.split()
+    import torch
+
+    assert addr == "127.0.0.1" and int(port) > 0
+    assert int(nproc) == int(pet_nproc) == torch.tpu.device_count()
+    assert plat == "cpu"
+
+
+def test_dtensor_and_functional_collectives(job_env, tmp_path):
+    _assert_ok(_spawn("dtensor", tmp_path, job_env))
+
+
+def test_dead_peer_fails_fast(job_env, tmp_path):
+    results = _spawn("fail_raise", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "20"})
+    assert results[1][0] == 3
+    assert results[0][0] == 0, results[0][1][-4000:]
+    info = json.loads((tmp_path / "rank0.json").read_text())
+    assert "tpu_dist: allreduce failed on rank 0 of 2" in info["error"]
+    assert info["seconds"] < 25, info
+
+
+def test_stuck_peer_times_out(job_env, tmp_path):
+    results = _spawn("fail_hang", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "4"}, timeout=120,
+                     rank0_only=True)
+    assert results[0][0] == 0, results[0][1][-4000:]
+    info = json.loads((tmp_path / "rank0.json").read_text())
+    assert "tpu_dist: allreduce failed" in info["error"]
+    assert 3 <= info["seconds"] < 15, info
+
+
+def test_tensor_parallel_pipelines(job_env, tmp_path):
+    _assert_ok(_spawn("pipeline_tp", tmp_path, job_env, timeout=300))
+    report = json.loads((tmp_path / "rank0.json").read_text())
+    for kind in ("flux2", "flux"):
+        info = report[kind]
+        assert info["sharded_local"] * 2 == info["sharded_full"], (kind, info)
+        assert info["all_local"] < info["all_full"], (kind, info)
+    print(report)
+
+
+if __name__ == "__main__":
+    name, out = sys.argv[1], sys.argv[2]
+    globals()[f"scenario_{name}"](out)

@@ -1,0 +1,128 @@
+"""Errors behave like CUDA's: device mixing, ops without lowering, CPU fallback, launch blocking."""
+import warnings
+
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.executors import strict
+
+DEV = "tpu"
+
+
+def test_mixing_cpu_and_tpu_raises():
+    a = torch.ones(3, device=DEV)
+    b = torch.ones(3)
+    for fn in (lambda: a + b, lambda: b + a, lambda: torch.matmul(a, b), lambda: a.add_(b),
+               lambda: torch.cat([a, b])):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            fn()
+    # 0-dim CPU tensors are allowed, like on CUDA
+    s = torch.tensor(2.0)
+    ref = torch.ones(3) * s + s
+    torch.testing.assert_close((a * s + s).cpu(), ref)
+    assert (a * s).device.type == "tpu"
+
+
+def _fresh_entries():
+    strict._ENTRIES.clear()  # the fallback decision is cached per op signature
+
+
+def test_no_lowering_error_names_op(monkeypatch):
+    monkeypatch.delenv("TORCH_TPU_CPU_FALLBACK", raising=False)
+    _fresh_entries()
+    x = torch.rand(7, 3, device=DEV)
+    with pytest.raises(NotImplementedError) as info:
+        torch.histc(x, bins=4)
+    msg = str(info.value)
+    assert "aten.histc.default" in msg and "tpu[7, 3]:float32" in msg
+    assert "TORCH_TPU_CPU_FALLBACK" in msg
+
+
+def test_cpu_fallback(monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_CPU_FALLBACK", "1")
+    _fresh_entries()
+    strict._FALLBACK_WARNED.clear()
+    xc = torch.rand(7, 3) + 0.5
+    x = xc.to(DEV)
+    torch_tpu.reset_stats()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        h1 = torch.histc(x, bins=4)
+        h2 = torch.histc(x, bins=4)
+        p = torch.polygamma(1, x)
+    msgs = [str(m.message) for m in w if "CPU" in str(m.message)]
+    assert sum("histc" in m for m in msgs) == 1 and sum("polygamma" in m for m in msgs) == 1
+    assert torch_tpu.stats()["cpu_fallbacks"] == 3
+    assert h1.device.type == "tpu" and p.device.type == "tpu"
+    torch.testing.assert_close(h1.cpu(), torch.histc(xc, bins=4))
+    torch.testing.assert_close(h2.cpu(), torch.histc(xc, bins=4))
+    torch.testing.assert_close(p.cpu(), torch.polygamma(1, xc))
+    _fresh_entries()
+
+
+def _boom_op():
+    """A custom op whose lowering fails while the program runs (not while it compiles)."""
+    if hasattr(torch.ops, "tputest") and hasattr(torch.ops.tputest, "boom"):
+        return torch.ops.tputest.boom.default
+    import jax
+    import numpy as np
+
+    from torch_tpu.ops import registry
+
+    @torch.library.custom_op("tputest::boom", mutates_args=())
+    def boom(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @boom.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    def fail(a):
+        raise ValueError("device-side failure for the test")
+
+    @registry.register(torch.ops.tputest.boom.default)
+    def _lower(x):
+        return jax.pure_callback(fail, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    return torch.ops.tputest.boom.default
+
+
+def test_launch_blocking_raises_at_the_op():
+    op = _boom_op()
+    x = torch.ones(3, device=DEV)
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING):
+        y = x + 1
+        assert y._tpu_storage.array.is_ready()  # waited for
+        with pytest.raises(RuntimeError, match=r"tputest\.boom.*failed.*tpu\[3\]:float32"):
+            op(x)
+    assert torch.tpu.eager_mode == torch_tpu.EagerMode.DEFER_NEVER
+
+
+def test_launch_blocking_env(monkeypatch):
+    from torch_tpu.executors import modes
+
+    monkeypatch.setenv("TORCH_TPU_LAUNCH_BLOCKING", "1")
+    try:
+        modes._init_from_environment()  # what import does with the variable set
+        assert torch.tpu.eager_mode == torch_tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+        assert (torch.ones(2, device=DEV) * 3).cpu().tolist() == [3.0, 3.0]
+    finally:
+        modes.set_mode(torch_tpu.EagerMode.DEFER_NEVER)
+
+
+def test_bad_input_error_is_torchs():
+    a = torch.ones(2, 3, device=DEV)
+    b = torch.ones(4, 5, device=DEV)
+    with pytest.raises(RuntimeError) as info:
+        torch.matmul(a, b)
+    assert "[2, 3]" in str(info.value) and "[4, 5]" in str(info.value)
+    with pytest.raises(RuntimeError, match="must match the size|broadcast"):
+        a + torch.ones(3, 2, device=DEV)
+
+
+def test_numpy_and_device_errors():
+    with pytest.raises(TypeError, match="Use Tensor.cpu"):
+        torch.ones(1, device=DEV).numpy()
+    with pytest.raises(RuntimeError, match="tpu:1"):
+        torch.ones(1, device="tpu:1")

@@ -1,0 +1,1 @@
+"""Internal, unstable entry points (kept for the documented launch commands)."""

@@ -1,0 +1,253 @@
+"""An aten FX graph -> one XLA program, built from the op table eager mode uses."""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from .. import compile_cache
+from .. import counters as stats
+from ..runtime import dtypes, platform, rng
+
+_counters = stats.counters
+_DECOMPS = None
+
+
+def decompositions() -> dict:
+    """Core-aten decompositions, minus ops the op table lowers directly (keeps fused lowerings)."""
+    global _DECOMPS
+    if _DECOMPS is None:
+        from torch._decomp import core_aten_decompositions
+
+        from .. import ops
+        from ..ops import registry
+
+        ops.load()
+        _DECOMPS = {op: fn for op, fn in core_aten_decompositions().items() if registry.lookup(op) is None}
+    return _DECOMPS
+
+
+def _ensure_extra_lowerings(registry) -> None:
+    """Functional ops that functionalised graphs contain but eager never sees (eager runs copy_)."""
+    if registry.lookup(torch.ops.aten.copy.default) is None:
+        @registry.register(torch.ops.aten.copy.default)
+        def copy(self, src, non_blocking=False):
+            jnp = platform.jax().numpy
+            return jnp.broadcast_to(jnp.asarray(src).astype(self.dtype), self.shape)
+
+
+def _view_copy_lowering(func, registry):
+    """A view op in a functional graph computes what its ``*_copy`` variant does (permute_copy...)."""
+    packet = getattr(torch.ops.aten, func._schema.name.split("::", 1)[1] + "_copy", None)
+    if packet is None:
+        return None
+    ov = getattr(packet, func._overloadname, None)
+    return registry.lookup(ov) if ov is not None else None
+
+
+class _Plan:
+    """What the program needs per node, resolved once at compile time."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        from .. import ops
+        from ..ops import registry
+
+        ops.load()
+        _ensure_extra_lowerings(registry)
+        self.gm = gm
+        self.nodes = list(gm.graph.nodes)
+        self.lowerings = {}
+        self.random = False
+        self.constants = {}
+        missing = []
+        for node in self.nodes:
+            if node.op == "get_attr":
+                val = getattr(gm, node.target)
+                if isinstance(val, torch.Tensor):
+                    if val.device.type == "meta":
+                        raise RuntimeError(f"torch.compile(backend='tpu'): graph constant {node.target} "
+                                           "has no value (meta)")
+                    self.constants[node] = val.detach().cpu()
+                continue
+            if node.op != "call_function" or node.target is operator.getitem:
+                continue
+            func = node.target
+            if not isinstance(func, torch._ops.OpOverload):
+                raise RuntimeError(f"torch.compile(backend='tpu'): unexpected call {func} in the aten graph")
+            low = registry.lookup(func) or _view_copy_lowering(func, registry)
+            if low is None and registry.mutated_arguments(func):
+                fv = registry.functional_variant(func)
+                low = registry.lookup(fv) if fv is not None else None
+                if low is not None:
+                    raise RuntimeError(f"torch.compile(backend='tpu'): in-place {func} left in a "
+                                       "functionalised graph")
+            if low is None:
+                missing.append(str(func))
+                continue
+            if low.data_dependent:
+                raise NotImplementedError(
+                    f"torch.compile(backend='tpu'): {func} has a data-dependent output shape and cannot "
+                    "be part of a static-shape program; run it eagerly (a graph break) instead")
+            self.random |= low.random
+            self.lowerings[node] = low
+        if missing:
+            raise NotImplementedError(
+                "torch.compile(backend='tpu'): no tpu lowering for aten op(s) "
+                + ", ".join(sorted(set(missing))) + " (strict eager has the same op table)")
+        self.precision = torch.get_float32_matmul_precision()
+
+    def program(self, *arrays):
+        """Run the graph over jax arrays (traced once by jax.jit)."""
+        jnp = platform.jax().numpy
+        jax = platform.jax()
+        env = {}
+        it = iter(arrays)
+        key = None
+        placeholders = [n for n in self.nodes if n.op == "placeholder"]
+        for n in placeholders:
+            env[n] = next(it)
+        if self.random:
+            key = rng.make_key(next(it))
+
+        def load(a):
+            if isinstance(a, torch.fx.Node):
+                return env[a]
+            if isinstance(a, (list, tuple)):  # fx's immutable_list too
+                return [load(e) for e in a] if isinstance(a, list) else tuple(load(e) for e in a)
+            return a
+
+        result = None
+        for idx, node in enumerate(self.nodes):
+            if node.op == "get_attr":
+                c = self.constants.get(node)
+                if c is not None:
+                    env[node] = dtypes.host_to_device(c, platform.jax_device())
+                continue
+            if node.op == "call_function":
+                if node.target is operator.getitem:
+                    env[node] = load(node.args[0])[node.args[1]]
+                    continue
+                low = self.lowerings[node]
+                args = load(node.args)
+                kwargs = {k: load(v) for k, v in node.kwargs.items()}
+                if low.random:
+                    kwargs["rng_key"] = jax.random.fold_in(key, idx)
+                if low.matmul:
+                    kwargs["precision"] = self.precision
+                try:
+                    out = low.fn(*args, **kwargs)
+                except Exception as exc:
+                    shapes = ", ".join(f"{tuple(a.meta['val'].shape)}:{a.meta['val'].dtype}"
+                                       for a in node.all_input_nodes
+                                       if isinstance(a.meta.get("val"), torch.Tensor))
+                    raise RuntimeError(f"torch.compile(backend='tpu'): lowering {node.target} "
+                                       f"({shapes}) failed: {type(exc).__name__}: {exc}") from exc
+                env[node] = _cast_like(node, out, jnp)
+            elif node.op == "output":
+                result = load(node.args[0])
+        return tuple(result)
+
+
+def _cast_like(node, out, jnp):
+    """Cast a lowering's outputs to the dtypes (and shapes) torch promises (node.meta['val'])."""
+    val = node.meta.get("val")
+
+    def fix(o, v):
+        if isinstance(v, torch.Tensor):
+            o = jnp.asarray(o)
+            want = dtypes.to_jax_dtype(v.dtype)
+            if o.dtype != want:
+                o = o.astype(want)
+            if tuple(o.shape) != tuple(v.shape):
+                try:
+                    o = jnp.broadcast_to(o, tuple(v.shape))
+                except ValueError:
+                    raise RuntimeError(f"tpu lowering of {node.target} produced shape {tuple(o.shape)}, "
+                                       f"torch expects {tuple(v.shape)}") from None
+            return o
+        return o
+
+    if isinstance(val, (list, tuple)):
+        if isinstance(out, (list, tuple)):
+            return type(out)(fix(o, v) for o, v in zip(out, val))
+        return out
+    return fix(out, val)
+
+
+def _signature(gm: torch.fx.GraphModule, inputs) -> tuple:
+    sig = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            sig.append((tuple(x.shape), x.dtype))
+        else:
+            sig.append(("const", x))
+    return tuple(sig)
+
+
+def graph_compiler(kind: str):
+    """AOTAutograd's fw/bw/inference compiler: the aten graph -> a boxed callable over tpu tensors."""
+
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+        for x in example_inputs:
+            if not isinstance(x, (torch.Tensor, type(None), int, float, bool)):
+                raise RuntimeError(f"torch.compile(backend='tpu'): unsupported graph input {type(x)}")
+        plan = _Plan(gm)
+        jax = platform.jax()
+        tensor_pos = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+        specs = [jax.ShapeDtypeStruct(tuple(example_inputs[i].shape), dtypes.to_jax_dtype(example_inputs[i].dtype))
+                 for i in tensor_pos]
+        if plan.random:
+            specs.append(jax.ShapeDtypeStruct((2,), dtypes.to_jax_dtype(torch.int64)))
+        # identical graphs (repeated blocks) share one program: the key is the graph's code + inputs
+        code_key = gm.code if not plan.constants else (gm.code, id(gm))
+        key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision)
+        prog = compile_cache.lookup(key)
+        if prog is None:
+            if len(tensor_pos) != len(example_inputs):
+                raise RuntimeError("torch.compile(backend='tpu'): non-tensor graph inputs are not supported "
+                                   "with static shapes")
+            prog = compile_cache.compile_program(key, plan.program, tuple(specs))
+            stats.add("graph_compiles", 1)
+
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        out_vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in out_node.args[0]]
+        out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in out_vals]
+        run = _runner(prog, out_dtypes, plan.random)
+        run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
+        return run
+
+    return compile_graph
+
+
+def _runner(prog, out_dtypes, random: bool):
+    from .._tensor import TpuTensor, new_full, value_of
+
+    device = None
+
+    def run(args):
+        nonlocal device
+        arrays = []
+        for x in args:
+            if isinstance(x, TpuTensor):
+                arrays.append(value_of(x))
+            elif isinstance(x, torch.Tensor):
+                if device is None:
+                    device = platform.jax_device()
+                arrays.append(dtypes.host_to_device(x.detach(), device))
+        args.clear()  # boxed convention: let inputs die early
+        if random:
+            arrays.append(rng.next_key_data())
+        outs = prog(*arrays)
+        _counters["executions"] += 1
+        result = []
+        for o, dt in zip(outs, out_dtypes):
+            result.append(new_full(o, dt) if dt is not None and o is not None else o)
+        return result
+
+    return run
+
+
+def clear_programs() -> None:
+    """Forget compiled graph programs (tests use it to count compiles from a clean state)."""
+    for key in [k for k in compile_cache._PROGRAMS if isinstance(k, tuple) and k and k[0] == "graph"]:
+        del compile_cache._PROGRAMS[key]

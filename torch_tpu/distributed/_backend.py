@@ -1,0 +1,299 @@
+"""The "tpu_dist" process group: a ``dist.ProcessGroup`` whose collectives run through ``HostStaged``.
+
+torch's C++ ``Backend`` cannot be subclassed from Python, so the creator returns a ``ProcessGroup``
+subclass; ``dist.*`` calls its methods directly. Each method stages tpu tensors to the host, runs the
+same collective on a gloo group, and writes the results back into the tpu tensors in place.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+_C = torch._C._distributed_c10d
+
+from . import default_timeout_s
+
+ReduceOp = dist.ReduceOp
+
+# method name -> positions of the arguments the collective writes (copied back to the device)
+_OUTPUTS = {
+    "allreduce": (0,),
+    "allreduce_coalesced": (0,),
+    "allgather": (0,),
+    "_allgather_base": (0,),
+    "allgather_into_tensor_coalesced": (0,),
+    "allgather_coalesced": (0,),
+    "reduce_scatter": (0,),
+    "_reduce_scatter_base": (0,),
+    "reduce_scatter_tensor_coalesced": (0,),
+    "broadcast": (0,),
+    "reduce": (0,),
+    "alltoall_base": (0,),
+    "alltoall": (0,),
+    "gather": (0,),
+    "scatter": (0,),
+    "send": (),
+    "recv": (0,),
+    "recv_anysource": (0,),
+}
+
+
+def _is_tpu(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "tpu"
+
+
+def _stage(x, staged: list):
+    """x with every tpu tensor replaced by a host copy; records (tpu, host) pairs in ``staged``."""
+    if isinstance(x, torch.Tensor):
+        if _is_tpu(x):
+            host = _to_host(x)
+            staged.append((x, host))
+            return host
+        return x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_stage(e, staged) for e in x)
+    return x
+
+
+def _to_host(x):
+    # below autograd (we may be inside __torch_dispatch__): read the device array directly
+    from .._tensor import value_of
+    from ..runtime import dtypes
+
+    return dtypes.device_to_host(value_of(x), x.dtype).contiguous()
+
+
+def _from_host(dst, host) -> None:
+    from ..executors import dispatch
+
+    dispatch._copy_into(dst, host)
+
+
+def _completed_work(result=None):
+    fut = torch.futures.Future()
+    fut.set_result(result if result is not None else [])
+    return torch._C._distributed_c10d._create_work_from_future(fut)
+
+
+def _reduce_op_of(args):
+    for a in args:
+        op = getattr(a, "reduceOp", None)
+        if op is not None:
+            return a, op
+    return None, None
+
+
+class HostStaged:
+    """Runs a collective on host copies of the tensors through a CPU process group (gloo).
+
+    The seam: a device-native implementation provides the same ``run(method, args)`` and nothing else
+    in the backend changes.
+    """
+
+    def __init__(self, host_pg, size: int):
+        self.host_pg = host_pg
+        self.size = size
+
+    def run(self, method: str, args: tuple):
+        outputs = _OUTPUTS[method]
+        staged_out: list = []
+        host_args = []
+        for i, a in enumerate(args):
+            pairs: list = []
+            host_args.append(_stage(a, pairs))
+            if i in outputs:
+                staged_out.extend(pairs)
+        # gloo has no AVG: sum, then divide on the host before writing back.
+        opts, op = _reduce_op_of(host_args)
+        divide = False
+        if op is not None and op == ReduceOp.AVG:
+            opts.reduceOp = ReduceOp.SUM
+            divide = True
+        try:
+            work = getattr(self.host_pg, method)(*host_args)
+            work.wait()
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"tpu_dist: {method} failed on rank {self.host_pg.rank()} of {self.size} "
+                f"(a peer process exited, raised, or did not join within the timeout): {exc}") from exc
+        finally:
+            if divide:
+                opts.reduceOp = ReduceOp.AVG
+        for dev, host in staged_out:
+            if divide:
+                host = host / self.size if host.is_floating_point() else host // self.size
+            _from_host(dev, host)
+        return _completed_work()
+
+
+class TpuProcessGroup(dist.ProcessGroup):
+    """A process group over tpu (and cpu) tensors, one process per device."""
+
+    def __init__(self, rank: int, size: int, transport: HostStaged, timeout: datetime.timedelta):
+        super().__init__(rank, size)
+        self.transport = transport
+        self.timeout = timeout
+        self._tpu_group_name = None
+
+    # DeviceMesh / functional collectives look the group up by name.
+    def _set_group_name(self, name: str) -> None:
+        self._tpu_group_name = name
+        super()._set_group_name(name)
+
+    @property
+    def group_name(self) -> str:
+        if self._tpu_group_name is None:
+            raise RuntimeError("tpu_dist: process group name not set")
+        return self._tpu_group_name
+
+    def getBackendName(self) -> str:
+        from . import BACKEND_NAME
+
+        return BACKEND_NAME
+
+    def name(self) -> str:
+        return self.getBackendName()
+
+    def _run(self, method, *args):
+        return self.transport.run(method, args)
+
+    def allreduce(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if opts is None or isinstance(opts, ReduceOp) or isinstance(opts, ReduceOp.RedOpType):
+            op = opts if opts is not None else ReduceOp.SUM
+            opts = dist.AllreduceOptions()
+            opts.reduceOp = op
+        return self._run("allreduce", tensors, opts)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self._run("allreduce_coalesced", tensors, opts or dist.AllreduceCoalescedOptions())
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        return self._run("allgather", output_tensors, input_tensors, opts or _C.AllgatherOptions())
+
+    def _allgather_base(self, output, input, opts=None):
+        return self._run("_allgather_base", output, input, opts or _C.AllgatherOptions())
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        for out, inp in zip(outputs, inputs):  # gloo has no coalesced form: one by one
+            self._run("_allgather_base", out, inp, opts or _C.AllgatherOptions())
+        return _completed_work()
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        return self._run("allgather_coalesced", output_lists, inputs, opts or _C.AllgatherOptions())
+
+    def all_gather_single(self, output, input, opts=None):
+        return self._run("_allgather_base", output, input, opts or _C.AllgatherOptions())
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        return self.allgather_into_tensor_coalesced(outputs, inputs, opts)
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self._run("_reduce_scatter_base", output, input, opts or dist.ReduceScatterOptions())
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        return self.reduce_scatter_tensor_coalesced(outputs, inputs, opts)
+
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None, opts=None):
+        return self.alltoall_base(output, input, output_split_sizes or [], input_split_sizes or [], opts)
+
+    def reduce_scatter(self, output_tensors, input_lists, opts=None):
+        return self._run("reduce_scatter", output_tensors, input_lists, opts or dist.ReduceScatterOptions())
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        return self._run("_reduce_scatter_base", output, input, opts or dist.ReduceScatterOptions())
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        for out, inp in zip(outputs, inputs):
+            self._run("_reduce_scatter_base", out, inp, opts or dist.ReduceScatterOptions())
+        return _completed_work()
+
+    def broadcast(self, tensors, opts=None):
+        if isinstance(tensors, torch.Tensor):
+            tensors = [tensors]
+        if opts is None or isinstance(opts, int):
+            root = opts or 0
+            opts = dist.BroadcastOptions()
+            opts.rootRank = root
+        return self._run("broadcast", tensors, opts)
+
+    def reduce(self, tensors, opts=None):
+        return self._run("reduce", tensors, opts or dist.ReduceOptions())
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self._run("alltoall_base", output, input, list(output_split_sizes), list(input_split_sizes),
+                         opts or dist.AllToAllOptions())
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        return self._run("alltoall", output_tensors, input_tensors, opts or dist.AllToAllOptions())
+
+    def gather(self, output_lists, input_tensors, opts=None):
+        return self._run("gather", output_lists, input_tensors, opts or dist.GatherOptions())
+
+    def scatter(self, output_tensors, input_lists, opts=None):
+        return self._run("scatter", output_tensors, input_lists, opts or dist.ScatterOptions())
+
+    def send(self, tensors, dst, tag=0):
+        return self._run("send", tensors, dst, tag)
+
+    def recv(self, tensors, src, tag=0):
+        return self._run("recv", tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag=0):
+        return self._run("recv_anysource", tensors, tag)
+
+    def barrier(self, opts=None):
+        try:
+            self.transport.host_pg.barrier(opts or dist.BarrierOptions()).wait()
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"tpu_dist: barrier failed on rank {self.rank()} of {self.size()} "
+                f"(a peer process exited, raised, or did not join within the timeout): {exc}") from exc
+        return _completed_work()
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        return self.transport.host_pg.monitored_barrier(timeout or self.timeout, wait_all_ranks)
+
+    def shutdown(self):
+        pass
+
+    def abort(self):
+        pass
+
+
+def _bind_local_device() -> None:
+    """On a multi-device platform, this process uses the device its local rank names (torch index 0)."""
+    local_rank = os.environ.get("LOCAL_RANK")
+    if local_rank is None or "TORCH_TPU_DEVICE_INDEX" in os.environ:
+        return
+    os.environ["TORCH_TPU_DEVICE_INDEX"] = local_rank
+    from ..runtime import platform
+
+    if platform.devices.cache_info().currsize:  # devices were listed before the group existed
+        if len(platform.devices()) > 1:
+            import warnings
+
+            warnings.warn(
+                f"tpu_dist: this process used the device before init_process_group; it now binds "
+                f"device {local_rank} (LOCAL_RANK). Set TORCH_TPU_DEVICE_INDEX before first use, or call "
+                "init_process_group first, so that no tensor lives on another rank's device.")
+        platform.devices.cache_clear()
+
+
+def create_process_group(opts, backend_options):
+    """The creator registered with ``dist.Backend.register_backend`` (extended API)."""
+    timeout = opts.timeout
+    default = datetime.timedelta(minutes=30)  # torch's default for non-NCCL groups: nobody asked for it
+    if timeout is None or timeout == default:
+        timeout = datetime.timedelta(seconds=default_timeout_s())
+    _bind_local_device()
+    from .. import device_module
+
+    device_module._lazy_init()  # this process's device is now chosen (DeviceMesh then leaves it alone)
+    store = dist.PrefixStore("tpu_dist_gloo", opts.store)
+    host_pg = dist.ProcessGroupGloo(store, opts.group_rank, opts.group_size, timeout)
+    return TpuProcessGroup(opts.group_rank, opts.group_size, HostStaged(host_pg, opts.group_size), timeout)

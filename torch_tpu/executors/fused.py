@@ -1,0 +1,276 @@
+"""Fused eager (DEFER_AND_FUSE): programs are recorded, not run, and fused into one XLA program when
+a value is needed.
+
+Every launch that strict eager would make (an op's program, a view read or write, a cast) is
+recorded here as a node ``(key, fn, inputs)`` whose outputs are ``LazyArray``s of known shape and
+dtype. A flush replays the recorded nodes inside one ``jax.jit`` function and returns the values of
+the lazy arrays that are still alive: dead intermediates are never materialised. Graphs are cached
+by structure (node keys, wiring, input shapes and dtypes, which outputs are live), never by values,
+so a repeated denoising step hits the cache.
+
+Flushes happen when a value is read (``.cpu()``, ``.item()``, printing, data-dependent ops, a copy to
+another device), at ``torch_tpu.sync()``, when the outermost ``nn.Module`` call returns (so each
+transformer call of a denoising loop ends its own graph, and repeated steps have identical graphs),
+and when the pending graph passes a size bound (TORCH_TPU_FUSED_MAX_NODES, default 20000).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+from .. import compile_cache
+from .. import counters as stats
+from ..runtime import platform
+
+_counters = stats.counters
+MAX_NODES = int(os.environ.get("TORCH_TPU_FUSED_MAX_NODES", "20000"))
+_AVALS: dict = {}
+
+
+class LazyArray:
+    """A deferred device value: the j-th output of a recorded node (or, after a flush, a concrete array)."""
+
+    __slots__ = ("shape", "dtype", "node", "out", "concrete", "__weakref__")
+
+    def __init__(self, shape, dtype, node, out):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.node = node
+        self.out = out
+        self.concrete = None
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __array__(self, dtype=None, copy=None):
+        arr = np.asarray(materialize(self))
+        return arr if dtype is None else arr.astype(dtype)
+
+    def block_until_ready(self):
+        return materialize(self).block_until_ready()
+
+    def __repr__(self):
+        state = "ready" if self.concrete is not None else "pending"
+        return f"LazyArray({self.shape}, {self.dtype}, {state})"
+
+
+class _Node:
+    __slots__ = ("key", "fn", "inputs", "outputs", "where")
+
+    def __init__(self, key, fn, inputs, outputs, where):
+        self.key = key
+        self.fn = fn
+        self.inputs = inputs      # tuple of ("i", input index) or ("n", node index, output index)
+        self.outputs = outputs    # list of weakrefs to the LazyArrays it produced
+        self.where = where        # (aten op or program name, user file:line) for error reports
+
+
+class _Graph:
+    def __init__(self):
+        self.nodes: list[_Node] = []
+        self.inputs: list = []
+        self.input_ids: dict[int, int] = {}
+
+
+_STATE = threading.local()
+
+
+def _graph() -> _Graph:
+    g = getattr(_STATE, "graph", None)
+    if g is None:
+        g = _STATE.graph = _Graph()
+    return g
+
+
+def pending_nodes() -> int:
+    return len(_graph().nodes)
+
+
+def _input_ref(g: _Graph, value):
+    key = id(value)
+    idx = g.input_ids.get(key)
+    if idx is None:
+        idx = len(g.inputs)
+        g.inputs.append(value)
+        g.input_ids[key] = idx
+    return ("i", idx)
+
+
+def _user_location() -> str:
+    """file:line of the innermost frame outside torch and torch_tpu (where the user's code made the op)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if f"{os.sep}torch{os.sep}" not in name and f"{os.sep}torch_tpu{os.sep}" not in name:
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def out_avals(key, fn, args):
+    """(shape, dtype) of each output of fn(*args), cached by the program key."""
+    avals = _AVALS.get(key)
+    if avals is None:
+        jax = platform.jax()
+        specs = [jax.ShapeDtypeStruct(np.shape(a), _dtype_of(a)) for a in args]
+        shapes = jax.eval_shape(fn, *specs)
+        leaves = shapes if isinstance(shapes, (tuple, list)) else [shapes]
+        avals = tuple((tuple(s.shape), s.dtype) for s in leaves)
+        _AVALS[key] = avals
+    return avals
+
+
+def _dtype_of(a):
+    dt = getattr(a, "dtype", None)
+    if dt is None:
+        return np.asarray(a).dtype
+    return dt
+
+
+def record(key, fn, args, avals=None, what: str = ""):
+    """Record ``fn(*args)`` as a node; returns a tuple of LazyArrays (one per output)."""
+    g = _graph()
+    if avals is None:
+        avals = out_avals(key, fn, args)
+    refs = []
+    for a in args:
+        if type(a) is LazyArray:
+            if a.concrete is not None:
+                refs.append(_input_ref(g, a.concrete))
+            elif a.node is not None and a.node < len(g.nodes) and _owner(g, a):
+                refs.append(("n", a.node, a.out))
+            else:  # a value from an abandoned graph: materialise it first
+                refs.append(_input_ref(g, materialize(a)))
+        else:
+            refs.append(_input_ref(g, a))
+    idx = len(g.nodes)
+    outs = tuple(LazyArray(shape, dtype, idx, j) for j, (shape, dtype) in enumerate(avals))
+    where = (what or str(key[0] if isinstance(key, tuple) and key else key), _user_location())
+    g.nodes.append(_Node(key, fn, tuple(refs), [weakref.ref(o) for o in outs], where))
+    if len(g.nodes) >= MAX_NODES:
+        flush()
+    return outs
+
+
+def _owner(g: _Graph, a: LazyArray) -> bool:
+    node = g.nodes[a.node]
+    ref = node.outputs[a.out] if a.out < len(node.outputs) else None
+    return ref is not None and ref() is a
+
+
+def materialize(a):
+    """The concrete jax array of a (possibly lazy) value; flushes the pending graph if needed."""
+    if type(a) is not LazyArray:
+        return a
+    if a.concrete is None:
+        flush()
+        if a.concrete is None:
+            raise RuntimeError("tpu fused eager: a deferred value was lost (internal error)")
+    return a.concrete
+
+
+class FusedGraphError(RuntimeError):
+    pass
+
+
+def flush() -> None:
+    """Compile (or reuse) and run the pending graph; fill in every live lazy array."""
+    g = _graph()
+    if not g.nodes:
+        return
+    _STATE.graph = _Graph()
+    live = []          # (node index, output index, LazyArray)
+    for i, node in enumerate(g.nodes):
+        for j, ref in enumerate(node.outputs):
+            la = ref()
+            if la is not None and la.concrete is None:
+                live.append((i, j, la))
+    if not live:
+        return
+    jax = platform.jax()
+    inputs = g.inputs
+    in_sig = tuple((np.shape(a), str(_dtype_of(a))) for a in inputs)
+    structure = tuple((n.key, n.inputs) for n in g.nodes)
+    out_sig = tuple((i, j) for i, j, _ in live)
+    key = ("fused", structure, in_sig, out_sig)
+    nodes = g.nodes
+    _counters["flushes"] += 1
+
+    def graph_fn(*args):
+        env: list[tuple] = []
+        for node in nodes:
+            vals = [args[r[1]] if r[0] == "i" else env[r[1]][r[2]] for r in node.inputs]
+            res = node.fn(*vals)
+            env.append(res if isinstance(res, (tuple, list)) else (res,))
+        return tuple(env[i][j] for i, j in out_sig)
+
+    prog = compile_cache.lookup(key)
+    try:
+        if prog is None:
+            prog = compile_cache.compile_program(key, graph_fn, tuple(inputs))
+        results = prog(*inputs)
+        _counters["executions"] += 1
+    except Exception as exc:
+        raise _explain(nodes, inputs, exc) from exc
+    for (_, _, la), arr in zip(live, results):
+        la.concrete = arr
+        la.node = None
+
+
+def _explain(nodes, inputs, exc) -> Exception:
+    """Find the node that fails by replaying the graph op by op, and name it and its user location."""
+    env = []
+    for node in nodes:
+        vals = [inputs[r[1]] if r[0] == "i" else env[r[1]][r[2]] for r in node.inputs]
+        try:
+            res = platform.jax().jit(node.fn)(*vals)
+        except Exception as inner:
+            op, where = node.where
+            return FusedGraphError(f"tpu fused eager: {op} (created at {where}) failed: {inner}")
+        env.append(res if isinstance(res, (tuple, list)) else (res,))
+    return FusedGraphError(f"tpu fused eager: the fused graph of {len(nodes)} ops failed: {exc}")
+
+
+# -------------------------------------------------------------------------------------------------
+# Flush when the outermost nn.Module call returns (keeps graphs aligned with model calls).
+# -------------------------------------------------------------------------------------------------
+_HOOKS = []
+_DEPTH = threading.local()
+
+
+def _pre_hook(module, args):
+    _DEPTH.n = getattr(_DEPTH, "n", 0) + 1
+
+
+def _post_hook(module, args, output):
+    n = getattr(_DEPTH, "n", 1) - 1
+    _DEPTH.n = n
+    if n == 0 and _graph().nodes:
+        flush()
+
+
+def install_module_hooks() -> None:
+    if _HOOKS:
+        return
+    import torch
+
+    _HOOKS.append(torch.nn.modules.module.register_module_forward_pre_hook(_pre_hook))
+    _HOOKS.append(torch.nn.modules.module.register_module_forward_hook(_post_hook, always_call=True))
+
+
+def remove_module_hooks() -> None:
+    while _HOOKS:
+        _HOOKS.pop().remove()
+    _DEPTH.n = 0
