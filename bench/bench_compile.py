@@ -12,6 +12,8 @@ import sys
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# cold compile means cold: no persistent XLA cache unless the caller sets one
+os.environ.setdefault("TORCH_TPU_CACHE_DIR", "")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402

@@ -212,10 +212,20 @@ def scenario_dtensor(out_dir):
 
     dist.init_process_group(backend="tpu")  # the alias
     rank, world = dist.get_rank(), dist.get_world_size()
+    from torch_tpu.runtime import platform
+
+    # the job forces 2 XLA CPU devices per process: each rank binds the one its LOCAL_RANK names, as tpu:0
+    assert len(platform.jax().local_devices()) == world
+    assert torch.tpu.device_count() == 1 and platform.jax_device().id == rank, platform.jax_device()
+    torch.tpu.set_device(rank)  # what torchrun scripts do: LOCAL_RANK names this process's device
     mesh = DeviceMesh("tpu", list(range(world)))
     assert mesh.device_type == "tpu" and mesh.size() == world
     mesh2 = init_device_mesh("tpu", (world,), mesh_dim_names=("tp",))
     assert mesh2["tp"].size() == world
+    mesh3 = init_device_mesh("tpu", (1, world), mesh_dim_names=("dp", "tp"))
+    x = torch.full((2,), float(rank + 1), device="tpu")
+    _check("2-D mesh, tp dim", funcol.all_reduce(x, "sum", mesh3["tp"]), torch.full((2,), float(sum(range(1, world + 1)))))
+    _check("2-D mesh, dp dim", funcol.all_reduce(x, "sum", mesh3["dp"]), torch.full((2,), float(rank + 1)))
 
     # functional collectives (what DTensor calls) against CPU math over every rank's input
     xs = [_inputs(r, (4, 3), torch.float32, torch) for r in range(world)]
@@ -444,7 +454,8 @@ def test_singlehost_wrapper_prints_exportable_env(job_env):
 
 
 def test_dtensor_and_functional_collectives(job_env, tmp_path):
-    _assert_ok(_spawn("dtensor", tmp_path, job_env))
+    _assert_ok(_spawn("dtensor", tmp_path, job_env,
+                      extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}))
 
 
 def test_dead_peer_fails_fast(job_env, tmp_path):

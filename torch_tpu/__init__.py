@@ -46,8 +46,10 @@ def sync() -> None:
 
     if "jax" not in sys.modules:  # nothing ever ran on the device
         return
+    from .executors import fused
     from .runtime import platform
 
+    fused.flush()
     jax = platform.jax()
     jax.block_until_ready(jax.live_arrays())
 

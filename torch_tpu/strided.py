@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import compile_cache
-from . import counters as stats
+from .executors.launch import launch
 from .runtime import dtypes, platform
 
 
@@ -166,6 +165,9 @@ def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_
     return fn
 
 
+_FNS: dict = {}  # program functions by key (traced again only when a fused graph needs them)
+
+
 def _offset_arg(offset: int):
     return np.int64(offset)
 
@@ -175,13 +177,11 @@ def read(storage, t):
     stride = tuple(t.stride())
     offset = t.storage_offset()
     key = ("view-read", storage.shape, storage.dtype, t.dtype, size, stride, offset == 0)
-    arr = storage.value()
-    prog = compile_cache.lookup(key)
-    if prog is None:
-        fn = _read_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
-        prog = compile_cache.compile_program(key, fn, (arr, _offset_arg(offset)))
-    stats.counters["executions"] += 1
-    return prog(arr, _offset_arg(offset))
+    fn = _FNS.get(key)
+    if fn is None:
+        fn = _FNS[key] = _read_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
+    return launch(key, fn, (storage.value(), _offset_arg(offset)),
+                  (size, dtypes.to_jax_dtype(t.dtype)), "view read")
 
 
 def check_writable(t) -> None:
@@ -197,11 +197,9 @@ def write(storage, t, value):
     stride = tuple(t.stride())
     offset = t.storage_offset()
     key = ("view-write", storage.shape, storage.dtype, t.dtype, size, stride, offset == 0)
-    arr = storage.value()
-    prog = compile_cache.lookup(key)
-    if prog is None:
-        fn = _write_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
-        prog = compile_cache.compile_program(key, fn, (arr, value, _offset_arg(offset)))
-    stats.counters["executions"] += 1
-    return prog(arr, value, _offset_arg(offset))
+    fn = _FNS.get(key)
+    if fn is None:
+        fn = _FNS[key] = _write_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
+    return launch(key, fn, (storage.value(), value, _offset_arg(offset)),
+                  (storage.shape, dtypes.to_jax_dtype(storage.dtype)), "view write")
 

@@ -229,7 +229,12 @@ def _runner(prog, out_dtypes, random: bool):
         arrays = []
         for x in args:
             if isinstance(x, TpuTensor):
-                arrays.append(value_of(x))
+                arr = value_of(x)
+                if type(arr).__name__ == "LazyArray":  # deferred by fused eager mode: run it first
+                    from ..executors import fused
+
+                    arr = fused.materialize(arr)
+                arrays.append(arr)
             elif isinstance(x, torch.Tensor):
                 if device is None:
                     device = platform.jax_device()

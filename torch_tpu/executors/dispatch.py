@@ -12,6 +12,7 @@ from .._tensor import TpuTensor, value_of, write, wrap, TpuStorage
 from .. import strided
 from ..runtime import dtypes, platform
 from . import strict
+from .launch import launch
 
 aten = torch.ops.aten
 _counters = stats.counters
@@ -60,7 +61,12 @@ def run_view(func, args, kwargs):
         _VIEW_META[key] = metas
     single, specs = metas
     storage = x._tpu_storage
-    views = [TpuTensor(storage, size, stride, offset, dtype) for size, stride, offset, dtype in specs]
+    if torch.is_inference_mode_enabled() and not x.is_inference():
+        # a view of a normal tensor stays a normal tensor (autograd sets its version counter)
+        with torch.inference_mode(False):
+            views = [TpuTensor(storage, size, stride, offset, dtype) for size, stride, offset, dtype in specs]
+    else:
+        views = [TpuTensor(storage, size, stride, offset, dtype) for size, stride, offset, dtype in specs]
     return views[0] if single else views
 
 
@@ -69,14 +75,12 @@ def run_view(func, args, kwargs):
 # ---------------------------------------------------------------------------------------------
 def _convert(array, src_shape, dst_shape, dst_dtype: torch.dtype):
     """Cast and broadcast a device array (a small cached program)."""
-    from .. import compile_cache
-
     want = dtypes.to_jax_dtype(dst_dtype)
     if tuple(array.shape) == tuple(dst_shape) and array.dtype == want:
         return array
     key = ("convert", tuple(array.shape), array.dtype, tuple(dst_shape), want)
-    prog = compile_cache.lookup(key)
-    if prog is None:
+    fn = _CONVERT_FNS.get(key)
+    if fn is None:
         jnp = platform.jax().numpy
 
         def fn(a):
@@ -84,9 +88,11 @@ def _convert(array, src_shape, dst_shape, dst_dtype: torch.dtype):
                 a = jnp.real(a)
             return jnp.broadcast_to(a.astype(want), tuple(dst_shape))
 
-        prog = compile_cache.compile_program(key, fn, (array,))
-    _counters["executions"] += 1
-    return prog(array)
+        _CONVERT_FNS[key] = fn
+    return launch(key, fn, (array,), (tuple(dst_shape), want), "copy")
+
+
+_CONVERT_FNS: dict = {}
 
 
 def _copy_into(dst: TpuTensor, src: torch.Tensor):

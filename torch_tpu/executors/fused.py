@@ -84,14 +84,15 @@ class _Graph:
         self.input_ids: dict[int, int] = {}
 
 
-_STATE = threading.local()
+class _STATE:
+    # One pending graph per process, not per thread: autograd runs backward on its own device
+    # thread, and its ops consume values the forward recorded on the main thread.
+    graph = _Graph()
+    lock = threading.RLock()
 
 
 def _graph() -> _Graph:
-    g = getattr(_STATE, "graph", None)
-    if g is None:
-        g = _STATE.graph = _Graph()
-    return g
+    return _STATE.graph
 
 
 def pending_nodes() -> int:
@@ -141,6 +142,11 @@ def _dtype_of(a):
 
 def record(key, fn, args, avals=None, what: str = ""):
     """Record ``fn(*args)`` as a node; returns a tuple of LazyArrays (one per output)."""
+    with _STATE.lock:
+        return _record(key, fn, args, avals, what)
+
+
+def _record(key, fn, args, avals, what):
     g = _graph()
     if avals is None:
         avals = out_avals(key, fn, args)
@@ -187,6 +193,11 @@ class FusedGraphError(RuntimeError):
 
 def flush() -> None:
     """Compile (or reuse) and run the pending graph; fill in every live lazy array."""
+    with _STATE.lock:
+        _flush()
+
+
+def _flush() -> None:
     g = _graph()
     if not g.nodes:
         return

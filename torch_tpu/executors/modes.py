@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
-import warnings
 
 
 class EagerMode(enum.Enum):
@@ -13,12 +12,13 @@ class EagerMode(enum.Enum):
     DEFER_AND_FUSE = "defer_and_fuse"
 
 
-_AVAILABLE = {EagerMode.DEFER_NEVER, EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING}
+_AVAILABLE = set(EagerMode)
 
 
 class _State:
     mode: EagerMode = EagerMode.DEFER_NEVER
     launch_blocking: bool = False
+    fused: bool = False
 
 
 def _check_available(mode: EagerMode) -> EagerMode:
@@ -40,8 +40,16 @@ def get_mode() -> EagerMode:
 
 def set_mode(mode: EagerMode) -> None:
     mode = _check_available(mode)
+    from . import fused
+
+    if _State.fused and mode is not EagerMode.DEFER_AND_FUSE:
+        fused.flush()  # pending work runs before the mode changes
+        fused.remove_module_hooks()
     _State.mode = mode
     _State.launch_blocking = mode is EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+    _State.fused = mode is EagerMode.DEFER_AND_FUSE
+    if _State.fused:
+        fused.install_module_hooks()
 
 
 @contextlib.contextmanager
@@ -66,12 +74,7 @@ def _init_from_environment() -> None:
     if os.environ.get("TORCH_TPU_LAUNCH_BLOCKING", "0") not in ("", "0"):
         set_mode(EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING)
     if os.environ.get("TORCH_TPU_DEFER_AND_FUSE", "0") not in ("", "0"):
-        if EagerMode.DEFER_AND_FUSE in _AVAILABLE:
-            set_mode(EagerMode.DEFER_AND_FUSE)
-        else:
-            warnings.warn(
-                "TORCH_TPU_DEFER_AND_FUSE=1: fused eager is not implemented in this version of "
-                "torch_tpu; running in strict eager (DEFER_NEVER)", stacklevel=2)
+        set_mode(EagerMode.DEFER_AND_FUSE)
 
 
 _init_from_environment()

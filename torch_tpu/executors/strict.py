@@ -17,7 +17,8 @@ from .. import counters as stats
 from .._tensor import TpuTensor, new_full, value_of, write, wrap
 from ..ops import registry
 from ..runtime import dtypes, platform, rng
-from . import modes
+from . import fused, modes
+from .fused import LazyArray
 
 _counters = stats.counters
 _ENTRIES: dict = {}
@@ -48,7 +49,10 @@ def device_mismatch(func, other: torch.Tensor) -> RuntimeError:
 def _walk(func, x, sig, arrays, allow_cpu):
     if isinstance(x, TpuTensor):
         sig.append((x.shape, x.dtype))
-        arrays.append(value_of(x))
+        arr = value_of(x)
+        if type(arr) is LazyArray and not modes._State.fused:
+            arr = fused.materialize(arr)
+        arrays.append(arr)
     elif isinstance(x, torch.Tensor):
         if x.device.type == "meta":
             raise RuntimeError(f"{func}: cannot mix meta and tpu tensors")
@@ -79,9 +83,12 @@ def signature(func, args, kwargs):
     allow_cpu = func in _CPU_INDEX_OPS
     for a in args:
         if type(a) is TpuTensor and a._tpu_full:
-            arr = a._tpu_storage.array
+            storage = a._tpu_storage
+            arr = storage.array
             if arr is None:
-                arr = a._tpu_storage.value()
+                arr = storage.value()
+            elif type(arr) is LazyArray and not modes._State.fused:
+                arr = storage.array = fused.materialize(arr)
             sig.append((arr.shape, a.dtype))
             arrays.append(arr)
         else:
@@ -145,22 +152,31 @@ class OpError(RuntimeError):
 # Entries: what a cache hit runs.
 # ---------------------------------------------------------------------------------------------
 class _LoweredEntry:
-    """A compiled program for one op signature, plus how to wrap and write back its outputs."""
+    """One op signature: its program (compiled on first strict use), output avals, write-backs."""
 
-    __slots__ = ("func", "prog", "out_dtypes", "rebuild", "writes", "random", "n_out", "returns_scalar")
+    __slots__ = ("func", "key", "program", "prog", "avals", "out_dtypes", "rebuild", "writes", "random",
+                 "n_out", "returns_scalar")
 
     def __call__(self, args, kwargs, arrays):
         if self.random:
             arrays.append(rng.next_key_data())
-        try:
-            outs = self.prog(*arrays)
-        except Exception as exc:
-            raise OpError(f"tpu: {self.func} failed to run ({describe(args, kwargs)}): {exc}") from exc
-        _counters["executions"] += 1
-        if modes._State.launch_blocking:
-            _block(self.func, outs, args, kwargs)
-        if self.returns_scalar:
-            return outs[0].item()
+        if modes._State.fused and not self.returns_scalar:
+            outs = fused.record(self.key, self.program, arrays, self.avals, what=str(self.func))
+        else:
+            if modes._State.fused:  # a Python scalar result needs the value now
+                arrays = [fused.materialize(a) for a in arrays]
+            prog = self.prog
+            if prog is None:
+                prog = self.compile(arrays, args, kwargs)
+            try:
+                outs = prog(*arrays)
+            except Exception as exc:
+                raise OpError(f"tpu: {self.func} failed to run ({describe(args, kwargs)}): {exc}") from exc
+            _counters["executions"] += 1
+            if modes._State.launch_blocking:
+                _block(self.func, outs, args, kwargs)
+            if self.returns_scalar:
+                return outs[0].item()
         writes = self.writes
         if writes:
             targets = _write_targets(writes, args, kwargs)
@@ -172,6 +188,16 @@ class _LoweredEntry:
         if self.rebuild is None:
             return new_full(outs[0], dts[0])
         return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
+
+    def compile(self, arrays, args, kwargs):
+        try:
+            self.prog = compile_cache.compile_program(self.key, self.program, tuple(arrays))
+        except (OpError, NotImplementedError):
+            raise
+        except Exception as exc:
+            raise OpError(f"tpu: could not lower {self.func} ({describe(args, kwargs)}): "
+                          f"{type(exc).__name__}: {exc}") from exc
+        return self.prog
 
 
 def _write_targets(writes, args, kwargs):
@@ -397,26 +423,37 @@ def _build_entry(func, args, kwargs, key, arrays):
             outs += _match(func, updates, write_metas)
         return outs
 
-    try:
-        prog = compile_cache.compile_program(("op", key, precision), program, tuple(example))
-    except (OpError, NotImplementedError):
-        raise
-    except Exception as exc:
-        raise OpError(f"tpu: could not lower {func} ({describe(args, kwargs)}): "
-                      f"{type(exc).__name__}: {exc}") from exc
-
     tensor_leaves = [m for m in out_leaves if isinstance(m, torch.Tensor)]
     entry = _LoweredEntry()
     entry.func = func
-    entry.prog = prog
+    entry.key = ("op", key, precision)
+    entry.program = program
+    entry.prog = None
+    entry.avals = tuple((tuple(m.shape), dtypes.to_jax_dtype(m.dtype))
+                        for m in tensor_leaves + [w for w in write_metas if isinstance(w, torch.Tensor)])
     entry.random = low.random
     entry.writes = writes
     entry.returns_scalar = returns_scalar
     entry.n_out = len(tensor_leaves)
     entry.out_dtypes = tuple(m.dtype for m in tensor_leaves)
     entry.rebuild = None if (in_place or isinstance(meta_out, torch.Tensor)) else _rebuilder(meta_out)
+    if modes._State.fused and not returns_scalar:
+        # no single-op program in fused mode, but trace once so a bad lowering fails here, at the op
+        try:
+            platform.jax().eval_shape(program, *[_spec(a) for a in example])
+        except Exception as exc:
+            raise OpError(f"tpu: could not lower {func} ({describe(args, kwargs)}): "
+                          f"{type(exc).__name__}: {exc}") from exc
+    else:
+        entry.compile([fused.materialize(a) for a in example], args, kwargs)
     _ENTRIES[key] = entry
     return entry
+
+
+def _spec(a):
+    import numpy as np
+
+    return platform.jax().ShapeDtypeStruct(np.shape(a), a.dtype)
 
 
 def _is_inplace_or_out(func) -> bool:
@@ -471,6 +508,7 @@ def _data_dependent_runner(func, target_func, low, writes):
         tmpl_args = _template(list(args), counter)
         tmpl_kwargs = {k: _template(v, counter) for k, v in kwargs.items()}
         _, arrays = signature(func, args, kwargs)
+        arrays = [fused.materialize(a) for a in arrays]
         result = low.fn(*_fill(tmpl_args, arrays), **{k: _fill(v, arrays) for k, v in tmpl_kwargs.items()})
 
         def back(x):

@@ -1,5 +1,9 @@
-"""Device RNG state: a (seed, offset) pair. Each random op consumes one offset; the key for that op
-is derived inside its program, so random ops never recompile as the state advances."""
+"""Device RNG state: a (seed, offset) pair. Each random op consumes one offset; its key is a runtime
+input of its program, so random ops never recompile as the state advances.
+
+Keys use JAX's "rbg" implementation (XLA's RngBitGenerator, seeded with [seed, offset]): it compiles
+several times faster than threefry on XLA:CPU and is the native generator on TPU.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -28,25 +32,29 @@ def seed() -> None:
     manual_seed(random.getrandbits(63))
 
 
+def _key_data(seed: int, offset: int) -> np.ndarray:
+    seed &= 0xFFFFFFFFFFFFFFFF
+    offset &= 0xFFFFFFFFFFFFFFFF
+    return np.array([seed & 0xFFFFFFFF, seed >> 32, offset & 0xFFFFFFFF, offset >> 32], dtype=np.uint32)
+
+
 def next_key_data() -> np.ndarray:
-    """Host array [seed, offset] for the next random op; advances the state."""
-    data = np.array([_State.seed & 0x7FFFFFFFFFFFFFFF, _State.offset], dtype=np.int64)
+    """Host key data for the next random op; advances the state."""
+    data = _key_data(_State.seed, _State.offset)
     _State.offset += 1
     return data
 
 
 def peek_key_data() -> np.ndarray:
     """Like next_key_data without advancing (example input when compiling a random op)."""
-    return np.array([_State.seed & 0x7FFFFFFFFFFFFFFF, _State.offset], dtype=np.int64)
+    return _key_data(_State.seed, _State.offset)
 
 
 def make_key(data):
-    """Inside a program: a JAX PRNG key from the [seed, offset] array."""
+    """Inside a program: the JAX PRNG key for this op's key data."""
     from . import platform
 
-    jax = platform.jax()
-    key = jax.random.PRNGKey(data[0])
-    return jax.random.fold_in(key, data[1])
+    return platform.jax().random.wrap_key_data(data, impl="rbg")
 
 
 def get_state() -> torch.Tensor:
