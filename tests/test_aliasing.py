@@ -270,7 +270,7 @@ CASES = [(n[2:], f) for n, f in list(globals().items()) if n.startswith("c_")]
 
 
 @pytest.mark.parametrize("name,fn", CASES, ids=[c[0] for c in CASES])
-def test_aliasing(name, fn):
+def test_aliasing(name, fn, eager_mode):
     ref = fn("cpu")
     out = fn("tpu")
     assert len(ref) == len(out)

@@ -21,6 +21,7 @@ import pytest
 import torch
 from torch.utils import _pytree as pytree
 
+import torch_tpu
 import torch_tpu.ops as tpu_ops
 from torch_tpu.ops.registry import LOWERINGS
 
@@ -301,11 +302,38 @@ def _compare(name, sample, cpu_out, tpu_out, dtype):
 
 @pytest.mark.parametrize("op,dtype", _params())
 def test_op_matches_cpu(op, dtype):
+    _check_op(op, dtype, MAX_SAMPLES.get(dtype, MAX_SAMPLES_OTHER))
+
+
+# Fused eager runs the same comparison through recorded, fused graphs: float32 (or the op's
+# first dtype), first sample only, to keep the suite's time in budget.
+def _fused_params():
+    params, seen = [], set()
+    for p in _params():
+        op = p.values[0]
+        if id(op) in seen:
+            continue
+        if p.values[1] == torch.float32 or torch.float32 not in _dtypes(op):
+            seen.add(id(op))
+            params.append(pytest.param(*p.values, id=p.id + "-fused", marks=p.marks))
+    return params
+
+
+_FUSED_PARAMS = _fused_params()
+
+
+@pytest.mark.parametrize("op,dtype", _FUSED_PARAMS)
+def test_op_matches_cpu_fused(op, dtype):
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        _check_op(op, dtype, 1)
+
+
+def _check_op(op, dtype, max_samples):
     name = _full_name(op)
     failures = []
     n_run = 0
     for i, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
-        if i >= MAX_SAMPLES.get(dtype, MAX_SAMPLES_OTHER):
+        if i >= max_samples:
             break
         torch.manual_seed(0)
         try:

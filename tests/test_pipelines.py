@@ -68,7 +68,7 @@ def _maxdiff(a, b):
 
 
 @pytest.mark.parametrize("kind", tp.KINDS)
-def test_fp32_matches_cpu(pipes, kind):
+def test_fp32_matches_cpu(pipes, kind, eager_mode):
     kw = _kwargs(kind)
     ref = _run(pipes(kind), **kw)
     out = _run(pipes(kind, device="tpu"), **kw)

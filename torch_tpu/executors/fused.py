@@ -89,6 +89,7 @@ class _STATE:
     # thread, and its ops consume values the forward recorded on the main thread.
     graph = _Graph()
     lock = threading.RLock()
+    last_flush = (0, 0)  # (nodes, materialised outputs) of the latest flush, for tests and debugging
 
 
 def _graph() -> _Graph:
@@ -97,6 +98,11 @@ def _graph() -> _Graph:
 
 def pending_nodes() -> int:
     return len(_graph().nodes)
+
+
+def last_flush() -> tuple[int, int]:
+    """(recorded nodes, values materialised) of the latest flush."""
+    return _STATE.last_flush
 
 
 def _input_ref(g: _Graph, value):
@@ -208,9 +214,9 @@ def _flush() -> None:
             la = ref()
             if la is not None and la.concrete is None:
                 live.append((i, j, la))
+    _STATE.last_flush = (len(g.nodes), len(live))
     if not live:
         return
-    jax = platform.jax()
     inputs = g.inputs
     in_sig = tuple((np.shape(a), str(_dtype_of(a))) for a in inputs)
     structure = tuple((n.key, n.inputs) for n in g.nodes)

@@ -1,0 +1,195 @@
+"""Fused eager (DEFER_AND_FUSE): deferral, flush points, graph caching, memory, errors, disk cache.
+
+Numerical equality with CPU torch in this mode is covered where the other suites are parametrised
+over ``eager_mode`` (aliasing, pipelines) and by ``test_op_matches_cpu_fused``.
+"""
+import json
+import os
+import subprocess
+import sys
+import tracemalloc
+
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu import EagerMode
+from torch_tpu.executors import fused
+
+FUSE = EagerMode.DEFER_AND_FUSE
+
+
+def test_ops_are_deferred_until_a_value_is_needed():
+    a = torch.randn(8, 8)
+    x = a.to("tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        torch_tpu.reset_stats()
+        y = torch.relu(x @ x) + 1
+        z = y.sum(dim=0)
+        assert torch_tpu.stats()["flushes"] == 0 and fused.pending_nodes() >= 3
+        out = z.cpu()  # the read flushes
+        assert torch_tpu.stats()["flushes"] == 1 and fused.pending_nodes() == 0
+    torch.testing.assert_close(out, (torch.relu(a @ a) + 1).sum(dim=0), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("read", ["item", "tolist", "bool", "repr", "nonzero", "sync", "to_cpu_copy"])
+def test_every_read_flushes_with_the_right_value(read):
+    a = torch.tensor([[1.0, -2.0], [0.0, 4.0]])
+    x = a.to("tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        y = x * 3 - 1
+        if read == "item":
+            assert y[1, 1].item() == 11.0
+        elif read == "tolist":
+            assert y.tolist() == (a * 3 - 1).tolist()
+        elif read == "bool":
+            assert bool((y > 10).any())
+        elif read == "repr":
+            assert "11." in repr(y)
+        elif read == "nonzero":  # output shape depends on values
+            torch.testing.assert_close(torch.nonzero(y > 0).cpu(), torch.nonzero(a * 3 - 1 > 0))
+        elif read == "sync":
+            torch_tpu.sync()
+            assert fused.pending_nodes() == 0
+            torch.testing.assert_close(y.cpu(), a * 3 - 1)
+        else:
+            c = torch.empty(2, 2)
+            c.copy_(y)
+            torch.testing.assert_close(c, a * 3 - 1)
+
+
+def test_mode_switches_and_environment():
+    assert torch.tpu.eager_mode == EagerMode.DEFER_NEVER
+    torch.tpu.eager_mode = FUSE
+    try:
+        x = torch.ones(3, device="tpu") * 2
+        assert fused.pending_nodes() > 0
+    finally:
+        torch.tpu.eager_mode = EagerMode.DEFER_NEVER  # leaving fused mode runs pending work
+    assert fused.pending_nodes() == 0
+    assert x.cpu().tolist() == [2.0, 2.0, 2.0]
+    code = "import torch, torch_tpu; print(torch.tpu.eager_mode.name)"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TORCH_TPU_DEFER_AND_FUSE="1"),
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "DEFER_AND_FUSE"
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 32)
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        return x + torch.tanh(self.norm(self.lin(x))) * 0.1
+
+
+def test_repeated_steps_hit_the_graph_cache_and_memory_stays_flat():
+    torch.manual_seed(0)
+    model = _Block()
+    x_cpu = torch.randn(4, 32)
+    ref = x_cpu.clone()
+    with torch.no_grad():
+        for _ in range(200):
+            ref = model(ref)
+    model.to("tpu")
+    x = x_cpu.to("tpu")
+    with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
+        for step in range(200):
+            x = model(x)  # the outermost module call ends a graph: every step is the same graph
+            x = x * 1.0
+            if step == 20:
+                torch_tpu.sync()
+                torch_tpu.reset_stats()
+                mem = torch.tpu.memory_allocated()
+                tracemalloc.start()
+                host0 = tracemalloc.get_traced_memory()[0]
+            if step == 199:
+                torch_tpu.sync()
+                host1 = tracemalloc.get_traced_memory()[0]
+                tracemalloc.stop()
+        stats = torch_tpu.stats()
+        assert stats["compiles"] == 0, stats
+        assert stats["flushes"] >= 170
+        assert torch.tpu.memory_allocated() <= mem + 4096
+        assert host1 - host0 < 1_000_000, f"host memory grew by {host1 - host0} bytes over 179 steps"
+    torch.testing.assert_close(x.cpu(), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_dead_intermediates_are_not_materialised():
+    x = torch.randn(16, 16).to("tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        y = x
+        for _ in range(10):
+            y = torch.sin(y) * 2 + 1  # 30 intermediates, only the last one stays alive
+        torch_tpu.sync()
+        nodes, outputs = fused.last_flush()
+    assert nodes >= 30 and outputs == 1
+
+
+def test_in_place_updates_of_live_tensors_are_flushed():
+    base = torch.zeros(4, 4)
+    b = base.to("tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        b[1:3, 1:3] += 5
+        v = b.t()
+        v[0].fill_(-1)
+    base[1:3, 1:3] += 5
+    base.t()[0].fill_(-1)
+    torch.testing.assert_close(b.cpu(), base)
+    torch.testing.assert_close(v.cpu(), base.t())
+
+
+def test_backward_through_fused_graphs():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+    x = torch.randn(5, 8)
+    model(x).pow(2).mean().backward()
+    ref = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.to("tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        model(x.to("tpu")).pow(2).mean().backward()
+        grads = [p.grad.cpu() for p in model.parameters()]
+    for g, r in zip(grads, ref):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)
+
+
+def test_failing_op_is_named_with_its_user_location():
+    from test_errors import _boom_op
+
+    op = _boom_op()
+    x = torch.ones(3, device="tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        y = x + 1
+        z = op(y)  # the line the error must point at
+        line = sys._getframe().f_lineno - 1
+        with pytest.raises(RuntimeError) as info:
+            z.cpu()
+    msg = str(info.value)
+    assert "tputest.boom" in msg and f"test_fused.py:{line}" in msg, msg
+
+
+_CHILD = r"""
+import json, torch, torch_tpu
+from torch_tpu import EagerMode
+torch.manual_seed(0)
+m = torch.nn.Sequential(torch.nn.Linear(48, 48), torch.nn.SiLU(), torch.nn.LayerNorm(48), torch.nn.Linear(48, 8)).to("tpu")
+x = torch.randn(6, 48).to("tpu")
+torch_tpu.reset_stats()
+with torch.no_grad(), torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
+    out = m(x).softmax(-1).cpu()
+print(json.dumps(torch_tpu.stats()))
+"""
+
+
+def test_persistent_cache_makes_a_second_process_compile_less(tmp_path):
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["compiles"] > 0
+    assert second["persistent_cache_hits"] >= 1
+    assert second["compile_seconds"] < 0.5 * first["compile_seconds"], (first, second)
