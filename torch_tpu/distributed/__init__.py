@@ -56,7 +56,7 @@ def register() -> None:
     dist.Backend.default_device_backend_map["tpu"] = BACKEND_NAME
     from ..executors import dispatch
 
-    dispatch._SPECIAL.update(special_handlers())
+    dispatch.add_special(special_handlers())
     _expose_as_torch_tpu_distributed()
 
 

@@ -328,22 +328,32 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
         # another tensor subclass takes part (AsyncCollectiveTensor, DTensor ...): let it unwrap first
         if any(not issubclass(t, TpuTensor) for t in types):
             return NotImplemented
-    kwargs = kwargs or {}
+    route = _ROUTES.get(id(func))  # id: OpOverload.__hash__ is Python code, too slow for every op
+    if route is None:
+        route = _ROUTES[id(func)] = _route(func)
+    return route(func, args, kwargs or {})
+
+
+def _route(func):
+    """How an op is handled: a special handler, a view, a maybe-view composite, or the executor."""
     special = _SPECIAL.get(func)
     if special is not None:
-        return special(func, args, kwargs)
+        return special
     if func.is_view:
-        kind = _VIEW_KIND.get(func)
-        if kind is None:
-            # CompositeImplicit "maybe-view" ops (to, reshape ...) may copy: let torch decide.
-            kind = _VIEW_KIND[func] = "decompose" if strict._has_composite_implicit(func) else "view"
-        if kind == "view":
-            return run_view(func, args, kwargs)
-        return func.decompose(*args, **kwargs)
-    return strict.run_op(func, args, kwargs)
+        # CompositeImplicit "maybe-view" ops (to, reshape ...) may copy: let torch decide.
+        if strict._has_composite_implicit(func):
+            return lambda f, args, kwargs: f.decompose(*args, **kwargs)
+        return run_view
+    return strict.run_op
 
 
-_VIEW_KIND: dict = {}
+_ROUTES: dict = {}
+
+
+def add_special(handlers: dict) -> None:
+    """Register more special handlers (collectives); forgets cached routes."""
+    _SPECIAL.update(handlers)
+    _ROUTES.clear()
 
 
 def install() -> None:

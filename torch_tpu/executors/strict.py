@@ -72,15 +72,15 @@ def _walk(func, x, sig, arrays, allow_cpu):
         sig.append(x)
 
 
-_CPU_INDEX_OPS = {torch.ops.aten.index.Tensor, torch.ops.aten.index_put.default,
-                  torch.ops.aten.index_put_.default, torch.ops.aten._index_put_impl_.default}
+_CPU_INDEX_OPS = {id(op) for op in (torch.ops.aten.index.Tensor, torch.ops.aten.index_put.default,
+                                    torch.ops.aten.index_put_.default, torch.ops.aten._index_put_impl_.default)}
 
 
 def signature(func, args, kwargs):
     """(structural key, dynamic arrays) of a call. Hot path: plain tpu tensors are inlined."""
-    sig = [func]
+    sig = [id(func)]  # id: OpOverload.__hash__ is Python code
     arrays = []
-    allow_cpu = func in _CPU_INDEX_OPS
+    allow_cpu = id(func) in _CPU_INDEX_OPS
     for a in args:
         if type(a) is TpuTensor and a._tpu_full:
             storage = a._tpu_storage
