@@ -18,9 +18,9 @@ import time
 _MODES = {
     "eager": "DEFER_NEVER",
     "debug": "DEFER_NEVER_AND_LAUNCH_BLOCKING",
+    "fused": "DEFER_AND_FUSE",
 }
 _NOT_YET = {
-    "fused": "fused eager (EagerMode.DEFER_AND_FUSE)",
     "compile": "compiled mode (torch.compile(backend='tpu'))",
 }
 
@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     g.add_argument("--mode", choices=("eager", "debug", "fused", "compile"), default="eager",
-                   help="eager = strict eager (DEFER_NEVER); debug = DEFER_NEVER_AND_LAUNCH_BLOCKING")
+                   help="eager = strict eager (DEFER_NEVER); debug = DEFER_NEVER_AND_LAUNCH_BLOCKING; "
+                        "fused = DEFER_AND_FUSE")
     g.add_argument("--offload", action="store_true", help="pipe.enable_model_cpu_offload()")
     g.add_argument("--output", default="output.png")
     g.add_argument("--device", choices=("tpu", "cpu"), default="tpu", help="cpu: run on CPU torch to compare")
@@ -117,12 +118,6 @@ class _Timer:
 
 
 def cmd_generate(args) -> int:
-    if args.mode == "fused":
-        from .executors import modes
-
-        if modes.EagerMode.DEFER_AND_FUSE in modes._AVAILABLE:  # fused eager has landed: use it
-            _MODES["fused"] = "DEFER_AND_FUSE"
-            _NOT_YET.pop("fused", None)
     if args.mode in _NOT_YET:
         print(f"torch_tpu generate: --mode {args.mode}: {_NOT_YET[args.mode]} is not implemented yet; "
               "use --mode eager or --mode debug", file=sys.stderr)
