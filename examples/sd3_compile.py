@@ -2,11 +2,10 @@
 
     python examples/sd3_compile.py                        # offline tiny pipeline, strict eager
     python examples/sd3_compile.py stabilityai/stable-diffusion-3.5-medium --height 1024 --width 1024
-    python examples/sd3_compile.py --compile              # compiled mode: not implemented yet (exits 2)
+    python examples/sd3_compile.py --compile              # compiled mode: the seed's transformer.compile
 """
 import argparse
 import os
-import sys
 
 import torch
 
@@ -31,11 +30,6 @@ if model is None:
 pipe = StableDiffusion3Pipeline.from_pretrained(model, dtype=torch.bfloat16)
 pipe.to("tpu")
 if args.compile:
-    import torch._dynamo
-
-    if "tpu" not in torch._dynamo.list_backends(exclude_tags=()):
-        sys.exit("sd3_compile.py: --compile: torch.compile(backend='tpu') is not implemented yet in torch_tpu; "
-                 "run without --compile (strict eager)")
     pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
 
 # Warmup: in compiled mode this triggers the static graph compilation.

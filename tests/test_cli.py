@@ -1,4 +1,4 @@
-"""`python -m torch_tpu` in subprocesses: info, generate (tiny, 2 steps, 64x64) and the modes not built yet."""
+"""`python -m torch_tpu` in subprocesses: info, generate (tiny, 2 steps, 64x64) and compiled mode."""
 
 import os
 import subprocess
@@ -37,9 +37,9 @@ def test_generate_tiny(tmp_path):
     assert "it/s" in r.stderr or "s/it" in r.stderr  # diffusers' progress bar
 
 
-def test_generate_compile_mode_fails_clearly(tmp_path):
-    # compiled mode is not wired into the CLI yet: one clear line, non-zero exit, no traceback
-    r = _run(["generate", "--mode", "compile"], tmp_path, timeout=60)
-    assert r.returncode != 0
-    assert "not implemented yet" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "Traceback" not in r.stderr
+def test_generate_compile_mode(tmp_path):
+    out = tmp_path / "compiled.png"
+    r = _run(["generate", "--mode", "compile", "--steps", "2", "--height", "64", "--width", "64",
+              "--output", str(out)], tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert out.exists() and "graph_compiles=" in r.stdout, r.stdout
