@@ -74,13 +74,9 @@ def _from_flat(flat, storage_shape, storage_dtype, view_dtype):
 
 
 def _gather_indices(size, stride, offset):
-    jnp = platform.jax().numpy
-    idx = offset
-    for k, (s, st) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[k] = s
-        idx = idx + jnp.arange(s, dtype=jnp.int64).reshape(shape) * st
-    return jnp.broadcast_to(idx, tuple(size))
+    from .ops._util import strided_indices  # the op table's helper (imports JAX, so not at import time)
+
+    return strided_indices(size, stride, offset)
 
 
 def _window_geometry(real, n_flat, offset_is_zero):

@@ -85,3 +85,13 @@ def vjp_lowering(forward, n_primals: int):
         return pullback(grad)
 
     return backward
+
+
+def strided_indices(size, stride, offset):
+    """Flat storage index of every element of a (size, stride, offset) view (offset may be traced)."""
+    idx = offset
+    for k, (s, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[k] = s
+        idx = idx + jnp.arange(s, dtype=jnp.int64).reshape(shape) * st
+    return jnp.broadcast_to(idx, tuple(size))

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .registry import aten, register
+from ._util import strided_indices
 
 
 @register(aten.cat.default)
@@ -183,25 +184,13 @@ def diag_embed(x, offset=0, dim1=-2, dim2=-1):
 
 @register(aten.as_strided_copy.default)
 def as_strided_copy(x, size, stride, storage_offset=None):
-    flat = x.reshape(-1)
-    idx = storage_offset or 0
-    for k, (s, st) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[k] = s
-        idx = idx + jnp.arange(s, dtype=jnp.int64).reshape(shape) * st
-    return flat[jnp.broadcast_to(idx, tuple(size))]
+    return x.reshape(-1)[strided_indices(size, stride, storage_offset or 0)]
 
 
 @register(aten.as_strided_scatter.default)
 def as_strided_scatter(x, src, size, stride, storage_offset=None):
-    flat = x.reshape(-1)
-    idx = storage_offset or 0
-    for k, (s, st) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[k] = s
-        idx = idx + jnp.arange(s, dtype=jnp.int64).reshape(shape) * st
-    idx = jnp.broadcast_to(idx, tuple(size)).reshape(-1)
-    return flat.at[idx].set(src.reshape(-1).astype(x.dtype)).reshape(x.shape)
+    idx = strided_indices(size, stride, storage_offset or 0).reshape(-1)
+    return x.reshape(-1).at[idx].set(src.reshape(-1).astype(x.dtype)).reshape(x.shape)
 
 
 @register(aten.unfold_copy.default)
