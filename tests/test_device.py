@@ -294,3 +294,22 @@ def test_autocast():
     ref.float().sum().backward()
     assert wd.grad.dtype == torch.float32
     same(wd.grad, w.grad, atol=2e-2, rtol=2e-2)
+
+
+def test_module_to_and_views_under_inference_mode():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    x = torch.randn(2, 4)
+    ref = m(x)
+    with torch.inference_mode():
+        m.to("tpu")
+        assert all(p.device.type == "tpu" and isinstance(p, torch.nn.Parameter) for p in m.parameters())
+        out = m(x.to("tpu"))
+        sliced = out[:, :2]
+    torch.testing.assert_close(out.cpu(), ref.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sliced.cpu(), ref.detach()[:, :2], atol=1e-5, rtol=1e-5)
+    base = torch.arange(6.0).to("tpu")  # a view made in inference mode of a normal tensor is normal
+    with torch.inference_mode():
+        v = base[1:4]
+    assert not v.is_inference()
+    assert v.cpu().tolist() == [1.0, 2.0, 3.0]

@@ -295,7 +295,14 @@ def _clone(func, args, kwargs):
     return strict.run_op(func, args, kwargs)
 
 
+def _has_compatible_shallow_copy_type(func, args, kwargs):
+    # reached under inference_mode by nn.Module.to(): only two tpu tensors can share a TensorImpl type
+    a, b = args
+    return isinstance(a, TpuTensor) and isinstance(b, TpuTensor)
+
+
 _SPECIAL = {
+    aten._has_compatible_shallow_copy_type.default: _has_compatible_shallow_copy_type,
     aten.clone.default: _clone,
     aten.zeros_like.default: _like,
     aten.ones_like.default: _like,
