@@ -41,14 +41,15 @@ class TpuStorage:
 
     def __init__(self, array, shape, dtype: torch.dtype, device_index: int = 0):
         self.array = array  # jax.Array, or None: not yet written (reads as zeros)
-        self.shape = tuple(shape)
+        self.shape = shape = shape if type(shape) is tuple else tuple(shape)
         self.dtype = dtype
         self.version = 0
         self.device_index = device_index
-        self.nbytes = math.prod(self.shape) * dtype.itemsize
-        _MemoryCounter.in_use += self.nbytes
-        if _MemoryCounter.in_use > _MemoryCounter.peak:
-            _MemoryCounter.peak = _MemoryCounter.in_use
+        self.nbytes = nbytes = math.prod(shape) * dtype.itemsize
+        counter = _MemoryCounter
+        in_use = counter.in_use = counter.in_use + nbytes
+        if in_use > counter.peak:
+            counter.peak = in_use
 
     def __del__(self):
         _MemoryCounter.in_use -= self.nbytes

@@ -160,10 +160,11 @@ class _LoweredEntry:
     def __call__(self, args, kwargs, arrays):
         if self.random:
             arrays.append(rng.next_key_data())
-        if modes._State.fused and not self.returns_scalar:
+        state = modes._State
+        if state.fused and not self.returns_scalar:
             outs = fused.record(self.key, self.program, arrays, self.avals, what=str(self.func))
         else:
-            if modes._State.fused:  # a Python scalar result needs the value now
+            if state.fused:  # a Python scalar result needs the value now
                 arrays = [fused.materialize(a) for a in arrays]
             prog = self.prog
             if prog is None:
@@ -173,7 +174,7 @@ class _LoweredEntry:
             except Exception as exc:
                 raise OpError(f"tpu: {self.func} failed to run ({describe(args, kwargs)}): {exc}") from exc
             _counters["executions"] += 1
-            if modes._State.launch_blocking:
+            if state.launch_blocking:
                 _block(self.func, outs, args, kwargs)
             if self.returns_scalar:
                 return outs[0].item()
