@@ -193,3 +193,24 @@ def test_persistent_cache_makes_a_second_process_compile_less(tmp_path):
     assert first["compiles"] > 0
     assert second["persistent_cache_hits"] >= 1
     assert second["compile_seconds"] < 0.5 * first["compile_seconds"], (first, second)
+
+
+def test_in_place_updates_reuse_the_buffer_memory():
+    rows = torch.arange(64 * 128, dtype=torch.float32).reshape(64, 128)
+    buf = rows.to("tpu")
+    keep = buf.clone()  # a second tensor: its buffer must never be donated
+    nbytes = 64 * 128 * 4
+    with torch.tpu.set_eager_mode(FUSE):
+        torch_tpu.reset_stats()
+        for i in range(5):
+            buf[i] = -1.0  # the old buffer is unreachable after the write: XLA may reuse it
+            buf.mul_(2)
+            torch_tpu.sync()
+        donated = torch_tpu.stats()["donated_bytes"]
+    expected = rows.clone()
+    for i in range(5):
+        expected[i] = -1.0
+        expected.mul_(2)
+    torch.testing.assert_close(buf.cpu(), expected)
+    torch.testing.assert_close(keep.cpu(), rows)
+    assert donated >= 5 * nbytes, donated

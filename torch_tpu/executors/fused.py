@@ -221,7 +221,8 @@ def _flush() -> None:
     in_sig = tuple((np.shape(a), str(_dtype_of(a))) for a in inputs)
     structure = tuple((n.key, n.inputs) for n in g.nodes)
     out_sig = tuple((i, j) for i, j, _ in live)
-    key = ("fused", structure, in_sig, out_sig)
+    donate = _donatable(inputs, [la for _, _, la in live])
+    key = ("fused", structure, in_sig, out_sig, donate)
     nodes = g.nodes
     _counters["flushes"] += 1
 
@@ -236,7 +237,7 @@ def _flush() -> None:
     prog = compile_cache.lookup(key)
     try:
         if prog is None:
-            prog = compile_cache.compile_program(key, graph_fn, tuple(inputs))
+            prog = compile_cache.compile_program(key, graph_fn, tuple(inputs), donate=donate)
         results = prog(*inputs)
         _counters["executions"] += 1
     except Exception as exc:
@@ -244,6 +245,27 @@ def _flush() -> None:
     for (_, _, la), arr in zip(live, results):
         la.concrete = arr
         la.node = None
+
+
+def _donatable(inputs: list, outputs: list) -> tuple:
+    """Input buffers nothing outside this graph can reach any more (a buffer overwritten in place,
+    a temporary whose tensor died), each matching a live output's shape and dtype: donating them lets
+    XLA write that output into their memory instead of allocating."""
+    jax = platform.jax()
+    wanted: dict = {}
+    for la in outputs:
+        k = (la.shape, np.dtype(la.dtype))
+        wanted[k] = wanted.get(k, 0) + 1
+    donate = []
+    for i in range(len(inputs)):
+        # two references: the graph's input list and getrefcount's own argument
+        if isinstance(inputs[i], jax.Array) and sys.getrefcount(inputs[i]) == 2:
+            k = (tuple(inputs[i].shape), np.dtype(inputs[i].dtype))
+            if wanted.get(k, 0) > 0:
+                wanted[k] -= 1
+                donate.append(i)
+                _counters["donated_bytes"] += inputs[i].nbytes
+    return tuple(donate)
 
 
 def _explain(nodes, inputs, exc) -> Exception:
