@@ -1,7 +1,6 @@
 """Autograd and optimizers on the tpu device match CPU torch."""
 import copy
 
-import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -1,6 +1,5 @@
 """Device basics, factories, torch.tpu.* and torch.accelerator, compared with CPU torch."""
 import io
-import os
 
 import pytest
 import torch

@@ -66,7 +66,6 @@ def _boom_op():
     if hasattr(torch.ops, "tputest") and hasattr(torch.ops.tputest, "boom"):
         return torch.ops.tputest.boom.default
     import jax
-    import numpy as np
 
     from torch_tpu.ops import registry
 

@@ -228,13 +228,6 @@ class TpuTensor(torch.Tensor):
             "to host memory first.")
 
 
-def _rebuild_from_cpu(cpu_tensor: torch.Tensor, requires_grad: bool):
-    t = cpu_tensor.to("tpu")
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
-
-
 def new_full(array, dtype: torch.dtype, _make=torch.Tensor._make_wrapper_subclass) -> "TpuTensor":
     """Hot path: wrap a fresh device array (an op's output) as a new tensor on tpu:0."""
     t = _make(TpuTensor, array.shape, dtype=dtype, device=_DEVICE or device_for(0))

@@ -43,14 +43,6 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
     return prog
 
 
-def get_or_compile(key, fn: Callable, example_args: tuple, device=None):
-    prog = _PROGRAMS.get(key)
-    if prog is None:
-        return compile_program(key, fn, example_args, device)
-    _counters["cache_hits"] += 1
-    return prog
-
-
 def clear() -> None:
     _PROGRAMS.clear()
 

@@ -81,8 +81,6 @@ def all_reduce_coalesced_(func, args, kwargs):
 
 
 def _gather_into(x, group_size, group_name, out=None):
-    import torch.distributed as dist
-
     pg = _group(group_name)
     if out is None:
         out = _new_like(x, (x.shape[0] * group_size, *x.shape[1:]) if x.dim() else (group_size,))

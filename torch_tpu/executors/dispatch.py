@@ -98,10 +98,10 @@ _CONVERT_FNS: dict = {}
 def _copy_into(dst: TpuTensor, src: torch.Tensor):
     if dst.shape != src.shape:
         try:
-            torch.broadcast_shapes(src.shape, dst.shape)
-            if torch.broadcast_shapes(src.shape, dst.shape) != dst.shape:
-                raise RuntimeError
+            fits = torch.broadcast_shapes(src.shape, dst.shape) == dst.shape
         except RuntimeError:
+            fits = False
+        if not fits:
             raise RuntimeError(
                 f"The size of tensor a ({tuple(dst.shape)}) must match the size of tensor b "
                 f"({tuple(src.shape)}) (copy_ into a tpu tensor)") from None

@@ -36,10 +36,6 @@ class _Slot:
         self.index = index
 
 
-class _RngSlot(_Slot):
-    pass
-
-
 def device_mismatch(func, other: torch.Tensor) -> RuntimeError:
     return RuntimeError(
         f"Expected all tensors to be on the same device, but found at least two devices, tpu:0 and "

@@ -3,13 +3,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ..runtime import dtypes
-
-
-def is_array(x) -> bool:
-    return isinstance(x, (jax.Array, np.ndarray)) or hasattr(x, "aval")
 
 
 def jdtype(torch_dtype):
@@ -73,18 +68,6 @@ def matmul(a, b, precision=None):
         out = jnp.matmul(a, b, precision=prec, preferred_element_type=jnp.float32)
         return out.astype(jnp.result_type(a, b))
     return jnp.matmul(a, b, precision=prec)
-
-
-def vjp_lowering(forward, n_primals: int):
-    """Build ``backward(grad, *primals_and_static)`` lowerings from a forward lowering via jax.vjp."""
-
-    def backward(grad, *args, **kwargs):
-        primals = args[:n_primals]
-        static = args[n_primals:]
-        _, pullback = jax.vjp(lambda *p: forward(*p, *static, **kwargs), *primals)
-        return pullback(grad)
-
-    return backward
 
 
 def strided_indices(size, stride, offset):

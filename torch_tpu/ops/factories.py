@@ -8,10 +8,6 @@ from .registry import aten, register
 from ._util import jdtype
 
 
-def _ignore(**_):
-    return None
-
-
 @register(aten.arange.default)
 def arange(end, dtype=None, layout=None, device=None, pin_memory=None):
     return arange_start_step(0, end, 1, dtype)

@@ -192,12 +192,14 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enab
     return native_layer_norm(x, normalized_shape, weight, bias, eps)[0]
 
 
+def _normalized_input_grad(g, xhat, rstd, axes):
+    """d loss / d x of xhat = (x - mean(x)) * rstd(x), given g = d loss / d xhat (mean, rstd depend on x)."""
+    return rstd * (g - jnp.mean(g, axis=axes, keepdims=True) - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True))
+
+
 @register(aten.native_layer_norm_backward.default)
 def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
-    def fwd(x_, w_, b_):
-        return native_layer_norm(x_, normalized_shape, w_, b_, 1e-5)[0]
-
-    # recompute from saved statistics for exactness
+    # weight/bias gradients by vjp over the saved statistics; the input gradient by formula below
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
 
     def fwd_saved(x_, w_, b_):
@@ -215,9 +217,7 @@ def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bi
     # gx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = grad * weight, xhat = (x - mean) * rstd
     xhat = (upcast(x) - mean) * rstd
     g = upcast(grad) * (upcast(weight) if weight is not None else 1.0)
-    gx = rstd * (g - jnp.mean(g, axis=axes, keepdims=True)
-                 - xhat * jnp.mean(g * xhat, axis=axes, keepdims=True))
-    del fwd
+    gx = _normalized_input_grad(g, xhat, rstd, axes)
     return (gx if output_mask[0] else None,
             gw if output_mask[1] and weight is not None else None,
             gb if output_mask[2] and bias is not None else None)
@@ -257,9 +257,6 @@ def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
 
 @register(aten.native_group_norm_backward.default)
 def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, output_mask):
-    def fwd(x_, w_):
-        return native_group_norm(x_, w_, None, N, C, HxW, group, 0.0)[0]
-
     def fwd_saved(x_, w_):
         y = upcast(x_).reshape(N, group, -1)
         out = ((y - mean[..., None]) * rstd[..., None]).reshape(x.shape)
@@ -275,11 +272,9 @@ def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, ou
     g = upcast(grad) if weight is None else upcast(grad) * upcast(weight).reshape(bshape)
     g = g.reshape(N, group, -1)
     xhat = (upcast(x).reshape(N, group, -1) - mean[..., None]) * rstd[..., None]
-    gx = rstd[..., None] * (g - jnp.mean(g, -1, keepdims=True)
-                            - xhat * jnp.mean(g * xhat, -1, keepdims=True))
+    gx = _normalized_input_grad(g, xhat, rstd[..., None], -1)
     gx = gx.reshape(x.shape).astype(x.dtype)
     gb = jnp.sum(upcast(grad), axis=(0,) + tuple(range(2, x.ndim))) if output_mask[2] else None
-    del fwd
     return (gx if output_mask[0] else None, gw if output_mask[1] and weight is not None else None, gb)
 
 

@@ -62,11 +62,6 @@ def lookup(func) -> Lowering | None:
     return LOWERINGS.get(func)
 
 
-def covered_ops() -> list:
-    """Every aten overload with a direct lowering (tests iterate over this)."""
-    return sorted(LOWERINGS, key=str)
-
-
 # ---------------------------------------------------------------------------------------------
 # Schema helpers shared by executors: in-place / out= overloads -> functional overload.
 # ---------------------------------------------------------------------------------------------

@@ -157,13 +157,11 @@ def select_scatter(x, src, dim, index):
 @register(aten.diagonal_scatter.default)
 def diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
     d1, d2 = dim1 % x.ndim, dim2 % x.ndim
-    n1, n2 = x.shape[d1], x.shape[d2]
     i = jnp.arange(src.shape[-1])
     r = i + max(-offset, 0)
     c = i + max(offset, 0)
     moved = jnp.moveaxis(x, (d1, d2), (-2, -1))
     moved = moved.at[..., r, c].set(src.astype(x.dtype))
-    del n1, n2
     return jnp.moveaxis(moved, (-2, -1), (d1, d2))
 
 
