@@ -90,7 +90,7 @@ def worker(args) -> None:
     # tensor-parallel transformer step
     from torch.distributed.device_mesh import DeviceMesh
 
-    from torch_tpu.distributed import tp_pipelines
+    from torch_tpu.integrations import tensor_parallel as tp_pipelines
     from torch_tpu.testing import tiny_pipelines
 
     if rank == 0:

@@ -36,10 +36,8 @@ class MLP(torch.nn.Module):
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
-    from torch_tpu.compile import lowering
-
     torch._dynamo.reset()
-    lowering.clear_programs()
+    torch_tpu.reset_caches()
     yield
 
 

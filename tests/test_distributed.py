@@ -328,7 +328,7 @@ def scenario_pipeline_tp(out_dir):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import DTensor, Shard
 
-    from torch_tpu.distributed import tp_pipelines
+    from torch_tpu.integrations import tensor_parallel as tp_pipelines
     from torch_tpu.testing import tiny_pipelines
 
     root = os.environ["TINY_ROOT"]
@@ -385,9 +385,9 @@ def _free_port() -> int:
 def job_env(tmp_path_factory):
     env = dict(os.environ)
     # share one compile cache across the children (and with the rest of the suite when set)
-    from torch_tpu.runtime import platform
+    from torch_tpu import config
 
-    env["TORCH_TPU_CACHE_DIR"] = platform.compile_cache_dir() or str(tmp_path_factory.mktemp("xla-cache"))
+    env["TORCH_TPU_CACHE_DIR"] = config.compile_cache_dir() or str(tmp_path_factory.mktemp("xla-cache"))
     env.setdefault("TINY_ROOT", os.environ.get("TORCH_TPU_TINY_PIPELINES_DIR")
                    or str(tmp_path_factory.mktemp("pipes")))
     env["HF_HUB_OFFLINE"] = "1"

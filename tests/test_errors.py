@@ -5,7 +5,6 @@ import pytest
 import torch
 
 import torch_tpu
-from torch_tpu.executors import strict
 
 DEV = "tpu"
 
@@ -25,7 +24,7 @@ def test_mixing_cpu_and_tpu_raises():
 
 
 def _fresh_entries():
-    strict._ENTRIES.clear()  # the fallback decision is cached per op signature
+    torch_tpu.reset_caches()  # the fallback decision is cached per op signature
 
 
 def test_no_lowering_error_names_op(monkeypatch):
@@ -42,7 +41,6 @@ def test_no_lowering_error_names_op(monkeypatch):
 def test_cpu_fallback(monkeypatch):
     monkeypatch.setenv("TORCH_TPU_CPU_FALLBACK", "1")
     _fresh_entries()
-    strict._FALLBACK_WARNED.clear()
     xc = torch.rand(7, 3) + 0.5
     x = xc.to(DEV)
     torch_tpu.reset_stats()
@@ -99,11 +97,11 @@ def test_launch_blocking_raises_at_the_op():
 
 
 def test_launch_blocking_env(monkeypatch):
-    from torch_tpu.executors import modes
+    from torch_tpu.engine import modes
 
     monkeypatch.setenv("TORCH_TPU_LAUNCH_BLOCKING", "1")
     try:
-        modes._init_from_environment()  # what import does with the variable set
+        modes.init_from_settings()  # what import does with the variable set
         assert torch.tpu.eager_mode == torch_tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
         assert (torch.ones(2, device=DEV) * 3).cpu().tolist() == [3.0, 3.0]
     finally:

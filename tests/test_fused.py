@@ -14,7 +14,7 @@ import torch
 
 import torch_tpu
 from torch_tpu import EagerMode
-from torch_tpu.executors import fused
+from torch_tpu.engine import fused
 
 FUSE = EagerMode.DEFER_AND_FUSE
 

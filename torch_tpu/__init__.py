@@ -1,7 +1,7 @@
 """torch_tpu: a PyTorch device backend giving PyTorch a native "tpu" device on XLA (through JAX/PJRT).
 
 ``import torch`` loads it through the ``torch.backends`` entry point; ``import torch_tpu`` is only
-needed with TORCH_DEVICE_BACKEND_AUTOLOAD=0.
+needed with TORCH_DEVICE_BACKEND_AUTOLOAD=0. This module holds the public API only.
 """
 from __future__ import annotations
 
@@ -18,10 +18,13 @@ def _autoload() -> None:
     _registration.register()
 
 
-import torch  # noqa: E402  (before _registration, so torch's autoload finds _autoload above)
+import torch  # noqa: E402,F401  (before _registration, so torch's autoload finds _autoload above)
 
-from . import _registration
-from .executors.modes import EagerMode
+from . import _registration  # noqa: E402
+from .engine.modes import EagerMode  # noqa: E402
+from .engine.sync import sync  # noqa: E402
+from .runtime import caches as _caches  # noqa: E402
+from .runtime import counters as _counters  # noqa: E402
 
 _registration.register()
 
@@ -29,36 +32,24 @@ _registration.register()
 def stats() -> dict:
     """Per-process counters: compiles, compile_seconds, cache_hits, cache_misses, executions,
     flushes, cpu_fallbacks, and host/device transfer bytes."""
-    from . import counters as _stats
-
-    return _stats.snapshot()
+    return _counters.snapshot()
 
 
 def reset_stats() -> None:
-    from . import counters as _stats
-
-    _stats.reset()
+    _counters.reset()
 
 
-def sync() -> None:
-    """Wait for all pending device work (materialises deferred work in fused mode)."""
-    import sys
-
-    if "jax" not in sys.modules:  # nothing ever ran on the device
-        return
-    from .executors import fused
-    from .runtime import platform
-
-    fused.flush()
-    jax = platform.jax()
-    jax.block_until_ready(jax.live_arrays())
+def reset_caches() -> None:
+    """Forget every in-memory cache (programs, op entries, view metadata, output shapes). Safe at any
+    time: the next call rebuilds what it needs (the persistent disk cache still answers)."""
+    _caches.reset_all()
 
 
 def platform() -> str:
     """The PJRT platform in use: 'tpu', 'cuda' or 'cpu'."""
-    from .runtime import platform as _p
+    from .runtime import platform as _platform
 
-    return _p.platform()
+    return _platform.platform()
 
 
-__all__ = ["EagerMode", "stats", "reset_stats", "sync", "platform", "__version__"]
+__all__ = ["EagerMode", "stats", "reset_stats", "reset_caches", "sync", "platform", "__version__"]

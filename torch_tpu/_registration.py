@@ -1,11 +1,21 @@
-"""Registers PrivateUse1 as the "tpu" device: name, device module, guard, hooks, factory kernels.
+"""Wiring: registers PrivateUse1 as the "tpu" device (name, device module, guard, hooks), the factory
+kernels, ``__torch_dispatch__``, autocast, serialization, the c10d backend and its collectives.
 
 Light on purpose: runs at ``import torch`` through the ``torch.backends`` entry point, so it must
-not import JAX (that happens on first device use).
+not import JAX (that happens on first device use), and it never fails ``import torch`` over a
+malformed setting (that error is raised, by name, on first device use).
 """
 from __future__ import annotations
 
+import sys
+import warnings
+
 import torch
+
+from . import config, device_module, distributed
+from .eager import factories, router
+from .engine import modes
+from .tensor import serialization
 
 _DONE = False
 _LIB = None
@@ -36,8 +46,6 @@ def register() -> None:
         raise RuntimeError(
             f"torch_tpu: PrivateUse1 is already registered as {torch._C._get_privateuse1_backend_name()!r} "
             "(another backend such as torchax was imported first); the two cannot share a process")
-    from . import device_module
-
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
@@ -45,21 +53,18 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _register_factories()
-    from .executors import dispatch
-
-    dispatch.install()
+    router.install()
     _register_autocast()
-    _register_dynamo_backend()
-    from . import _serialization
-
-    _serialization.install()
+    serialization.install()
     _register_distributed()
+    try:
+        modes.init_from_settings()
+    except config.ConfigError as exc:
+        warnings.warn(f"torch_tpu: {exc}; the tpu device will refuse to start until it is fixed")
 
 
 def _register_factories() -> None:
     global _LIB
-    from . import factories
-
     _LIB = torch.library.Library("aten", "IMPL")
     for name, fn in factories.KERNELS.items():
         _LIB.impl(name, fn, "PrivateUse1")
@@ -111,11 +116,10 @@ def _register_autocast() -> None:
 
 
 def _register_distributed() -> None:
-    # the c10d backend "tpu_dist" (alias "tpu"); light: the implementation loads on first use
-    from . import distributed
-
+    # the c10d backend "tpu_dist" (alias "tpu"); light: the implementation loads on first use.
     distributed.register()
-
-
-def _register_dynamo_backend() -> None:
-    pass
+    router.add_handlers(distributed.dispatch_handlers())
+    # ``torch.tpu`` is a plain module (no __path__): ``import torch.tpu.distributed`` and
+    # ``python -m torch.tpu.distributed`` resolve only through sys.modules.
+    sys.modules.setdefault("torch.tpu.distributed", distributed)
+    device_module.distributed = distributed

@@ -150,7 +150,7 @@ def cmd_generate(args) -> int:
         path = tiny_pipelines.build_pipeline_dir(args.kind, args.size)
         print(f"model: offline {args.size} {args.kind} pipeline (random weights) at {path}")
         pipe = DiffusionPipeline.from_pretrained(str(path), dtype=dtype, local_files_only=True)
-        default_res = tiny_pipelines._SIZE_SPECS[args.size]["default_image"]
+        default_res = tiny_pipelines.SIZE_SPECS[args.size]["default_image"]
         height = height or default_res
         width = width or default_res
     else:

@@ -1,24 +1,20 @@
 """``torch.tpu``: the device module, shaped like ``torch.cuda``."""
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
-from .executors.modes import EagerMode
-from .executors import modes as _modes
+from .engine import modes as _modes
+from .engine.modes import EagerMode
+from .engine.sync import sync as _sync
+from .runtime import memory as _memory
 from .runtime import platform as _platform
 from .runtime import rng as _rng
 
-_initialized = False
 _current_device = 0
 
 
 def _lazy_init() -> None:
-    global _initialized
-    if not _initialized:
-        _platform.devices()
-        _initialized = True
+    _platform.devices()
 
 
 def is_available() -> bool:
@@ -29,7 +25,7 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
-    return _initialized
+    return _platform.devices.cache_info().currsize > 0
 
 
 def init() -> None:
@@ -88,9 +84,7 @@ class device:
 
 
 def synchronize(device=None) -> None:
-    from . import sync
-
-    sync()
+    _sync()
 
 
 def get_device_name(device=None) -> str:
@@ -183,18 +177,14 @@ def memory_allocated(device=None) -> int:
     stats = _pjrt_stats(device)
     if stats and "bytes_in_use" in stats:
         return int(stats["bytes_in_use"])
-    from ._tensor import memory_in_use
-
-    return memory_in_use()
+    return _memory.in_use()
 
 
 def max_memory_allocated(device=None) -> int:
     stats = _pjrt_stats(device)
     if stats and "peak_bytes_in_use" in stats:
         return int(stats["peak_bytes_in_use"])
-    from ._tensor import memory_peak
-
-    return memory_peak()
+    return _memory.peak()
 
 
 def memory_reserved(device=None) -> int:
@@ -209,9 +199,7 @@ def max_memory_reserved(device=None) -> int:
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    from ._tensor import reset_memory_peak
-
-    reset_memory_peak()
+    _memory.reset_peak()
 
 
 def reset_max_memory_allocated(device=None) -> None:
@@ -266,4 +254,3 @@ def _is_compiled() -> bool:
 import sys as _sys  # noqa: E402
 
 _sys.modules[__name__].__class__ = _ModuleWithEagerMode
-contextlib  # noqa: B018

@@ -68,7 +68,7 @@ def _retarget_devices(gm: torch.fx.GraphModule) -> None:
 
 
 def _check_inputs(example_inputs) -> None:
-    from .._tensor import TpuTensor
+    from ..tensor.tensor import TpuTensor
 
     for i, x in enumerate(example_inputs):
         if isinstance(x, torch.Tensor) and not isinstance(x, TpuTensor) and x.dim() > 0 \

@@ -5,11 +5,12 @@ import operator
 
 import torch
 
-from .. import compile_cache
-from .. import counters as stats
-from ..runtime import dtypes, platform, rng
+from ..engine import fused
+from ..ops import calling, registry
+from ..runtime import counters, dtypes, platform, program_cache, rng
+from ..tensor.tensor import TpuTensor, new_full, value_of
 
-_counters = stats.counters
+_counters = counters.counters
 _DECOMPS = None
 
 
@@ -20,29 +21,10 @@ def decompositions() -> dict:
         from torch._decomp import core_aten_decompositions
 
         from .. import ops
-        from ..ops import registry
 
         ops.load()
         _DECOMPS = {op: fn for op, fn in core_aten_decompositions().items() if registry.lookup(op) is None}
     return _DECOMPS
-
-
-def _ensure_extra_lowerings(registry) -> None:
-    """Functional ops that functionalised graphs contain but eager never sees (eager runs copy_)."""
-    if registry.lookup(torch.ops.aten.copy.default) is None:
-        @registry.register(torch.ops.aten.copy.default)
-        def copy(self, src, non_blocking=False):
-            jnp = platform.jax().numpy
-            return jnp.broadcast_to(jnp.asarray(src).astype(self.dtype), self.shape)
-
-
-def _view_copy_lowering(func, registry):
-    """A view op in a functional graph computes what its ``*_copy`` variant does (permute_copy...)."""
-    packet = getattr(torch.ops.aten, func._schema.name.split("::", 1)[1] + "_copy", None)
-    if packet is None:
-        return None
-    ov = getattr(packet, func._overloadname, None)
-    return registry.lookup(ov) if ov is not None else None
 
 
 class _Plan:
@@ -50,10 +32,8 @@ class _Plan:
 
     def __init__(self, gm: torch.fx.GraphModule):
         from .. import ops
-        from ..ops import registry
 
         ops.load()
-        _ensure_extra_lowerings(registry)
         self.gm = gm
         self.nodes = list(gm.graph.nodes)
         self.lowerings = {}
@@ -74,13 +54,10 @@ class _Plan:
             func = node.target
             if not isinstance(func, torch._ops.OpOverload):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unexpected call {func} in the aten graph")
-            low = registry.lookup(func) or _view_copy_lowering(func, registry)
-            if low is None and registry.mutated_arguments(func):
-                fv = registry.functional_variant(func)
-                low = registry.lookup(fv) if fv is not None else None
-                if low is not None:
-                    raise RuntimeError(f"torch.compile(backend='tpu'): in-place {func} left in a "
-                                       "functionalised graph")
+            low, target = registry.resolve(func)
+            if low is not None and target is not func and registry.mutated_arguments(func):
+                raise RuntimeError(f"torch.compile(backend='tpu'): in-place {func} left in a "
+                                   "functionalised graph")
             if low is None:
                 missing.append(str(func))
                 continue
@@ -98,7 +75,6 @@ class _Plan:
 
     def program(self, *arrays):
         """Run the graph over jax arrays (traced once by jax.jit)."""
-        jnp = platform.jax().numpy
         jax = platform.jax()
         env = {}
         it = iter(arrays)
@@ -130,48 +106,30 @@ class _Plan:
                 low = self.lowerings[node]
                 args = load(node.args)
                 kwargs = {k: load(v) for k, v in node.kwargs.items()}
-                if low.random:
-                    kwargs["rng_key"] = jax.random.fold_in(key, idx)
-                if low.matmul:
-                    kwargs["precision"] = self.precision
                 try:
-                    out = low.fn(*args, **kwargs)
+                    out = calling.invoke(low, args, kwargs, precision=self.precision,
+                                         rng_key=jax.random.fold_in(key, idx) if low.random else None)
                 except Exception as exc:
                     shapes = ", ".join(f"{tuple(a.meta['val'].shape)}:{a.meta['val'].dtype}"
                                        for a in node.all_input_nodes
                                        if isinstance(a.meta.get("val"), torch.Tensor))
                     raise RuntimeError(f"torch.compile(backend='tpu'): lowering {node.target} "
                                        f"({shapes}) failed: {type(exc).__name__}: {exc}") from exc
-                env[node] = _cast_like(node, out, jnp)
+                env[node] = _conform_like(node, out)
             elif node.op == "output":
                 result = load(node.args[0])
         return tuple(result)
 
 
-def _cast_like(node, out, jnp):
-    """Cast a lowering's outputs to the dtypes (and shapes) torch promises (node.meta['val'])."""
+def _conform_like(node, out):
+    """A lowering's outputs, conformed to the dtypes and shapes torch promises (node.meta['val'])."""
     val = node.meta.get("val")
-
-    def fix(o, v):
-        if isinstance(v, torch.Tensor):
-            o = jnp.asarray(o)
-            want = dtypes.to_jax_dtype(v.dtype)
-            if o.dtype != want:
-                o = o.astype(want)
-            if tuple(o.shape) != tuple(v.shape):
-                try:
-                    o = jnp.broadcast_to(o, tuple(v.shape))
-                except ValueError:
-                    raise RuntimeError(f"tpu lowering of {node.target} produced shape {tuple(o.shape)}, "
-                                       f"torch expects {tuple(v.shape)}") from None
-            return o
-        return o
-
     if isinstance(val, (list, tuple)):
         if isinstance(out, (list, tuple)):
-            return type(out)(fix(o, v) for o, v in zip(out, val))
+            return type(out)(calling.conform(node.target, o, v) if isinstance(v, torch.Tensor) else o
+                             for o, v in zip(out, val))
         return out
-    return fix(out, val)
+    return calling.conform(node.target, out, val) if isinstance(val, torch.Tensor) else out
 
 
 def _signature(gm: torch.fx.GraphModule, inputs) -> tuple:
@@ -201,13 +159,13 @@ def graph_compiler(kind: str):
         # identical graphs (repeated blocks) share one program: the key is the graph's code + inputs
         code_key = gm.code if not plan.constants else (gm.code, id(gm))
         key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision)
-        prog = compile_cache.lookup(key)
+        prog = program_cache.lookup(key)
         if prog is None:
             if len(tensor_pos) != len(example_inputs):
                 raise RuntimeError("torch.compile(backend='tpu'): non-tensor graph inputs are not supported "
                                    "with static shapes")
-            prog = compile_cache.compile_program(key, plan.program, tuple(specs))
-            stats.add("graph_compiles", 1)
+            prog = program_cache.compile_program(key, plan.program, tuple(specs))
+            counters.add("graph_compiles", 1)
 
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         out_vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in out_node.args[0]]
@@ -220,8 +178,6 @@ def graph_compiler(kind: str):
 
 
 def _runner(prog, out_dtypes, random: bool):
-    from .._tensor import TpuTensor, new_full, value_of
-
     device = None
 
     def run(args):
@@ -229,12 +185,7 @@ def _runner(prog, out_dtypes, random: bool):
         arrays = []
         for x in args:
             if isinstance(x, TpuTensor):
-                arr = value_of(x)
-                if type(arr).__name__ == "LazyArray":  # deferred by fused eager mode: run it first
-                    from ..executors import fused
-
-                    arr = fused.materialize(arr)
-                arrays.append(arr)
+                arrays.append(fused.materialize(value_of(x)))  # a value deferred by fused mode runs first
             elif isinstance(x, torch.Tensor):
                 if device is None:
                     device = platform.jax_device()
@@ -250,9 +201,3 @@ def _runner(prog, out_dtypes, random: bool):
         return result
 
     return run
-
-
-def clear_programs() -> None:
-    """Forget compiled graph programs (tests use it to count compiles from a clean state)."""
-    for key in [k for k in compile_cache._PROGRAMS if isinstance(k, tuple) and k and k[0] == "graph"]:
-        del compile_cache._PROGRAMS[key]

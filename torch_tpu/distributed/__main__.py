@@ -1,9 +1,9 @@
-"""``python -m torch.tpu.distributed`` / ``python -m torch_tpu.distributed``: see ``launch.main``.
+"""``python -m torch.tpu.distributed`` / ``python -m torch_tpu.distributed``: see ``launcher_env.main``.
 
 Absolute import: under ``-m torch.tpu.distributed`` this file runs with that package name.
 """
 import sys
 
-from torch_tpu.distributed import launch
+from torch_tpu.distributed import launcher_env
 
-sys.exit(launch.main())
+sys.exit(launcher_env.main())

@@ -62,6 +62,29 @@ def lookup(func) -> Lowering | None:
     return LOWERINGS.get(func)
 
 
+def resolve(func):
+    """``(lowering, target)``: the lowering that computes ``func``, and the overload it lowers.
+
+    In-place and out= overloads have no lowering of their own: the target is their functional overload
+    (the executor writes its result back). A view op met in a functional graph computes what its
+    ``*_copy`` form does. ``(None, func)`` when the table has nothing.
+    """
+    low = LOWERINGS.get(func)
+    if low is not None:
+        return low, func
+    if mutated_arguments(func):
+        fv = functional_variant(func)
+        if fv is not None and fv in LOWERINGS:
+            return LOWERINGS[fv], fv
+        return None, func
+    if func.is_view:
+        packet = getattr(aten, func._schema.name.split("::", 1)[1] + "_copy", None)
+        copy = getattr(packet, func._overloadname, None) if packet is not None else None
+        if copy is not None and copy in LOWERINGS:
+            return LOWERINGS[copy], copy
+    return None, func
+
+
 # ---------------------------------------------------------------------------------------------
 # Schema helpers shared by executors: in-place / out= overloads -> functional overload.
 # ---------------------------------------------------------------------------------------------

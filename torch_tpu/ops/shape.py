@@ -24,6 +24,12 @@ def stack(tensors, dim=0):
     return jnp.stack(tensors, axis=dim % (tensors[0].ndim + 1))
 
 
+@register(aten.copy.default)
+def copy(x, src, non_blocking=False):
+    """The functional copy_ of functionalised graphs: src cast and broadcast to x's shape and dtype."""
+    return jnp.broadcast_to(jnp.asarray(src).astype(x.dtype), x.shape)
+
+
 @register(aten._unsafe_view.default, aten.view_copy.default, aten.reshape.default, aten._reshape_copy.default)
 def reshape(x, size):
     return jnp.reshape(x, tuple(size))

@@ -6,8 +6,7 @@ import functools
 import numpy as np
 import torch
 
-from . import platform
-from .. import counters as stats
+from . import counters, platform
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,7 +68,7 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
         arr = t.view(view[0]).numpy().view(view[1])
     else:
         arr = t.numpy()
-    stats.counters["host_to_device_bytes"] += arr.nbytes
+    counters.counters["host_to_device_bytes"] += arr.nbytes
     if getattr(device, "platform", "cpu") == "cpu":
         # on the CPU platform device_put shares the numpy buffer (zero copy): without this copy a
         # later in-place change of the CPU tensor would silently change the tpu tensor
@@ -80,7 +79,7 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
 def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:
     """Copy a device array to a new CPU tensor of the given torch dtype (waits for the value)."""
     host = np.asarray(array)
-    stats.counters["device_to_host_bytes"] += host.nbytes
+    counters.counters["device_to_host_bytes"] += host.nbytes
     view = _tables()[2].get(dtype)
     if view is not None:
         host = host.view(np.dtype(f"i{host.dtype.itemsize}"))

@@ -8,8 +8,9 @@ import functools
 import os
 import threading
 
+from .. import config
+
 _LOCK = threading.Lock()
-_PLATFORM_ALIASES = {"gpu": "cuda", "cuda": "cuda", "tpu": "tpu", "cpu": "cpu"}
 
 
 def _configure_environment() -> None:
@@ -17,29 +18,17 @@ def _configure_environment() -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
-def default_cache_dir() -> str:
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "torch_tpu")
-
-
-def compile_cache_dir() -> str | None:
-    """Directory of the persistent XLA compile cache, or None when disabled (TORCH_TPU_CACHE_DIR='')."""
-    value = os.environ.get("TORCH_TPU_CACHE_DIR")
-    if value is None:
-        return os.path.join(default_cache_dir(), "xla-cache")
-    return value or None
-
-
 @functools.lru_cache(maxsize=None)
 def jax():
     """Import and configure JAX (once)."""
     with _LOCK:
+        config.settings()  # a malformed TORCH_TPU_* variable fails here, on first device use, by name
         _configure_environment()
         import jax as _jax
 
         # torch's int64 indices and float64 need 64-bit types.
         _jax.config.update("jax_enable_x64", True)
-        cache_dir = compile_cache_dir()
+        cache_dir = config.compile_cache_dir()
         if cache_dir:
             try:
                 _jax.config.update("jax_compilation_cache_dir", cache_dir)
@@ -47,9 +36,9 @@ def jax():
                 _jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
             except Exception:  # an old JAX without these options: run without a disk cache
                 pass
-        from . import _compile_events
+        from . import compile_events
 
-        _compile_events.install(_jax)
+        compile_events.install(_jax)
         return _jax
 
 
@@ -64,15 +53,11 @@ def _try_devices(jax_mod, platform: str):
 def platform() -> str:
     """The PJRT platform in use: 'tpu', 'cuda' or 'cpu'."""
     jax_mod = jax()
-    forced = os.environ.get("TORCH_TPU_PLATFORM", "").strip().lower()
-    if forced:
-        if forced not in _PLATFORM_ALIASES:
-            raise RuntimeError(
-                f"TORCH_TPU_PLATFORM={forced!r} is not one of cpu, gpu, tpu")
-        name = _PLATFORM_ALIASES[forced]
+    name = config.settings().platform
+    if name:
         if not _try_devices(jax_mod, name):
             raise RuntimeError(
-                f"TORCH_TPU_PLATFORM={forced!r} was requested but JAX finds no {name} device "
+                f"TORCH_TPU_PLATFORM={name!r} was requested but JAX finds no {name} device "
                 f"(installed jax {jax_mod.__version__}; for GPUs install jax[cuda], for TPUs libtpu)")
         return name
     for name in ("tpu", "cuda"):
@@ -87,7 +72,7 @@ def devices():
     jax_mod = jax()
     plat = platform()
     devs = [d for d in jax_mod.local_devices(backend=plat)]
-    if "TORCH_TPU_DEVICE_INDEX" in os.environ and len(devs) > 1:
+    if config.settings().device_index is not None and len(devs) > 1:
         # one process per device (torchrun): this process sees only its own device, as tpu:0
         idx = local_device_index()
         if not 0 <= idx < len(devs):
@@ -104,10 +89,8 @@ def device_count() -> int:
 
 def local_device_index() -> int:
     """The device this process binds: 0, or the local rank under a multi-process launcher."""
-    for var in ("TORCH_TPU_DEVICE_INDEX",):
-        if var in os.environ:
-            return int(os.environ[var])
-    return 0
+    index = config.settings().device_index
+    return 0 if index is None else index
 
 
 def jax_device(index: int | None = None):

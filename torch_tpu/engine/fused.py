@@ -22,13 +22,11 @@ import weakref
 
 import numpy as np
 
-from .. import compile_cache
-from .. import counters as stats
-from ..runtime import platform
+from .. import config
+from ..runtime import caches, counters, platform, program_cache
 
-_counters = stats.counters
-MAX_NODES = int(os.environ.get("TORCH_TPU_FUSED_MAX_NODES", "20000"))
-_AVALS: dict = {}
+_counters = counters.counters
+_AVALS: dict = caches.register("fused output avals", {})
 
 
 class LazyArray:
@@ -82,6 +80,7 @@ class _Graph:
         self.nodes: list[_Node] = []
         self.inputs: list = []
         self.input_ids: dict[int, int] = {}
+        self.max_nodes = 0  # read from the settings when the first node is recorded
 
 
 class _STATE:
@@ -168,10 +167,12 @@ def _record(key, fn, args, avals, what):
         else:
             refs.append(_input_ref(g, a))
     idx = len(g.nodes)
+    if idx == 0:
+        g.max_nodes = config.settings().fused_max_nodes
     outs = tuple(LazyArray(shape, dtype, idx, j) for j, (shape, dtype) in enumerate(avals))
     where = (what or str(key[0] if isinstance(key, tuple) and key else key), _user_location())
     g.nodes.append(_Node(key, fn, tuple(refs), [weakref.ref(o) for o in outs], where))
-    if len(g.nodes) >= MAX_NODES:
+    if len(g.nodes) >= g.max_nodes:
         flush()
     return outs
 
@@ -234,10 +235,10 @@ def _flush() -> None:
             env.append(res if isinstance(res, (tuple, list)) else (res,))
         return tuple(env[i][j] for i, j in out_sig)
 
-    prog = compile_cache.lookup(key)
+    prog = program_cache.lookup(key)
     try:
         if prog is None:
-            prog = compile_cache.compile_program(key, graph_fn, tuple(inputs), donate=donate)
+            prog = program_cache.compile_program(key, graph_fn, tuple(inputs), donate=donate)
         results = prog(*inputs)
         _counters["executions"] += 1
     except Exception as exc:

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 _C = torch._C._distributed_c10d
 
-from . import default_timeout_s
+from .constants import BACKEND_NAME, default_timeout_s
 
 ReduceOp = dist.ReduceOp
 
@@ -60,16 +60,16 @@ def _stage(x, staged: list):
 
 def _to_host(x):
     # below autograd (we may be inside __torch_dispatch__): read the device array directly
-    from .._tensor import value_of
     from ..runtime import dtypes
+    from ..tensor.tensor import value_of
 
     return dtypes.device_to_host(value_of(x), x.dtype).contiguous()
 
 
 def _from_host(dst, host) -> None:
-    from ..executors import dispatch
+    from ..tensor.kernels import copy_into
 
-    dispatch._copy_into(dst, host)
+    copy_into(dst, host)
 
 
 def _completed_work(result=None):
@@ -150,8 +150,6 @@ class TpuProcessGroup(dist.ProcessGroup):
         return self._tpu_group_name
 
     def getBackendName(self) -> str:
-        from . import BACKEND_NAME
-
         return BACKEND_NAME
 
     def name(self) -> str:
@@ -267,10 +265,12 @@ class TpuProcessGroup(dist.ProcessGroup):
 
 def _bind_local_device() -> None:
     """On a multi-device platform, this process uses the device its local rank names (torch index 0)."""
-    local_rank = os.environ.get("LOCAL_RANK")
-    if local_rank is None or "TORCH_TPU_DEVICE_INDEX" in os.environ:
+    from .. import config
+
+    local_rank = os.environ.get("LOCAL_RANK")  # torchrun's, not ours: config does not own it
+    if local_rank is None or config.settings().device_index is not None:
         return
-    os.environ["TORCH_TPU_DEVICE_INDEX"] = local_rank
+    os.environ["TORCH_TPU_DEVICE_INDEX"] = local_rank  # config.settings() sees the change
     from ..runtime import platform
 
     if platform.devices.cache_info().currsize:  # devices were listed before the group existed
@@ -291,9 +291,9 @@ def create_process_group(opts, backend_options):
     if timeout is None or timeout == default:
         timeout = datetime.timedelta(seconds=default_timeout_s())
     _bind_local_device()
-    from .. import device_module
+    from ..runtime import platform
 
-    device_module._lazy_init()  # this process's device is now chosen (DeviceMesh then leaves it alone)
+    platform.devices()  # this process's device is now chosen (DeviceMesh then leaves it alone)
     store = dist.PrefixStore("tpu_dist_gloo", opts.store)
     host_pg = dist.ProcessGroupGloo(store, opts.group_rank, opts.group_size, timeout)
     return TpuProcessGroup(opts.group_rank, opts.group_size, HostStaged(host_pg, opts.group_size), timeout)

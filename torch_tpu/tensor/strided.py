@@ -12,8 +12,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .executors.launch import launch
-from .runtime import dtypes, platform
+from ..engine.launchers import launch
+from ..runtime import caches, dtypes, platform
+
+
+def strided_indices(size, stride, offset):
+    from ..ops._util import strided_indices  # the op table's helper (imports JAX: not at import time)
+
+    return strided_indices(size, stride, offset)
 
 
 def _layout(size, stride):
@@ -73,12 +79,6 @@ def _from_flat(flat, storage_shape, storage_dtype, view_dtype):
     return flat.reshape(storage_shape)
 
 
-def _gather_indices(size, stride, offset):
-    from .ops._util import strided_indices  # the op table's helper (imports JAX, so not at import time)
-
-    return strided_indices(size, stride, offset)
-
-
 def _window_geometry(real, n_flat, offset_is_zero):
     """Shape of the window that holds a regular view, its length and the padding it needs."""
     t1 = real[0][2]
@@ -102,7 +102,7 @@ def _read_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_z
         if 0 in size:
             return jnp.zeros(size, flat.dtype)
         if real is None:
-            return flat[_gather_indices(size, stride, offset)]
+            return flat[strided_indices(size, stride, offset)]
         if not real:
             val = jax.lax.dynamic_index_in_dim(flat, offset, keepdims=False)
             return jnp.broadcast_to(val, size)
@@ -136,7 +136,7 @@ def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_
         if 0 in size:
             return arr
         if real is None:
-            new_flat = flat.at[_gather_indices(size, stride, offset).reshape(-1)].set(value.reshape(-1))
+            new_flat = flat.at[strided_indices(size, stride, offset).reshape(-1)].set(value.reshape(-1))
             return _from_flat(new_flat, storage_shape, storage_dtype, view_dtype)
         if not real:
             new_flat = jax.lax.dynamic_update_index_in_dim(flat, value.reshape(-1)[:1], offset, 0)
@@ -161,7 +161,7 @@ def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_
     return fn
 
 
-_FNS: dict = {}  # program functions by key (traced again only when a fused graph needs them)
+_FNS: dict = caches.register("view programs", {})  # program functions by key (traced again only when a fused graph needs them)
 
 
 def _offset_arg(offset: int):

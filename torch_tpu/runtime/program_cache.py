@@ -2,17 +2,16 @@
 
 In memory: a dict from a structural key (op or graph, input shapes and dtypes, static arguments) to
 a compiled executable. On disk: JAX's persistent compilation cache (configured in
-``runtime/platform.py``; TORCH_TPU_CACHE_DIR sets its folder, '' turns it off).
+``platform.py``; TORCH_TPU_CACHE_DIR sets its folder, '' turns it off).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import counters as stats
-from .runtime import platform
+from . import caches, counters, platform
 
-_PROGRAMS: dict[Any, Any] = {}
-_counters = stats.counters
+_PROGRAMS: dict[Any, Any] = caches.register("programs", {})
+_counters = counters.counters
 
 
 def lookup(key):
@@ -41,11 +40,3 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         prog.lower(*example_args).compile()
     _PROGRAMS[key] = prog
     return prog
-
-
-def clear() -> None:
-    _PROGRAMS.clear()
-
-
-def size() -> int:
-    return len(_PROGRAMS)

@@ -1,7 +1,7 @@
 """Counts XLA compilations (and their seconds) through JAX's monitoring events, whatever executor asked."""
 from __future__ import annotations
 
-from .. import counters as stats
+from . import counters
 
 _INSTALLED = False
 _COMPILE_EVENTS = ("/jax/core/compile/backend_compile_duration",)
@@ -10,13 +10,13 @@ _CACHE_HIT_EVENTS = ("/jax/compilation_cache/cache_hits",)
 
 def _on_duration(event: str, duration: float, **_: object) -> None:
     if event in _COMPILE_EVENTS:
-        stats.add("compiles", 1)
-        stats.add("compile_seconds", float(duration))
+        counters.add("compiles", 1)
+        counters.add("compile_seconds", float(duration))
 
 
 def _on_event(event: str, **_: object) -> None:
     if event in _CACHE_HIT_EVENTS:
-        stats.add("persistent_cache_hits", 1)
+        counters.add("persistent_cache_hits", 1)
 
 
 def install(jax_mod) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from . import _tensor
+from ..tensor import kernels
+from ..tensor.tensor import empty
+from .op_path import run_op
 
 aten = torch.ops.aten
 
@@ -25,20 +27,18 @@ def _check_device(device) -> None:
 
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     _check_device(device)
-    return _tensor.empty(size, dtype or torch.get_default_dtype())
+    return empty(size, dtype or torch.get_default_dtype())
 
 
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     _check_device(device)
-    return _tensor.empty(size, dtype or torch.get_default_dtype(), stride=stride)
+    return empty(size, dtype or torch.get_default_dtype(), stride=stride)
 
 
 def _through_op_table(op):
     def kernel(*args, **kwargs):
         _check_device(kwargs.get("device"))
-        from .executors import strict
-
-        return strict.run_op(op, args, kwargs)
+        return run_op(op, args, kwargs)
 
     return kernel
 
@@ -46,9 +46,7 @@ def _through_op_table(op):
 def _copy_from(src, dst, non_blocking=False):
     # torch.tensor(data, device="tpu") copies with the Python dispatch key excluded, so the copy
     # arrives here instead of __torch_dispatch__.
-    from .executors import dispatch
-
-    return dispatch._copy_(None, (dst, src), {})
+    return kernels.copy_(None, (dst, src), {})
 
 
 KERNELS = {

@@ -13,7 +13,8 @@ import math
 
 import torch
 
-from .runtime import dtypes, platform
+from ..runtime import dtypes, memory, platform
+from . import strided
 
 _DEVICE: torch.device | None = None
 
@@ -25,13 +26,6 @@ def device_for(index: int = 0) -> torch.device:
             _DEVICE = torch.device("tpu", 0)
         return _DEVICE
     return torch.device("tpu", index)
-
-
-class _MemoryCounter:
-    """Bytes held by live storages of this process (for platforms whose PJRT reports none)."""
-
-    in_use = 0
-    peak = 0
 
 
 class TpuStorage:
@@ -46,13 +40,10 @@ class TpuStorage:
         self.version = 0
         self.device_index = device_index
         self.nbytes = nbytes = math.prod(shape) * dtype.itemsize
-        counter = _MemoryCounter
-        in_use = counter.in_use = counter.in_use + nbytes
-        if in_use > counter.peak:
-            counter.peak = in_use
+        memory.allocated(nbytes)
 
     def __del__(self):
-        _MemoryCounter.in_use -= self.nbytes
+        memory.freed(self.nbytes)
 
     def value(self):
         arr = self.array
@@ -152,7 +143,7 @@ class TpuTensor(torch.Tensor):
                 and tuple(self.shape) == storage.shape
                 and (math.prod(storage.shape) <= 1 or self.stride() == _contiguous_strides(self.shape)))
 
-    # Dispatch is installed by torch_tpu.executors.dispatch (keeps this module free of op logic).
+    # Dispatch is installed by torch_tpu.eager.router (keeps this module free of op logic).
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __repr__(self, *, tensor_contents=None):
@@ -243,8 +234,6 @@ def value_of(t: TpuTensor):
         return arr if arr is not None else storage.value()
     if t._tpu_cache_version == storage.version:
         return t._tpu_cache
-    from . import strided
-
     arr = strided.read(storage, t)
     t._tpu_cache = arr
     t._tpu_cache_version = storage.version
@@ -264,8 +253,6 @@ def write(t: TpuTensor, array) -> None:
     if t._tpu_full:
         storage.set(array)
         return
-    from . import strided
-
     strided.check_writable(t)  # an expanded view: torch refuses to write it, so do we
     storage.set(strided.write(storage, t, array))
     t._tpu_cache = array
@@ -291,16 +278,3 @@ def empty(size, dtype: torch.dtype, device_index: int = 0, stride=None) -> TpuTe
         return TpuTensor(storage, size, tuple(stride), 0, dtype)
     storage = TpuStorage(None, size, dtype, device_index)
     return TpuTensor(storage, size, dtype=dtype)
-
-
-def memory_in_use() -> int:
-    return _MemoryCounter.in_use
-
-
-def memory_peak() -> int:
-    return _MemoryCounter.peak
-
-
-def reset_memory_peak() -> None:
-    _MemoryCounter.peak = _MemoryCounter.in_use
-

@@ -26,11 +26,11 @@ def _group(group_name):
 
 
 def _transport(pg):
-    from . import _backend
+    from . import process_group
 
     transport = getattr(pg, "transport", None)
     if transport is None:  # a plain cpu group (e.g. gloo) given tpu tensors: stage through it
-        transport = _backend.HostStaged(pg, pg.size())
+        transport = process_group.HostStaged(pg, pg.size())
     return transport
 
 
@@ -44,7 +44,7 @@ def _reduce_op(name: str):
 
 
 def _new_like(x, shape=None):
-    from .._tensor import empty
+    from ..tensor.tensor import empty
 
     return empty(tuple(x.shape) if shape is None else tuple(shape), x.dtype)
 

@@ -26,7 +26,8 @@ def environment(nproc_per_node: int | None = None) -> dict[str, str]:
     nproc = nproc_per_node or count
     port = os.environ.get("MASTER_PORT") or str(free_port())
     addr = os.environ.get("MASTER_ADDR") or "127.0.0.1"
-    from . import default_timeout_s
+    from .. import config
+    from .constants import default_timeout_s
 
     env = {
         "MASTER_ADDR": addr,
@@ -40,7 +41,7 @@ def environment(nproc_per_node: int | None = None) -> dict[str, str]:
         "TORCH_TPU_PLATFORM": {"cuda": "gpu"}.get(plat, plat),
         "TORCH_TPU_DIST_TIMEOUT": str(int(default_timeout_s())),
         # one compile cache for every rank: the ranks compile the same programs
-        "TORCH_TPU_CACHE_DIR": platform.compile_cache_dir() or "",
+        "TORCH_TPU_CACHE_DIR": config.compile_cache_dir() or "",
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
     }
     return {k: v for k, v in env.items() if v != "" and " " not in v}

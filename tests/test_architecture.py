@@ -1,0 +1,141 @@
+"""The package's shape: imports run one way (each layer imports only itself and the layers below), and no
+import cycle exists anywhere, counting imports inside functions. Read from the source (ast); nothing is
+imported or executed."""
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "torch_tpu"
+
+# Lowest first. A module's layer is that of its first path component under torch_tpu/.
+LAYERS = (
+    ("config", "errors"),
+    ("runtime",),
+    ("ops",),
+    ("engine",),
+    ("tensor",),
+    ("eager", "compile", "distributed"),
+    ("integrations", "testing", "device_module", "_registration", "_internal"),
+    ("__init__",),  # the public API re-exports from every layer
+    ("cli", "__main__", "demo"),  # programs over the public API
+)
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    mods = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _is_package(path: pathlib.Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _imports(name: str, path: pathlib.Path, modules: dict) -> set[str]:
+    """Package modules that ``name`` imports (anywhere in the file)."""
+    package = name if _is_package(path) else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            targets = []
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                targets.append(sub if sub in modules else source)
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:  # `import torch_tpu.x.y` names a module or a parent
+                target = target.rpartition(".")[0]
+            if target.startswith("torch_tpu") and target != name:
+                found.add(target)
+    return found
+
+
+def _graph():
+    modules = _modules()
+    return modules, {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _layer(name: str) -> int:
+    parts = name.split(".")
+    top = parts[1] if len(parts) > 1 else "__init__"
+    for rank, names in enumerate(LAYERS):
+        if top in names:
+            return rank
+    raise AssertionError(f"{name}: torch_tpu/{top} is in no layer of tests/test_architecture.py")
+
+
+def _cycles(graph: dict) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_is_read():
+    modules, graph = _graph()
+    assert "torch_tpu.eager.op_path" in modules and "torch_tpu.tensor.tensor" in modules
+    # a known edge, to prove the reader resolves relative imports
+    assert "torch_tpu.tensor.tensor" in graph["torch_tpu.eager.op_path"]
+
+
+def test_no_import_cycle():
+    _, graph = _graph()
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_layers_import_only_downwards():
+    _, graph = _graph()
+    wrong = [f"{a} (layer {_layer(a)}) imports {b} (layer {_layer(b)})"
+             for a, targets in sorted(graph.items()) for b in sorted(targets) if _layer(b) > _layer(a)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_module_is_too_long():
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"

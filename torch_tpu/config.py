@@ -1,0 +1,163 @@
+"""Every ``TORCH_TPU_*`` setting, declared once, parsed in one place.
+
+``settings()`` returns the parsed values of the current environment. It re-parses only when one of the
+variables changed (a test or launcher may set them after import), so callers never read ``os.environ``
+themselves. A malformed value raises ``ConfigError`` naming the variable, the bad value and what it
+accepts; ``import torch`` itself never fails because of one (see ``_registration``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _flag(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError("expected 1/0 (or true/false, yes/no, on/off)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError("expected a positive integer") from None
+    if value <= 0:
+        raise ValueError("expected a positive integer")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError("expected an integer >= 0") from None
+    if value < 0:
+        raise ValueError("expected an integer >= 0")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("expected a number of seconds") from None
+    if not value > 0:
+        raise ValueError("expected a positive number of seconds")
+    return value
+
+
+_PLATFORMS = {"gpu": "cuda", "cuda": "cuda", "tpu": "tpu", "cpu": "cpu"}
+
+
+def _platform(text: str) -> str | None:
+    value = text.strip().lower()
+    if not value:
+        return None
+    if value not in _PLATFORMS:
+        raise ValueError("expected one of cpu, gpu, tpu")
+    return _PLATFORMS[value]
+
+
+def _text(text: str) -> str:
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    name: str                      # the environment variable
+    field: str                     # the attribute of Settings
+    parse: Callable[[str], Any]
+    default: Any                   # the value when the variable is unset
+    doc: str
+
+
+VARIABLES = (
+    Variable("TORCH_TPU_PLATFORM", "platform", _platform, None,
+             "force a PJRT platform: cpu, gpu or tpu (default: TPU if usable, else CUDA GPU, else CPU)"),
+    Variable("TORCH_TPU_DEVICE_INDEX", "device_index", _non_negative_int, None,
+             "which local device this process binds as tpu:0 (set from LOCAL_RANK by tpu_dist)"),
+    Variable("TORCH_TPU_LAUNCH_BLOCKING", "launch_blocking", _flag, False,
+             "start in DEFER_NEVER_AND_LAUNCH_BLOCKING: wait after every op"),
+    Variable("TORCH_TPU_DEFER_AND_FUSE", "defer_and_fuse", _flag, False,
+             "start in DEFER_AND_FUSE (fused eager)"),
+    Variable("TORCH_TPU_FUSED_MAX_NODES", "fused_max_nodes", _positive_int, 20000,
+             "flush a fused graph once it holds this many ops"),
+    Variable("TORCH_TPU_CPU_FALLBACK", "cpu_fallback", _flag, False,
+             "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),
+    Variable("TORCH_TPU_CACHE_DIR", "cache_dir", _text, None,
+             "persistent compile cache folder (default ~/.cache/torch_tpu/xla-cache; empty: no disk cache)"),
+    Variable("TORCH_TPU_DIST_TIMEOUT", "dist_timeout_s", _positive_seconds, 60.0,
+             "seconds a tpu_dist collective waits for its peers"),
+    Variable("TORCH_TPU_TINY_PIPELINES_DIR", "tiny_pipelines_dir", _text, None,
+             "where the offline tiny pipelines are built (default ~/.cache/torch_tpu/tiny-pipelines)"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    platform: str | None
+    device_index: int | None
+    launch_blocking: bool
+    defer_and_fuse: bool
+    fused_max_nodes: int
+    cpu_fallback: bool
+    cache_dir: str | None
+    dist_timeout_s: float
+    tiny_pipelines_dir: str | None
+
+
+_NAMES = tuple(v.name for v in VARIABLES)
+_cached: tuple[tuple, Settings] | None = None
+
+
+def _parse(raw: tuple) -> Settings:
+    values = {}
+    for var, text in zip(VARIABLES, raw):
+        if text is None:
+            values[var.field] = var.default
+            continue
+        try:
+            values[var.field] = var.parse(text)
+        except ValueError as exc:
+            raise ConfigError(f"{var.name}={text!r}: {exc} ({var.doc})") from None
+    return Settings(**values)
+
+
+def settings() -> Settings:
+    """The settings of the current environment (parsed again only when a variable changed)."""
+    global _cached
+    environ = os.environ
+    raw = tuple(environ.get(name) for name in _NAMES)
+    cached = _cached
+    if cached is not None and cached[0] == raw:
+        return cached[1]
+    parsed = _parse(raw)
+    _cached = (raw, parsed)
+    return parsed
+
+
+def in_effect() -> dict[str, str]:
+    """The TORCH_TPU_* variables set in this environment (for ``python -m torch_tpu info``)."""
+    return {name: os.environ[name] for name in _NAMES if name in os.environ}
+
+
+def default_cache_root() -> str:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "torch_tpu")
+
+
+def compile_cache_dir() -> str | None:
+    """The persistent XLA compile cache folder, or None when disabled (TORCH_TPU_CACHE_DIR='')."""
+    value = settings().cache_dir
+    if value is None:
+        return os.path.join(default_cache_root(), "xla-cache")
+    return value or None

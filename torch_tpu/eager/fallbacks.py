@@ -1,0 +1,136 @@
+"""Ops the op table does not lower directly: torch's own decompositions and composite kernels (which
+call other aten ops), ops with data-dependent output shapes (run eagerly on concrete arrays), and the
+opt-in CPU fallback (TORCH_TPU_CPU_FALLBACK=1)."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .. import config
+from ..engine import fused
+from ..errors import no_lowering
+from ..ops import registry
+from ..runtime import caches, counters
+from ..tensor.tensor import TpuTensor, wrap
+from .arguments import fill, key_and_inputs, template
+
+_counters = counters.counters
+
+
+class PythonEntry:
+    """Runs Python code that calls other aten ops (a decomposition or a CPU fallback)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, args, kwargs, arrays):
+        return self.fn(*args, **kwargs)
+
+
+def has_composite_implicit(func) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+
+
+_FALLBACK_WARNED: set = caches.register("cpu fallback warnings", set())
+
+
+def _cpu_fallback(func):
+    def run(*args, **kwargs):
+        if func not in _FALLBACK_WARNED:
+            _FALLBACK_WARNED.add(func)
+            warnings.warn(f"torch_tpu: {func} has no tpu lowering; running it on the CPU "
+                          "(TORCH_TPU_CPU_FALLBACK=1)", stacklevel=3)
+        _counters["cpu_fallbacks"] += 1
+        return cpu_fallback_call(func, args, kwargs)
+
+    return run
+
+
+def cpu_fallback_call(func, args, kwargs):
+    """Run ``func`` on CPU copies of its tpu arguments; write mutated arguments back; results to tpu."""
+    def to_cpu(x):
+        if isinstance(x, TpuTensor):
+            return x.detach().cpu()
+        if type(x) in (list, tuple):
+            return type(x)(to_cpu(e) for e in x)
+        return x
+
+    cargs = to_cpu(list(args))
+    ckwargs = {k: to_cpu(v) for k, v in kwargs.items()}
+    result = func(*cargs, **ckwargs)
+    for pos, name in registry.mutated_arguments(func):
+        src = ckwargs[name] if name in ckwargs else cargs[pos]
+        dst = kwargs[name] if name in kwargs else args[pos]
+        if isinstance(dst, TpuTensor):
+            dst.copy_(src)
+
+    def back(x):
+        if isinstance(x, torch.Tensor):
+            return x.to("tpu")
+        if type(x) in (list, tuple):
+            return type(x)(back(e) for e in x)
+        return x
+
+    return back(result)
+
+
+_IN_COMPOSITE: set = set()
+
+
+def _composite_explicit(func):
+    key = torch._C.DispatchKey.CompositeExplicitAutograd
+
+    def run(*args, **kwargs):
+        if func in _IN_COMPOSITE:  # the composite kernel calls back into itself (via out=)
+            raise no_lowering(func, args, kwargs)
+        _IN_COMPOSITE.add(func)
+        try:
+            return func._op_dk(key, *args, **kwargs)
+        finally:
+            _IN_COMPOSITE.discard(func)
+
+    return run
+
+
+def python_entry(func):
+    """Decomposition (torch's own tables), composite kernel or CPU fallback for ``func``, or None."""
+    if has_composite_implicit(func):
+        return PythonEntry(lambda *a, **k: func.decompose(*a, **k))
+    from torch._decomp import decomposition_table
+
+    decomp = decomposition_table.get(func)
+    if decomp is not None:
+        return PythonEntry(decomp)
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd"):
+        # e.g. rand_like, _foreach_* (loops of per-tensor aten ops): torch's own composite kernel
+        return PythonEntry(_composite_explicit(func))
+    if config.settings().cpu_fallback:
+        return PythonEntry(_cpu_fallback(func))
+    return None
+
+
+def data_dependent_entry(func, low):
+    """Ops whose output shape depends on values: computed eagerly on concrete device arrays."""
+
+    def run(*args, **kwargs):
+        _counters["executions"] += 1
+        counter = [0]
+        tmpl_args = template(list(args), counter)
+        tmpl_kwargs = {k: template(v, counter) for k, v in kwargs.items()}
+        _, arrays = key_and_inputs(func, args, kwargs)
+        arrays = [fused.materialize(a) for a in arrays]
+        result = low.fn(*fill(tmpl_args, arrays), **{k: fill(v, arrays) for k, v in tmpl_kwargs.items()})
+
+        def back(x):
+            if x is None or isinstance(x, (int, float, bool)):
+                return x
+            if type(x) in (list, tuple):
+                return type(x)(back(e) for e in x)
+            return wrap(x)
+
+        return back(result)
+
+    return PythonEntry(run)

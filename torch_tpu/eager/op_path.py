@@ -1,0 +1,210 @@
+"""The per-op path of eager mode: structural key -> cached entry -> program, in every eager mode.
+
+Per op: build a structural key (op, input shapes and dtypes, static arguments); on a miss, ask torch's
+meta kernel what the op returns (this also raises torch's own errors for bad input), wrap the op
+table's lowering into a traceable function and let the launcher prepare it (strict: compile now;
+fused: check it traces); on a hit, the launcher runs the program (strict) or records it (fused) and the
+outputs are wrapped as tpu tensors. JAX dispatch is asynchronous, so nothing waits for the device
+until a value is read.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine import launchers
+from ..errors import OpError, describe, leaves, no_lowering
+from ..ops import calling, registry
+from ..runtime import caches, counters, dtypes, platform, program_cache, rng
+from ..tensor.tensor import new_full, write
+from .arguments import fill, key_and_inputs, template, to_meta
+from .fallbacks import data_dependent_entry, python_entry
+
+_counters = counters.counters
+_ENTRIES: dict = caches.register("op entries", {})
+
+
+class LoweredEntry:
+    """One op signature: its traceable function, its compiled program (strict), output avals,
+    the arguments it writes back."""
+
+    __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
+                 "n_out", "returns_scalar")
+
+    def __call__(self, args, kwargs, arrays):
+        if self.random:
+            arrays.append(rng.next_key_data())
+        outs = launchers.current.run_op(self, arrays, args, kwargs)
+        if self.returns_scalar:
+            return outs[0].item()
+        writes = self.writes
+        if writes:
+            targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in writes]
+            for t, arr in zip(targets, outs[self.n_out:]):
+                write(t, arr)
+            if self.n_out == 0:
+                return targets[0] if len(targets) == 1 else tuple(targets)
+        dts = self.out_dtypes
+        if self.rebuild is None:
+            return new_full(outs[0], dts[0])
+        return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
+
+    def compile(self, arrays, args, kwargs):
+        try:
+            self.compiled = program_cache.compile_program(self.key, self.fn, tuple(arrays))
+        except (OpError, NotImplementedError):
+            raise
+        except Exception as exc:
+            raise OpError(f"tpu: could not lower {self.func} ({describe(args, kwargs)}): "
+                          f"{type(exc).__name__}: {exc}") from exc
+        return self.compiled
+
+
+def _build_entry(func, args, kwargs, key, arrays):
+    from .. import ops
+
+    ops.load()
+    low, target_func = registry.resolve(func)
+    writes = registry.mutated_arguments(func)
+    if low is None:
+        entry = python_entry(func)
+        if entry is None:
+            raise no_lowering(func, args, kwargs)
+        _ENTRIES[key] = entry
+        return entry
+    if low.data_dependent:
+        entry = _ENTRIES[key] = data_dependent_entry(func, low)
+        return entry
+
+    # What does torch say this op returns? (Also raises torch's errors for bad input.)
+    meta_args = to_meta(list(args))
+    meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+    try:
+        meta_out = func(*meta_args, **meta_kwargs)
+        has_meta = True
+    except NotImplementedError:
+        meta_out, has_meta = None, False
+
+    counter = [0]
+    tmpl_args = template(list(args), counter)
+    tmpl_kwargs = {k: template(v, counter) for k, v in kwargs.items()}
+    n_inputs = counter[0]
+    in_place = bool(writes) and _is_inplace_or_out(func)
+    write_metas = [meta_kwargs[name] if name in meta_kwargs else meta_args[pos] for pos, name in writes]
+    if has_meta:  # torch's meta kernel resized a wrongly shaped out= tensor; we cannot resize
+        for (pos, name), m in zip(writes, write_metas):
+            target = kwargs[name] if name in kwargs else args[pos]
+            if isinstance(m, torch.Tensor) and tuple(m.shape) != tuple(target.shape):
+                raise RuntimeError(
+                    f"tpu: {func}: the out= tensor has shape {tuple(target.shape)} but the result "
+                    f"has shape {tuple(m.shape)}; tpu tensors cannot be resized in place, pass an "
+                    f"out= tensor of the result's shape ({describe(args, kwargs)})")
+
+    # The functional call of an in-place/out= op drops the out= arguments.
+    call_args, call_kwargs = tmpl_args, dict(tmpl_kwargs)
+    if target_func is not func:
+        out_names = {a.name for a in func._schema.arguments if a.is_out}
+        for name in out_names:
+            call_kwargs.pop(name, None)
+        if out_names:
+            call_args = [a for a, s in zip(tmpl_args, func._schema.arguments) if not s.is_out]
+    precision = calling.matmul_precision(low)
+
+    def call_lowering(arrs):
+        key_data = arrs[n_inputs] if low.random else None
+        return calling.invoke(low, fill(call_args, arrs), {n: fill(v, arrs) for n, v in call_kwargs.items()},
+                              rng_key=None if key_data is None else rng.make_key(key_data), precision=precision)
+
+    example = list(arrays)
+    if low.random:  # compiling must not consume random state (the run draws the key)
+        example.append(rng.peek_key_data())
+    if in_place:
+        out_leaves = []
+    elif has_meta:
+        out_leaves = list(leaves(meta_out))
+    else:
+        # no meta kernel: ask the lowering itself for output shapes and dtypes
+        try:
+            shapes = platform.jax().eval_shape(lambda *arrs: call_lowering(arrs), *example)
+        except Exception as exc:
+            raise OpError(f"tpu: lowering {func} failed ({describe(args, kwargs)}): {exc}") from exc
+        if writes:
+            shapes = shapes[0]
+        out_leaves = [torch.empty(s.shape, dtype=dtypes.to_torch_dtype(s.dtype), device="meta")
+                      for s in leaves(shapes)]
+        meta_out = out_leaves if len(out_leaves) != 1 else out_leaves[0]
+    returns_scalar = (len(out_leaves) == 1 and out_leaves[0] is not None
+                      and not isinstance(out_leaves[0], torch.Tensor))
+
+    def fn(*arrs):
+        result = call_lowering(arrs)
+        if in_place:
+            updates, result = result, ()
+        elif writes:
+            result, updates = result
+        else:
+            updates = ()
+        outs = _conform_all(func, result, out_leaves)
+        if writes:
+            outs += _conform_all(func, updates, write_metas)
+        return outs
+
+    tensor_leaves = [m for m in out_leaves if isinstance(m, torch.Tensor)]
+    entry = LoweredEntry()
+    entry.func = func
+    entry.key = ("op", key, precision)
+    entry.fn = fn
+    entry.compiled = None
+    entry.avals = tuple((tuple(m.shape), dtypes.to_jax_dtype(m.dtype))
+                        for m in tensor_leaves + [w for w in write_metas if isinstance(w, torch.Tensor)])
+    entry.random = low.random
+    entry.writes = writes
+    entry.returns_scalar = returns_scalar
+    entry.n_out = len(tensor_leaves)
+    entry.out_dtypes = tuple(m.dtype for m in tensor_leaves)
+    entry.rebuild = None if (in_place or isinstance(meta_out, torch.Tensor)) else _rebuilder(meta_out)
+    launchers.current.prepare(entry, example, args, kwargs)
+    _ENTRIES[key] = entry
+    return entry
+
+
+def _is_inplace_or_out(func) -> bool:
+    name = func._schema.name
+    return name.endswith("_") or any(a.is_out for a in func._schema.arguments)
+
+
+def _conform_all(func, result, metas):
+    """Flatten a lowering's result against torch's expected leaves, each conformed to its meta."""
+    jnp = platform.jax().numpy
+    res_leaves = list(leaves(result)) if isinstance(result, (tuple, list)) else [result]
+    if len(res_leaves) != len(metas):
+        raise OpError(f"lowering of {func} returned {len(res_leaves)} outputs, torch expects {len(metas)}")
+    outs = []
+    for r, m in zip(res_leaves, metas):
+        if isinstance(m, torch.Tensor):
+            outs.append(calling.conform(func, r, m))
+        elif m is not None and r is not None:  # a Python scalar result (e.g. .item()-like ops)
+            outs.append(jnp.asarray(r))
+    return tuple(outs)
+
+
+def _rebuilder(meta_out):
+    def build(tensors, x=meta_out, it=None):
+        it = iter(tensors) if it is None else it
+        if isinstance(x, torch.Tensor):
+            return next(it)
+        if type(x) in (list, tuple):
+            return type(x)(build(None, e, it) for e in x)
+        return x
+
+    return lambda tensors: build(tensors)
+
+
+def run_op(func, args, kwargs):
+    """The hot path: one aten call on tpu tensors."""
+    key, arrays = key_and_inputs(func, args, kwargs)
+    entry = _ENTRIES.get(key)
+    if entry is None:
+        entry = _build_entry(func, args, kwargs, key, arrays)
+    else:
+        _counters["cache_hits"] += 1
+    return entry(args, kwargs, arrays)

@@ -1,0 +1,109 @@
+"""Ops rewritten into other aten calls before they reach the op path.
+
+Boolean-mask indexing: a mask's positions depend on its values, so XLA cannot trace it. A single leading
+mask with a broadcastable value is a static select (torch.where); otherwise the mask becomes long
+indices through nonzero (a data-dependent op, which waits for the mask). ``*_like`` and ``clone`` of
+non-contiguous tensors keep their layout, as on CPU.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..tensor import kernels
+from ..tensor.tensor import TpuTensor
+from .op_path import run_op
+
+aten = torch.ops.aten
+
+
+def _is_mask(i) -> bool:
+    return isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+
+
+def _long_indices(indices):
+    out = []
+    for i in indices:
+        if _is_mask(i):
+            if not isinstance(i, TpuTensor):
+                i = i.to("tpu")
+            out.extend(i.bool().nonzero().unbind(1))
+        else:
+            out.append(i)
+    return out
+
+
+def index_with_masks(func, args, kwargs):
+    x, indices = args[0], args[1]
+    if not any(_is_mask(i) for i in indices):
+        return run_op(func, args, kwargs)
+    return run_op(func, (x, _long_indices(indices), *args[2:]), kwargs)
+
+
+def index_put_with_masks(func, args, kwargs):
+    x, indices, values = args[0], args[1], args[2]
+    if not any(_is_mask(i) for i in indices):
+        return run_op(func, args, kwargs)
+    accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
+    mask = indices[0]
+    k = mask.dim() if _is_mask(mask) else -1
+    inplace = func is not aten.index_put.default
+    if (len(indices) == 1 and k > 0 and tuple(mask.shape) == tuple(x.shape[:k])
+            and values.dim() <= x.dim() - k and isinstance(x, TpuTensor)):
+        m = mask.bool().reshape(tuple(mask.shape) + (1,) * (x.dim() - k))
+        if not isinstance(m, TpuTensor):
+            m = m.to("tpu")
+        v = values.to(x.dtype)
+        if not isinstance(v, TpuTensor) and v.dim() > 0:
+            v = v.to("tpu")
+        new = torch.where(m, x + v if accumulate else v, x)
+        if inplace:
+            return kernels.copy_into(x, new)
+        return new
+    return run_op(func, (x, _long_indices(indices), *args[2:]), kwargs)
+
+
+def like(func, args, kwargs):
+    # zeros_like & co. of a non-contiguous tensor keep its layout: torch's composite kernel
+    # (empty_like + fill) does that; the contiguous case runs the op table.
+    x = args[0]
+    if isinstance(x, TpuTensor) and not x.is_contiguous() and \
+            kwargs.get("memory_format") in (None, torch.preserve_format):
+        return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+    return run_op(func, args, kwargs)
+
+
+def clone(func, args, kwargs):
+    # clone keeps a non-contiguous dense layout (preserve_format), as on CPU
+    x = args[0]
+    if isinstance(x, TpuTensor) and not x.is_contiguous() and \
+            kwargs.get("memory_format") in (None, torch.preserve_format):
+        return kernels.copy_into(kernels.empty_like(None, (x,), {}), x)
+    return run_op(func, args, kwargs)
+
+
+def equal(func, args, kwargs):
+    a, b = args
+    if a.shape != b.shape:
+        return False
+    return bool(torch.eq(a, b).all().item())
+
+
+def fused_sdp_choice(func, args, kwargs):
+    # one fused attention op of our own (aten._scaled_dot_product_fused_attention_overrideable)
+    return int(torch._C._SDPBackend.OVERRIDEABLE)
+
+
+REWRITES = {
+    aten.clone.default: clone,
+    aten.zeros_like.default: like,
+    aten.ones_like.default: like,
+    aten.full_like.default: like,
+    aten.rand_like.default: like,
+    aten.randn_like.default: like,
+    aten.index.Tensor: index_with_masks,
+    aten.index_put.default: index_put_with_masks,
+    aten.index_put_.default: index_put_with_masks,
+    aten._index_put_impl_.default: index_put_with_masks,
+    aten.equal.default: equal,
+    aten._fused_sdp_choice.default: fused_sdp_choice,
+}

@@ -1,0 +1,52 @@
+"""``__torch_dispatch__`` of the tpu tensor: routes each aten call, once per op (cached by id).
+
+Routes, in order: a handler from the tables (the tensor layer's storage kernels, this layer's
+rewrites, handlers added by integrations such as collectives); a view (metadata only); a
+CompositeImplicit "maybe-view" op (torch decides whether it copies); otherwise the op path.
+"""
+from __future__ import annotations
+
+
+from ..tensor.kernels import KERNELS
+from ..tensor.tensor import TpuTensor
+from ..tensor.views import run_view
+from .fallbacks import has_composite_implicit
+from .op_path import run_op
+from .rewrites import REWRITES
+
+_HANDLERS = {**KERNELS, **REWRITES}
+_ROUTES: dict = {}
+
+
+def torch_dispatch(cls, func, types, args=(), kwargs=None):
+    if len(types) > 1 or types[0] is not TpuTensor:
+        # another tensor subclass takes part (AsyncCollectiveTensor, DTensor ...): let it unwrap first
+        if any(not issubclass(t, TpuTensor) for t in types):
+            return NotImplemented
+    route = _ROUTES.get(id(func))  # id: OpOverload.__hash__ is Python code, too slow for every op
+    if route is None:
+        route = _ROUTES[id(func)] = _route(func)
+    return route(func, args, kwargs or {})
+
+
+def _decompose(func, args, kwargs):
+    return func.decompose(*args, **kwargs)
+
+
+def _route(func):
+    handler = _HANDLERS.get(func)
+    if handler is not None:
+        return handler
+    if func.is_view:
+        return _decompose if has_composite_implicit(func) else run_view
+    return run_op
+
+
+def add_handlers(handlers: dict) -> None:
+    """More handlers (collectives, from the distributed integration); forgets cached routes."""
+    _HANDLERS.update(handlers)
+    _ROUTES.clear()
+
+
+def install() -> None:
+    TpuTensor.__torch_dispatch__ = classmethod(torch_dispatch)

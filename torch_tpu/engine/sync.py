@@ -1,0 +1,15 @@
+"""``torch_tpu.sync()`` / ``torch.tpu.synchronize()``: materialise deferred work and wait for the device."""
+from __future__ import annotations
+
+import sys
+
+from ..runtime import platform
+from . import fused
+
+
+def sync() -> None:
+    if "jax" not in sys.modules:  # nothing ever ran on the device
+        return
+    fused.flush()
+    jax = platform.jax()
+    jax.block_until_ready(jax.live_arrays())

@@ -1,0 +1,40 @@
+"""Error types and the words they use: every error names the aten op and its inputs' devices, shapes
+and dtypes, never a JAX stack alone."""
+from __future__ import annotations
+
+import torch
+
+
+class OpError(RuntimeError):
+    """An aten op failed to lower, compile or run on the tpu device."""
+
+
+def leaves(x):
+    """The non-list leaves of nested lists/tuples, in order."""
+    if type(x) in (list, tuple):
+        for e in x:
+            yield from leaves(e)
+    else:
+        yield x
+
+
+def describe(args, kwargs=None) -> str:
+    """``tpu[7, 3]:float32, cpu[]:int64`` for the tensors among an op's arguments."""
+    parts = []
+    for x in leaves(list(args) + list((kwargs or {}).values())):
+        if isinstance(x, torch.Tensor):
+            parts.append(f"{x.device.type}{list(x.shape)}:{str(x.dtype).replace('torch.', '')}")
+    return ", ".join(parts) or "no tensors"
+
+
+def device_mismatch(func, other: torch.Tensor) -> RuntimeError:
+    return RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, tpu:0 and "
+        f"{other.device}! (when checking arguments for {func})")
+
+
+def no_lowering(func, args, kwargs) -> NotImplementedError:
+    return NotImplementedError(
+        f"torch_tpu: the aten op {func} has no tpu lowering (inputs: {describe(args, kwargs)}). "
+        "Set TORCH_TPU_CPU_FALLBACK=1 to run such ops on the CPU (slow, counted in "
+        "torch_tpu.stats()['cpu_fallbacks']), or report the op.")

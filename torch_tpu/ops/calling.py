@@ -1,0 +1,44 @@
+"""How every executor calls a lowering and shapes its results: one way, shared by eager and compile.
+
+``invoke`` passes the extra inputs a lowering declares (a PRNG key for random ops, the float32 matmul
+precision for matmul-like ops); ``conform`` casts and broadcasts a result to what torch's meta kernel
+promised, so dtype promotion and shapes always follow torch.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..errors import OpError
+from ..runtime import dtypes, platform
+from .registry import Lowering
+
+
+def invoke(low: Lowering, args, kwargs: dict, *, rng_key=None, precision=None):
+    """``low.fn(*args, **kwargs)`` plus ``rng_key=`` (random ops) and ``precision=`` (matmul ops)."""
+    if low.random:
+        kwargs["rng_key"] = rng_key
+    if low.matmul:
+        kwargs["precision"] = precision
+    return low.fn(*args, **kwargs)
+
+
+def matmul_precision(low: Lowering):
+    """The precision a matmul-like lowering runs at (part of its program key), else None."""
+    return torch.get_float32_matmul_precision() if low.matmul else None
+
+
+def conform(func, result, meta: torch.Tensor):
+    """One output of ``func``'s lowering, cast to ``meta``'s dtype and broadcast to its shape."""
+    jnp = platform.jax().numpy
+    result = jnp.asarray(result)
+    want = dtypes.to_jax_dtype(meta.dtype)
+    if result.dtype != want:
+        result = result.astype(want)
+    shape = tuple(meta.shape)
+    if tuple(result.shape) != shape:
+        try:  # in-place results broadcast to their target (x.add_(scalar-shaped y))
+            result = jnp.broadcast_to(result, shape)
+        except ValueError:
+            raise OpError(f"tpu lowering of {func} produced shape {tuple(result.shape)}, torch expects "
+                          f"{shape}") from None
+    return result

@@ -1,0 +1,251 @@
+"""Convolution, pooling and upsampling: single XLA operations (conv_general_dilated, reduce_window,
+gathers with static weights) instead of torch's decompositions."""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from .registry import aten, register
+from ._util import is_low_precision, precision_of, upcast
+
+# --- convolution --------------------------------------------------------------------------------
+def _conv_dims(nd):
+    spatial = "DHW"[-nd:] if nd <= 3 else None
+    if spatial is None:
+        raise NotImplementedError(f"tpu: convolution with {nd} spatial dims")
+    return ("NC" + spatial, "OI" + spatial, "NC" + spatial)
+
+
+@register(aten.convolution.default, matmul=True)
+def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
+                precision=None):
+    unbatched = False
+    nd = weight.ndim - 2
+    if x.ndim == nd + 1:
+        x = x[None]
+        unbatched = True
+    dn = _conv_dims(nd)
+    stride, dilation, padding = list(stride), list(dilation), list(padding)
+    if len(stride) == 1:
+        stride = stride * nd
+    if len(dilation) == 1:
+        dilation = dilation * nd
+    if len(padding) == 1:
+        padding = padding * nd
+    prefer = jnp.float32 if is_low_precision(x) else None
+    prec = precision_of(precision)
+    if not transposed:
+        out = jax.lax.conv_general_dilated(
+            x, weight, window_strides=stride, padding=[(p, p) for p in padding],
+            rhs_dilation=dilation, dimension_numbers=dn, feature_group_count=groups,
+            precision=prec, preferred_element_type=prefer)
+    else:
+        output_padding = list(output_padding) or [0] * nd
+        if len(output_padding) == 1:
+            output_padding = output_padding * nd
+        # weight: (C_in, C_out/groups, *k) -> (C_out, C_in/groups, *k), flipped spatially
+        cin = weight.shape[0]
+        cout_g = weight.shape[1]
+        k = weight.shape[2:]
+        w = weight.reshape((groups, cin // groups, cout_g) + k)
+        w = jnp.swapaxes(w, 1, 2).reshape((groups * cout_g, cin // groups) + k)
+        w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
+        pads = [(d * (kk - 1) - p, d * (kk - 1) - p + op)
+                for kk, p, d, op in zip(k, padding, dilation, output_padding)]
+        out = jax.lax.conv_general_dilated(
+            x, w, window_strides=[1] * nd, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
+            dimension_numbers=dn, feature_group_count=groups, precision=prec, preferred_element_type=prefer)
+    if prefer is not None:
+        out = out.astype(x.dtype)
+    if bias is not None:
+        out = out + bias.reshape((1, -1) + (1,) * nd)
+    return out[0] if unbatched else out
+
+
+@register(aten.convolution_backward.default, matmul=True)
+def convolution_backward(grad, x, weight, bias_sizes, stride, padding, dilation, transposed,
+                         output_padding, groups, output_mask, precision=None):
+    def fwd(x_, w_):
+        return convolution(x_, w_, None, stride, padding, dilation, transposed, output_padding, groups,
+                           precision)
+
+    _, pull = jax.vjp(fwd, x, weight)
+    gx, gw = pull(grad)
+    nd = weight.ndim - 2
+    gb = jnp.sum(upcast(grad), axis=(0,) + tuple(range(2, 2 + nd))).astype(grad.dtype) if output_mask[2] else None
+    return (gx if output_mask[0] else None, gw if output_mask[1] else None, gb)
+
+
+# --- pooling / upsampling ----------------------------------------------------------------------
+def _pool_args(kernel, stride, padding, dilation, nd):
+    kernel = list(kernel) * (nd if len(kernel) == 1 else 1)
+    stride = list(stride) if stride else kernel
+    stride = stride * (nd if len(stride) == 1 else 1)
+    padding = list(padding) * (nd if len(padding) == 1 else 1)
+    dilation = list(dilation) * (nd if len(dilation) == 1 else 1)
+    return kernel, stride, padding, dilation
+
+
+def _ceil_pad(size, k, s, p, d, ceil_mode):
+    eff = d * (k - 1) + 1
+    out = (size + 2 * p - eff) // s + 1
+    if ceil_mode:
+        out = -(-(size + 2 * p - eff) // s) + 1
+        if (out - 1) * s >= size + p:
+            out -= 1
+    extra = max((out - 1) * s + eff - (size + 2 * p), 0)
+    return out, (p, p + extra)
+
+
+@register(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
+def max_pool_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    nd = 2 if len(x.shape) in (3, 4) and len(kernel_size) <= 2 else 3
+    unbatched = x.ndim == nd + 1
+    if unbatched:
+        x = x[None]
+    k, s, p, d = _pool_args(kernel_size, stride, padding, dilation, nd)
+    spatial = x.shape[2:]
+    pads = [_ceil_pad(spatial[i], k[i], s[i], p[i], d[i], ceil_mode)[1] for i in range(nd)]
+    neg = jnp.array(-jnp.inf, x.dtype) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).min
+    xp = jnp.pad(x, [(0, 0), (0, 0)] + pads, constant_values=neg)
+    # indices into the unpadded flattened spatial plane
+    idx = jnp.arange(math.prod(spatial), dtype=jnp.int64).reshape(spatial)
+    idxp = jnp.pad(idx, pads, constant_values=-1)
+    idxp = jnp.broadcast_to(idxp, xp.shape)
+    window = (1, 1) + tuple(k)
+    strides = (1, 1) + tuple(s)
+    dil = (1, 1) + tuple(d)
+
+    def select(a, b):
+        va, ia = a
+        vb, ib = b
+        take_b = (vb > va) | jnp.isnan(vb) if jnp.issubdtype(va.dtype, jnp.inexact) else vb > va
+        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+
+    vals, inds = jax.lax.reduce_window((xp, idxp), (neg, jnp.array(-1, jnp.int64)), select, window, strides,
+                                       "VALID", window_dilation=dil)
+    if unbatched:
+        vals, inds = vals[0], inds[0]
+    return vals, inds
+
+
+@register(aten.max_pool2d.default)
+def max_pool2d(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
+    return max_pool_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode)[0]
+
+
+@register(aten.avg_pool2d.default, aten.avg_pool3d.default, aten.avg_pool1d.default)
+def avg_pool(x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_include_pad=True,
+             divisor_override=None):
+    nd = len(kernel_size) if len(kernel_size) > 1 else x.ndim - 2
+    unbatched = x.ndim == nd + 1
+    if unbatched:
+        x = x[None]
+    k, s, p, _ = _pool_args(kernel_size, stride, padding, (1,), nd)
+    spatial = x.shape[2:]
+    pads = [_ceil_pad(spatial[i], k[i], s[i], p[i], 1, ceil_mode)[1] for i in range(nd)]
+    y = upcast(x)
+    xp = jnp.pad(y, [(0, 0), (0, 0)] + pads)
+    window = (1, 1) + tuple(k)
+    strides = (1, 1) + tuple(s)
+    sums = jax.lax.reduce_window(xp, 0.0, jax.lax.add, window, strides, "VALID")
+    if divisor_override:
+        out = sums / divisor_override
+    else:
+        # count: padded-with-p positions count when count_include_pad, ceil-mode overhang never does
+        ones = jnp.pad(jnp.ones(spatial, y.dtype), [(pp, pp) for pp in p], constant_values=1.0 if count_include_pad else 0.0)
+        if not count_include_pad:
+            ones = jnp.pad(jnp.ones(spatial, y.dtype), [(pp, pp) for pp in p])
+        ones = jnp.pad(ones, [(0, pd[1] - pp) for pd, pp in zip(pads, p)])
+        counts = jax.lax.reduce_window(ones, 0.0, jax.lax.add, tuple(k), tuple(s), "VALID")
+        out = sums / counts
+    out = out.astype(x.dtype)
+    return out[0] if unbatched else out
+
+
+@register(aten._adaptive_avg_pool2d.default, aten.adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
+def adaptive_avg_pool(x, output_size):
+    nd = len(output_size)
+    spatial = x.shape[-nd:]
+    y = upcast(x)
+    for i, (insz, outsz) in enumerate(zip(spatial, output_size)):
+        axis = x.ndim - nd + i
+        if insz % outsz == 0:
+            shape = y.shape[:axis] + (outsz, insz // outsz) + y.shape[axis + 1:]
+            y = jnp.mean(y.reshape(shape), axis=axis + 1)
+        else:
+            pieces = []
+            for o in range(outsz):
+                start = (o * insz) // outsz
+                end = -(-((o + 1) * insz) // outsz)
+                pieces.append(jnp.mean(jax.lax.slice_in_dim(y, start, end, axis=axis), axis=axis, keepdims=True))
+            y = jnp.concatenate(pieces, axis=axis)
+    return y.astype(x.dtype)
+
+
+def _nearest_index(in_size, out_size, scale, exact):
+    if scale is not None and scale > 0:
+        ratio = 1.0 / scale
+    else:
+        ratio = in_size / out_size
+    o = jnp.arange(out_size, dtype=jnp.float32)
+    if exact:
+        src = jnp.floor((o + 0.5) * ratio)
+    else:
+        src = jnp.floor(o * ratio)
+    return jnp.clip(src.astype(jnp.int32), 0, in_size - 1)
+
+
+def _upsample_nearest(x, output_size, scales, exact):
+    nd = len(output_size)
+    for i in range(nd):
+        axis = x.ndim - nd + i
+        in_size = x.shape[axis]
+        out_size = output_size[i]
+        scale = scales[i] if scales else None
+        if not exact and out_size % in_size == 0 and (scale is None or scale == out_size / in_size):
+            x = jnp.repeat(x, out_size // in_size, axis=axis)
+        else:
+            x = jnp.take(x, _nearest_index(in_size, out_size, scale, exact), axis=axis)
+    return x
+
+
+@register(aten.upsample_nearest2d.default, aten.upsample_nearest1d.default, aten.upsample_nearest3d.default)
+def upsample_nearest(x, output_size, *scales):
+    return _upsample_nearest(x, output_size, [s for s in scales], exact=False)
+
+
+@register(aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact1d.default,
+          aten._upsample_nearest_exact3d.default)
+def upsample_nearest_exact(x, output_size, *scales):
+    return _upsample_nearest(x, output_size, [s for s in scales], exact=True)
+
+
+def _linear_weights(in_size, out_size, align_corners, scale):
+    o = jnp.arange(out_size, dtype=jnp.float32)
+    if align_corners:
+        src = o * ((in_size - 1) / (out_size - 1)) if out_size > 1 else jnp.zeros_like(o)
+    else:
+        ratio = (1.0 / scale) if (scale is not None and scale > 0) else in_size / out_size
+        src = jnp.maximum((o + 0.5) * ratio - 0.5, 0.0)
+    i0 = jnp.clip(jnp.floor(src).astype(jnp.int32), 0, in_size - 1)
+    i1 = jnp.minimum(i0 + 1, in_size - 1)
+    w1 = src - i0
+    return i0, i1, w1
+
+
+@register(aten.upsample_bilinear2d.default, aten.upsample_linear1d.default, aten.upsample_trilinear3d.default)
+def upsample_linear(x, output_size, align_corners, *scales):
+    nd = len(output_size)
+    y = upcast(x)
+    for i in range(nd):
+        axis = x.ndim - nd + i
+        scale = scales[i] if scales else None
+        i0, i1, w1 = _linear_weights(x.shape[axis], output_size[i], align_corners, scale)
+        shape = [1] * y.ndim
+        shape[axis] = output_size[i]
+        w1 = w1.reshape(shape)
+        y = jnp.take(y, i0, axis=axis) * (1 - w1) + jnp.take(y, i1, axis=axis) * w1
+    return y.astype(x.dtype)

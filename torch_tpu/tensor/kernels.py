@@ -1,0 +1,178 @@
+"""The minimal storage kernels, one table for every mode: data movement (copy_, _to_copy, .item()),
+allocation (empty_like, new_empty), and in-place metadata changes (set_, resize_, as_strided_).
+
+Everything here reads or writes whole storages or views; ops that compute go through the op table.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine.launchers import launch
+from ..errors import device_mismatch
+from ..runtime import caches, dtypes, platform
+from . import strided
+from .tensor import TpuStorage, TpuTensor, empty, refresh_layout, value_of, wrap, write
+
+aten = torch.ops.aten
+_CONVERT_FNS: dict = caches.register("cast programs", {})
+
+
+def _device_is_tpu(device) -> bool:
+    if device is None:
+        return False
+    return torch.device(device).type == "tpu"
+
+
+def convert(array, dst_shape, dst_dtype: torch.dtype):
+    """Cast and broadcast a device array (a small cached program; nothing when it already fits)."""
+    want = dtypes.to_jax_dtype(dst_dtype)
+    if tuple(array.shape) == tuple(dst_shape) and array.dtype == want:
+        return array
+    key = ("convert", tuple(array.shape), array.dtype, tuple(dst_shape), want)
+    fn = _CONVERT_FNS.get(key)
+    if fn is None:
+        jnp = platform.jax().numpy
+
+        def fn(a):
+            if jnp.issubdtype(a.dtype, jnp.complexfloating) and not jnp.issubdtype(want, jnp.complexfloating):
+                a = jnp.real(a)
+            return jnp.broadcast_to(a.astype(want), tuple(dst_shape))
+
+        _CONVERT_FNS[key] = fn
+    return launch(key, fn, (array,), (tuple(dst_shape), want), "copy")
+
+
+def copy_into(dst: TpuTensor, src: torch.Tensor) -> TpuTensor:
+    """``dst.copy_(src)`` for a tpu ``dst`` and a tpu or CPU ``src`` (broadcast and cast like torch)."""
+    if dst.shape != src.shape:
+        try:
+            fits = torch.broadcast_shapes(src.shape, dst.shape) == dst.shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise RuntimeError(
+                f"The size of tensor a ({tuple(dst.shape)}) must match the size of tensor b "
+                f"({tuple(src.shape)}) (copy_ into a tpu tensor)") from None
+    strided.check_writable(dst)
+    if isinstance(src, TpuTensor):
+        arr = value_of(src)
+    else:
+        arr = dtypes.host_to_device(src, platform.jax_device(dst._tpu_storage.device_index))
+    write(dst, convert(arr, dst.shape, dst.dtype))
+    return dst
+
+
+def copy_(func, args, kwargs):
+    dst, src = args[0], args[1]
+    if isinstance(dst, TpuTensor):
+        return copy_into(dst, src)
+    # CPU destination, tpu source
+    host = dtypes.device_to_host(value_of(src), src.dtype)
+    dst.copy_(host)
+    return dst
+
+
+def copy_from(func, args, kwargs):
+    """``_copy_from(src, dst)``: torch.tensor(data, device="tpu") and friends."""
+    src, dst = args[0], args[1]
+    return copy_(func, (dst, src), {})
+
+
+def to_copy(func, args, kwargs):
+    x = args[0]
+    dtype = kwargs.get("dtype") or x.dtype
+    device = kwargs.get("device")
+    if device is not None and not _device_is_tpu(device):
+        host = dtypes.device_to_host(value_of(x), x.dtype)
+        if dtype != x.dtype:
+            host = host.to(dtype)
+        if torch.device(device).type != "cpu":
+            host = host.to(device)
+        return host
+    if not isinstance(x, TpuTensor):  # CPU tensor -> tpu (some paths call _to_copy directly)
+        arr = dtypes.host_to_device(x, platform.jax_device())
+        return wrap(convert(arr, x.shape, dtype), dtype)
+    # _to_copy must not alias: arrays are immutable, so a new storage is enough
+    arr = convert(value_of(x), x.shape, dtype)
+    return TpuTensor(TpuStorage(arr, arr.shape, dtype), arr.shape, dtype=dtype)
+
+
+def local_scalar_dense(func, args, kwargs):
+    x = args[0]
+    return dtypes.device_to_host(value_of(x), x.dtype).item()
+
+
+def resize_(func, args, kwargs):
+    x, size = args[0], tuple(args[1])
+    if tuple(x.shape) == size:
+        return x
+    raise RuntimeError(
+        f"tpu: cannot resize a tensor of shape {tuple(x.shape)} to {size} in place "
+        "(tpu tensors have fixed sizes; allocate a new tensor, or pass an out= tensor of the right shape)")
+
+
+def is_pinned(func, args, kwargs):
+    return False
+
+
+def set_source_tensor(func, args, kwargs):
+    dst, src = args[0], args[1]
+    if not isinstance(src, TpuTensor):
+        raise device_mismatch(func, src)
+    if dst.shape != src.shape or dst.dtype != src.dtype:
+        raise RuntimeError("tpu: set_() needs a source of the same shape and dtype")
+    dst._tpu_storage = src._tpu_storage
+    dst._tpu_full = src._tpu_full
+    dst._tpu_cache = None
+    dst._tpu_cache_version = -1
+    return dst
+
+
+def empty_like(func, args, kwargs):
+    x = args[0]
+    dtype = kwargs.get("dtype") or x.dtype
+    stride = None
+    if not x.is_contiguous() or kwargs.get("memory_format") not in (None, torch.preserve_format):
+        # torch's layout rule (preserve_format keeps dense strides, channels_last ...) via meta
+        mx = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        stride = torch.empty_like(mx, memory_format=kwargs.get("memory_format") or torch.preserve_format).stride()
+    return empty(x.shape, dtype, stride=stride)
+
+
+def new_empty(func, args, kwargs):
+    x, size = args[0], args[1]
+    stride = args[2] if func is aten.new_empty_strided.default and len(args) > 2 else None
+    return empty(size, kwargs.get("dtype") or x.dtype, stride=stride)
+
+
+def as_strided_(func, args, kwargs):
+    """In-place metadata change (squeeze_, unsqueeze_, transpose_, t_ land here): set the
+    wrapper's own sizes/strides with torch's kernel, then refresh what the payload cached."""
+    x = args[0]
+    torch.ops.aten.as_strided_.default._op_dk(
+        torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional, *args, **kwargs)
+    refresh_layout(x)
+    return x
+
+
+def has_compatible_shallow_copy_type(func, args, kwargs):
+    # reached under inference_mode by nn.Module.to(): only two tpu tensors can share a TensorImpl type
+    a, b = args
+    return isinstance(a, TpuTensor) and isinstance(b, TpuTensor)
+
+
+KERNELS = {
+    aten.copy_.default: copy_,
+    aten._copy_from.default: copy_from,
+    aten._copy_from_and_resize.default: copy_from,
+    aten._to_copy.default: to_copy,
+    aten._local_scalar_dense.default: local_scalar_dense,
+    aten.resize_.default: resize_,
+    aten.is_pinned.default: is_pinned,
+    aten.set_.source_Tensor: set_source_tensor,
+    aten.empty_like.default: empty_like,
+    aten.new_empty.default: new_empty,
+    aten.new_empty_strided.default: new_empty,
+    aten.as_strided_.default: as_strided_,
+    aten._has_compatible_shallow_copy_type.default: has_compatible_shallow_copy_type,
+}
