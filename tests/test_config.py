@@ -56,3 +56,17 @@ def test_malformed_setting_does_not_break_import_torch():
     assert out.returncode == 0, out.stderr
     assert "TORCH_TPU_FUSED_MAX_NODES='abc'" in out.stderr  # the warning at import torch
     assert "ERR ConfigError TORCH_TPU_FUSED_MAX_NODES='abc'" in out.stdout, out.stdout
+
+
+def test_reset_caches_empties_every_cache():
+    import torch
+
+    import torch_tpu
+    from torch_tpu.runtime import caches
+
+    x = torch.arange(6.0, device="tpu").reshape(2, 3)
+    (x.t() * 2)[0].cpu()  # an op entry, a view, a view-read program
+    assert sum(caches.sizes().values()) > 0
+    torch_tpu.reset_caches()
+    assert set(caches.sizes().values()) == {0}, caches.sizes()
+    torch.testing.assert_close((x.t() * 2)[0].cpu(), torch.tensor([0.0, 6.0]))  # rebuilt on demand

@@ -25,24 +25,17 @@ def _flag(text: str) -> bool:
     raise ValueError("expected 1/0 (or true/false, yes/no, on/off)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError("expected a positive integer") from None
-    if value <= 0:
-        raise ValueError("expected a positive integer")
-    return value
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise ValueError(f"expected an integer >= {minimum}")
+        return value
 
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError("expected an integer >= 0") from None
-    if value < 0:
-        raise ValueError("expected an integer >= 0")
-    return value
+    return parse
 
 
 def _positive_seconds(text: str) -> float:
@@ -83,13 +76,13 @@ class Variable:
 VARIABLES = (
     Variable("TORCH_TPU_PLATFORM", "platform", _platform, None,
              "force a PJRT platform: cpu, gpu or tpu (default: TPU if usable, else CUDA GPU, else CPU)"),
-    Variable("TORCH_TPU_DEVICE_INDEX", "device_index", _non_negative_int, None,
+    Variable("TORCH_TPU_DEVICE_INDEX", "device_index", _int_at_least(0), None,
              "which local device this process binds as tpu:0 (set from LOCAL_RANK by tpu_dist)"),
     Variable("TORCH_TPU_LAUNCH_BLOCKING", "launch_blocking", _flag, False,
              "start in DEFER_NEVER_AND_LAUNCH_BLOCKING: wait after every op"),
     Variable("TORCH_TPU_DEFER_AND_FUSE", "defer_and_fuse", _flag, False,
              "start in DEFER_AND_FUSE (fused eager)"),
-    Variable("TORCH_TPU_FUSED_MAX_NODES", "fused_max_nodes", _positive_int, 20000,
+    Variable("TORCH_TPU_FUSED_MAX_NODES", "fused_max_nodes", _int_at_least(1), 20000,
              "flush a fused graph once it holds this many ops"),
     Variable("TORCH_TPU_CPU_FALLBACK", "cpu_fallback", _flag, False,
              "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),

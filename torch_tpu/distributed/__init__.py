@@ -43,9 +43,3 @@ def dispatch_handlers() -> dict:
     from . import collectives
 
     return collectives.handlers()
-
-
-def get_backend_class():
-    from . import process_group
-
-    return process_group.TpuProcessGroup

@@ -7,6 +7,7 @@ CompositeImplicit "maybe-view" op (torch decides whether it copies); otherwise t
 from __future__ import annotations
 
 
+from ..runtime import caches
 from ..tensor.kernels import KERNELS
 from ..tensor.tensor import TpuTensor
 from ..tensor.views import run_view
@@ -15,7 +16,7 @@ from .op_path import run_op
 from .rewrites import REWRITES
 
 _HANDLERS = {**KERNELS, **REWRITES}
-_ROUTES: dict = {}
+_ROUTES: dict = caches.register("op routes", {})
 
 
 def torch_dispatch(cls, func, types, args=(), kwargs=None):
