@@ -84,6 +84,8 @@ VARIABLES = (
              "start in DEFER_AND_FUSE (fused eager)"),
     Variable("TORCH_TPU_FUSED_MAX_NODES", "fused_max_nodes", _int_at_least(1), 20000,
              "flush a fused graph once it holds this many ops"),
+    Variable("TORCH_TPU_MAX_CACHED_PROGRAMS", "max_cached_programs", _int_at_least(16), 4096,
+             "in-memory program and op-entry caches forget their oldest quarter beyond this many"),
     Variable("TORCH_TPU_CPU_FALLBACK", "cpu_fallback", _flag, False,
              "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),
     Variable("TORCH_TPU_CACHE_DIR", "cache_dir", _text, None,
@@ -102,6 +104,7 @@ class Settings:
     launch_blocking: bool
     defer_and_fuse: bool
     fused_max_nodes: int
+    max_cached_programs: int
     cpu_fallback: bool
     cache_dir: str | None
     dist_timeout_s: float

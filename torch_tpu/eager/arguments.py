@@ -1,14 +1,88 @@
-"""Walking an op's arguments: its structural key and its dynamic (array) inputs, in one pass; and the
-argument templates that put traced arrays back in their places."""
+"""Walking an op's arguments: its structural key and its dynamic inputs, in one pass; and the argument
+templates that put traced values back in their places.
+
+The key holds everything that changes the program and nothing that changes between calls:
+- tensors: shape and dtype (their arrays are dynamic inputs);
+- Python numbers passed as a ``Scalar`` of the schema (``alpha=``, ``x * 2.5``, a fill value): their
+  type only (int, float, complex), the value is a dynamic input, so an optimizer whose learning rate
+  changes every step reuses one program. Booleans stay in the key, and so do the Scalars a lowering
+  declares ``static`` (addmm's ``beta``: 0 means "ignore the input, NaN included");
+- every other static argument (dims, sizes, dtypes, ``eps``) by type and exact value: ``1``, ``1.0``,
+  ``True`` and ``1+0j`` are distinct keys, so are ``0.0`` and ``-0.0``, and NaN is found again.
+"""
 from __future__ import annotations
+
+import logging
 
 import torch
 
 from ..engine import launchers
 from ..engine.fused import LazyArray
 from ..errors import device_mismatch
-from ..runtime import dtypes, platform
+from ..ops import registry
+from ..runtime import caches, dtypes, platform
 from ..tensor.tensor import TpuTensor, value_of
+
+_NUMBERS = (int, float, complex)
+
+
+def static_key(x):
+    """A static Python value as a key part: type-tagged numbers (1, 1.0, True, -0.0, NaN all distinct)."""
+    t = type(x)
+    if t is float:
+        return ("f", x.hex())
+    if t is bool:
+        return ("b", x)
+    if t is complex:
+        return ("c", x.real.hex(), x.imag.hex())
+    return x
+
+
+# ops whose Scalar arguments decide the output's shape: their values must stay in the key
+_SHAPE_SCALAR_OPS = {"aten::arange", "aten::range"}
+# ops whose lowering cannot trace a dynamic Scalar (found at build time, see op_path): keyed by value
+_STATIC_SCALAR_OPS: set = set()
+_SCALAR_SLOTS: dict = caches.register("scalar slots", {})
+
+
+# a Python number reaches a Tensor argument as a "wrapped number" (``x + 2.5``): a value, like a Scalar
+_VALUE_TYPES = ("number", "Optional[number]", "Tensor", "Optional[Tensor]")
+
+
+def _scalar_slots(func):
+    """(positions, keyword names) of the arguments whose Python number can be a dynamic input."""
+    slots = _SCALAR_SLOTS.get(id(func))
+    if slots is None:
+        if id(func) in _STATIC_SCALAR_OPS or func._schema.name in _SHAPE_SCALAR_OPS:
+            slots = (frozenset(), frozenset())
+        else:
+            low, _ = registry.resolve(func)
+            static = low.static if low is not None else ()
+            numbers = [(i, a.name) for i, a in enumerate(func._schema.arguments)
+                       if str(a.type) in _VALUE_TYPES and a.name not in static]
+            slots = (frozenset(i for i, _ in numbers), frozenset(n for _, n in numbers))
+        _SCALAR_SLOTS[id(func)] = slots
+    return slots
+
+
+def keep_scalars_static(func) -> None:
+    """``func``'s lowering branches on a Scalar's value: key its Scalars by value from now on."""
+    logging.getLogger("torch_tpu").debug("%s: its lowering needs static Scalars (compiles per value)", func)
+    _STATIC_SCALAR_OPS.add(id(func))
+    _SCALAR_SLOTS.pop(id(func), None)
+
+
+def _scalar(x, sig, arrays):
+    """A number in a Scalar slot: dynamic (its type in the key, its value an input) unless a bool."""
+    t = type(x)
+    if t is bool:
+        sig.append(static_key(x))
+    else:
+        sig.append(_DYNAMIC_TAGS[t])
+        arrays.append(x)
+
+
+_DYNAMIC_TAGS = {int: ("scalar", "int"), float: ("scalar", "float"), complex: ("scalar", "complex")}
 
 
 class Slot:
@@ -43,7 +117,7 @@ def _walk(func, x, sig, arrays, allow_cpu):
             f"{func}: expected a 'tpu' device type for generator but found '{x.device.type}'. "
             "Create random tensors on the CPU with that generator and move them, as diffusers does.")
     else:
-        sig.append(x)
+        sig.append(static_key(x))
 
 
 # index ops accept CPU index tensors (like CUDA)
@@ -52,12 +126,15 @@ _CPU_INDEX_OPS = {id(op) for op in (torch.ops.aten.index.Tensor, torch.ops.aten.
 
 
 def key_and_inputs(func, args, kwargs):
-    """(structural key, dynamic arrays) of a call. Hot path: plain tpu tensors are inlined."""
+    """(structural key, dynamic inputs) of a call: arrays, and Python numbers of dynamic Scalars.
+    Hot path: plain tpu tensors are inlined."""
     sig = [id(func)]  # id: OpOverload.__hash__ is Python code
     arrays = []
     allow_cpu = id(func) in _CPU_INDEX_OPS
-    for a in args:
-        if type(a) is TpuTensor and a._tpu_full:
+    scalar_positions = None
+    for i, a in enumerate(args):
+        ta = type(a)
+        if ta is TpuTensor and a._tpu_full:
             storage = a._tpu_storage
             arr = storage.array
             if arr is None:
@@ -66,24 +143,44 @@ def key_and_inputs(func, args, kwargs):
                 arr = storage.array = launchers.current.take(arr)
             sig.append((arr.shape, a.dtype))
             arrays.append(arr)
+        elif ta in _NUMBERS:
+            if scalar_positions is None:
+                scalar_positions = _scalar_slots(func)[0]
+            if i in scalar_positions:
+                _scalar(a, sig, arrays)
+            else:
+                sig.append(static_key(a))
         else:
             _walk(func, a, sig, arrays, allow_cpu)
     if kwargs:
         for k, v in kwargs.items():
             sig.append(k)
-            _walk(func, v, sig, arrays, allow_cpu)
+            if type(v) in _NUMBERS and k in _scalar_slots(func)[1]:
+                _scalar(v, sig, arrays)
+            else:
+                _walk(func, v, sig, arrays, allow_cpu)
     return tuple(sig), arrays
 
 
-def template(x, counter):
-    """``x`` with every tensor replaced by a Slot numbered in walk order (``counter[0]`` counts)."""
-    if isinstance(x, torch.Tensor):
+def template(x, counter, dynamic: bool = False):
+    """``x`` with every dynamic input replaced by a Slot numbered in walk order (``counter[0]`` counts):
+    tensors, and the number itself when ``dynamic`` (a Scalar slot whose value is an input)."""
+    if isinstance(x, torch.Tensor) or (dynamic and type(x) in _NUMBERS):
         s = Slot(counter[0])
         counter[0] += 1
         return s
     if type(x) in (list, tuple):
         return type(x)(template(e, counter) for e in x)
     return x
+
+
+def templates(func, args, kwargs):
+    """Templates of ``args`` and ``kwargs`` matching ``key_and_inputs``'s input order, and the count."""
+    positions, names = _scalar_slots(func)
+    counter = [0]
+    tmpl_args = [template(a, counter, i in positions) for i, a in enumerate(args)]
+    tmpl_kwargs = {k: template(v, counter, k in names) for k, v in kwargs.items()}
+    return tmpl_args, tmpl_kwargs, counter[0]
 
 
 def fill(x, arrays):

@@ -13,7 +13,7 @@ from ..errors import no_lowering
 from ..ops import registry
 from ..runtime import caches, counters
 from ..tensor.tensor import TpuTensor, wrap
-from .arguments import fill, key_and_inputs, template
+from .arguments import fill, key_and_inputs, templates
 
 _counters = counters.counters
 
@@ -117,9 +117,7 @@ def data_dependent_entry(func, low):
 
     def run(*args, **kwargs):
         _counters["executions"] += 1
-        counter = [0]
-        tmpl_args = template(list(args), counter)
-        tmpl_kwargs = {k: template(v, counter) for k, v in kwargs.items()}
+        tmpl_args, tmpl_kwargs, _ = templates(func, args, kwargs)
         _, arrays = key_and_inputs(func, args, kwargs)
         arrays = [fused.materialize(a) for a in arrays]
         result = low.fn(*fill(tmpl_args, arrays), **{k: fill(v, arrays) for k, v in tmpl_kwargs.items()})

@@ -13,14 +13,14 @@ import torch
 
 from ..engine import launchers
 from ..errors import OpError, describe, leaves, no_lowering
-from ..ops import calling, registry
+from ..ops import calling, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..tensor.tensor import new_full, write
-from .arguments import fill, key_and_inputs, template, to_meta
+from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
 
 _counters = counters.counters
-_ENTRIES: dict = caches.register("op entries", {})
+_ENTRIES: dict = caches.register("op entries", caches.Bounded(program_cache.max_programs))
 
 
 class LoweredEntry:
@@ -28,9 +28,11 @@ class LoweredEntry:
     the arguments it writes back."""
 
     __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
-                 "n_out", "returns_scalar")
+                 "n_out", "returns_scalar", "check")
 
     def __call__(self, args, kwargs, arrays):
+        if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
+            self.check(args, kwargs)
         if self.random:
             arrays.append(rng.next_key_data())
         outs = launchers.current.run_op(self, arrays, args, kwargs)
@@ -75,6 +77,7 @@ def _build_entry(func, args, kwargs, key, arrays):
         entry = _ENTRIES[key] = data_dependent_entry(func, low)
         return entry
 
+    validate.run(target_func, args, kwargs)  # checks torch's CPU kernels make and its meta kernels don't
     # What does torch say this op returns? (Also raises torch's errors for bad input.)
     meta_args = to_meta(list(args))
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
@@ -84,10 +87,7 @@ def _build_entry(func, args, kwargs, key, arrays):
     except NotImplementedError:
         meta_out, has_meta = None, False
 
-    counter = [0]
-    tmpl_args = template(list(args), counter)
-    tmpl_kwargs = {k: template(v, counter) for k, v in kwargs.items()}
-    n_inputs = counter[0]
+    tmpl_args, tmpl_kwargs, n_inputs = templates(func, args, kwargs)
     in_place = bool(writes) and _is_inplace_or_out(func)
     write_metas = [meta_kwargs[name] if name in meta_kwargs else meta_args[pos] for pos, name in writes]
     if has_meta:  # torch's meta kernel resized a wrongly shaped out= tensor; we cannot resize
@@ -126,6 +126,8 @@ def _build_entry(func, args, kwargs, key, arrays):
         try:
             shapes = platform.jax().eval_shape(lambda *arrs: call_lowering(arrs), *example)
         except Exception as exc:
+            if any(not hasattr(a, "shape") for a in arrays) and _branches_on_a_value(exc):
+                raise _StaticScalarsNeeded() from exc
             raise OpError(f"tpu: lowering {func} failed ({describe(args, kwargs)}): {exc}") from exc
         if writes:
             shapes = shapes[0]
@@ -162,9 +164,45 @@ def _build_entry(func, args, kwargs, key, arrays):
     entry.n_out = len(tensor_leaves)
     entry.out_dtypes = tuple(m.dtype for m in tensor_leaves)
     entry.rebuild = None if (in_place or isinstance(meta_out, torch.Tensor)) else _rebuilder(meta_out)
-    launchers.current.prepare(entry, example, args, kwargs)
+    entry.check = _fill_check(func, target_func, (tensor_leaves + write_metas)[0] if writes or tensor_leaves
+                              else None)
+    try:
+        launchers.current.prepare(entry, example, args, kwargs)
+    except Exception as exc:
+        if any(not hasattr(a, "shape") for a in arrays) and _branches_on_a_value(exc):
+            raise _StaticScalarsNeeded() from exc
+        raise
     _ENTRIES[key] = entry
     return entry
+
+
+def _fill_check(func, target_func, out_meta):
+    """For ops that store a Scalar (full, fill_, masked_fill ...): check it fits the output dtype."""
+    name = validate.FILL_VALUE_ARGUMENT.get(target_func)
+    if name is None or not isinstance(out_meta, torch.Tensor):
+        return None
+    position = [a.name for a in func._schema.arguments].index(name)
+    dtype = out_meta.dtype
+
+    def check(args, kwargs):
+        value = kwargs[name] if name in kwargs else args[position] if position < len(args) else None
+        if type(value) in (int, float, complex):
+            validate.check_fits(value, dtype)
+
+    return check
+
+
+class _StaticScalarsNeeded(Exception):
+    """The lowering branched on a dynamic Scalar's value while tracing: key its Scalars by value."""
+
+
+def _branches_on_a_value(exc) -> bool:
+    jax = platform.jax()
+    while exc is not None:
+        if isinstance(exc, (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _is_inplace_or_out(func) -> bool:
@@ -204,7 +242,12 @@ def run_op(func, args, kwargs):
     key, arrays = key_and_inputs(func, args, kwargs)
     entry = _ENTRIES.get(key)
     if entry is None:
-        entry = _build_entry(func, args, kwargs, key, arrays)
+        try:
+            entry = _build_entry(func, args, kwargs, key, arrays)
+        except _StaticScalarsNeeded:
+            keep_scalars_static(func)
+            key, arrays = key_and_inputs(func, args, kwargs)
+            entry = _ENTRIES.get(key) or _build_entry(func, args, kwargs, key, arrays)
     else:
         _counters["cache_hits"] += 1
     return entry(args, kwargs, arrays)

@@ -105,6 +105,11 @@ def last_flush() -> tuple[int, int]:
 
 
 def _input_ref(g: _Graph, value):
+    if type(value) in _PY_NUMBERS:
+        # never shared by identity: which numbers happen to be one object (small ints, constants)
+        # must not change the graph's structure from one step to the next
+        g.inputs.append(value)
+        return ("i", len(g.inputs) - 1)
     key = id(value)
     idx = g.input_ids.get(key)
     if idx is None:
@@ -125,13 +130,29 @@ def _user_location() -> str:
     return "<unknown>"
 
 
+def abstract(a):
+    """What tracing needs of an input: a ShapeDtypeStruct, or a Python number itself (weakly typed)."""
+    if type(a) in _PY_NUMBERS:
+        return a
+    return platform.jax().ShapeDtypeStruct(np.shape(a), _dtype_of(a))
+
+
+_PY_NUMBERS = (int, float, complex, bool)
+
+
+def _input_signature(a):
+    """An input's part of a graph key: shape and dtype; a Python number (weakly typed) by its type."""
+    if type(a) in _PY_NUMBERS:
+        return type(a)
+    return (np.shape(a), str(_dtype_of(a)))
+
+
 def out_avals(key, fn, args):
     """(shape, dtype) of each output of fn(*args), cached by the program key."""
     avals = _AVALS.get(key)
     if avals is None:
         jax = platform.jax()
-        specs = [jax.ShapeDtypeStruct(np.shape(a), _dtype_of(a)) for a in args]
-        shapes = jax.eval_shape(fn, *specs)
+        shapes = jax.eval_shape(fn, *[abstract(a) for a in args])
         leaves = shapes if isinstance(shapes, (tuple, list)) else [shapes]
         avals = tuple((tuple(s.shape), s.dtype) for s in leaves)
         _AVALS[key] = avals
@@ -219,7 +240,7 @@ def _flush() -> None:
     if not live:
         return
     inputs = g.inputs
-    in_sig = tuple((np.shape(a), str(_dtype_of(a))) for a in inputs)
+    in_sig = tuple(_input_signature(a) for a in inputs)
     structure = tuple((n.key, n.inputs) for n in g.nodes)
     out_sig = tuple((i, j) for i, j, _ in live)
     donate = _donatable(inputs, [la for _, _, la in live])

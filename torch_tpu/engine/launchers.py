@@ -76,7 +76,7 @@ class Fused(Strict):
         # no single-op program in fused mode, but trace once so a bad lowering fails here, at the op
         jax = platform.jax()
         try:
-            jax.eval_shape(entry.fn, *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in example])
+            jax.eval_shape(entry.fn, *[fused.abstract(a) for a in example])
         except Exception as exc:
             raise OpError(f"tpu: could not lower {entry.func} ({describe(args, kwargs)}): "
                           f"{type(exc).__name__}: {exc}") from exc

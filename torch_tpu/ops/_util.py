@@ -11,6 +11,11 @@ def jdtype(torch_dtype):
     return None if torch_dtype is None else dtypes.to_jax_dtype(torch_dtype)
 
 
+def is_value(v, number) -> bool:
+    """``v`` is the Python number ``number`` (False for a traced Scalar, whatever its value)."""
+    return type(v) in (int, float, bool) and v == number
+
+
 def is_float(x) -> bool:
     return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
 
@@ -24,11 +29,25 @@ def upcast(x):
     return x.astype(jnp.float32) if is_low_precision(x) else x
 
 
+def no_pred(*xs):
+    """Bool arrays among ``xs`` converted to the operands' common dtype through uint8: XLA's simplifier
+    rewrites ``convert(bool) * y`` into ``select(bool, y, 0)``, which is wrong when y is inf or NaN
+    (False * inf is NaN in torch); a converted uint8 is not rewritten."""
+    if not any(hasattr(x, "dtype") and x.dtype == jnp.bool_ for x in xs):
+        return xs
+    common = jnp.result_type(*xs)
+    if common == jnp.bool_:
+        return xs
+    return tuple(x.astype(jnp.uint8).astype(common) if hasattr(x, "dtype") and x.dtype == jnp.bool_ else x
+                 for x in xs)
+
+
 def to_float(x):
     """Integer/bool inputs of float-valued ops compute in the default float dtype."""
     if is_float(x):
         return x
-    return jnp.asarray(x).astype(jnp.float32)
+    x = jnp.asarray(x)
+    return (x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x).astype(jnp.float32)
 
 
 def norm_dim(dim, ndim: int):

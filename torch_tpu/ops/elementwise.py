@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from .registry import aten, register
-from ._util import is_float, jdtype, to_float, upcast
+from ._util import is_float, is_value, jdtype, no_pred, to_float, upcast
 
 
 def _up(x):
@@ -14,7 +14,7 @@ def _up(x):
 
 
 def _scaled(y, alpha):
-    return y if alpha is None or alpha == 1 else y * alpha
+    return y if alpha is None or is_value(alpha, 1) else y * alpha
 
 
 @register(aten.add.Tensor, aten.add.Scalar)
@@ -38,11 +38,13 @@ def rsub(x, y, alpha=1):
 def mul(x, y):
     if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
         return jnp.logical_and(x, y)
+    x, y = no_pred(x, y)
     return x * y
 
 
 @register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 def div(x, y):
+    x, y = no_pred(x, y)
     if not is_float(x) and not is_float(y):
         x = jnp.asarray(x).astype(jnp.float32)
         if not isinstance(y, (int, float)):
@@ -159,10 +161,18 @@ def where(cond, x, y):
 
 @register(aten.clamp.default, aten.clamp.Tensor)
 def clamp(x, min=None, max=None):
-    if min is not None:
-        x = jnp.maximum(x, min) if not is_float(x) else jnp.where(jnp.isnan(x), x, jnp.maximum(x, min))
-    if max is not None:
-        x = jnp.minimum(x, max) if not is_float(x) else jnp.where(jnp.isnan(x), x, jnp.minimum(x, max))
+    """torch's order and ties: ``x < min ? min : x``, then ``x > max ? max : x`` (a tie keeps x, so
+    the sign of a zero is x's); a NaN in x or in a bound gives NaN."""
+    x = jnp.asarray(x)
+    dt = jnp.result_type(*[v for v in (x, min, max) if v is not None])
+    x = x.astype(dt)
+    for bound, beyond in ((min, jnp.less), (max, jnp.greater)):
+        if bound is None:
+            continue
+        bound = jnp.asarray(bound).astype(dt)
+        x = jnp.where(beyond(x, bound), bound, x)
+        if jnp.issubdtype(dt, jnp.inexact):
+            x = jnp.where(jnp.isnan(bound), bound, x)
     return x
 
 

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .registry import aten, register
+from ._util import is_value
 
 
 def _index_tuple(indices):
@@ -141,7 +142,7 @@ def _along(x, dim, index):
 def index_add(x, dim, index, source, alpha=1):
     if x.ndim == 0:
         return x + alpha * source.reshape(())
-    src = source * alpha if alpha != 1 else source
+    src = source if is_value(alpha, 1) else source * alpha
     return x.at[_along(x, dim, index)].add(src.astype(x.dtype))
 
 

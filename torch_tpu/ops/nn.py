@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from .registry import aten, register
-from ._util import is_low_precision, matmul, precision_of, upcast
+from ._util import is_low_precision, is_value, matmul, precision_of, upcast
 
 
 # --- matmul family ----------------------------------------------------------------------------
@@ -21,7 +21,7 @@ def mm(a, b, precision=None):
     return matmul(a, b, precision)
 
 
-@register(aten.addmm.default, aten.baddbmm.default, aten.addmv.default, matmul=True)
+@register(aten.addmm.default, aten.baddbmm.default, aten.addmv.default, matmul=True, static=("beta",))
 def addmm(bias, a, b, beta=1, alpha=1, precision=None):
     if is_low_precision(a) or is_low_precision(b):
         # bf16: product and bias add in fp32, rounded once (torch's CPU/CUDA epilogue)
@@ -29,19 +29,19 @@ def addmm(bias, a, b, beta=1, alpha=1, precision=None):
         bias = upcast(bias)
     else:
         prod = matmul(a, b, precision)
-    if alpha != 1:
+    if not is_value(alpha, 1):
         prod = prod * alpha
-    if beta == 0:
+    if is_value(beta, 0):  # torch ignores the bias, NaN and inf included
         return prod
-    return prod + (bias if beta == 1 else bias * beta)
+    return prod + (bias if is_value(beta, 1) else bias * beta)
 
 
-@register(aten.addbmm.default, matmul=True)
+@register(aten.addbmm.default, matmul=True, static=("beta",))
 def addbmm(bias, a, b, beta=1, alpha=1, precision=None):
     low = is_low_precision(a)
     prod = jnp.sum(jnp.matmul(a, b, precision=precision_of(precision),
                               preferred_element_type=jnp.float32 if low else None), axis=0)
-    return beta * upcast(bias) + alpha * prod if beta != 0 else alpha * prod
+    return alpha * prod if is_value(beta, 0) else beta * upcast(bias) + alpha * prod
 
 
 @register(aten._addmm_activation.default, matmul=True)

@@ -27,6 +27,9 @@ class Lowering:
     random: bool = False
     # Reads torch.get_float32_matmul_precision() (part of the program key).
     matmul: bool = False
+    # Scalar arguments whose value the lowering must see (it special-cases them), so the value is part
+    # of the program key; every other Scalar (``alpha=``, ``x * 2.5``) is a traced program input.
+    static: tuple = ()
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -45,11 +48,12 @@ def _overloads(op):
     return result
 
 
-def register(*ops, data_dependent: bool = False, random: bool = False, matmul: bool = False):
+def register(*ops, data_dependent: bool = False, random: bool = False, matmul: bool = False,
+             static: tuple = ()):
     """Decorator: ``@register(aten.add, aten.sub.Tensor)`` (a packet means every functional overload)."""
 
     def deco(fn):
-        low = Lowering(fn, data_dependent=data_dependent, random=random, matmul=matmul)
+        low = Lowering(fn, data_dependent=data_dependent, random=random, matmul=matmul, static=tuple(static))
         for op in ops:
             for ov in _overloads(op):
                 LOWERINGS[ov] = low

@@ -20,5 +20,25 @@ def reset_all() -> None:
         cache.clear()
 
 
+class Bounded(dict):
+    """A dict that forgets its oldest quarter once it holds more than ``limit()`` items.
+
+    Insertion order, not recency: lookups stay plain ``dict.get`` on the hot path. A workload that
+    keeps more live program signatures than the bound rebuilds some (from the disk cache), never grows
+    without end.
+    """
+
+    def __init__(self, limit):
+        super().__init__()
+        self._limit = limit  # a callable, read when the dict grows (settings may change)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        limit = self._limit()
+        if len(self) > limit:
+            for old in list(self)[: max(len(self) - (limit * 3) // 4, 1)]:
+                del self[old]
+
+
 def sizes() -> dict[str, int]:
     return {name: len(cache) for name, cache in _REGISTERED.items()}

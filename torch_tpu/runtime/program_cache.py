@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .. import config
 from . import caches, counters, platform
 
-_PROGRAMS: dict[Any, Any] = caches.register("programs", {})
+
+def max_programs() -> int:
+    return config.settings().max_cached_programs
+
+
+_PROGRAMS: dict[Any, Any] = caches.register("programs", caches.Bounded(max_programs))
 _counters = counters.counters
 
 

@@ -1,0 +1,145 @@
+"""Python numbers in program keys: each type and special value is its own program (no collisions), and a
+Scalar whose value changes between calls is a program input (no new compile per value)."""
+import itertools
+
+import pytest
+import torch
+
+import torch_tpu
+
+SCALARS = [2, 2.0, True, 1, 1.0, 0.0, -0.0, -3, float("nan"), float("inf"), 1 + 0j, 2 - 1j]
+TENSORS = {
+    "uint8": torch.tensor([200, 100, 0], dtype=torch.uint8),
+    "int32": torch.tensor([7, -8, 0], dtype=torch.int32),
+    "bool": torch.tensor([True, False, True]),
+    "float32": torch.tensor([1.5, -0.0, 2.0]),
+    "bfloat16": torch.tensor([1.5, -2.25, 0.0], dtype=torch.bfloat16),
+}
+BINARY = {
+    "add": lambda t, s: t + s, "radd": lambda t, s: s + t, "sub": lambda t, s: t - s,
+    "rsub": lambda t, s: s - t, "mul": lambda t, s: t * s, "div": lambda t, s: t / s,
+    "eq": lambda t, s: t == s, "lt": lambda t, s: t < s, "clamp_max": lambda t, s: torch.clamp(t, max=s),
+    "where": lambda t, s: torch.where(t > 1, t, s), "fill": lambda t, s: torch.full_like(t, s),
+    "add_alpha": lambda t, s: torch.add(t, t, alpha=s),
+}
+
+
+def _run(fn, t, s):
+    try:
+        return fn(t, s)
+    except Exception as exc:  # noqa: BLE001 - the comparison is "both raise"
+        return exc
+
+
+def _same(cpu, tpu, what):
+    if isinstance(cpu, NotImplementedError) and "not implemented for" in str(cpu):
+        return  # CPU torch lacks a kernel for this dtype; the tpu device may have one (documented)
+    if isinstance(cpu, Exception):
+        assert isinstance(tpu, Exception), f"{what}: CPU raised {cpu!r}, tpu returned {tpu}"
+        return
+    assert not isinstance(tpu, Exception), f"{what}: tpu raised {tpu!r}, CPU returned {cpu}"
+    tpu = tpu.cpu()
+    assert tpu.dtype == cpu.dtype, f"{what}: dtype {tpu.dtype} != CPU {cpu.dtype}"
+    torch.testing.assert_close(tpu, cpu, equal_nan=True, atol=1e-2 if cpu.dtype == torch.bfloat16 else 1e-6,
+                               rtol=1e-2 if cpu.dtype == torch.bfloat16 else 1e-6, msg=what)
+    if cpu.is_floating_point():  # the sign of zero too
+        assert torch.equal(torch.signbit(tpu), torch.signbit(cpu)) or cpu.isnan().any(), what
+
+
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_every_scalar_kind_in_one_sequence(op):
+    """All scalar kinds through the same op in one process: a cache key that confuses 1, 1.0, True,
+    1+0j, 0.0, -0.0 or NaN returns the first variant's dtype or value for the others."""
+    fn = BINARY[op]
+    scalars = SCALARS
+    if op == "clamp_max":  # CPU torch keeps a float input's dtype under a complex bound, its meta kernel
+        scalars = [s for s in SCALARS if type(s) is not complex]  # says complex: the tpu device refuses
+    for (name, t), s in itertools.product(TENSORS.items(), scalars):
+        _same(_run(fn, t, s), _run(fn, t.to("tpu"), s), f"{op}({name}, {s!r})")
+
+
+@pytest.mark.parametrize("op", ["add", "div", "fill", "where"])
+def test_every_scalar_kind_in_one_fused_sequence(op):
+    """The same in fused eager, where numbers are inputs of recorded graphs (their graph keys too)."""
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        test_every_scalar_kind_in_one_sequence(op)
+
+
+def test_known_collisions():
+    u = torch.tensor([200, 100], dtype=torch.uint8)
+    ud = u.to("tpu")
+    assert (ud * 2).dtype == torch.uint8
+    assert (ud * 2.0).cpu().tolist() == [400.0, 200.0]
+    i = torch.tensor([1, 2], device="tpu")
+    assert (i + 1.0).dtype == torch.float32 and (i + 1).dtype == torch.int64
+    assert torch.arange(5.0, device="tpu").dtype == torch.float32
+    assert torch.arange(5, device="tpu").dtype == torch.int64
+    b = torch.tensor([True, False], device="tpu")
+    assert (b + True).dtype == torch.bool
+    x = torch.tensor([-1.0, 2.0], device="tpu")
+    assert torch.signbit(x.clamp(max=0.0).cpu()).tolist() == [True, False]
+    assert torch.signbit(x.clamp(max=-0.0).cpu()).tolist() == [True, True]
+
+
+def _compiles_during(fn):
+    torch.tpu.synchronize()
+    before = torch_tpu.stats()["cache_misses"]
+    fn()
+    torch.tpu.synchronize()
+    return torch_tpu.stats()["cache_misses"] - before
+
+
+def test_changing_scalars_do_not_compile(eager_mode):
+    g = torch.randn(64, device="tpu")
+    p = torch.randn(64, device="tpu")
+    pc, gc = p.cpu(), g.cpu()
+
+    def steps(start):
+        for k in range(start, start + 10):
+            lr = 0.01 * (k + 1) + 1e-3
+            p.add_(g, alpha=-lr)
+            p.mul_(1 - lr / 7)
+            p.clamp_(min=-3.5 - lr, max=3.5 + lr)
+            pc.add_(gc, alpha=-lr)
+            pc.mul_(1 - lr / 7)
+            pc.clamp_(min=-3.5 - lr, max=3.5 + lr)
+
+    steps(0)  # warm-up: compiles each op once
+    assert _compiles_during(lambda: steps(10)) == 0
+    torch.testing.assert_close(p.cpu(), pc, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("opt", ["Adam", "AdamW", "SGD"])
+def test_optimizer_steps_compile_once(opt, eager_mode):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 4)
+    ref = torch.nn.Linear(8, 4)
+    ref.load_state_dict(model.state_dict())
+    model.to("tpu")
+    kwargs = {"lr": 0.05, "momentum": 0.9} if opt == "SGD" else {"lr": 0.05}
+    o = getattr(torch.optim, opt)(model.parameters(), **kwargs)
+    o_ref = getattr(torch.optim, opt)(ref.parameters(), **kwargs)
+    x = torch.randn(16, 8)
+
+    def step():
+        for m, op, xx in ((model, o, x.to("tpu")), (ref, o_ref, x)):
+            op.zero_grad()
+            m(xx).square().mean().backward()
+            op.step()
+
+    for _ in range(3):
+        step()
+    assert _compiles_during(lambda: [step() for _ in range(4)]) == 0
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), atol=1e-5, rtol=1e-4)
+
+
+def test_program_caches_are_bounded(monkeypatch):
+    from torch_tpu.eager import op_path
+    from torch_tpu.runtime import program_cache
+
+    monkeypatch.setenv("TORCH_TPU_MAX_CACHED_PROGRAMS", "16")
+    for n in range(1, 26):
+        x = torch.ones(n, device="tpu")
+        assert (x * 3 + 1).sum().item() == 4 * n
+    assert len(op_path._ENTRIES) <= 16 and len(program_cache._PROGRAMS) <= 16

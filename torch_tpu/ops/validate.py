@@ -1,0 +1,103 @@
+"""Argument checks that torch's CPU kernels make but its meta kernels do not.
+
+A validator runs on the host when an op's entry is built, once per program key, with the call's own
+arguments (tensors, Python values); it raises torch's error for the same input. Register with
+``@validates(aten.op.overload, ...)``; in-place and out= forms use their functional overload's.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .registry import aten
+
+VALIDATORS: dict = {}
+
+
+def validates(*ops) -> Callable:
+    def deco(fn):
+        for op in ops:
+            VALIDATORS[op] = fn
+        return fn
+
+    return deco
+
+
+def run(func, args, kwargs) -> None:
+    check = VALIDATORS.get(func)
+    if check is not None:
+        check(*args, **kwargs)
+
+
+def _is_bool(v) -> bool:
+    return type(v) is bool or (isinstance(v, torch.Tensor) and v.dtype == torch.bool)
+
+
+@validates(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar)
+def _sub(x, other, alpha=1, **_):
+    if _is_bool(x) and _is_bool(other):
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    if _is_bool(x) or _is_bool(other):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+    _alpha(x, other, alpha)
+
+
+@validates(aten.add.Tensor, aten.add.Scalar)
+def _alpha(x, other, alpha=1, **_):
+    """torch's alpha_check: alpha's kind must fit the result's dtype."""
+    dtype = torch.result_type(x, other) if isinstance(other, torch.Tensor) or isinstance(x, torch.Tensor) \
+        else None
+    if dtype is None or isinstance(alpha, torch.Tensor):
+        return
+    if dtype != torch.bool and type(alpha) is bool:
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+    if not (dtype.is_floating_point or dtype.is_complex) and type(alpha) in (float, complex):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    if not dtype.is_complex and type(alpha) is complex:
+        raise RuntimeError("For non-complex input tensors, argument alpha must not be a complex number.")
+
+
+@validates(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor,
+           aten.clamp_max.default, aten.clamp_max.Tensor)
+def _clamp(x, *bounds, **named):
+    def meta(v):
+        return torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
+
+    out = torch.clamp(meta(x), *[meta(b) for b in bounds], **{k: meta(v) for k, v in named.items()})
+    if out.is_complex():  # the CPU kernel's check (on a float input CPU torch drops the imaginary part
+        raise NotImplementedError("clamp is not supported for complex types")  # while meta says complex)
+
+
+# Ops that store a Scalar into a tensor of a given dtype: torch refuses a value that does not fit
+# (c10::checked_convert). The value is a dynamic program input, so this runs on every call.
+FILL_VALUE_ARGUMENT = {
+    aten.full.default: "fill_value", aten.full_like.default: "fill_value", aten.fill.Scalar: "value",
+    aten.masked_fill.Scalar: "value", aten.index_fill.int_Scalar: "value",
+}
+_C_NAMES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t", torch.int32: "int",
+            torch.int64: "int64_t"}
+
+
+def check_fits(value, dtype: torch.dtype) -> None:
+    """Raise torch's error when ``value`` cannot be stored in ``dtype`` without overflow."""
+    if type(value) is bool or dtype == torch.bool or dtype.is_complex:
+        return
+    if type(value) is complex:
+        if value.imag != 0:
+            name = {torch.float32: "float"}.get(dtype, _C_NAMES.get(dtype, "double"))
+            raise RuntimeError(f"value cannot be converted to type {name} without overflow")
+        value = value.real
+    if dtype not in _C_NAMES:
+        return
+    info = torch.iinfo(dtype)
+    if type(value) is float:
+        ok = value == value and abs(value) != float("inf") and info.min - 1 < value < info.max + 1
+    else:
+        ok = info.min <= value <= info.max
+    if not ok and dtype == torch.uint8 and type(value) is int and -256 < value < 0:
+        ok = True  # c10 lets a negative integer wrap into an unsigned type
+    if not ok:
+        raise RuntimeError(f"value cannot be converted to type {_C_NAMES[dtype]} without overflow")
