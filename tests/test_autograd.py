@@ -1,6 +1,8 @@
 """Autograd and optimizers on the tpu device match CPU torch."""
 import copy
 
+import pytest
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -111,3 +113,42 @@ def test_no_grad_and_detach():
     with torch.inference_mode():
         v = nn.functional.linear(torch.ones(2, 3, device=DEV), torch.ones(4, 3, device=DEV))
     assert v.cpu().tolist() == [[3.0] * 4] * 2
+
+
+def _op_whose_backward_fails():
+    """tputest::scale2 (lowered) whose backward calls tputest::nograd, which has no tpu lowering."""
+    if hasattr(torch.ops, "tputest") and hasattr(torch.ops.tputest, "scale2"):
+        return torch.ops.tputest.scale2
+    from torch_tpu.ops import registry
+
+    @torch.library.custom_op("tputest::nograd", mutates_args=(), device_types="cpu")
+    def nograd(g: torch.Tensor) -> torch.Tensor:
+        return g * 2
+
+    nograd.register_fake(lambda g: torch.empty_like(g))
+
+    @torch.library.custom_op("tputest::scale2", mutates_args=())
+    def scale2(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    scale2.register_fake(lambda x: torch.empty_like(x))
+    scale2.register_autograd(lambda ctx, g: torch.ops.tputest.nograd(g))
+    registry.register(torch.ops.tputest.scale2.default)(lambda x: x * 2)
+    return torch.ops.tputest.scale2
+
+
+@pytest.mark.parametrize("how", ["backward", "autograd.grad"])
+def test_an_error_in_backward_is_raised_not_fatal(how, eager_mode):
+    """The op failing inside autograd's engine (no lowering for the backward op) raises from
+    backward(); the process survives and the next backward works."""
+    op = _op_whose_backward_fails()
+    x = torch.ones(3, device="tpu", requires_grad=True)
+    y = (op(x) * 3).sum()
+    with pytest.raises(NotImplementedError, match="tputest.nograd"):
+        if how == "backward":
+            y.backward()
+        else:
+            torch.autograd.grad(y, x)
+    z = torch.ones(3, device="tpu", requires_grad=True)
+    (z * z).sum().backward()
+    assert z.grad.cpu().tolist() == [2.0, 2.0, 2.0]

@@ -11,6 +11,7 @@ from ..runtime import caches
 from ..tensor.kernels import KERNELS
 from ..tensor.tensor import TpuTensor
 from ..tensor.views import run_view
+from . import backward_errors
 from .fallbacks import has_composite_implicit
 from .op_path import run_op
 from .rewrites import REWRITES
@@ -27,7 +28,15 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     route = _ROUTES.get(id(func))  # id: OpOverload.__hash__ is Python code, too slow for every op
     if route is None:
         route = _ROUTES[id(func)] = _route(func)
-    return route(func, args, kwargs or {})
+    kwargs = kwargs or {}
+    try:
+        return route(func, args, kwargs)
+    except Exception as exc:
+        if backward_errors.in_backward():  # raising here would abort the process (see backward_errors)
+            out = backward_errors.defer(func, args, kwargs, exc)
+            if out is not None:
+                return out
+        raise
 
 
 def _decompose(func, args, kwargs):
