@@ -1,15 +1,74 @@
-"""torch.load(..., map_location="tpu") for checkpoints whose storages are on the CPU (or anywhere).
+"""Saving and loading tpu tensors: ``torch.save``/``torch.load``/pickle, and ``map_location="tpu"``.
 
-A tpu tensor has no byte-addressable storage, so a storage cannot be restored "onto the tpu" the
-way CUDA does it. Instead the deserializer keeps the bytes on the CPU and marks the storage; the
-tensor rebuild then moves the finished CPU tensor to the device. (tpu tensors themselves pickle
-through ``torch._utils._rebuild_device_tensor_from_cpu_tensor``, see ``TpuTensor.__reduce_ex__``.)
+A tpu tensor pickles as (its storage's value as one CPU tensor, offset, size, stride, dtype,
+requires_grad, is-a-Parameter). Views of one storage hand the pickler the same CPU tensor object, so
+it is written once and every view comes back as a view of one new storage: sharing, strides and
+``nn.Parameter`` survive the round trip, and ``map_location`` chooses the device as usual.
+
+CPU checkpoints loaded with ``map_location="tpu"``: a tpu tensor has no byte-addressable storage, so
+the deserializer keeps the bytes on the CPU and marks the storage; the tensor rebuild then moves the
+finished CPU tensor to the device.
 """
 from __future__ import annotations
 
 import re
+import weakref
 
 import torch
+
+from ..engine.fused import materialize
+from ..runtime import dtypes, platform
+from .tensor import TpuStorage, TpuTensor
+
+# storage -> (version, weak ref to its CPU copy): while one torch.save runs, the pickler's memo keeps
+# the copy alive, so every view of the storage reduces to the same object (written once)
+_HOST_COPIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# id of a CPU copy being loaded -> the storage rebuilt from it (views of one storage share it again);
+# an entry leaves when its CPU copy dies (tensors compare by value, so no WeakKeyDictionary)
+_LOADED: dict = {}
+
+
+def _storage_loaded_from(host, device_index: int) -> TpuStorage:
+    key = id(host)
+    known = _LOADED.get(key)
+    if known is not None and known[0]() is host:
+        return known[1]
+    array = dtypes.host_to_device(host, platform.jax_device(device_index))
+    storage = TpuStorage(array, tuple(host.shape), host.dtype, device_index)
+    _LOADED[key] = (weakref.ref(host, lambda _, key=key: _LOADED.pop(key, None)), storage)
+    return storage
+
+
+def _host_copy(storage: TpuStorage) -> torch.Tensor:
+    known = _HOST_COPIES.get(storage)
+    if known is not None and known[0] == storage.version:
+        host = known[1]()
+        if host is not None:
+            return host
+    host = dtypes.device_to_host(materialize(storage.value()), storage.dtype).reshape(storage.shape)
+    _HOST_COPIES[storage] = (storage.version, weakref.ref(host))
+    return host
+
+
+def _reduce_ex(self, proto):
+    return (rebuild_tpu_tensor, (_host_copy(self._tpu_storage), self.storage_offset(), tuple(self.shape),
+                                 tuple(self.stride()), self.dtype, self.requires_grad,
+                                 bool(getattr(self, "_is_param", False)), str(self.device)))
+
+
+def rebuild_tpu_tensor(host, offset, size, stride, dtype, requires_grad, is_param, device):
+    """Unpickling: the view (size, stride, offset, dtype) of ``host``, on the restore location."""
+    target = torch.device(torch._utils._get_restore_location(device))
+    if isinstance(host, TpuTensor):  # map_location="tpu" already moved the saved CPU copy (see install)
+        storage = host._tpu_storage
+        tensor = TpuTensor(storage, size, stride, offset, dtype)
+    elif target.type == "tpu":
+        tensor = TpuTensor(_storage_loaded_from(host, target.index or 0), size, stride, offset, dtype)
+    else:
+        tensor = host.reshape(-1).view(dtype).as_strided(size, stride, offset).to(target)
+    if is_param:
+        return torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    return tensor.requires_grad_(requires_grad) if requires_grad else tensor
 
 _PATTERN = re.compile(r"^tpu(:[0-9]+)?$")
 
@@ -44,3 +103,5 @@ def install() -> None:
     _rebuild_tensor._tpu_patched = True
     tu._rebuild_tensor = _rebuild_tensor
     torch.serialization.register_package(19, _tag, _deserialize)
+    torch.serialization.add_safe_globals([rebuild_tpu_tensor])  # torch.load(weights_only=True)
+    TpuTensor.__reduce_ex__ = _reduce_ex

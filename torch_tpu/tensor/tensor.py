@@ -173,11 +173,33 @@ class TpuTensor(torch.Tensor):
         self._tpu_cache = new._tpu_cache
         self._tpu_cache_version = new._tpu_cache_version
 
-    def __reduce_ex__(self, proto):
-        # torch.save / pickling: store the CPU value; torch's own rebuild function (allowed by
-        # weights_only loading) honours map_location and otherwise comes back on the tpu device.
-        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
-                (self.detach().cpu(), self.dtype, str(self.device), self.requires_grad))
+    def __deepcopy__(self, memo):
+        """A copy sharing nothing with self, but as much with other copies as self does with their
+        originals (views of one storage stay views of one new storage). Device arrays are immutable,
+        so the new storage may hold the same array: the copy is free, also of a value still pending in
+        fused mode."""
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
+                               "deepcopy protocol at the moment.")
+        import copy
+
+        storage = self._tpu_storage
+        new_storage = memo.get(id(storage))
+        if new_storage is None:
+            new_storage = TpuStorage(storage.array, storage.shape, storage.dtype, storage.device_index)
+            memo[id(storage)] = new_storage
+            memo.setdefault(id(memo), []).append(storage)  # keep the id valid while memo lives
+        new = TpuTensor(new_storage, tuple(self.shape), self.stride(), self.storage_offset(), self.dtype,
+                        requires_grad=self.requires_grad)
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        for name, value in self.__dict__.items():
+            if not name.startswith("_tpu_"):  # the payload is shared above, caches are rebuilt
+                new.__dict__[name] = copy.deepcopy(value, memo)
+        memo[id(self)] = new
+        return new
 
     def tolist(self):
         return self.detach().cpu().tolist()
