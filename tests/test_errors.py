@@ -123,3 +123,30 @@ def test_numpy_and_device_errors():
         torch.ones(1, device=DEV).numpy()
     with pytest.raises(RuntimeError, match="tpu:1"):
         torch.ones(1, device="tpu:1")
+
+
+def test_device_in_a_forked_child_raises_instead_of_hanging():
+    """Like CUDA: the parent started the XLA runtime, a fork cannot use it; CPU work still runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import multiprocessing as mp, torch\n"
+        "x = torch.ones(3, device='tpu') * 2\n"
+        "def child(q):\n"
+        "    out = []\n"
+        "    for name, fn in [('op', lambda: x + 1), ('read', x.cpu), ('new', lambda: torch.zeros(2, device='tpu'))]:\n"
+        "        try:\n"
+        "            fn(); out.append(name + ' ran')\n"
+        "        except Exception as e:\n"
+        "            out.append(name + ' ' + type(e).__name__ + ('spawn' in str(e)) * ' names spawn')\n"
+        "    out.append(f'bad_fork={torch.tpu._is_in_bad_fork()} cpu={torch.ones(2).sum().item()}')\n"
+        "    q.put(out)\n"
+        "ctx = mp.get_context('fork'); q = ctx.Queue()\n"
+        "p = ctx.Process(target=child, args=(q,)); p.start(); print(q.get(timeout=60)); p.join(30)\n"
+        "print('exit', p.exitcode, (x * 3).cpu().tolist())\n")
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert ("['op ForkedProcessError names spawn', 'read ForkedProcessError names spawn', "
+            "'new ForkedProcessError names spawn', 'bad_fork=True cpu=2.0']") in out.stdout, out.stdout
+    assert "exit 0 [6.0, 6.0, 6.0]" in out.stdout

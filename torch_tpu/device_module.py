@@ -33,7 +33,7 @@ def init() -> None:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    return _platform.forked()
 
 
 def device_count() -> int:

@@ -7,6 +7,8 @@ pending graph (``fused.py``). Keeping the choice in one object keeps mode checks
 """
 from __future__ import annotations
 
+import os
+
 from ..errors import OpError, describe
 from ..runtime import counters, platform, program_cache
 from . import fused
@@ -90,10 +92,33 @@ class Fused(Strict):
         return fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]
 
 
+class Forked(Strict):
+    """In a process forked after its parent started the XLA runtime: every launch raises (it would hang)."""
+
+    def prepare(self, entry, example: list, args, kwargs) -> None:
+        raise platform.fork_error()
+
+    def run_op(self, entry, arrays: list, args, kwargs):
+        raise platform.fork_error()
+
+    def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
+        raise platform.fork_error()
+
+
 STRICT = Strict()
 LAUNCH_BLOCKING = LaunchBlocking()
 FUSED = Fused()
+FORKED = Forked()
 current: Strict = STRICT  # set by modes.set_mode
+
+
+def _after_fork_in_child() -> None:
+    global current
+    if platform.runtime_started():  # the parent's XLA runtime did not survive the fork
+        current = FORKED
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def launch(key, fn, args: tuple, aval=None, what: str = ""):

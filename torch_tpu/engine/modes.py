@@ -10,6 +10,7 @@ import contextlib
 import enum
 
 from .. import config
+from ..runtime import platform
 from . import fused, launchers
 from .sync import sync
 
@@ -47,6 +48,8 @@ def get_mode() -> EagerMode:
 def set_mode(mode) -> None:
     global _mode
     mode = _as_mode(mode)
+    if launchers.current is launchers.FORKED:
+        raise platform.fork_error()
     if _mode is EagerMode.DEFER_AND_FUSE and mode is not EagerMode.DEFER_AND_FUSE:
         fused.flush()  # pending work runs before the mode changes
         fused.remove_module_hooks()

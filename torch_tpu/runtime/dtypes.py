@@ -78,6 +78,7 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
 
 def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:
     """Copy a device array to a new CPU tensor of the given torch dtype (waits for the value)."""
+    platform.jax()  # raises in a forked child, where reading would hang
     host = np.asarray(array)
     counters.counters["device_to_host_bytes"] += host.nbytes
     view = _tables()[2].get(dtype)

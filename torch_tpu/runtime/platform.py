@@ -11,6 +11,35 @@ import threading
 from .. import config
 
 _LOCK = threading.Lock()
+_FORKED = False  # this process was forked after its parent had started the XLA runtime
+
+
+class ForkedProcessError(RuntimeError):
+    pass
+
+
+def forked() -> bool:
+    return _FORKED
+
+
+def runtime_started() -> bool:
+    """Whether this process started JAX (or its parent had, before forking it)."""
+    return _FORKED or jax.cache_info().currsize > 0
+
+
+def _after_fork_in_child() -> None:
+    global _FORKED
+    if jax.cache_info().currsize:  # the parent had started JAX: its runtime threads are gone here
+        _FORKED = True
+        jax.cache_clear()
+
+
+def fork_error() -> ForkedProcessError:
+    return ForkedProcessError(
+        "torch_tpu: cannot use the tpu device in a forked subprocess: the parent process had already "
+        "started the XLA runtime, which does not survive fork (using it would hang). Start workers with "
+        "multiprocessing's 'spawn' start method (e.g. torch.multiprocessing.set_start_method('spawn') or "
+        "DataLoader(multiprocessing_context='spawn')), or keep tpu work out of forked workers.")
 
 
 def _configure_environment() -> None:
@@ -21,6 +50,8 @@ def _configure_environment() -> None:
 @functools.lru_cache(maxsize=None)
 def jax():
     """Import and configure JAX (once)."""
+    if _FORKED:
+        raise fork_error()
     with _LOCK:
         config.settings()  # a malformed TORCH_TPU_* variable fails here, on first device use, by name
         _configure_environment()
@@ -39,6 +70,7 @@ def jax():
         from . import compile_events
 
         compile_events.install(_jax)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
         return _jax
 
 
