@@ -195,10 +195,11 @@ def test_persistent_cache_makes_a_second_process_compile_less(tmp_path):
     assert second["compile_seconds"] < 0.5 * first["compile_seconds"], (first, second)
 
 
-def test_in_place_updates_reuse_the_buffer_memory():
+def test_in_place_updates_reuse_the_buffer_memory(monkeypatch):
     rows = torch.arange(64 * 128, dtype=torch.float32).reshape(64, 128)
     buf = rows.to("tpu")
     keep = buf.clone()  # a second tensor: its buffer must never be donated
+    monkeypatch.setenv("TORCH_TPU_FUSED_DONATE_INPLACE", "1")
     nbytes = 64 * 128 * 4
     with torch.tpu.set_eager_mode(FUSE):
         torch_tpu.reset_stats()
@@ -214,3 +215,75 @@ def test_in_place_updates_reuse_the_buffer_memory():
     torch.testing.assert_close(buf.cpu(), expected)
     torch.testing.assert_close(keep.cpu(), rows)
     assert donated >= 5 * nbytes, donated
+
+
+def test_by_default_only_dead_temporaries_are_donated():
+    """An in-place write's old buffer is what a failed graph undoes to: kept unless opted in."""
+    buf = torch.ones(64, 128, device="tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        torch_tpu.reset_stats()
+        for _ in range(3):
+            buf.mul_(2)
+            torch_tpu.sync()
+        assert torch_tpu.stats()["donated_bytes"] == 0
+        tmp = buf * 3
+        torch_tpu.sync()  # tmp is concrete now
+        out = tmp + 1
+        del tmp  # nothing but the pending graph holds tmp's buffer: safe to reuse
+        torch_tpu.sync()
+        assert torch_tpu.stats()["donated_bytes"] >= 64 * 128 * 4
+    assert out.cpu().eq(25.0).all()
+
+
+def test_a_failing_graph_behaves_like_the_failing_op_on_cpu():
+    """Values before the failing op are computed, the failing op and everything after it fail with its
+    name and line, and in-place writes from then on are undone; the device keeps working."""
+    from test_errors import _boom_op
+
+    op = _boom_op()
+    x = torch.ones(4, device="tpu")
+    p = torch.full((4,), 5.0, device="tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        before = x * 2
+        p.add_(before)              # recorded before the failing op: kept
+        bad = op(x); line = sys._getframe().f_lineno  # noqa: E702
+        p.mul_(10)                  # after it: undone
+        after = x + 1               # after it: never ran (as on CPU)
+        with pytest.raises(fused.FusedGraphError) as info:
+            torch_tpu.sync()
+        assert "tputest.boom" in str(info.value) and f"test_fused.py:{line}" in str(info.value)
+        torch.testing.assert_close(before.cpu(), torch.full((4,), 2.0))
+        torch.testing.assert_close(p.cpu(), torch.full((4,), 7.0))
+        for lost in (bad, after):
+            with pytest.raises(fused.FusedGraphError, match="tputest.boom"):
+                lost.cpu()
+        torch.testing.assert_close((p * x).cpu(), torch.full((4,), 7.0))  # the device keeps working
+
+
+
+def test_an_interrupted_forward_does_not_stop_module_exit_flushes():
+    """A KeyboardInterrupt skips torch's always-called hooks; the next outermost call still ends its graph."""
+    class Stop(torch.nn.Module):
+        def forward(self, x):
+            raise KeyboardInterrupt
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.stop, self.interrupt = torch.nn.Linear(4, 4), Stop(), True
+
+        def forward(self, x):
+            x = self.lin(x)
+            if self.interrupt:
+                self.stop(x)
+            return x * 2
+
+    m = Model().to("tpu")
+    x = torch.ones(2, 4, device="tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        with pytest.raises(KeyboardInterrupt):
+            m(x)
+        m.interrupt = False
+        y = m(x)
+        assert fused.pending_nodes() == 0  # flushed when the outermost call returned
+    torch.testing.assert_close(y.cpu(), m.cpu()(torch.ones(2, 4)) * 1.0)

@@ -84,6 +84,9 @@ VARIABLES = (
              "start in DEFER_AND_FUSE (fused eager)"),
     Variable("TORCH_TPU_FUSED_MAX_NODES", "fused_max_nodes", _int_at_least(1), 20000,
              "flush a fused graph once it holds this many ops"),
+    Variable("TORCH_TPU_FUSED_DONATE_INPLACE", "fused_donate_inplace", _flag, False,
+             "fused graphs reuse the buffers of values replaced in place (less memory; a graph that fails "
+             "while running then loses those values instead of undoing the writes)"),
     Variable("TORCH_TPU_MAX_CACHED_PROGRAMS", "max_cached_programs", _int_at_least(16), 4096,
              "in-memory program and op-entry caches forget their oldest quarter beyond this many"),
     Variable("TORCH_TPU_CPU_FALLBACK", "cpu_fallback", _flag, False,
@@ -104,6 +107,7 @@ class Settings:
     launch_blocking: bool
     defer_and_fuse: bool
     fused_max_nodes: int
+    fused_donate_inplace: bool
     max_cached_programs: int
     cpu_fallback: bool
     cache_dir: str | None

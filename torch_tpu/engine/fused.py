@@ -24,6 +24,8 @@ import numpy as np
 
 from .. import config
 from ..runtime import caches, counters, platform, program_cache
+from . import recovery
+from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
 
 _counters = counters.counters
 _AVALS: dict = caches.register("fused output avals", {})
@@ -32,7 +34,7 @@ _AVALS: dict = caches.register("fused output avals", {})
 class LazyArray:
     """A deferred device value: the j-th output of a recorded node (or, after a flush, a concrete array)."""
 
-    __slots__ = ("shape", "dtype", "node", "out", "concrete", "__weakref__")
+    __slots__ = ("shape", "dtype", "node", "out", "concrete", "error", "__weakref__")
 
     def __init__(self, shape, dtype, node, out):
         self.shape = tuple(shape)
@@ -40,6 +42,7 @@ class LazyArray:
         self.node = node
         self.out = out
         self.concrete = None
+        self.error = None  # set when the graph that computes it failed (see recovery.py)
 
     @property
     def ndim(self):
@@ -81,6 +84,9 @@ class _Graph:
         self.inputs: list = []
         self.input_ids: dict[int, int] = {}
         self.max_nodes = 0  # read from the settings when the first node is recorded
+        # (weak ref to a storage, its previous value, the LazyArray written into it): undone when the
+        # graph fails before that write (recovery.py)
+        self.writes: list = []
 
 
 class _STATE:
@@ -209,14 +215,20 @@ def materialize(a):
     if type(a) is not LazyArray:
         return a
     if a.concrete is None:
-        flush()
+        if a.error is None:
+            flush()
+        if a.error is not None:
+            raise a.error
         if a.concrete is None:
             raise RuntimeError("tpu fused eager: a deferred value was lost (internal error)")
     return a.concrete
 
 
-class FusedGraphError(RuntimeError):
-    pass
+def note_write(storage, old, new: LazyArray) -> None:
+    """A storage's value is replaced by a pending one: remember how to undo it if the graph fails."""
+    with _STATE.lock:
+        if new.node is not None and new.error is None and new.concrete is None:
+            _graph().writes.append((weakref.ref(storage), old, new))
 
 
 def flush() -> None:
@@ -243,7 +255,7 @@ def _flush() -> None:
     in_sig = tuple(_input_signature(a) for a in inputs)
     structure = tuple((n.key, n.inputs) for n in g.nodes)
     out_sig = tuple((i, j) for i, j, _ in live)
-    donate = _donatable(inputs, [la for _, _, la in live])
+    donate = _donatable(inputs, [la for _, _, la in live], g.writes)
     key = ("fused", structure, in_sig, out_sig, donate)
     nodes = g.nodes
     _counters["flushes"] += 1
@@ -263,17 +275,31 @@ def _flush() -> None:
         results = prog(*inputs)
         _counters["executions"] += 1
     except Exception as exc:
-        raise _explain(nodes, inputs, exc) from exc
+        error = recovery.replay(nodes, inputs, live, g.writes, exc)
+        if error is not None:
+            raise error from exc
+        return
+    except BaseException:  # interrupted (Ctrl-C) before any result: the work stays pending
+        if not _STATE.graph.nodes:
+            _STATE.graph = g
+        raise
     for (_, _, la), arr in zip(live, results):
         la.concrete = arr
         la.node = None
 
 
-def _donatable(inputs: list, outputs: list) -> tuple:
-    """Input buffers nothing outside this graph can reach any more (a buffer overwritten in place,
-    a temporary whose tensor died), each matching a live output's shape and dtype: donating them lets
-    XLA write that output into their memory instead of allocating."""
+def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
+    """Input buffers nothing outside this graph can reach any more (a temporary whose tensor died; with
+    TORCH_TPU_FUSED_DONATE_INPLACE=1 also a buffer overwritten in place), each matching a live output's
+    shape and dtype: donating them lets XLA write that output into their memory instead of allocating."""
     jax = platform.jax()
+    held = {}  # references the graph's undo records hold (the value a failed write is undone to)
+    for _, old, _ in writes:
+        if type(old) is LazyArray:  # a value of an earlier graph: its array is referenced through it
+            old = old.concrete
+        held[id(old)] = held.get(id(old), 0) + 1
+    if not config.settings().fused_donate_inplace:
+        held = {k: None for k in held}  # not safe to lose: never donated
     wanted: dict = {}
     for la in outputs:
         k = (la.shape, np.dtype(la.dtype))
@@ -281,27 +307,14 @@ def _donatable(inputs: list, outputs: list) -> tuple:
     donate = []
     for i in range(len(inputs)):
         # two references: the graph's input list and getrefcount's own argument
-        if isinstance(inputs[i], jax.Array) and sys.getrefcount(inputs[i]) == 2:
+        extra = held.get(id(inputs[i]), 0)
+        if extra is not None and isinstance(inputs[i], jax.Array) and sys.getrefcount(inputs[i]) == 2 + extra:
             k = (tuple(inputs[i].shape), np.dtype(inputs[i].dtype))
             if wanted.get(k, 0) > 0:
                 wanted[k] -= 1
                 donate.append(i)
                 _counters["donated_bytes"] += inputs[i].nbytes
     return tuple(donate)
-
-
-def _explain(nodes, inputs, exc) -> Exception:
-    """Find the node that fails by replaying the graph op by op, and name it and its user location."""
-    env = []
-    for node in nodes:
-        vals = [inputs[r[1]] if r[0] == "i" else env[r[1]][r[2]] for r in node.inputs]
-        try:
-            res = platform.jax().jit(node.fn)(*vals)
-        except Exception as inner:
-            op, where = node.where
-            return FusedGraphError(f"tpu fused eager: {op} (created at {where}) failed: {inner}")
-        env.append(res if isinstance(res, (tuple, list)) else (res,))
-    return FusedGraphError(f"tpu fused eager: the fused graph of {len(nodes)} ops failed: {exc}")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -312,14 +325,30 @@ _DEPTH = threading.local()
 
 
 def _pre_hook(module, args):
-    _DEPTH.n = getattr(_DEPTH, "n", 0) + 1
+    n = getattr(_DEPTH, "n", 0)
+    if n and not _executing(_DEPTH.outer):
+        n = 0  # the outermost call left by an exception the hooks never saw (KeyboardInterrupt)
+    if n == 0:
+        _DEPTH.outer = sys._getframe(1)  # the outermost module call's frame
+    _DEPTH.n = n + 1
+
+
+def _executing(frame) -> bool:
+    """Whether a frame is still running: CPython refuses to clear a running frame."""
+    try:
+        frame.clear()
+    except RuntimeError:
+        return True
+    return False
 
 
 def _post_hook(module, args, output):
     n = getattr(_DEPTH, "n", 1) - 1
     _DEPTH.n = n
-    if n == 0 and _graph().nodes:
-        flush()
+    if n == 0:
+        _DEPTH.outer = None
+        if _graph().nodes:
+            flush()
 
 
 def install_module_hooks() -> None:
@@ -335,3 +364,4 @@ def remove_module_hooks() -> None:
     while _HOOKS:
         _HOOKS.pop().remove()
     _DEPTH.n = 0
+    _DEPTH.outer = None

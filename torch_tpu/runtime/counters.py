@@ -11,6 +11,7 @@ _FIELDS = {
     "cache_misses": 0,
     "executions": 0,          # compiled programs launched
     "flushes": 0,             # fused-mode graph materialisations
+    "fused_graph_replays": 0,  # fused graphs that failed whole and ran op by op instead
     "donated_bytes": 0,       # fused-mode input buffers handed to XLA for reuse by outputs
     "graph_compiles": 0,      # torch.compile(backend="tpu") graphs compiled to a new XLA program
     "cpu_fallbacks": 0,       # ops run on the CPU under TORCH_TPU_CPU_FALLBACK=1

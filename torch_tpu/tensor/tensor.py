@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from ..engine.fused import LazyArray, note_write
 from ..runtime import dtypes, memory, platform
 from . import strided
 
@@ -55,6 +56,8 @@ class TpuStorage:
         return arr
 
     def set(self, array) -> None:
+        if type(array) is LazyArray:  # fused mode: undone if the graph fails before this write
+            note_write(self, self.array, array)
         self.array = array
         self.version += 1
 
