@@ -89,6 +89,9 @@ VARIABLES = (
              "while running then loses those values instead of undoing the writes)"),
     Variable("TORCH_TPU_MAX_CACHED_PROGRAMS", "max_cached_programs", _int_at_least(16), 4096,
              "in-memory program and op-entry caches forget their oldest quarter beyond this many"),
+    Variable("TORCH_TPU_CHECKS", "checks", _flag, True,
+             "compute validity checks on the device (indices in range ...) and raise at the next wait; "
+             "0 turns them off (out-of-range indices are then clamped or dropped by XLA)"),
     Variable("TORCH_TPU_CPU_FALLBACK", "cpu_fallback", _flag, False,
              "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),
     Variable("TORCH_TPU_CACHE_DIR", "cache_dir", _text, None,
@@ -109,6 +112,7 @@ class Settings:
     fused_max_nodes: int
     fused_donate_inplace: bool
     max_cached_programs: int
+    checks: bool
     cpu_fallback: bool
     cache_dir: str | None
     dist_timeout_s: float

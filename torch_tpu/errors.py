@@ -9,6 +9,12 @@ class OpError(RuntimeError):
     """An aten op failed to lower, compile or run on the tpu device."""
 
 
+class DeviceAssertError(IndexError, RuntimeError):
+    """A check computed on the device failed (an index out of range, a loss target out of bounds ...).
+    Raised at the next point that waits for the device, like CUDA's device-side assert; an IndexError and
+    a RuntimeError, as the CPU kernels' own errors are one or the other."""
+
+
 def leaves(x):
     """The non-list leaves of nested lists/tuples, in order."""
     if type(x) in (list, tuple):

@@ -5,9 +5,9 @@ import operator
 
 import torch
 
-from ..engine import fused
-from ..ops import calling, registry
-from ..runtime import counters, dtypes, platform, program_cache, rng
+from ..engine import deferred_errors, fused
+from ..ops import calling, checks, registry
+from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..tensor.tensor import TpuTensor, new_full, value_of
 
 _counters = counters.counters
@@ -38,6 +38,7 @@ class _Plan:
         self.nodes = list(gm.graph.nodes)
         self.lowerings = {}
         self.random = False
+        self.device_checks: list = []  # messages of the ops' device-side checks, filled when traced
         self.constants = {}
         missing = []
         for node in self.nodes:
@@ -93,6 +94,15 @@ class _Plan:
             return a
 
         result = None
+        with checks.collecting() as found:
+            result = self._interpret(jax, env, load, key, found)
+        if found:  # device-side checks of the graph's ops: one more output
+            self.device_checks = [message for _, message in found]
+            result = tuple(result) + (checks.first_failure(found),)
+        return tuple(result)
+
+    def _interpret(self, jax, env, load, key, found):
+        result = None
         for idx, node in enumerate(self.nodes):
             if node.op == "get_attr":
                 c = self.constants.get(node)
@@ -106,6 +116,7 @@ class _Plan:
                 low = self.lowerings[node]
                 args = load(node.args)
                 kwargs = {k: load(v) for k, v in node.kwargs.items()}
+                first_check = len(found)
                 try:
                     out = calling.invoke(low, args, kwargs, precision=self.precision,
                                          rng_key=jax.random.fold_in(key, idx) if low.random else None)
@@ -115,10 +126,12 @@ class _Plan:
                                        if isinstance(a.meta.get("val"), torch.Tensor))
                     raise RuntimeError(f"torch.compile(backend='tpu'): lowering {node.target} "
                                        f"({shapes}) failed: {type(exc).__name__}: {exc}") from exc
+                for k in range(first_check, len(found)):  # name the op in its checks' messages
+                    found[k] = (found[k][0], f"{node.target} in a compiled graph: {found[k][1]}")
                 env[node] = _conform_like(node, out)
             elif node.op == "output":
                 result = load(node.args[0])
-        return tuple(result)
+        return result
 
 
 def _conform_like(node, out):
@@ -166,18 +179,22 @@ def graph_compiler(kind: str):
                                    "with static shapes")
             prog = program_cache.compile_program(key, plan.program, tuple(specs))
             counters.add("graph_compiles", 1)
+            _DEVICE_CHECKS[key] = plan.device_checks
 
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         out_vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in out_node.args[0]]
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in out_vals]
-        run = _runner(prog, out_dtypes, plan.random)
+        run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []))
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
         return run
 
     return compile_graph
 
 
-def _runner(prog, out_dtypes, random: bool):
+_DEVICE_CHECKS: dict = caches.register("compiled graph checks", {})  # program key -> check messages
+
+
+def _runner(prog, out_dtypes, random: bool, device_checks: list):
     device = None
 
     def run(args):
@@ -195,6 +212,9 @@ def _runner(prog, out_dtypes, random: bool):
             arrays.append(rng.next_key_data())
         outs = prog(*arrays)
         _counters["executions"] += 1
+        if device_checks:
+            deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")
+            outs = outs[:-1]
         result = []
         for o, dt in zip(outs, out_dtypes):
             result.append(new_full(o, dt) if dt is not None and o is not None else o)

@@ -60,10 +60,9 @@ def _stage(x, staged: list):
 
 def _to_host(x):
     # below autograd (we may be inside __torch_dispatch__): read the device array directly
-    from ..runtime import dtypes
-    from ..tensor.tensor import value_of
+    from ..tensor.kernels import to_host
 
-    return dtypes.device_to_host(value_of(x), x.dtype).contiguous()
+    return to_host(x).contiguous()
 
 
 def _from_host(dst, host) -> None:

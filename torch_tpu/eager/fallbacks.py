@@ -8,7 +8,7 @@ import warnings
 import torch
 
 from .. import config
-from ..engine import fused
+from ..engine import deferred_errors, fused
 from ..errors import no_lowering
 from ..ops import registry
 from ..runtime import caches, counters
@@ -120,6 +120,7 @@ def data_dependent_entry(func, low):
         tmpl_args, tmpl_kwargs, _ = templates(func, args, kwargs)
         _, arrays = key_and_inputs(func, args, kwargs)
         arrays = [fused.materialize(a) for a in arrays]
+        deferred_errors.verify()  # the values are read on the host: a point that waits
         result = low.fn(*fill(tmpl_args, arrays), **{k: fill(v, arrays) for k, v in tmpl_kwargs.items()})
 
         def back(x):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from ..engine import launchers
+from ..engine import deferred_errors, launchers
 from ..errors import OpError, describe, leaves, no_lowering
-from ..ops import calling, registry, validate
+from ..ops import calling, checks, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..tensor.tensor import new_full, write
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
@@ -28,7 +28,7 @@ class LoweredEntry:
     the arguments it writes back."""
 
     __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
-                 "n_out", "returns_scalar", "check")
+                 "n_out", "returns_scalar", "check", "device_checks")
 
     def __call__(self, args, kwargs, arrays):
         if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
@@ -36,6 +36,11 @@ class LoweredEntry:
         if self.random:
             arrays.append(rng.next_key_data())
         outs = launchers.current.run_op(self, arrays, args, kwargs)
+        if self.device_checks:  # the last output says whether the op's device-side checks held
+            deferred_errors.add(outs[-1], self.device_checks, f"{self.func} ({describe(args, kwargs)})")
+            outs = outs[:-1]
+            if launchers.current.verifies_each_op:
+                deferred_errors.verify()
         if self.returns_scalar:
             return outs[0].item()
         writes = self.writes
@@ -137,8 +142,13 @@ def _build_entry(func, args, kwargs, key, arrays):
     returns_scalar = (len(out_leaves) == 1 and out_leaves[0] is not None
                       and not isinstance(out_leaves[0], torch.Tensor))
 
+    device_checks: list = []  # messages of the lowering's require() calls, filled when first traced
+
     def fn(*arrs):
-        result = call_lowering(arrs)
+        with checks.collecting() as found:
+            result = call_lowering(arrs)
+        if found and not device_checks:
+            device_checks.extend(message for _, message in found)
         if in_place:
             updates, result = result, ()
         elif writes:
@@ -148,6 +158,8 @@ def _build_entry(func, args, kwargs, key, arrays):
         outs = _conform_all(func, result, out_leaves)
         if writes:
             outs += _conform_all(func, updates, write_metas)
+        if found:
+            outs += (checks.first_failure(found),)
         return outs
 
     tensor_leaves = [m for m in out_leaves if isinstance(m, torch.Tensor)]
@@ -166,12 +178,15 @@ def _build_entry(func, args, kwargs, key, arrays):
     entry.rebuild = None if (in_place or isinstance(meta_out, torch.Tensor)) else _rebuilder(meta_out)
     entry.check = _fill_check(func, target_func, (tensor_leaves + write_metas)[0] if writes or tensor_leaves
                               else None)
+    entry.device_checks = device_checks
     try:
         launchers.current.prepare(entry, example, args, kwargs)
     except Exception as exc:
         if any(not hasattr(a, "shape") for a in arrays) and _branches_on_a_value(exc):
             raise _StaticScalarsNeeded() from exc
         raise
+    if device_checks:  # tracing found checks: one more output (fused mode records it too)
+        entry.avals += (((), dtypes.to_jax_dtype(torch.int32)),)
     _ENTRIES[key] = entry
     return entry
 

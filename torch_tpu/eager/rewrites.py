@@ -20,6 +20,21 @@ def _is_mask(i) -> bool:
     return isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
 
 
+def _check_mask_shapes(x, indices) -> None:
+    """A boolean mask must match the dims it indexes (a shape check: raised at once, as on CPU)."""
+    dim = 0
+    for i in indices:
+        if _is_mask(i):
+            for k, size in enumerate(i.shape):
+                if dim + k >= x.dim() or x.shape[dim + k] != size:
+                    raise IndexError(
+                        f"The shape of the mask {list(i.shape)} at index {k} does not match the shape of the "
+                        f"indexed tensor {list(x.shape)} at index {dim + k}")
+            dim += i.dim()
+        else:
+            dim += 1
+
+
 def _long_indices(indices):
     out = []
     for i in indices:
@@ -36,6 +51,7 @@ def index_with_masks(func, args, kwargs):
     x, indices = args[0], args[1]
     if not any(_is_mask(i) for i in indices):
         return run_op(func, args, kwargs)
+    _check_mask_shapes(x, indices)
     return run_op(func, (x, _long_indices(indices), *args[2:]), kwargs)
 
 
@@ -43,6 +59,7 @@ def index_put_with_masks(func, args, kwargs):
     x, indices, values = args[0], args[1], args[2]
     if not any(_is_mask(i) for i in indices):
         return run_op(func, args, kwargs)
+    _check_mask_shapes(x, indices)
     accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
     mask = indices[0]
     k = mask.dim() if _is_mask(mask) else -1

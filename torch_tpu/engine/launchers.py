@@ -20,6 +20,7 @@ class Strict:
     """DEFER_NEVER: each program runs now; JAX dispatch does not wait for the device."""
 
     deferred = False
+    verifies_each_op = False  # read device-side checks after every op (launch blocking)
 
     def take(self, lazy):
         """A deferred value met on the way in (left over from fused mode): its concrete array."""
@@ -52,6 +53,8 @@ class Strict:
 
 class LaunchBlocking(Strict):
     """DEFER_NEVER_AND_LAUNCH_BLOCKING: wait after every op, so a failure names the op that caused it."""
+
+    verifies_each_op = True
 
     def run_op(self, entry, arrays: list, args, kwargs):
         outs = super().run_op(entry, arrays, args, kwargs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from ..runtime import platform
-from . import fused
+from . import deferred_errors, fused
 
 
 def sync() -> None:
@@ -13,3 +13,4 @@ def sync() -> None:
     fused.flush()
     jax = platform.jax()
     jax.block_until_ready(jax.live_arrays())
+    deferred_errors.verify()

@@ -10,6 +10,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from .checks import index_in_range, require
 from .registry import aten, register
 from ._util import is_low_precision, is_value, matmul, precision_of, upcast
 
@@ -294,6 +295,7 @@ def batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, e
 # --- embedding / losses ---------------------------------------------------------------------------
 @register(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    require(index_in_range(indices, weight.shape[0], False), "index out of range in self")
     return jnp.take(weight, indices, axis=0)
 
 
@@ -351,6 +353,7 @@ def nll_loss_forward(x, target, weight, reduction, ignore_index):
     c = x.shape[1]
     w = jnp.ones((c,), x.dtype) if weight is None else weight
     valid = target != ignore_index
+    require(~valid | index_in_range(target, c, False), f"Target out of bounds (classes: {c})")
     t = jnp.where(valid, target, 0)
     picked = jnp.take_along_axis(x, t[:, None], axis=1)[:, 0]
     wt = jnp.where(valid, w[t], 0)

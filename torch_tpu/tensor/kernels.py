@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from ..engine import deferred_errors
 from ..engine.launchers import launch
 from ..errors import device_mismatch
 from ..runtime import caches, dtypes, platform
@@ -42,6 +43,13 @@ def convert(array, dst_shape, dst_dtype: torch.dtype):
     return launch(key, fn, (array,), (tuple(dst_shape), want), "copy")
 
 
+def to_host(x: TpuTensor) -> torch.Tensor:
+    """x's value as a new CPU tensor: a point that waits, so pending device-side checks are read first."""
+    arr = value_of(x)
+    deferred_errors.verify()
+    return dtypes.device_to_host(arr, x.dtype)
+
+
 def copy_into(dst: TpuTensor, src: torch.Tensor) -> TpuTensor:
     """``dst.copy_(src)`` for a tpu ``dst`` and a tpu or CPU ``src`` (broadcast and cast like torch)."""
     if dst.shape != src.shape:
@@ -67,7 +75,7 @@ def copy_(func, args, kwargs):
     if isinstance(dst, TpuTensor):
         return copy_into(dst, src)
     # CPU destination, tpu source
-    host = dtypes.device_to_host(value_of(src), src.dtype)
+    host = to_host(src)
     dst.copy_(host)
     return dst
 
@@ -83,7 +91,7 @@ def to_copy(func, args, kwargs):
     dtype = kwargs.get("dtype") or x.dtype
     device = kwargs.get("device")
     if device is not None and not _device_is_tpu(device):
-        host = dtypes.device_to_host(value_of(x), x.dtype)
+        host = to_host(x)
         if dtype != x.dtype:
             host = host.to(dtype)
         if torch.device(device).type != "cpu":
@@ -98,8 +106,7 @@ def to_copy(func, args, kwargs):
 
 
 def local_scalar_dense(func, args, kwargs):
-    x = args[0]
-    return dtypes.device_to_host(value_of(x), x.dtype).item()
+    return to_host(args[0]).item()
 
 
 def resize_(func, args, kwargs):
