@@ -7,6 +7,8 @@ malformed setting (that error is raised, by name, on first device use).
 """
 from __future__ import annotations
 
+import functools
+import operator
 import sys
 import warnings
 
@@ -33,8 +35,10 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
 
 
 class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+    # Not a Python function: torch's C++ side calls it from noexcept code (stream guards, autograd
+    # metadata), where a Python frame could be intercepted (torch.compile's frame hook) or raise, and
+    # an exception aborts the process. A partial of a C builtin runs no Python frame.
+    type_ = functools.partial(operator.itemgetter(0), (torch._C._autograd.DeviceType.PrivateUse1,))
 
 
 def register() -> None:
