@@ -84,8 +84,13 @@ def fmod(x, y):
     return jnp.fmod(x, y)
 
 
-@register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+@register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, static=("exponent",))
 def pow_(x, y):
+    """The exponent of pow(tensor, number) is static: x*x for 2, sqrt for 0.5 ... (one program each)."""
+    x_int = not is_float(x) and not jnp.iscomplexobj(x)
+    y_int = not is_float(y) and not jnp.iscomplexobj(y)
+    if x_int and y_int and not isinstance(y, (int, float)):
+        return _integer_power(jnp.asarray(x), jnp.asarray(y))
     if isinstance(y, (int, float)) and not isinstance(y, bool):
         if y == 2:
             return x * x
@@ -96,6 +101,17 @@ def pow_(x, y):
         if isinstance(y, int) and 0 <= y <= 64:
             return jax.lax.integer_pow(jnp.asarray(x), y)
     return jnp.power(x, y)
+
+
+def _integer_power(x, y):
+    """torch's integer power: a negative exponent gives 1 for 1, +-1 for -1, and 0 otherwise."""
+    x, y = jnp.broadcast_arrays(x, y)
+    dt = jnp.result_type(x, y)
+    x, y = x.astype(dt), y.astype(dt)
+    positive = jnp.power(x, jnp.maximum(y, 0))
+    odd = (y % 2) != 0
+    negative = jnp.where(x == 1, 1, jnp.where(x == -1, jnp.where(odd, -1, 1), 0)).astype(dt)
+    return jnp.where(y < 0, negative, positive)
 
 
 @register(aten.float_power.Tensor_Tensor, aten.float_power.Tensor_Scalar, aten.float_power.Scalar)

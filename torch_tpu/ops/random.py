@@ -4,6 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .checks import require
 from .registry import aten, register
 from ._util import jdtype
 
@@ -87,7 +88,10 @@ def randperm(n, dtype=None, layout=None, device=None, pin_memory=None, *, rng_ke
 
 @register(aten.multinomial.default, random=True)
 def multinomial(probs, num_samples, replacement=False, generator=None, *, rng_key):
-    logits = jnp.log(probs.astype(jnp.float32))
+    p = probs.astype(jnp.float32)
+    require(jnp.isfinite(p) & (p >= 0), "probability tensor contains either `inf`, `nan` or element < 0")
+    require(jnp.sum(p, axis=-1) > 0, "invalid multinomial distribution (sum of probabilities <= 0)")
+    logits = jnp.log(p)
     if replacement:
         shape = probs.shape[:-1] + (num_samples,)
         return jax.random.categorical(rng_key, logits[..., None, :], axis=-1,

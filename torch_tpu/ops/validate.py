@@ -101,3 +101,49 @@ def check_fits(value, dtype: torch.dtype) -> None:
         ok = True  # c10 lets a negative integer wrap into an unsigned type
     if not ok:
         raise RuntimeError(f"value cannot be converted to type {_C_NAMES[dtype]} without overflow")
+
+
+_CPP_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+              torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
+              torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
+              torch.bool: "bool", torch.complex64: "c10::complex<float>", torch.complex128: "c10::complex<double>"}
+
+
+@validates(aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default, aten.addbmm.default,
+           aten.addmv.default, aten.mv.default, aten.linear.default)
+def _matmul_dtypes(*args, **kwargs):
+    dts = [a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if len(set(dts)) > 1:
+        a, b = dts[0], next(d for d in dts if d != dts[0])
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: "
+                           f"{_CPP_NAMES.get(a, a)} != {_CPP_NAMES.get(b, b)}")
+
+
+@validates(aten.dot.default, aten.vdot.default)
+def _dot_dtypes(x, y):
+    if x.dtype != y.dtype:
+        def name(d):
+            return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.int64: "Long",
+                    torch.int32: "Int"}.get(d, str(d).replace("torch.", "").capitalize())
+
+        raise RuntimeError(f"dot : expected both vectors to have same dtype, but found {name(x.dtype)} and "
+                           f"{name(y.dtype)}")
+
+
+@validates(aten.pow.Tensor_Scalar)
+def _integer_power(x, exponent):
+    if not (x.dtype.is_floating_point or x.dtype.is_complex) and type(exponent) is int and exponent < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+
+
+@validates(getattr(aten.random, "from"), aten.random.to, getattr(aten.random_, "from"), aten.random_.to)
+def _random_bounds(x, *bounds, **_):
+    low, high = (0, bounds[0]) if len(bounds) == 1 else bounds[:2]
+    if high is not None and low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+
+
+@validates(aten.multinomial.default)
+def _multinomial(probs, num_samples, replacement=False, **_):
+    if not replacement and num_samples > probs.shape[-1]:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
