@@ -289,6 +289,8 @@ def kthvalue(x, k, dim=-1, keepdim=False):
 
 @register(aten.median.default)
 def median_all(x):
+    if x.size == 0:  # torch: NaN for floats (integer inputs raise in validate.py)
+        return jnp.full((), jnp.nan, x.dtype)
     flat = jnp.sort(x.reshape(-1))
     return flat[(flat.shape[0] - 1) // 2]
 

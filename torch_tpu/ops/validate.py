@@ -147,3 +147,15 @@ def _random_bounds(x, *bounds, **_):
 def _multinomial(probs, num_samples, replacement=False, **_):
     if not replacement and num_samples > probs.shape[-1]:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+
+
+@validates(aten.median.dim, aten.nanmedian.dim)
+def _median_dim(x, dim, keepdim=False):
+    if x.dim() and x.shape[dim % x.dim()] == 0:
+        raise IndexError(f"median(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
+
+
+@validates(aten.median.default, aten.nanmedian.default)
+def _median_all(x):
+    if x.numel() == 0 and not (x.dtype.is_floating_point or x.dtype.is_complex):
+        raise RuntimeError("median() input tensor cannot be empty")

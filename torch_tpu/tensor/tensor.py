@@ -294,6 +294,9 @@ def wrap(array, dtype: torch.dtype | None = None, device_index: int = 0) -> TpuT
 def empty(size, dtype: torch.dtype, device_index: int = 0, stride=None) -> TpuTensor:
     """A new tensor whose storage is written later (reads as zeros if never written)."""
     size = tuple(size)
+    for s in size:
+        if s < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
     if stride is not None and 0 not in size and tuple(stride) != _contiguous_strides(size) \
             and math.prod(size) > 1:
         # a non-contiguous layout (empty_strided, empty_like of a transposed tensor): a flat
