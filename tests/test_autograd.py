@@ -152,3 +152,34 @@ def test_an_error_in_backward_is_raised_not_fatal(how, eager_mode):
     z = torch.ones(3, device="tpu", requires_grad=True)
     (z * z).sum().backward()
     assert z.grad.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+_SPATIAL = {
+    "nearest2d": lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
+    "nearest_size": lambda x: F.interpolate(x, size=(7, 5), mode="nearest"),
+    "nearest_exact": lambda x: F.interpolate(x, size=(7, 5), mode="nearest-exact"),
+    "bilinear": lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"),
+    "bilinear_align": lambda x: F.interpolate(x, size=(7, 9), mode="bilinear", align_corners=True),
+    "bicubic": lambda x: F.interpolate(x, scale_factor=2, mode="bicubic"),
+    "linear1d": lambda x: F.interpolate(x.flatten(2), scale_factor=3, mode="linear"),
+    "avg_pool": lambda x: F.avg_pool2d(x, 2),
+    "avg_pool_pad": lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
+    "adaptive_avg_pool": lambda x: F.adaptive_avg_pool2d(x, (3, 2)),
+    "max_pool": lambda x: F.max_pool2d(x, 2),
+    "max_pool3d": lambda x: F.max_pool3d(x[:, None], 2),
+    "grid_sample": lambda x: F.grid_sample(
+        x, (torch.linspace(-1, 1, 18).reshape(1, 3, 3, 2)).to(x.device, x.dtype), align_corners=False),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("op", sorted(_SPATIAL))
+def test_spatial_backward_matches_cpu(op, dtype):
+    """VAEs and U-Nets train through these (upsampling, pooling, grid sampling)."""
+    x = torch.randn(1, 2, 4, 6, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    xc = x.clone().requires_grad_()
+    (_SPATIAL[op](xc).float() ** 2).sum().backward()
+    xt = x.to("tpu").requires_grad_()
+    (_SPATIAL[op](xt).float() ** 2).sum().backward()
+    tol = dict(atol=0.1, rtol=0.02) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, **tol)

@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .eager import factories, router
+from .eager import derived_backward, factories, router
 from .engine import modes
 from .tensor import serialization
 
@@ -58,6 +58,7 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _register_factories()
     router.install()
+    derived_backward.register()
     _register_autocast()
     serialization.install()
     _register_distributed()

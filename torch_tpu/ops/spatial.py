@@ -249,3 +249,53 @@ def upsample_linear(x, output_size, align_corners, *scales):
         w1 = w1.reshape(shape)
         y = jnp.take(y, i0, axis=axis) * (1 - w1) + jnp.take(y, i1, axis=axis) * w1
     return y.astype(x.dtype)
+
+
+# --- backward of the linear maps above: the transpose (jax.vjp) of the same forward, in fp32 ----------
+def _transpose_of(forward, grad, input_shape):
+    """The gradient of a linear forward at ``input_shape`` for the output gradient ``grad``."""
+    zeros = jnp.zeros(input_shape, upcast(grad).dtype)
+    _, pull = jax.vjp(forward, zeros)
+    return pull(upcast(grad))[0].astype(grad.dtype)
+
+
+@register(aten.upsample_nearest1d_backward.default, aten.upsample_nearest2d_backward.default,
+          aten.upsample_nearest3d_backward.default)
+def upsample_nearest_backward(grad, output_size, input_size, *scales):
+    return _transpose_of(lambda v: upsample_nearest(v, output_size, *scales), grad, tuple(input_size))
+
+
+@register(aten._upsample_nearest_exact1d_backward.default, aten._upsample_nearest_exact2d_backward.default,
+          aten._upsample_nearest_exact3d_backward.default)
+def upsample_nearest_exact_backward(grad, output_size, input_size, *scales):
+    return _transpose_of(lambda v: upsample_nearest_exact(v, output_size, *scales), grad, tuple(input_size))
+
+
+@register(aten.upsample_linear1d_backward.default, aten.upsample_bilinear2d_backward.default,
+          aten.upsample_trilinear3d_backward.default)
+def upsample_linear_backward(grad, output_size, input_size, align_corners, *scales):
+    return _transpose_of(lambda v: upsample_linear(v, output_size, align_corners, *scales), grad,
+                         tuple(input_size))
+
+
+@register(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
+def avg_pool_backward(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return _transpose_of(lambda v: avg_pool(v, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                            divisor_override), grad, x.shape)
+
+
+@register(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward(grad, x):
+    return _transpose_of(lambda v: adaptive_avg_pool(v, grad.shape[-2:]), grad, x.shape)
+
+
+@register(aten._adaptive_avg_pool3d_backward.default)
+def adaptive_avg_pool3d_backward(grad, x):
+    return _transpose_of(lambda v: adaptive_avg_pool(v, grad.shape[-3:]), grad, x.shape)
+
+
+@register(aten.max_pool3d_with_indices_backward.default)
+def max_pool3d_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    _, pull = jax.vjp(lambda v: max_pool_with_indices(v, kernel_size, stride, padding, dilation, ceil_mode)[0],
+                      upcast(x))
+    return pull(upcast(grad))[0].astype(grad.dtype)
