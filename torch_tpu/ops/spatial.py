@@ -6,6 +6,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .registry import aten, register
 from ._util import is_low_precision, precision_of, upcast
@@ -296,6 +297,11 @@ def adaptive_avg_pool3d_backward(grad, x):
 
 @register(aten.max_pool3d_with_indices_backward.default)
 def max_pool3d_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    _, pull = jax.vjp(lambda v: max_pool_with_indices(v, kernel_size, stride, padding, dilation, ceil_mode)[0],
-                      upcast(x))
-    return pull(upcast(grad))[0].astype(grad.dtype)
+    """Each output's gradient goes to the input element its index names (flat within one plane)."""
+    lead = x.shape[:-3]
+    planes = int(np.prod(lead)) if lead else 1
+    flat_grad = upcast(grad).reshape(planes, -1)
+    flat_idx = indices.reshape(planes, -1)
+    out = jnp.zeros((planes, int(np.prod(x.shape[-3:]))), flat_grad.dtype)
+    out = out.at[jnp.arange(planes)[:, None], flat_idx].add(flat_grad)
+    return out.reshape(x.shape).astype(grad.dtype)
