@@ -37,7 +37,7 @@ class LoweredEntry:
             arrays.append(rng.next_key_data())
         outs = launchers.current.run_op(self, arrays, args, kwargs)
         if self.device_checks:  # the last output says whether the op's device-side checks held
-            deferred_errors.add(outs[-1], self.device_checks, f"{self.func} ({describe(args, kwargs)})")
+            deferred_errors.add(outs[-1], self.device_checks, self.describe_inputs)
             outs = outs[:-1]
             if launchers.current.verifies_each_op:
                 deferred_errors.verify()
@@ -54,6 +54,12 @@ class LoweredEntry:
         if self.rebuild is None:
             return new_full(outs[0], dts[0])
         return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
+
+    def describe_inputs(self) -> str:
+        """The op and its inputs' shapes and dtypes, from the program key (no tensor is kept alive)."""
+        parts = [f"tpu{list(k[0])}:{str(k[1]).replace('torch.', '')}" for k in self.key[1][1:]
+                 if type(k) is tuple and len(k) == 2 and type(k[1]) is torch.dtype]
+        return f"{self.func} ({', '.join(parts) or 'no tensors'})"
 
     def compile(self, arrays, args, kwargs):
         try:

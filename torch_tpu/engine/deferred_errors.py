@@ -13,54 +13,77 @@ import numpy as np
 
 from ..errors import DeviceAssertError
 from ..runtime import platform
-from . import fused
+from . import fused, launchers
 
-_PENDING: list = []  # (code array or LazyArray, messages, op description)
+_PENDING: list = []  # (0-d code array or LazyArray, messages, what: a description or a callable making it)
+_FOLDED: list = []   # [(2,) array: (1 + index of the first failed op or 0, its code), [(messages, what)...]]
 _LOCK = threading.Lock()
 _FOLD_AT = 256
 
 
-def add(code, messages, what: str) -> None:
+def add(code, messages, what) -> None:
+    """``what``: the op's description, or a callable returning it (only called if the check failed)."""
     with _LOCK:
         _PENDING.append((code, messages, what))
         if len(_PENDING) >= _FOLD_AT:
             _fold()
 
 
+def _first_failure(previous, *codes):
+    """(1 + index of the first failed op, its code) over the ops folded before and these."""
+    jnp = platform.jax().numpy
+    stacked = jnp.stack(codes)
+    failed = stacked != 0
+    here = jnp.argmax(failed)
+    offset = previous[2]
+    mine = jnp.stack([jnp.where(failed.any(), offset + here + 1, 0), stacked[here].astype(jnp.int64)])
+    merged = jnp.where(previous[0] != 0, previous[:2], mine)
+    return jnp.concatenate([merged, (offset + len(codes))[None]])
+
+
 def _fold() -> None:
-    """Keep the list short without waiting: stack the pending codes into one array (a small program)."""
+    """Keep the list short without waiting: one small program (recorded into the pending graph in fused
+    mode) reduces the pending codes to the first failure among everything folded so far."""
+    jnp = platform.jax().numpy
     items = list(_PENDING)
     _PENDING.clear()
-    jnp = platform.jax().numpy
-    codes = [fused.materialize(c) for c, _, _ in items]  # a fused graph runs first; nothing waits
-    stacked = jnp.stack([jnp.reshape(c, (-1,))[:1] for c in codes])
-    _PENDING.append((stacked, [(m, w) for _, m, w in items], None))
+    if not _FOLDED:
+        _FOLDED.extend([jnp.zeros((3,), jnp.int64), []])
+    _FOLDED[0] = launchers.launch(("device-checks", len(items)), _first_failure,
+                                  (_FOLDED[0], *(c for c, _, _ in items)), ((3,), jnp.int64), "device checks")
+    _FOLDED[1].extend((m, w) for _, m, w in items)
 
 
 def pending() -> int:
-    return len(_PENDING)
+    return len(_PENDING) + (len(_FOLDED[1]) if _FOLDED else 0)
 
 
 def verify() -> None:
     """Read every pending check (one wait) and raise for the first failed one."""
-    if not _PENDING:
+    if not _PENDING and not _FOLDED:
         return
     with _LOCK:
         items = list(_PENDING)
         _PENDING.clear()
+        folded = list(_FOLDED)
+        _FOLDED.clear()
     arrays = [fused.materialize(c) for c, _, _ in items]
+    if folded:
+        arrays.append(fused.materialize(folded[0]))
     values = platform.jax().device_get(arrays)
+    if folded:  # folded ops came first
+        first, code, _ = (int(v) for v in np.asarray(values[-1]))
+        if first:
+            messages, what = folded[1][first - 1]
+            _raise_if_failed(code, messages, what)
     for (code, messages, what), value in zip(items, values):
-        value = np.asarray(value).reshape(-1)
-        if what is None:  # folded: one code per original op
-            for (msgs, w), v in zip(messages, value):
-                _raise_if_failed(int(v), msgs, w)
-        else:
-            _raise_if_failed(int(value[0]), messages, what)
+        _raise_if_failed(int(np.asarray(value).reshape(-1)[0]), messages, what)
 
 
-def _raise_if_failed(code: int, messages, what: str) -> None:
+def _raise_if_failed(code: int, messages, what) -> None:
     if code:
+        if callable(what):
+            what = what()
         raise DeviceAssertError(
             f"tpu: {what}: {messages[code - 1]}. This device-side check ran asynchronously and is reported at "
             "the first wait after the op (like CUDA's device-side assert); TORCH_TPU_LAUNCH_BLOCKING=1 reports "
