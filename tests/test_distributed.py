@@ -216,7 +216,8 @@ def scenario_dtensor(out_dir):
 
     # the job forces 2 XLA CPU devices per process: each rank binds the one its LOCAL_RANK names, as tpu:0
     assert len(platform.jax().local_devices()) == world
-    assert torch.tpu.device_count() == 1 and platform.jax_device().id == rank, platform.jax_device()
+    assert torch.tpu.device_count() == 1, torch.tpu.device_count()
+    assert platform.jax_device() == platform.jax().local_devices()[rank], platform.jax_device()
     torch.tpu.set_device(rank)  # what torchrun scripts do: LOCAL_RANK names this process's device
     mesh = DeviceMesh("tpu", list(range(world)))
     assert mesh.device_type == "tpu" and mesh.size() == world
@@ -279,18 +280,20 @@ def scenario_dtensor(out_dir):
 
 
 def scenario_fail_raise(out_dir):
-    """Rank 1 raises before a collective: rank 0 must fail with a clear error, not hang."""
+    """Rank 1 dies of an exception before a collective: rank 0 must fail with a clear error, not hang."""
     import torch
     import torch.distributed as dist
 
     dist.init_process_group(backend="tpu_dist")
     t = torch.ones(4, device="tpu")
     dist.all_reduce(t)  # both alive
+    t.cpu()
     if dist.get_rank() == 1:
-        raise SystemExit(3)
+        raise RuntimeError("rank 1 fails on purpose")
     t0 = time.time()
     try:
         dist.all_reduce(t)
+        t.cpu()  # collectives are ordered on the device: a failure surfaces when a result is read
     except RuntimeError as exc:
         (open(os.path.join(out_dir, "rank0.json"), "w")
          .write(json.dumps({"error": str(exc), "seconds": time.time() - t0})))
@@ -306,12 +309,14 @@ def scenario_fail_hang(out_dir):
     dist.init_process_group(backend="tpu_dist")
     t = torch.ones(4, device="tpu")
     dist.all_reduce(t)
+    t.cpu()
     if dist.get_rank() == 1:
         time.sleep(float(os.environ["TORCH_TPU_DIST_TIMEOUT"]) + 8)
         os._exit(0)
     t0 = time.time()
     try:
         dist.all_reduce(t)
+        torch.tpu.synchronize()
     except RuntimeError as exc:
         (open(os.path.join(out_dir, "rank0.json"), "w")
          .write(json.dumps({"error": str(exc), "seconds": time.time() - t0})))
@@ -460,20 +465,25 @@ def test_dtensor_and_functional_collectives(job_env, tmp_path):
 
 def test_dead_peer_fails_fast(job_env, tmp_path):
     results = _spawn("fail_raise", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "20"})
-    assert results[1][0] == 3
-    assert results[0][0] == 0, results[0][1][-4000:]
+    # a process that died of an exception, or whose collective failed, exits 1 at once (JAX's shutdown
+    # barrier would wait for the dead peer, then abort)
+    assert results[1][0] == 1, results[1][1][-4000:]
+    assert "rank 1 fails on purpose" in results[1][1]
+    assert results[0][0] == 1, results[0][1][-4000:]
     info = json.loads((tmp_path / "rank0.json").read_text())
-    assert "tpu_dist: allreduce failed on rank 0 of 2" in info["error"]
-    assert info["seconds"] < 25, info
+    assert "tpu_dist:" in info["error"] and "rank 0 of 2" in info["error"], info
+    assert "all_reduce(sum) float32[4] on ranks [0, 1]" in info["error"], info
+    assert info["seconds"] < 15, info
 
 
 def test_stuck_peer_times_out(job_env, tmp_path):
-    results = _spawn("fail_hang", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "4"}, timeout=120,
+    results = _spawn("fail_hang", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "8"}, timeout=120,
                      rank0_only=True)
     assert results[0][0] == 0, results[0][1][-4000:]
     info = json.loads((tmp_path / "rank0.json").read_text())
-    assert "tpu_dist: allreduce failed" in info["error"]
-    assert 3 <= info["seconds"] < 15, info
+    assert "tpu_dist:" in info["error"] and "all_reduce(sum) float32[4]" in info["error"], info
+    assert "TORCH_TPU_DIST_TIMEOUT=8s" in info["error"], info
+    assert 6 <= info["seconds"] < 25, info
 
 
 def test_tensor_parallel_pipelines(job_env, tmp_path):

@@ -54,6 +54,10 @@ def _aval(t):
     return tuple(t.shape), dtypes.to_jax_dtype(t.dtype)
 
 
+def _describe(t) -> str:
+    return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+
+
 class DeviceWork(dist._Work):
     """A collective issued on the device. Later programs on this device run after it (XLA runs one
     device's programs in issue order, like a CUDA stream), so ``wait`` has nothing to block on; reading a
@@ -124,7 +128,7 @@ class XlaTransport:
         arrays = [value_of(t) for t in inputs]
         in_sig = tuple(_aval(t) for t in inputs)
         what = f"{kind}{'(' + ', '.join(map(str, params)) + ')' if params else ''} " \
-               f"{' '.join(f'{d}{list(s)}' for s, d in in_sig)} on ranks {list(self.ranks)}"
+               f"{' '.join(_describe(t) for t in inputs)} on ranks {list(self.ranks)}"
         self.seq += 1
         if self._check:
             multiprocess.check_same_collective(
@@ -132,7 +136,7 @@ class XlaTransport:
         multiprocess.note_issued(f"#{self.seq} {what}")
         key = ("collective", kind, params, self.device_ids, in_sig)
         _counters["dist_xla_collectives"] += 1
-        return launchers.collective(key, fn, arrays, out_avals, self.device_ids, what=f"tpu_dist {what}")
+        return launchers.collective(key, fn, arrays, out_avals, self.device_ids, what=what)
 
     def _reduce_op(self, opts, dtype) -> str:
         name = op_name(opts.reduceOp)

@@ -106,7 +106,7 @@ def maybe_start(jax_mod) -> None:
     try:
         jax_mod.distributed.initialize(
             coordinator_address=address, num_processes=env["world"], process_id=env["rank"],
-            local_device_ids=[env["local_rank"]], initialization_timeout=max(int(timeout), 10),
+            local_device_ids=[env["local_rank"]], initialization_timeout=max(int(timeout), 60),
             heartbeat_timeout_seconds=max(int(timeout), 10), shutdown_timeout_seconds=max(int(timeout), 300))
     finally:
         waiting.cancel()

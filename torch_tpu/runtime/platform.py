@@ -114,6 +114,8 @@ def devices():
                 f"TORCH_TPU_DEVICE_INDEX={idx} (the local rank) names no device: this host has "
                 f"{len(devs)} {plat} device(s); start at most {len(devs)} processes per host")
         devs = [devs[idx]]
+        # programs without a placed input (factories, constants) land on this device too
+        jax_mod.config.update("jax_default_device", devs[0])
     return devs
 
 
