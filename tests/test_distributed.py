@@ -199,7 +199,188 @@ def scenario_collectives(out_dir):
     work.wait()
     _check("async all_reduce", t, torch.full((3,), float(world)))
     dist.barrier()
+    _xla_checks(rank, world, cpu_group)
     dist.destroy_process_group()
+
+
+def _xla_checks(rank, world, cpu_group):
+    """The device-native path: which collectives ran as XLA programs, views written back, AVG on CPU
+    tensors, object collectives, fused mode (no flush per collective), compiled mode, mismatch reports."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    import torch_tpu
+    from torch_tpu import EagerMode
+    from torch_tpu.runtime import multiprocess
+
+    R = dist.ReduceOp
+    assert multiprocess.active(), multiprocess.why_inactive()
+
+    # tpu_dist on CPU tensors: AVG is an average (it was a sum), like gloo's
+    c = torch.tensor([1.0 + 2 * rank, -4.0])
+    dist.all_reduce(c, op=R.AVG)
+    ref = torch.tensor([1.0 + 2 * rank, -4.0])
+    dist.all_reduce(ref, op=R.AVG, group=cpu_group)
+    _check("AVG on CPU tensors through tpu_dist", c, ref)
+
+    torch_tpu.reset_stats()
+    # integer AVG truncates (NCCL's); bool reductions; bitwise ops, all on the device
+    xs = [_inputs(r, (6,), torch.int64, torch) * (1 if r else -1) for r in range(world)]
+    t = xs[rank].to("tpu")
+    dist.all_reduce(t, op=R.AVG)
+    _check("int64 AVG", t, torch.div(sum(xs), world, rounding_mode="trunc"))
+    bs = [torch.tensor([True, False, rank == 0, False]) for _ in range(world)]
+    bs = [torch.tensor([True, False, r == 0, False]) for r in range(world)]
+    for op, want in ((R.SUM, torch.stack(bs).any(0)), (R.MIN, torch.stack(bs).all(0)),
+                     (R.MAX, torch.stack(bs).any(0))):
+        t = bs[rank].to("tpu")
+        dist.all_reduce(t, op=op)
+        _check(f"bool all_reduce {op}", t, want)
+    # results written back into non-contiguous views
+    base = _inputs(rank, (6, 4), torch.float32, torch)
+    tb = base.to("tpu")
+    dist.broadcast(tb.t()[1:3], src=1)  # a transposed slice
+    src1 = _inputs(1, (6, 4), torch.float32, torch)
+    want = base.clone()
+    want.t()[1:3] = src1.t()[1:3]
+    _check("broadcast into a transposed view", tb, want)
+    big = torch.zeros(3, 2 * world + 2, device="tpu")
+    x = _inputs(rank, (3, 2), torch.float32, torch)
+    dist.all_gather_into_tensor(big.t()[1:1 + 2 * world], x.t().contiguous().to("tpu"))
+    want = torch.zeros(3, 2 * world + 2)
+    want[:, 1:1 + 2 * world] = torch.cat([_inputs(r, (3, 2), torch.float32, torch).t() for r in range(world)]).t()
+    _check("all_gather_into_tensor into a strided view", big, want)
+    inp = _inputs(rank, (4, 2 * world), torch.float32, torch)
+    out = torch.empty(2, 4, device="tpu")
+    dist.reduce_scatter_tensor(out, inp.to("tpu").t())  # non-contiguous input
+    want = sum(_inputs(r, (4, 2 * world), torch.float32, torch) for r in range(world)).t()[2 * rank:2 * rank + 2]
+    _check("reduce_scatter_tensor of a transposed input", out, want)
+    stats = torch_tpu.stats()
+    assert stats["dist_host_fallbacks"] == 0 and stats["dist_host_bytes"] == 0, stats
+    assert stats["dist_xla_collectives"] == 7, stats
+
+    # a size-1 subgroup (a DeviceMesh dim of size 1) and the world in one run
+    own = [dist.new_group([r], backend="tpu_dist") for r in range(world)][rank]
+    t = torch.full((2,), float(rank + 1), device="tpu")
+    dist.all_reduce(t, group=own)
+    _check("size-1 subgroup", t, torch.full((2,), float(rank + 1)))
+
+    # what XLA cannot do is staged through the host, and counted
+    x = _inputs(rank, (4, 2), torch.float32, torch)
+    in_splits, out_splits = ([1, 3], [1, 2]) if rank == 0 else ([2, 2], [3, 2])
+    a = torch.empty(sum(out_splits), 2, device="tpu")
+    dist.all_to_all_single(a, x.to("tpu"), out_splits, in_splits)
+    b = torch.empty(sum(out_splits), 2)
+    dist.all_to_all_single(b, x, out_splits, in_splits, group=cpu_group)
+    _check("uneven all_to_all (host-staged)", a, b)
+    stats = torch_tpu.stats()
+    assert stats["dist_host_fallbacks"] == 1 and stats["dist_host_bytes"] > 0, stats
+
+    # object collectives (torch builds them from tensor collectives)
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "text": "x" * (rank + 3)})
+    assert objs == [{"rank": r, "text": "x" * (r + 3)} for r in range(world)], objs
+    box = [{"from": rank}] if rank == 1 else [None]
+    dist.broadcast_object_list(box, src=1)
+    assert box == [{"from": 1}], box
+
+    # async handles: later ops are ordered after the collective on the device
+    t = torch.ones(1000, device="tpu")
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    assert work.wait()
+    torch.tpu.synchronize()
+    assert work.is_completed()
+    _check("async all_reduce, then an op", (t * 2).sum(), torch.tensor(2000.0 * world))
+    assert fut.wait()[0] is t
+
+    # fused eager: a tensor-parallel loop (row-parallel matmul + all_reduce + gelu, 10 steps) runs as ONE
+    # program: no flush per collective, nothing through the host but the final read
+    torch.manual_seed(0)
+    D = 32
+    x_full = torch.randn(8, D)
+    ws = [torch.randn(D, D) * 0.2 for _ in range(10)]
+    k = D // world
+    cols = slice(rank * k, (rank + 1) * k)
+    want = x_full
+    for w in ws:
+        want = torch.nn.functional.gelu(want @ w)
+    x, wl = x_full.to("tpu"), [w[cols].to("tpu") for w in ws]
+    for variant in ("dist.all_reduce", "funcol.all_reduce"):
+        with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
+            torch_tpu.sync()
+            torch_tpu.reset_stats()
+            h = x
+            for w in wl:
+                y = h[:, cols] @ w
+                if variant == "dist.all_reduce":
+                    dist.all_reduce(y)
+                else:
+                    y = funcol.all_reduce(y, "sum", dist.group.WORLD)
+                h = torch.nn.functional.gelu(y)
+            before = torch_tpu.stats()
+            got = h.cpu()
+            after = torch_tpu.stats()
+        _check(f"fused TP loop with {variant}", got, want, atol=1e-4)
+        assert before["flushes"] == 0 and after["flushes"] <= 2, (before, after)
+        assert after["host_to_device_bytes"] == 0 and after["dist_host_bytes"] == 0, after
+        assert after["device_to_host_bytes"] == got.numel() * 4, after
+        assert after["dist_xla_collectives"] == 10, after
+    # fused eager, collectives over two groups: a switch of group flushes, results stay right
+    with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
+        t = torch.full((3,), float(rank + 1), device="tpu")
+        dist.all_reduce(t)
+        dist.all_reduce(t, group=own)
+        dist.all_reduce(t, op=R.MAX)
+        got = t.cpu()
+    _check("fused, two groups", got, torch.full((3,), float(sum(range(1, world + 1)))))
+
+    # compiled: functional collectives lower into the graph's one program (no graph break, no eager
+    # collective), DTensor included
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = DeviceMesh("tpu", list(range(world)))
+
+    def f(x, w):
+        y = funcol.all_reduce(x @ w, "sum", mesh)
+        return torch.nn.functional.gelu(y) + funcol.all_gather_tensor(y, 0, mesh)[:y.shape[0]] \
+            + funcol.reduce_scatter_tensor(torch.cat([y] * world), "avg", 0, mesh)
+
+    xs = [_inputs(r, (4, 6), torch.float32, torch) for r in range(world)]
+    w = _inputs(9, (6, 5), torch.float32, torch)
+    s = sum(x @ w for x in xs)
+    torch_tpu.reset_stats()
+    got = torch.compile(f, backend="tpu")(xs[rank].to("tpu"), w.to("tpu"))
+    _check("compiled functional collectives", got, torch.nn.functional.gelu(s) + s + s, atol=1e-4)
+    stats = torch_tpu.stats()
+    assert stats["graph_compiles"] == 1 and stats["dist_xla_collectives"] == 0, stats
+
+    torch.manual_seed(0)
+    A, B = torch.randn(8, 6), torch.randn(6, 4)
+    dA = distribute_tensor(A.to("tpu"), mesh, [Shard(1)])
+    dB = distribute_tensor(B.to("tpu"), mesh, [Shard(0)])
+    torch_tpu.reset_stats()
+    mm = torch.compile(lambda a, b: (a @ b).redistribute(mesh, [Replicate()]).to_local(), backend="tpu")
+    _check("compiled DTensor matmul (Partial -> Replicate)", mm(dA, dB), A @ B, atol=1e-5)
+    stats = torch_tpu.stats()
+    assert stats["graph_compiles"] == 1 and stats["dist_xla_collectives"] == 0, stats
+
+    # a mismatched collective is reported as such (TORCH_DISTRIBUTED_DEBUG=DETAIL checks each one)
+    dist.set_debug_level(dist.DebugLevel.DETAIL)
+    try:
+        dist.all_reduce(torch.ones(4 + 4 * rank, device="tpu"))
+    except RuntimeError as exc:
+        msg = str(exc)
+        assert "mismatched collective" in msg and "rank 0 runs all_reduce(sum) float32[4]" in msg \
+            and "rank 1 runs all_reduce(sum) float32[8]" in msg, msg
+    else:
+        raise AssertionError("a mismatched all_reduce was not reported")
+    t = torch.ones(2, device="tpu")
+    dist.all_reduce(t)  # the ranks are still in step
+    _check("all_reduce after a reported mismatch", t, torch.full((2,), float(world)))
+    dist.set_debug_level(dist.DebugLevel.OFF)
 
 
 def scenario_dtensor(out_dir):

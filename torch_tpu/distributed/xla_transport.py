@@ -106,7 +106,6 @@ class XlaTransport:
         self.device_ids = tuple(device_ids)
         self.group_rank = group_rank
         self.seq = 0
-        self._check = dist.get_debug_level() == dist.DebugLevel.DETAIL
 
     # -- plumbing --------------------------------------------------------------------------------
     def run(self, method: str, args: tuple):
@@ -130,7 +129,7 @@ class XlaTransport:
         what = f"{kind}{'(' + ', '.join(map(str, params)) + ')' if params else ''} " \
                f"{' '.join(_describe(t) for t in inputs)} on ranks {list(self.ranks)}"
         self.seq += 1
-        if self._check:
+        if dist.get_debug_level() == dist.DebugLevel.DETAIL:
             multiprocess.check_same_collective(
                 "-".join(map(str, self.device_ids)), self.seq, self.ranks, what)
         multiprocess.note_issued(f"#{self.seq} {what}")
