@@ -200,6 +200,7 @@ def scenario_collectives(out_dir):
     _check("async all_reduce", t, torch.full((3,), float(world)))
     dist.barrier()
     _xla_checks(rank, world, cpu_group)
+    _dtensor_checks()
     dist.destroy_process_group()
 
 
@@ -383,7 +384,7 @@ def _xla_checks(rank, world, cpu_group):
     dist.set_debug_level(dist.DebugLevel.OFF)
 
 
-def scenario_dtensor(out_dir):
+def _dtensor_checks():
     """DeviceMesh("tpu"), functional collectives, DTensor redistribution and sharded matmuls."""
     import torch
     import torch.distributed as dist
@@ -391,8 +392,11 @@ def scenario_dtensor(out_dir):
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
     from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 
-    dist.init_process_group(backend="tpu")  # the alias
     rank, world = dist.get_rank(), dist.get_world_size()
+    alias = dist.new_group(backend="tpu")  # the alias
+    t = torch.ones(2, device="tpu")
+    dist.all_reduce(t, group=alias)
+    _check("all_reduce on a group of the 'tpu' alias", t, torch.full((2,), float(world)))
     from torch_tpu.runtime import platform
 
     # the job forces 2 XLA CPU devices per process: each rank binds the one its LOCAL_RANK names, as tpu:0
@@ -457,7 +461,6 @@ def scenario_dtensor(out_dir):
         assert "world size" in str(exc) or "bigger" in str(exc), exc
     else:
         raise AssertionError("a mesh bigger than the world was accepted")
-    dist.destroy_process_group()
 
 
 def scenario_fail_raise(out_dir):
@@ -612,10 +615,13 @@ def _assert_ok(results):
 
 
 def test_collectives_under_torchrun_via_launcher(job_env, tmp_path):
-    # `python -m torch.tpu.distributed [--nproc-per-node N] script` = the launcher's env + torchrun
+    # `python -m torch.tpu.distributed [--nproc-per-node N] script` = the launcher's env + torchrun.
+    # One job checks every collective, both paths, fused and compiled modes, DTensor; 2 XLA CPU devices
+    # per process, so each rank must bind the one its LOCAL_RANK names.
+    env = dict(job_env, XLA_FLAGS="--xla_force_host_platform_device_count=2")
     proc = subprocess.run([sys.executable, "-m", "torch.tpu.distributed", "--nproc-per-node", "2", HERE,
-                           "collectives", str(tmp_path)], env=job_env, cwd=REPO, capture_output=True, text=True,
-                          timeout=150)
+                           "collectives", str(tmp_path)], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
 
 
@@ -637,11 +643,6 @@ def test_singlehost_wrapper_prints_exportable_env(job_env):
     assert addr == "127.0.0.1" and int(port) > 0
     assert int(nproc) == int(pet_nproc) == torch.tpu.device_count()
     assert plat == "cpu"
-
-
-def test_dtensor_and_functional_collectives(job_env, tmp_path):
-    _assert_ok(_spawn("dtensor", tmp_path, job_env,
-                      extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}))
 
 
 def test_dead_peer_fails_fast(job_env, tmp_path):
