@@ -257,9 +257,16 @@ def _xla_checks(rank, world, cpu_group):
     dist.reduce_scatter_tensor(out, inp.to("tpu").t())  # non-contiguous input
     want = sum(_inputs(r, (4, 2 * world), torch.float32, torch) for r in range(world)).t()[2 * rank:2 * rank + 2]
     _check("reduce_scatter_tensor of a transposed input", out, want)
+    # 0-d tensors
+    t = torch.tensor(float(rank + 1), device="tpu")
+    dist.all_reduce(t, op=R.MAX)
+    _check("0-d all_reduce", t, torch.tensor(float(world)))
+    out = torch.empty(world, device="tpu")
+    dist.all_gather_into_tensor(out, torch.tensor(float(rank) - 0.5, device="tpu"))
+    _check("0-d all_gather_into_tensor", out, torch.arange(world, dtype=torch.float32) - 0.5)
     stats = torch_tpu.stats()
     assert stats["dist_host_fallbacks"] == 0 and stats["dist_host_bytes"] == 0, stats
-    assert stats["dist_xla_collectives"] == 7, stats
+    assert stats["dist_xla_collectives"] == 9, stats
 
     # a size-1 subgroup (a DeviceMesh dim of size 1) and the world in one run
     own = [dist.new_group([r], backend="tpu_dist") for r in range(world)][rank]
