@@ -557,6 +557,15 @@ def scenario_pipeline_tp(out_dir):
             te = [p for p in pipe.text_encoder.parameters() if isinstance(p, DTensor)]
             entry["text_encoder_dtensors"] = len(te)
             assert te, "the text encoder was not sharded"
+            # the tensor-parallel transformer compiled: its collectives lower into the program, no graph break
+            import torch._dynamo
+
+            torch._dynamo.utils.counters.clear()
+            pipe.transformer = torch.compile(pipe.transformer, backend="tpu", dynamic=False)
+            compiled = tp_pipelines.generate(pipe)
+            breaks = dict(torch._dynamo.utils.counters["graph_break"])
+            assert not breaks, f"graph breaks in the compiled TP transformer: {breaks}"
+            np.testing.assert_allclose(compiled, image, atol=1e-4, err_msg="compiled TP image vs eager TP image")
         if rank == 0:
             ref = tiny_pipelines.load_pipeline(kind, "tiny", torch.float32, root=root)
             want = tp_pipelines.generate(ref)
