@@ -132,6 +132,9 @@ class Forked(Strict):
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         raise platform.fork_error()
 
+    def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
+        raise platform.fork_error()
+
 
 STRICT = Strict()
 LAUNCH_BLOCKING = LaunchBlocking()
