@@ -36,6 +36,7 @@ def _is_complex(dtype) -> bool:
     return jnp.issubdtype(dtype, jnp.complexfloating)
 
 
+@functools.lru_cache(maxsize=None)
 def supports_reduce(op: str, dtype) -> bool:
     if op not in REDUCE_OPS:
         return False
