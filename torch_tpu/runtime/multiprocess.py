@@ -106,13 +106,22 @@ def maybe_start(jax_mod) -> None:
     try:
         jax_mod.distributed.initialize(
             coordinator_address=address, num_processes=env["world"], process_id=env["rank"],
-            local_device_ids=[env["local_rank"]], initialization_timeout=max(int(timeout), 60),
+            local_device_ids=_local_device_ids(env), initialization_timeout=max(int(timeout), 60),
             heartbeat_timeout_seconds=max(int(timeout), 10), shutdown_timeout_seconds=max(int(timeout), 300))
     finally:
         waiting.cancel()
     _State.active = True
     _State.rank, _State.world, _State.local_rank = env["rank"], env["world"], env["local_rank"]
     _install_exit_hooks()
+
+
+def _local_device_ids(env: dict):
+    """Which of this host's GPUs the process keeps (JAX's local_device_ids; no effect on CPU): the one its
+    local rank names, or the only one left visible when the launcher already set CUDA_VISIBLE_DEVICES."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and len([v for v in visible.split(",") if v.strip()]) == 1:
+        return [0]
+    return [env["local_rank"]]
 
 
 def _say_waiting(env, address) -> None:
