@@ -686,6 +686,47 @@ def test_stuck_peer_times_out(job_env, tmp_path):
     assert 6 <= info["seconds"] < 25, info
 
 
+def test_runtime_only_for_multi_process_jobs(monkeypatch):
+    from torch_tpu.runtime import multiprocess
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    assert multiprocess.environment() is None
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc-per-node 1: a plain single-process run
+    assert multiprocess.environment() is None
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.7")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    env = multiprocess.environment()
+    assert env["rank"] == 3 and env["world"] == 4 and env["local_rank"] == 1, env
+    from torch_tpu import config
+
+    assert multiprocess._coordinator_address(env, config.settings(), 5.0) == "10.0.0.7:29501"
+    monkeypatch.setenv("TORCH_TPU_COORDINATOR_ADDRESS", "host:1234")
+    assert multiprocess._coordinator_address(env, config.settings(), 5.0) == "host:1234"
+    assert multiprocess._local_device_ids(env) == [1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")  # the launcher left one GPU visible
+    assert multiprocess._local_device_ids(env) == [0]
+
+
+def test_opt_out_keeps_a_worker_off_the_runtime(job_env):
+    # TORCH_TPU_DIST_XLA=0: a worker of a 2-process job uses its device without waiting for peers
+    code = ("import torch\n"
+            "from torch_tpu.runtime import multiprocess\n"
+            "x = torch.ones(3, device='tpu') * 2\n"
+            "assert x.cpu().tolist() == [2.0, 2.0, 2.0]\n"
+            "assert not multiprocess.active() and multiprocess.why_inactive() == 'TORCH_TPU_DIST_XLA=0'\n"
+            "print('ok')\n")
+    env = dict(job_env, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), TORCH_TPU_DIST_XLA="0")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
 def test_tensor_parallel_pipelines(job_env, tmp_path):
     _assert_ok(_spawn("pipeline_tp", tmp_path, job_env, timeout=300))
     report = json.loads((tmp_path / "rank0.json").read_text())
