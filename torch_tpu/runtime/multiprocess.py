@@ -62,10 +62,6 @@ def why_inactive() -> str:
     return _State.reason or "this process is not part of a multi-process job (RANK/WORLD_SIZE unset or 1)"
 
 
-def rank() -> int:
-    return _State.rank
-
-
 def maybe_start(jax_mod) -> None:
     """Join JAX's distributed runtime if this is a torchrun worker of a multi-process job.
 
@@ -81,7 +77,7 @@ def maybe_start(jax_mod) -> None:
     if owner and owner != str(os.getpid()):
         _State.reason = "a child of a torchrun worker (only the worker itself joins the runtime)"
         return
-    if env["master_addr"] is None and settings.coordinator_address is None:
+    if (env["master_addr"] is None or env["master_port"] is None) and settings.coordinator_address is None:
         _State.reason = "MASTER_ADDR/MASTER_PORT are not set"
         return
     from jax._src import xla_bridge
