@@ -199,10 +199,199 @@ def scenario_collectives(out_dir):
     work.wait()
     _check("async all_reduce", t, torch.full((3,), float(world)))
     dist.barrier()
+    _xla_checks(rank, world, cpu_group)
+    _dtensor_checks()
     dist.destroy_process_group()
 
 
-def scenario_dtensor(out_dir):
+def _xla_checks(rank, world, cpu_group):
+    """The device-native path: which collectives ran as XLA programs, views written back, AVG on CPU
+    tensors, object collectives, fused mode (no flush per collective), compiled mode, mismatch reports."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    import torch_tpu
+    from torch_tpu import EagerMode
+    from torch_tpu.runtime import multiprocess
+
+    R = dist.ReduceOp
+    assert multiprocess.active(), multiprocess.why_inactive()
+
+    # tpu_dist on CPU tensors: AVG is an average (it was a sum), like gloo's
+    c = torch.tensor([1.0 + 2 * rank, -4.0])
+    dist.all_reduce(c, op=R.AVG)
+    ref = torch.tensor([1.0 + 2 * rank, -4.0])
+    dist.all_reduce(ref, op=R.AVG, group=cpu_group)
+    _check("AVG on CPU tensors through tpu_dist", c, ref)
+
+    torch_tpu.reset_stats()
+    # integer AVG truncates (NCCL's); bool reductions; bitwise ops, all on the device
+    xs = [_inputs(r, (6,), torch.int64, torch) * (1 if r else -1) for r in range(world)]
+    t = xs[rank].to("tpu")
+    dist.all_reduce(t, op=R.AVG)
+    _check("int64 AVG", t, torch.div(sum(xs), world, rounding_mode="trunc"))
+    bs = [torch.tensor([True, False, rank == 0, False]) for _ in range(world)]
+    bs = [torch.tensor([True, False, r == 0, False]) for r in range(world)]
+    for op, want in ((R.SUM, torch.stack(bs).any(0)), (R.MIN, torch.stack(bs).all(0)),
+                     (R.MAX, torch.stack(bs).any(0))):
+        t = bs[rank].to("tpu")
+        dist.all_reduce(t, op=op)
+        _check(f"bool all_reduce {op}", t, want)
+    # results written back into non-contiguous views
+    base = _inputs(rank, (6, 4), torch.float32, torch)
+    tb = base.to("tpu")
+    dist.broadcast(tb.t()[1:3], src=1)  # a transposed slice
+    src1 = _inputs(1, (6, 4), torch.float32, torch)
+    want = base.clone()
+    want.t()[1:3] = src1.t()[1:3]
+    _check("broadcast into a transposed view", tb, want)
+    big = torch.zeros(3, 2 * world + 2, device="tpu")
+    x = _inputs(rank, (3, 2), torch.float32, torch)
+    dist.all_gather_into_tensor(big.t()[1:1 + 2 * world], x.t().contiguous().to("tpu"))
+    want = torch.zeros(3, 2 * world + 2)
+    want[:, 1:1 + 2 * world] = torch.cat([_inputs(r, (3, 2), torch.float32, torch).t() for r in range(world)]).t()
+    _check("all_gather_into_tensor into a strided view", big, want)
+    inp = _inputs(rank, (4, 2 * world), torch.float32, torch)
+    out = torch.empty(2, 4, device="tpu")
+    dist.reduce_scatter_tensor(out, inp.to("tpu").t())  # non-contiguous input
+    want = sum(_inputs(r, (4, 2 * world), torch.float32, torch) for r in range(world)).t()[2 * rank:2 * rank + 2]
+    _check("reduce_scatter_tensor of a transposed input", out, want)
+    # 0-d tensors
+    t = torch.tensor(float(rank + 1), device="tpu")
+    dist.all_reduce(t, op=R.MAX)
+    _check("0-d all_reduce", t, torch.tensor(float(world)))
+    out = torch.empty(world, device="tpu")
+    dist.all_gather_into_tensor(out, torch.tensor(float(rank) - 0.5, device="tpu"))
+    _check("0-d all_gather_into_tensor", out, torch.arange(world, dtype=torch.float32) - 0.5)
+    stats = torch_tpu.stats()
+    assert stats["dist_host_fallbacks"] == 0 and stats["dist_host_bytes"] == 0, stats
+    assert stats["dist_xla_collectives"] == 9, stats
+
+    # a size-1 subgroup (a DeviceMesh dim of size 1) and the world in one run
+    own = [dist.new_group([r], backend="tpu_dist") for r in range(world)][rank]
+    t = torch.full((2,), float(rank + 1), device="tpu")
+    dist.all_reduce(t, group=own)
+    _check("size-1 subgroup", t, torch.full((2,), float(rank + 1)))
+
+    # what XLA cannot do is staged through the host, and counted
+    x = _inputs(rank, (4, 2), torch.float32, torch)
+    in_splits, out_splits = ([1, 3], [1, 2]) if rank == 0 else ([2, 2], [3, 2])
+    a = torch.empty(sum(out_splits), 2, device="tpu")
+    dist.all_to_all_single(a, x.to("tpu"), out_splits, in_splits)
+    b = torch.empty(sum(out_splits), 2)
+    dist.all_to_all_single(b, x, out_splits, in_splits, group=cpu_group)
+    _check("uneven all_to_all (host-staged)", a, b)
+    stats = torch_tpu.stats()
+    assert stats["dist_host_fallbacks"] == 1 and stats["dist_host_bytes"] > 0, stats
+
+    # object collectives (torch builds them from tensor collectives)
+    objs = [None] * world
+    dist.all_gather_object(objs, {"rank": rank, "text": "x" * (rank + 3)})
+    assert objs == [{"rank": r, "text": "x" * (r + 3)} for r in range(world)], objs
+    box = [{"from": rank}] if rank == 1 else [None]
+    dist.broadcast_object_list(box, src=1)
+    assert box == [{"from": 1}], box
+
+    # async handles: later ops are ordered after the collective on the device
+    t = torch.ones(1000, device="tpu")
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    assert work.wait()
+    torch.tpu.synchronize()
+    assert work.is_completed()
+    _check("async all_reduce, then an op", (t * 2).sum(), torch.tensor(2000.0 * world))
+    assert fut.wait()[0] is t
+
+    # fused eager: a tensor-parallel loop (row-parallel matmul + all_reduce + gelu, 10 steps) runs as ONE
+    # program: no flush per collective, nothing through the host but the final read
+    torch.manual_seed(0)
+    D = 32
+    x_full = torch.randn(8, D)
+    ws = [torch.randn(D, D) * 0.2 for _ in range(10)]
+    k = D // world
+    cols = slice(rank * k, (rank + 1) * k)
+    want = x_full
+    for w in ws:
+        want = torch.nn.functional.gelu(want @ w)
+    x, wl = x_full.to("tpu"), [w[cols].to("tpu") for w in ws]
+    for variant in ("dist.all_reduce", "funcol.all_reduce"):
+        with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
+            torch_tpu.sync()
+            torch_tpu.reset_stats()
+            h = x
+            for w in wl:
+                y = h[:, cols] @ w
+                if variant == "dist.all_reduce":
+                    dist.all_reduce(y)
+                else:
+                    y = funcol.all_reduce(y, "sum", dist.group.WORLD)
+                h = torch.nn.functional.gelu(y)
+            before = torch_tpu.stats()
+            got = h.cpu()
+            after = torch_tpu.stats()
+        _check(f"fused TP loop with {variant}", got, want, atol=1e-4)
+        assert before["flushes"] == 0 and after["flushes"] <= 2, (before, after)
+        assert after["host_to_device_bytes"] == 0 and after["dist_host_bytes"] == 0, after
+        assert after["device_to_host_bytes"] == got.numel() * 4, after
+        assert after["dist_xla_collectives"] == 10, after
+    # fused eager, collectives over two groups: a switch of group flushes, results stay right
+    with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
+        t = torch.full((3,), float(rank + 1), device="tpu")
+        dist.all_reduce(t)
+        dist.all_reduce(t, group=own)
+        dist.all_reduce(t, op=R.MAX)
+        got = t.cpu()
+    _check("fused, two groups", got, torch.full((3,), float(sum(range(1, world + 1)))))
+
+    # compiled: functional collectives lower into the graph's one program (no graph break, no eager
+    # collective), DTensor included
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = DeviceMesh("tpu", list(range(world)))
+
+    def f(x, w):
+        y = funcol.all_reduce(x @ w, "sum", mesh)
+        return torch.nn.functional.gelu(y) + funcol.all_gather_tensor(y, 0, mesh)[:y.shape[0]] \
+            + funcol.reduce_scatter_tensor(torch.cat([y] * world), "avg", 0, mesh)
+
+    xs = [_inputs(r, (4, 6), torch.float32, torch) for r in range(world)]
+    w = _inputs(9, (6, 5), torch.float32, torch)
+    s = sum(x @ w for x in xs)
+    torch_tpu.reset_stats()
+    got = torch.compile(f, backend="tpu")(xs[rank].to("tpu"), w.to("tpu"))
+    _check("compiled functional collectives", got, torch.nn.functional.gelu(s) + s + s, atol=1e-4)
+    stats = torch_tpu.stats()
+    assert stats["graph_compiles"] == 1 and stats["dist_xla_collectives"] == 0, stats
+
+    torch.manual_seed(0)
+    A, B = torch.randn(8, 6), torch.randn(6, 4)
+    dA = distribute_tensor(A.to("tpu"), mesh, [Shard(1)])
+    dB = distribute_tensor(B.to("tpu"), mesh, [Shard(0)])
+    torch_tpu.reset_stats()
+    mm = torch.compile(lambda a, b: (a @ b).redistribute(mesh, [Replicate()]).to_local(), backend="tpu")
+    _check("compiled DTensor matmul (Partial -> Replicate)", mm(dA, dB), A @ B, atol=1e-5)
+    stats = torch_tpu.stats()
+    assert stats["graph_compiles"] == 1 and stats["dist_xla_collectives"] == 0, stats
+
+    # a mismatched collective is reported as such (TORCH_DISTRIBUTED_DEBUG=DETAIL checks each one)
+    dist.set_debug_level(dist.DebugLevel.DETAIL)
+    try:
+        dist.all_reduce(torch.ones(4 + 4 * rank, device="tpu"))
+    except RuntimeError as exc:
+        msg = str(exc)
+        assert "mismatched collective" in msg and "rank 0 runs all_reduce(sum) float32[4]" in msg \
+            and "rank 1 runs all_reduce(sum) float32[8]" in msg, msg
+    else:
+        raise AssertionError("a mismatched all_reduce was not reported")
+    t = torch.ones(2, device="tpu")
+    dist.all_reduce(t)  # the ranks are still in step
+    _check("all_reduce after a reported mismatch", t, torch.full((2,), float(world)))
+    dist.set_debug_level(dist.DebugLevel.OFF)
+
+
+def _dtensor_checks():
     """DeviceMesh("tpu"), functional collectives, DTensor redistribution and sharded matmuls."""
     import torch
     import torch.distributed as dist
@@ -210,13 +399,17 @@ def scenario_dtensor(out_dir):
     from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
     from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
 
-    dist.init_process_group(backend="tpu")  # the alias
     rank, world = dist.get_rank(), dist.get_world_size()
+    alias = dist.new_group(backend="tpu")  # the alias
+    t = torch.ones(2, device="tpu")
+    dist.all_reduce(t, group=alias)
+    _check("all_reduce on a group of the 'tpu' alias", t, torch.full((2,), float(world)))
     from torch_tpu.runtime import platform
 
     # the job forces 2 XLA CPU devices per process: each rank binds the one its LOCAL_RANK names, as tpu:0
     assert len(platform.jax().local_devices()) == world
-    assert torch.tpu.device_count() == 1 and platform.jax_device().id == rank, platform.jax_device()
+    assert torch.tpu.device_count() == 1, torch.tpu.device_count()
+    assert platform.jax_device() == platform.jax().local_devices()[rank], platform.jax_device()
     torch.tpu.set_device(rank)  # what torchrun scripts do: LOCAL_RANK names this process's device
     mesh = DeviceMesh("tpu", list(range(world)))
     assert mesh.device_type == "tpu" and mesh.size() == world
@@ -275,22 +468,23 @@ def scenario_dtensor(out_dir):
         assert "world size" in str(exc) or "bigger" in str(exc), exc
     else:
         raise AssertionError("a mesh bigger than the world was accepted")
-    dist.destroy_process_group()
 
 
 def scenario_fail_raise(out_dir):
-    """Rank 1 raises before a collective: rank 0 must fail with a clear error, not hang."""
+    """Rank 1 dies of an exception before a collective: rank 0 must fail with a clear error, not hang."""
     import torch
     import torch.distributed as dist
 
     dist.init_process_group(backend="tpu_dist")
     t = torch.ones(4, device="tpu")
     dist.all_reduce(t)  # both alive
+    t.cpu()
     if dist.get_rank() == 1:
-        raise SystemExit(3)
+        raise RuntimeError("rank 1 fails on purpose")
     t0 = time.time()
     try:
         dist.all_reduce(t)
+        t.cpu()  # collectives are ordered on the device: a failure surfaces when a result is read
     except RuntimeError as exc:
         (open(os.path.join(out_dir, "rank0.json"), "w")
          .write(json.dumps({"error": str(exc), "seconds": time.time() - t0})))
@@ -306,12 +500,14 @@ def scenario_fail_hang(out_dir):
     dist.init_process_group(backend="tpu_dist")
     t = torch.ones(4, device="tpu")
     dist.all_reduce(t)
+    t.cpu()
     if dist.get_rank() == 1:
         time.sleep(float(os.environ["TORCH_TPU_DIST_TIMEOUT"]) + 8)
         os._exit(0)
     t0 = time.time()
     try:
         dist.all_reduce(t)
+        torch.tpu.synchronize()
     except RuntimeError as exc:
         (open(os.path.join(out_dir, "rank0.json"), "w")
          .write(json.dumps({"error": str(exc), "seconds": time.time() - t0})))
@@ -361,6 +557,17 @@ def scenario_pipeline_tp(out_dir):
             te = [p for p in pipe.text_encoder.parameters() if isinstance(p, DTensor)]
             entry["text_encoder_dtensors"] = len(te)
             assert te, "the text encoder was not sharded"
+            # the tensor-parallel transformer compiled: its collectives lower into the program, no graph break
+            import torch._dynamo
+
+            torch._dynamo.utils.counters.clear()
+            pipe.transformer = torch.compile(pipe.transformer, backend="tpu", dynamic=False)
+            t0 = time.time()
+            compiled = tp_pipelines.generate(pipe)
+            entry["compiled_generate_s"] = time.time() - t0
+            breaks = dict(torch._dynamo.utils.counters["graph_break"])
+            assert not breaks, f"graph breaks in the compiled TP transformer: {breaks}"
+            np.testing.assert_allclose(compiled, image, atol=1e-4, err_msg="compiled TP image vs eager TP image")
         if rank == 0:
             ref = tiny_pipelines.load_pipeline(kind, "tiny", torch.float32, root=root)
             want = tp_pipelines.generate(ref)
@@ -426,10 +633,13 @@ def _assert_ok(results):
 
 
 def test_collectives_under_torchrun_via_launcher(job_env, tmp_path):
-    # `python -m torch.tpu.distributed [--nproc-per-node N] script` = the launcher's env + torchrun
+    # `python -m torch.tpu.distributed [--nproc-per-node N] script` = the launcher's env + torchrun.
+    # One job checks every collective, both paths, fused and compiled modes, DTensor; 2 XLA CPU devices
+    # per process, so each rank must bind the one its LOCAL_RANK names.
+    env = dict(job_env, XLA_FLAGS="--xla_force_host_platform_device_count=2")
     proc = subprocess.run([sys.executable, "-m", "torch.tpu.distributed", "--nproc-per-node", "2", HERE,
-                           "collectives", str(tmp_path)], env=job_env, cwd=REPO, capture_output=True, text=True,
-                          timeout=150)
+                           "collectives", str(tmp_path)], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
 
 
@@ -453,27 +663,68 @@ def test_singlehost_wrapper_prints_exportable_env(job_env):
     assert plat == "cpu"
 
 
-def test_dtensor_and_functional_collectives(job_env, tmp_path):
-    _assert_ok(_spawn("dtensor", tmp_path, job_env,
-                      extra={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}))
-
-
 def test_dead_peer_fails_fast(job_env, tmp_path):
     results = _spawn("fail_raise", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "20"})
-    assert results[1][0] == 3
-    assert results[0][0] == 0, results[0][1][-4000:]
+    # a process that died of an exception, or whose collective failed, exits 1 at once (JAX's shutdown
+    # barrier would wait for the dead peer, then abort)
+    assert results[1][0] == 1, results[1][1][-4000:]
+    assert "rank 1 fails on purpose" in results[1][1]
+    assert results[0][0] == 1, results[0][1][-4000:]
     info = json.loads((tmp_path / "rank0.json").read_text())
-    assert "tpu_dist: allreduce failed on rank 0 of 2" in info["error"]
-    assert info["seconds"] < 25, info
+    assert "tpu_dist:" in info["error"] and "rank 0 of 2" in info["error"], info
+    assert "all_reduce(sum) float32[4] on ranks [0, 1]" in info["error"], info
+    assert info["seconds"] < 15, info
 
 
 def test_stuck_peer_times_out(job_env, tmp_path):
-    results = _spawn("fail_hang", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "4"}, timeout=120,
+    results = _spawn("fail_hang", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "8"}, timeout=120,
                      rank0_only=True)
     assert results[0][0] == 0, results[0][1][-4000:]
     info = json.loads((tmp_path / "rank0.json").read_text())
-    assert "tpu_dist: allreduce failed" in info["error"]
-    assert 3 <= info["seconds"] < 15, info
+    assert "tpu_dist:" in info["error"] and "all_reduce(sum) float32[4]" in info["error"], info
+    assert "TORCH_TPU_DIST_TIMEOUT=8s" in info["error"], info
+    assert 6 <= info["seconds"] < 25, info
+
+
+def test_runtime_only_for_multi_process_jobs(monkeypatch):
+    from torch_tpu.runtime import multiprocess
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    assert multiprocess.environment() is None
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # torchrun --nproc-per-node 1: a plain single-process run
+    assert multiprocess.environment() is None
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.7")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    env = multiprocess.environment()
+    assert env["rank"] == 3 and env["world"] == 4 and env["local_rank"] == 1, env
+    from torch_tpu import config
+
+    assert multiprocess._coordinator_address(env, config.settings(), 5.0) == "10.0.0.7:29501"
+    monkeypatch.setenv("TORCH_TPU_COORDINATOR_ADDRESS", "host:1234")
+    assert multiprocess._coordinator_address(env, config.settings(), 5.0) == "host:1234"
+    assert multiprocess._local_device_ids(env) == [1]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")  # the launcher left one GPU visible
+    assert multiprocess._local_device_ids(env) == [0]
+
+
+def test_opt_out_keeps_a_worker_off_the_runtime(job_env):
+    # TORCH_TPU_DIST_XLA=0: a worker of a 2-process job uses its device without waiting for peers
+    code = ("import torch\n"
+            "from torch_tpu.runtime import multiprocess\n"
+            "x = torch.ones(3, device='tpu') * 2\n"
+            "assert x.cpu().tolist() == [2.0, 2.0, 2.0]\n"
+            "assert not multiprocess.active() and multiprocess.why_inactive() == 'TORCH_TPU_DIST_XLA=0'\n"
+            "print('ok')\n")
+    env = dict(job_env, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(_free_port()), TORCH_TPU_DIST_XLA="0")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
 def test_tensor_parallel_pipelines(job_env, tmp_path):

@@ -31,7 +31,8 @@ _registration.register()
 
 def stats() -> dict:
     """Per-process counters: compiles, compile_seconds, cache_hits, cache_misses, executions,
-    flushes, cpu_fallbacks, and host/device transfer bytes."""
+    flushes, cpu_fallbacks, host/device transfer bytes, and tpu_dist's dist_xla_collectives,
+    dist_host_fallbacks, dist_host_bytes."""
     return _counters.snapshot()
 
 

@@ -98,6 +98,13 @@ VARIABLES = (
              "persistent compile cache folder (default ~/.cache/torch_tpu/xla-cache; empty: no disk cache)"),
     Variable("TORCH_TPU_DIST_TIMEOUT", "dist_timeout_s", _positive_seconds, 60.0,
              "seconds a tpu_dist collective waits for its peers"),
+    Variable("TORCH_TPU_DIST_XLA", "dist_xla", _flag, True,
+             "under torchrun (RANK, WORLD_SIZE > 1, MASTER_ADDR, MASTER_PORT set) start JAX's distributed "
+             "runtime on first device use and run tpu_dist collectives as XLA programs; 0: host-staged "
+             "over gloo"),
+    Variable("TORCH_TPU_COORDINATOR_ADDRESS", "coordinator_address", _text, None,
+             "host:port of JAX's distributed coordinator (default: agreed through torchrun's store, "
+             "else MASTER_ADDR:MASTER_PORT+1)"),
     Variable("TORCH_TPU_TINY_PIPELINES_DIR", "tiny_pipelines_dir", _text, None,
              "where the offline tiny pipelines are built (default ~/.cache/torch_tpu/tiny-pipelines)"),
 )
@@ -116,6 +123,8 @@ class Settings:
     cpu_fallback: bool
     cache_dir: str | None
     dist_timeout_s: float
+    dist_xla: bool
+    coordinator_address: str | None
     tiny_pipelines_dir: str | None
 
 

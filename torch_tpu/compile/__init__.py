@@ -78,6 +78,10 @@ def _check_inputs(example_inputs) -> None:
                 f"{tuple(x.shape)}; move the module and its inputs to 'tpu' first")
 
 
+def _is_dtensor(x) -> bool:
+    return type(x).__name__ == "DTensor" and hasattr(x, "_local_tensor") and hasattr(x, "_spec")
+
+
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend "tpu" (static shapes, ahead-of-time XLA compilation)."""
     from torch._functorch.aot_autograd import aot_module_simplified
@@ -109,6 +113,12 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     def stand_in(x):
         if not isinstance(x, torch.Tensor):
             return x
+        if _is_dtensor(x):  # keep the subclass (its ops trace to functional collectives); fake its shard
+            from torch.distributed.tensor import DTensor
+
+            local = x._local_tensor
+            m = torch.empty_strided(tuple(local.shape), tuple(local.stride()), dtype=local.dtype, device="meta")
+            return fake_mode.from_tensor(DTensor(m, x._spec, requires_grad=x.requires_grad), static_shapes=True)
         m = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
         if x.requires_grad:
             m.requires_grad_(True)

@@ -7,7 +7,7 @@ import torch
 
 from ..engine import deferred_errors, fused
 from ..ops import calling, checks, registry
-from ..runtime import caches, counters, dtypes, platform, program_cache, rng
+from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor.tensor import TpuTensor, new_full, value_of
 
 _counters = counters.counters
@@ -37,6 +37,8 @@ class _Plan:
         self.gm = gm
         self.nodes = list(gm.graph.nodes)
         self.lowerings = {}
+        self.collectives = {}  # functional-collective node -> fn(args, kwargs) (distributed/compiled.py)
+        self.mesh = None       # device ids of their group: the graph is then one SPMD program over it
         self.random = False
         self.device_checks: list = []  # messages of the ops' device-side checks, filled when traced
         self.constants = {}
@@ -55,6 +57,9 @@ class _Plan:
             func = node.target
             if not isinstance(func, torch._ops.OpOverload):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unexpected call {func} in the aten graph")
+            if func.namespace in _COLLECTIVE_NAMESPACES:
+                self._add_collective(node)
+                continue
             low, target = registry.resolve(func)
             if low is not None and target is not func and registry.mutated_arguments(func):
                 raise RuntimeError(f"torch.compile(backend='tpu'): in-place {func} left in a "
@@ -74,6 +79,17 @@ class _Plan:
                 + ", ".join(sorted(set(missing))) + " (strict eager has the same op table)")
         self.precision = torch.get_float32_matmul_precision()
 
+    def _add_collective(self, node) -> None:
+        from ..distributed import compiled
+
+        fn, mesh = compiled.lowering_for(node)
+        self.collectives[node] = fn
+        if mesh is not None and self.mesh not in (None, mesh):
+            raise NotImplementedError(
+                f"torch.compile(backend='tpu'): collectives over two process groups in one graph "
+                f"(devices {self.mesh} and {mesh}) are not supported yet")
+        self.mesh = mesh if mesh is not None else self.mesh
+
     def program(self, *arrays):
         """Run the graph over jax arrays (traced once by jax.jit)."""
         jax = platform.jax()
@@ -82,7 +98,7 @@ class _Plan:
         key = None
         placeholders = [n for n in self.nodes if n.op == "placeholder"]
         for n in placeholders:
-            env[n] = next(it)
+            env[n] = None if _is_opaque(n.meta.get("val")) else next(it)
         if self.random:
             key = rng.make_key(next(it))
 
@@ -113,9 +129,13 @@ class _Plan:
                 if node.target is operator.getitem:
                     env[node] = load(node.args[0])[node.args[1]]
                     continue
-                low = self.lowerings[node]
                 args = load(node.args)
                 kwargs = {k: load(v) for k, v in node.kwargs.items()}
+                collective = self.collectives.get(node)
+                if collective is not None:
+                    env[node] = collective(args, kwargs)
+                    continue
+                low = self.lowerings[node]
                 first_check = len(found)
                 try:
                     out = calling.invoke(low, args, kwargs, precision=self.precision,
@@ -134,6 +154,14 @@ class _Plan:
         return result
 
 
+_COLLECTIVE_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd")
+
+
+def _is_opaque(x) -> bool:
+    """A script object input (a DeviceMesh's process groups under DTensor): no value in the program."""
+    return isinstance(x, torch.ScriptObject) or type(x).__name__ == "FakeScriptObject"
+
+
 def _conform_like(node, out):
     """A lowering's outputs, conformed to the dtypes and shapes torch promises (node.meta['val'])."""
     val = node.meta.get("val")
@@ -148,7 +176,9 @@ def _conform_like(node, out):
 def _signature(gm: torch.fx.GraphModule, inputs) -> tuple:
     sig = []
     for x in inputs:
-        if isinstance(x, torch.Tensor):
+        if _is_opaque(x):
+            sig.append(("opaque",))
+        elif isinstance(x, torch.Tensor):
             sig.append((tuple(x.shape), x.dtype))
         else:
             sig.append(("const", x))
@@ -160,7 +190,7 @@ def graph_compiler(kind: str):
 
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         for x in example_inputs:
-            if not isinstance(x, (torch.Tensor, type(None), int, float, bool)):
+            if not isinstance(x, (torch.Tensor, type(None), int, float, bool)) and not _is_opaque(x):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unsupported graph input {type(x)}")
         plan = _Plan(gm)
         jax = platform.jax()
@@ -171,13 +201,17 @@ def graph_compiler(kind: str):
             specs.append(jax.ShapeDtypeStruct((2,), dtypes.to_jax_dtype(torch.int64)))
         # identical graphs (repeated blocks) share one program: the key is the graph's code + inputs
         code_key = gm.code if not plan.constants else (gm.code, id(gm))
-        key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision)
+        key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision, plan.mesh)
         prog = program_cache.lookup(key)
         if prog is None:
-            if len(tensor_pos) != len(example_inputs):
+            if len(tensor_pos) != len([x for x in example_inputs if not _is_opaque(x)]):
                 raise RuntimeError("torch.compile(backend='tpu'): non-tensor graph inputs are not supported "
                                    "with static shapes")
-            prog = program_cache.compile_program(key, plan.program, tuple(specs))
+            if plan.mesh is None:
+                prog = program_cache.compile_program(key, plan.program, tuple(specs))
+            else:  # functional collectives: one SPMD program over the group's devices
+                prog = spmd.compile_program(key, plan.program, tuple(specs), plan.mesh,
+                                            what=f"a compiled {kind} graph with collectives")
             counters.add("graph_compiles", 1)
             _DEVICE_CHECKS[key] = plan.device_checks
 

@@ -4,8 +4,9 @@ Light on purpose: ``register()`` runs at ``import torch`` (through the backend's
 module imports neither JAX nor the backend implementation; those load when a process group is created
 or a functional collective first sees a tpu tensor.
 
-Collectives are host-staged over gloo today (``process_group.HostStaged``); that one class is the seam a
-device-native implementation would replace.
+Under torchrun the collectives are XLA programs over the group's devices (``xla_transport.py``, with the
+bodies in ``xla_ops.py`` and the ``torch.compile`` lowerings in ``compiled.py``); what XLA cannot do, or
+a run without JAX's distributed runtime, is host-staged over gloo (``process_group.HostStaged``).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Functional collectives (what DTensor and torch.compile use) on tpu tensors.
 
-They reach ``TpuTensor.__torch_dispatch__``; each runs synchronously through the group's transport,
-so ``wait_tensor`` has nothing left to wait for.
+They reach ``TpuTensor.__torch_dispatch__``; each is issued through the group's transport (an XLA
+program ordered on the device, or a host-staged gloo call), so ``wait_tensor`` has nothing to wait for.
 """
 from __future__ import annotations
 

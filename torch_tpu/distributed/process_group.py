@@ -1,8 +1,11 @@
-"""The "tpu_dist" process group: a ``dist.ProcessGroup`` whose collectives run through ``HostStaged``.
+"""The "tpu_dist" process group: a ``dist.ProcessGroup`` whose collectives run through a transport.
 
 torch's C++ ``Backend`` cannot be subclassed from Python, so the creator returns a ``ProcessGroup``
-subclass; ``dist.*`` calls its methods directly. Each method stages tpu tensors to the host, runs the
-same collective on a gloo group, and writes the results back into the tpu tensors in place.
+subclass; ``dist.*`` calls its methods directly, and each calls ``transport.run(method, args)``. The
+transport is ``xla_transport.XlaTransport`` (collectives as XLA programs over the members' devices) when
+this process joined JAX's distributed runtime (``runtime/multiprocess.py``), else ``HostStaged``: stage
+tpu tensors to the host, run the same collective on a gloo group, write the results back in place.
+``XlaTransport`` falls back to ``HostStaged`` for what it cannot do.
 """
 from __future__ import annotations
 
@@ -100,17 +103,20 @@ class HostStaged:
         outputs = _OUTPUTS[method]
         staged_out: list = []
         host_args = []
+        staged_bytes = 0
         for i, a in enumerate(args):
             pairs: list = []
             host_args.append(_stage(a, pairs))
+            staged_bytes += sum(host.numel() * host.element_size() for _, host in pairs)
             if i in outputs:
                 staged_out.extend(pairs)
-        # gloo has no AVG: sum, then divide on the host before writing back.
+        # gloo averages floating-point tensors itself; integers: sum, then divide every output
         opts, op = _reduce_op_of(host_args)
-        divide = False
-        if op is not None and op == ReduceOp.AVG:
+        divide = op is not None and op == ReduceOp.AVG and any(
+            not (t.is_floating_point() or t.is_complex())
+            for i in outputs for t in _flat_tensors(host_args[i]))
+        if divide:
             opts.reduceOp = ReduceOp.SUM
-            divide = True
         try:
             work = getattr(self.host_pg, method)(*host_args)
             work.wait()
@@ -121,11 +127,32 @@ class HostStaged:
         finally:
             if divide:
                 opts.reduceOp = ReduceOp.AVG
+        if divide:
+            for i in outputs:
+                for t in _flat_tensors(host_args[i]):
+                    t.copy_(_average(t, self.size))
         for dev, host in staged_out:
-            if divide:
-                host = host / self.size if host.is_floating_point() else host // self.size
+            staged_bytes += host.numel() * host.element_size()
             _from_host(dev, host)
+        if staged_bytes:
+            from ..runtime import counters
+
+            counters.counters["dist_host_bytes"] += staged_bytes
         return _completed_work()
+
+
+def _flat_tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for e in x:
+            yield from _flat_tensors(e)
+
+
+def _average(total, size: int):
+    if total.is_floating_point() or total.is_complex():
+        return total / size
+    return torch.div(total, size, rounding_mode="trunc")  # as NCCL's integer average
 
 
 class TpuProcessGroup(dist.ProcessGroup):
@@ -244,6 +271,10 @@ class TpuProcessGroup(dist.ProcessGroup):
         return self._run("recv_anysource", tensors, tag)
 
     def barrier(self, opts=None):
+        barrier = getattr(self.transport, "barrier", None)
+        if barrier is not None:  # a tiny collective program: also orders this device's earlier work
+            barrier()
+            return _completed_work()
         try:
             self.transport.host_pg.barrier(opts or dist.BarrierOptions()).wait()
         except RuntimeError as exc:
@@ -290,9 +321,18 @@ def create_process_group(opts, backend_options):
     if timeout is None or timeout == default:
         timeout = datetime.timedelta(seconds=default_timeout_s())
     _bind_local_device()
-    from ..runtime import platform
+    from ..runtime import multiprocess, platform
 
-    platform.devices()  # this process's device is now chosen (DeviceMesh then leaves it alone)
+    device = platform.jax_device()  # this process's device is now chosen (DeviceMesh then leaves it alone)
     store = dist.PrefixStore("tpu_dist_gloo", opts.store)
     host_pg = dist.ProcessGroupGloo(store, opts.group_rank, opts.group_size, timeout)
-    return TpuProcessGroup(opts.group_rank, opts.group_size, HostStaged(host_pg, opts.group_size), timeout)
+    transport = HostStaged(host_pg, opts.group_size)
+    if multiprocess.active():
+        from .xla_transport import XlaTransport
+
+        ranks = list(opts.global_ranks_in_group or range(opts.group_size))
+        transport = XlaTransport(transport, ranks, multiprocess.device_ids(ranks, device.id), opts.group_rank)
+        # the first collective over a device set also sets up XLA's communicator for it: do it now,
+        # while every member is creating the group anyway
+        transport.barrier()
+    return TpuProcessGroup(opts.group_rank, opts.group_size, transport, timeout)

@@ -23,7 +23,7 @@ import weakref
 import numpy as np
 
 from .. import config
-from ..runtime import caches, counters, platform, program_cache
+from ..runtime import caches, counters, platform, program_cache, spmd
 from . import recovery
 from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
 
@@ -87,6 +87,7 @@ class _Graph:
         # (weak ref to a storage, its previous value, the LazyArray written into it): undone when the
         # graph fails before that write (recovery.py)
         self.writes: list = []
+        self.mesh = None    # device ids of the group whose collectives the graph holds (one per graph)
 
 
 class _STATE:
@@ -172,9 +173,16 @@ def _dtype_of(a):
     return dt
 
 
-def record(key, fn, args, avals=None, what: str = ""):
-    """Record ``fn(*args)`` as a node; returns a tuple of LazyArrays (one per output)."""
+def record(key, fn, args, avals=None, what: str = "", mesh=None):
+    """Record ``fn(*args)`` as a node; returns a tuple of LazyArrays (one per output).
+
+    ``mesh``: the global device ids of a collective's group (``fn`` then uses ``spmd.AXIS``); the graph
+    runs as one SPMD program over that mesh. A collective over another group flushes the graph first."""
     with _STATE.lock:
+        if mesh is not None:
+            if _graph().mesh not in (None, mesh):
+                flush()
+            _graph().mesh = mesh
         return _record(key, fn, args, avals, what)
 
 
@@ -256,7 +264,7 @@ def _flush() -> None:
     structure = tuple((n.key, n.inputs) for n in g.nodes)
     out_sig = tuple((i, j) for i, j, _ in live)
     donate = _donatable(inputs, [la for _, _, la in live], g.writes)
-    key = ("fused", structure, in_sig, out_sig, donate)
+    key = ("fused", structure, in_sig, out_sig, donate, g.mesh)
     nodes = g.nodes
     _counters["flushes"] += 1
 
@@ -271,10 +279,20 @@ def _flush() -> None:
     prog = program_cache.lookup(key)
     try:
         if prog is None:
-            prog = program_cache.compile_program(key, graph_fn, tuple(inputs), donate=donate)
+            if g.mesh is None:
+                prog = program_cache.compile_program(key, graph_fn, tuple(inputs), donate=donate)
+            else:
+                prog = spmd.compile_program(key, graph_fn, tuple(inputs), g.mesh, donate=donate,
+                                            out_ndims=[len(la.shape) for _, _, la in live],
+                                            what=_collectives_of(nodes))
         results = prog(*inputs)
         _counters["executions"] += 1
     except Exception as exc:
+        if g.mesh is not None:  # collectives: no op-by-op replay; the SPMD runner named them
+            for _, _, la in live:
+                la.error = exc
+                la.node = None
+            raise
         error = recovery.replay(nodes, inputs, live, g.writes, exc)
         if error is not None:
             raise error from exc
@@ -286,6 +304,11 @@ def _flush() -> None:
     for (_, _, la), arr in zip(live, results):
         la.concrete = arr
         la.node = None
+
+
+def _collectives_of(nodes) -> str:
+    names = [n.where[0] for n in nodes if isinstance(n.key, tuple) and n.key[:1] == ("collective",)]
+    return f"a fused graph of {len(nodes)} ops with collectives {', '.join(names[:6])}"
 
 
 def _donatable(inputs: list, outputs: list, writes: list) -> tuple:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from ..errors import OpError, describe
-from ..runtime import counters, platform, program_cache
+from ..runtime import counters, multiprocess, platform, program_cache, spmd
 from . import fused
 
 _counters = counters.counters
@@ -50,6 +50,16 @@ class Strict:
         _counters["executions"] += 1
         return prog(*args)
 
+    def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
+        """``fn(*args)`` as one SPMD program over the mesh of ``mesh`` (global device ids); ``fn`` may
+        use ``spmd.AXIS`` collectives. ``key`` starts with "collective". Returns a tuple of arrays."""
+        args = tuple(fused.materialize(a) for a in args)
+        prog = program_cache.lookup(key)
+        if prog is None:
+            prog = spmd.compile_program(key, fn, args, mesh, out_ndims=[len(s) for s, _ in avals], what=what)
+        _counters["executions"] += 1
+        return prog(*args)
+
 
 class LaunchBlocking(Strict):
     """DEFER_NEVER_AND_LAUNCH_BLOCKING: wait after every op, so a failure names the op that caused it."""
@@ -63,6 +73,18 @@ class LaunchBlocking(Strict):
                 o.block_until_ready()
         except Exception as exc:
             raise OpError(f"tpu: {entry.func} failed on the device ({describe(args, kwargs)}): {exc}") from exc
+        return outs
+
+    def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
+        outs = super().collective(key, fn, args, avals, mesh, what)
+        try:
+            for o in outs:
+                o.block_until_ready()
+        except Exception as exc:
+            err = multiprocess.collective_error(exc, what)
+            if err is exc:
+                raise
+            raise err from exc
         return outs
 
 
@@ -94,6 +116,9 @@ class Fused(Strict):
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         return fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]
 
+    def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
+        return fused.record(key, fn, args, avals, what=what, mesh=mesh)
+
 
 class Forked(Strict):
     """In a process forked after its parent started the XLA runtime: every launch raises (it would hang)."""
@@ -105,6 +130,9 @@ class Forked(Strict):
         raise platform.fork_error()
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
+        raise platform.fork_error()
+
+    def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
         raise platform.fork_error()
 
 
@@ -127,3 +155,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def launch(key, fn, args: tuple, aval=None, what: str = ""):
     """Run (or record) one small program in the current mode: view reads/writes, casts."""
     return current.launch(key, fn, args, aval, what)
+
+
+def collective(key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
+    """Run (or record) one collective program over a mesh of several processes' devices."""
+    return current.collective(key, fn, args, avals, mesh, what)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from ..runtime import platform
+from ..runtime import multiprocess, platform
 from . import deferred_errors, fused
 
 
@@ -12,5 +12,11 @@ def sync() -> None:
         return
     fused.flush()
     jax = platform.jax()
-    jax.block_until_ready(jax.live_arrays())
+    try:
+        jax.block_until_ready(jax.live_arrays())
+    except Exception as exc:
+        err = multiprocess.collective_error(exc, "a collective synchronize waited for")
+        if err is exc:
+            raise
+        raise err from exc
     deferred_errors.verify()

@@ -6,7 +6,7 @@ import functools
 import numpy as np
 import torch
 
-from . import counters, platform
+from . import counters, multiprocess, platform
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,7 +79,13 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
 def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:
     """Copy a device array to a new CPU tensor of the given torch dtype (waits for the value)."""
     platform.jax()  # raises in a forked child, where reading would hang
-    host = np.asarray(array)
+    try:
+        host = np.asarray(array)
+    except Exception as exc:  # a collective that produced (or preceded) this value failed
+        err = multiprocess.collective_error(exc, "a collective this value waited for")
+        if err is exc:
+            raise
+        raise err from exc
     counters.counters["device_to_host_bytes"] += host.nbytes
     view = _tables()[2].get(dtype)
     if view is not None:

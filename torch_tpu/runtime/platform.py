@@ -67,10 +67,12 @@ def jax():
                 _jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
             except Exception:  # an old JAX without these options: run without a disk cache
                 pass
-        from . import compile_events
+        from . import compile_events, multiprocess
 
         compile_events.install(_jax)
         os.register_at_fork(after_in_child=_after_fork_in_child)
+        # a torchrun worker joins JAX's distributed runtime now, before anything starts a backend
+        multiprocess.maybe_start(_jax)
         return _jax
 
 
@@ -112,6 +114,8 @@ def devices():
                 f"TORCH_TPU_DEVICE_INDEX={idx} (the local rank) names no device: this host has "
                 f"{len(devs)} {plat} device(s); start at most {len(devs)} processes per host")
         devs = [devs[idx]]
+        # programs without a placed input (factories, constants) land on this device too
+        jax_mod.config.update("jax_default_device", devs[0])
     return devs
 
 

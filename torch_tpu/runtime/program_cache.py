@@ -27,6 +27,11 @@ def lookup(key):
     return prog
 
 
+def store(key, prog) -> None:
+    """Cache a program compiled elsewhere (SPMD programs over several processes' devices)."""
+    _PROGRAMS[key] = prog
+
+
 def compile_program(key, fn: Callable, example_args: tuple, device=None, donate: tuple = ()):
     """Trace ``fn`` for ``example_args`` (arrays or ShapeDtypeStructs), compile it and cache it."""
     jax = platform.jax()
