@@ -206,28 +206,19 @@ _VERIFY = """
 """
 
 
-@pytest.fixture(scope="module")
-def populated_cache(tmp_path_factory):
+def _populate(tmp_path):
     """A fresh persistent cache folder after one process computed x*7.25 and x+7.25, and the files each
-    program added."""
-    cache = tmp_path_factory.mktemp("hostile-xla-cache")
+    program added. (Each test populates its own folder: a copied folder is not hit by JAX's cache.)"""
+    cache = tmp_path / "xla-cache"
+    cache.mkdir()
     p1 = D.run_isolated(_POPULATE, timeout=180, env={"TORCH_TPU_CACHE_DIR": str(cache)})
     D.assert_isolated_ok(p1)
     files = json.loads(p1.stdout.split("FILES", 1)[1].splitlines()[0])
     return cache, files
 
 
-def _copy_cache(src, tmp_path):
-    import shutil
-
-    dst = tmp_path / "xla-cache"
-    shutil.copytree(src, dst)
-    return dst
-
-
-def test_persistent_cache_swapped_entries(populated_cache, tmp_path):
-    src, files = populated_cache
-    cache = _copy_cache(src, tmp_path)
+def test_persistent_cache_swapped_entries(tmp_path):
+    cache, files = _populate(tmp_path)
     mul = [f for f in files["mul"] if (cache / f).is_file()]
     add = [f for f in files["add"] if (cache / f).is_file()]
     assert mul and add, f"test setup: no new cache files per program: {files}"
@@ -237,7 +228,11 @@ def test_persistent_cache_swapped_entries(populated_cache, tmp_path):
     a, b = (cache / mul_f).read_bytes(), (cache / add_f).read_bytes()
     (cache / mul_f).write_bytes(b)
     (cache / add_f).write_bytes(a)
+    names_before = {f.name for f in cache.iterdir()}
     p2 = D.run_isolated(_VERIFY, timeout=180, env={"TORCH_TPU_CACHE_DIR": str(cache)})
+    new_names = {f.name for f in cache.iterdir()} - names_before
+    assert not new_names, (f"test setup: the second process looked up other cache keys ({sorted(new_names)}), "
+                           "so the swapped entries were never read")
     if "AssertionError: x*7.25 gave" in p2.stderr or "AssertionError: x+7.25 gave" in p2.stderr:
         pytest.fail("[wrong value] swapped persistent-cache entries ran one program for another: "
                     + p2.stdout.strip())
@@ -247,9 +242,8 @@ def test_persistent_cache_swapped_entries(populated_cache, tmp_path):
         assert any(w in line.lower() for w in ("cache", "corrupt", "mismatch")), f"[unclear error] {line}"
 
 
-def test_persistent_cache_corrupt_entry(populated_cache, tmp_path):
-    src, _ = populated_cache
-    cache = _copy_cache(src, tmp_path)
+def test_persistent_cache_corrupt_entry(tmp_path):
+    cache, _ = _populate(tmp_path)
     for f in cache.iterdir():
         if f.is_file():
             f.write_bytes(b"\x00garbage" * 3)

@@ -362,3 +362,30 @@ def test_compiled_scalar_variants(v):
     """Compiled programs (torch.compile backend='tpu') keyed by scalar type: constants baked per value
     by dynamo, but never one variant's program for another."""
     D.check(lambda x: x * v + v, D.t(1, 2, 3, dtype=torch.uint8), modes=["compiled"], signed_zeros=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# tensor-tensor promotion (dtype pairs), 0-dim tensors of another dtype included
+
+PAIR_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.float16, torch.bfloat16]
+
+
+def _pair_input(dtype, shape=(3,)):
+    base = D.t(1, 0, 3) if dtype != torch.bool else D.t(True, False, True)
+    return base.to(dtype).reshape(shape) if shape else base[2].to(dtype)
+
+
+@pytest.mark.parametrize("b", PAIR_DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("a", PAIR_DTYPES, ids=lambda d: str(d)[6:])
+def test_tensor_pair_promotion(a, b):
+    """add/div/where between tensors of two dtypes, and with a 0-dim tensor of the other dtype: result
+    dtype and values as on CPU (int8 + uint8 -> int16, float16 + bfloat16 -> float32...). Strict mode
+    only (promotion comes from the meta kernels, the same in every mode); all passed when written."""
+    calls = [
+        D.named("add", lambda x, y, z: x + y),
+        D.named("div", lambda x, y, z: x / y),
+        D.named("where", lambda x, y, z: torch.where(x != 0, x, y)),
+        D.named("add_0dim", lambda x, y, z: x + z),
+        D.named("cat", lambda x, y, z: torch.cat([x, y])),
+    ]
+    D.check_sequence(calls, _pair_input(a), _pair_input(b), _pair_input(b, shape=None))

@@ -55,6 +55,11 @@ VIEW_WRITES = {
     "copy_from_overlapping_self": lambda x: x[1:].copy_(x[:-1].clone()),
     "inplace_on_expanded_raises": lambda x: x[0].expand(4, 6).add_(1),
     "set_storage_view": lambda x: x.view(-1)[::5].zero_(),
+    "copy_partial_overlap": lambda x: x[:, :4].copy_(x[:, 2:6]),
+    "add_self_alias": lambda x: x.add_(x),
+    "inplace_out_alias": lambda x: torch.add(x[0], x[1], out=x[0]),
+    "index_copy_self_source": lambda x: x.index_copy_(0, torch.tensor([0, 1], device=x.device), x[2:]),
+    "view_then_resize_base_read": lambda x: (lambda v: (x.mul_(2), v.sum()))(x[1:3, 2:]),
 }
 
 
