@@ -281,13 +281,32 @@ def _record(cpu_exc, tpu_exc):
             f.write(" | ".join(row) + "\n")
 
 
+def _leaked_from(exc: BaseException) -> str | None:
+    """The library an exception was raised inside, when that is jax/jaxlib/numpy (an error of the
+    lowering leaking out unwrapped, its message naming no aten op); None otherwise."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    if last is None:
+        return None
+    for lib in ("/jax/", "/jaxlib/", "/numpy/"):
+        if lib in last:
+            return lib.strip("/")
+    return None
+
+
 def is_clear(exc: BaseException) -> bool:
     """A clear error: an ordinary Python exception with a message, not SystemError (a C-level
-    failure) and not an exception type from jax/jaxlib leaking through."""
+    failure), not an exception type from jax/jaxlib, and not raised inside jax/jaxlib/numpy (a
+    lowering's own error leaking out unwrapped, naming no aten op)."""
     if not isinstance(exc, Exception) or isinstance(exc, SystemError):
         return False
     mod = type(exc).__module__ or ""
     if mod.startswith(("jax", "jaxlib")):
+        return False
+    if _leaked_from(exc) is not None:
         return False
     return bool(str(exc).strip())
 
@@ -410,8 +429,9 @@ def check(fn: Callable, *args, modes: Sequence | None = None, kwargs: dict | Non
                 pytest.fail(f"[silent] CPU raised {_exc_text(cpu.exc)}; tpu returned a value{tag}")
             _record(cpu.exc, tpu.exc)
             if not is_clear(tpu.exc):
+                where = _leaked_from(tpu.exc)
                 pytest.fail(f"[unclear error]{tag} CPU: {_exc_text(cpu.exc)}; tpu: {type(tpu.exc).__module__}."
-                            f"{_exc_text(tpu.exc)}")
+                            f"{_exc_text(tpu.exc)}" + (f" (raised inside {where}, unwrapped)" if where else ""))
             if match and not re.search(match, str(tpu.exc)):
                 pytest.fail(f"[unclear error]{tag} tpu message does not match {match!r}: {_exc_text(tpu.exc)}"
                             f" (CPU: {_exc_text(cpu.exc)})")
@@ -479,7 +499,9 @@ def check_sequence(calls: Sequence[Callable], *args, atol=None, rtol=None, signe
                             pytest.fail(f"[silent] {label}: CPU raised {_exc_text(cexc)}; tpu returned a value")
                         _record(cexc, texc)
                         if not is_clear(texc):
-                            pytest.fail(f"[unclear error] {label}: tpu {_exc_text(texc)}")
+                            where = _leaked_from(texc)
+                            pytest.fail(f"[unclear error] {label}: tpu {_exc_text(texc)}"
+                                        + (f" (raised inside {where}, unwrapped)" if where else ""))
                         continue
                     if texc is not None:
                         pytest.fail(f"[tpu raised] {label}: {type(texc).__module__}.{_exc_text(texc)}")
