@@ -15,10 +15,10 @@ import sys
 import xml.etree.ElementTree as ET
 
 TAG = re.compile(r"\[(wrong value|wrong dtype|wrong shape|wrong structure|wrong type|wrong requires_grad|"
-                 r"wrong stride|silent|tpu raised|unclear error|late error|device broken|recompiles|growth|"
+                 r"wrong stride|lost value|silent|tpu raised|unclear error|late error|device broken|recompiles|growth|"
                  r"crash|hang|setup)\]")
 # the worst first: a case counts under its worst tag
-ORDER = ["crash", "hang", "silent", "wrong dtype", "wrong value", "wrong shape", "wrong structure", "wrong type",
+ORDER = ["crash", "hang", "silent", "lost value", "wrong dtype", "wrong value", "wrong shape", "wrong structure", "wrong type",
          "wrong stride", "wrong requires_grad", "mutation mismatch", "device broken", "late error",
          "unclear error", "tpu raised", "recompiles", "growth", "setup", "other"]
 

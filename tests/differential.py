@@ -21,6 +21,7 @@ Failure messages start with a tag so a run can be catalogued by kind:
   [wrong type]            a Python scalar of another type (int vs float vs bool)
   [mutation mismatch]     an input mutated in place differs afterwards
   [silent]                CPU raised, tpu returned a value
+  [lost value]            after both raised, an input the tpu should have kept cannot be read
   [tpu raised]            tpu raised, CPU returned a value
   [unclear error]         both raised, but the tpu exception is not a clear Python exception / no match
   [late error]            the tpu error was required at the call (launch blocking, bool masks) but came later
@@ -428,17 +429,25 @@ def check(fn: Callable, *args, modes: Sequence | None = None, kwargs: dict | Non
             if tpu.exc is None:
                 pytest.fail(f"[silent] CPU raised {_exc_text(cpu.exc)}; tpu returned a value{tag}")
             _record(cpu.exc, tpu.exc)
+            problems = []
             if not is_clear(tpu.exc):
                 where = _leaked_from(tpu.exc)
-                pytest.fail(f"[unclear error]{tag} CPU: {_exc_text(cpu.exc)}; tpu: {type(tpu.exc).__module__}."
-                            f"{_exc_text(tpu.exc)}" + (f" (raised inside {where}, unwrapped)" if where else ""))
-            if match and not re.search(match, str(tpu.exc)):
-                pytest.fail(f"[unclear error]{tag} tpu message does not match {match!r}: {_exc_text(tpu.exc)}"
-                            f" (CPU: {_exc_text(cpu.exc)})")
+                problems.append(f"[unclear error]{tag} CPU: {_exc_text(cpu.exc)}; tpu: {type(tpu.exc).__module__}."
+                                f"{_exc_text(tpu.exc)}" + (f" (raised inside {where}, unwrapped)" if where else ""))
+            elif match and not re.search(match, str(tpu.exc)):
+                problems.append(f"[unclear error]{tag} tpu message does not match {match!r}: {_exc_text(tpu.exc)}"
+                                f" (CPU: {_exc_text(cpu.exc)})")
             if (raise_at_call or mode == "blocking") and not tpu.at_call:
-                pytest.fail(f"[late error]{tag} tpu raised only when the value was read, not at the call: "
-                            f"{_exc_text(tpu.exc)}")
-            assert_device_works()
+                problems.append(f"[late error]{tag} tpu raised only when the value was read, not at the call: "
+                                f"{_exc_text(tpu.exc)}")
+            if check_inputs:
+                problems += _inputs_after_error(cpu, tpu, tag, atol, rtol)
+            try:
+                assert_device_works()
+            except pytest.fail.Exception as f:
+                problems.append(str(f).splitlines()[0])
+            if problems:
+                pytest.fail("\n".join(problems))
             continue
         if tpu.exc is not None:
             pytest.fail(f"[tpu raised]{tag} CPU returned a value; tpu raised "
@@ -457,6 +466,29 @@ def check(fn: Callable, *args, modes: Sequence | None = None, kwargs: dict | Non
                     assert_same_value(e, g, where=f"input {i} after the call{tag}",
                                       **{**kw, "check_requires_grad": False})
     return cpu.value if cpu.exc is None else cpu.exc
+
+
+def _inputs_after_error(cpu, tpu, tag, atol, rtol) -> list[str]:
+    """Both raised: the inputs must hold what CPU left in them (the work before the failing op done,
+    nothing lost). Reading a lost value is reported as such."""
+    exp_in = _tensor_leaves(cpu.inputs)
+    got_raw = [x for x in pytree.tree_leaves(tpu.inputs, is_leaf=lambda x: isinstance(x, _Host))
+               if isinstance(x, (torch.Tensor, _Host))]
+    if len(exp_in) != len(got_raw):
+        return []
+    out = []
+    for i, (e, g) in enumerate(zip(exp_in, got_raw)):
+        try:
+            h = _Host(g) if isinstance(g, torch.Tensor) else g  # reading may raise: a lost value
+        except Exception as err:  # noqa: BLE001
+            out.append(f"[lost value] input {i} after the error{tag} cannot be read: {_exc_text(err)}")
+            continue
+        try:
+            assert_same_value(e, h, where=f"input {i} after the error{tag}", atol=atol, rtol=rtol,
+                              check_requires_grad=False)
+        except pytest.fail.Exception as f:
+            out.append(str(f).splitlines()[0])
+    return out
 
 
 def check_raises(fn, *args, **kw):
