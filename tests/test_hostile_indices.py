@@ -92,12 +92,53 @@ BINCOUNT_BAD = ["-1", "-n", "-n-1"]
 BAD_NAMES = ["n", "n+3", "-1", "-n", "-n-1", "2^31", "2^40"]
 
 
+# What a failed write leaves behind: CPU torch writes the elements its loop reaches before the first bad
+# index and then raises, so its partial result depends on its loop order (``x[:, [1, 9]] = v`` writes
+# x[0, 1] only). That order is an implementation detail, not a contract. The tpu's rule, explicit: a
+# write with out-of-range entries writes every in-range entry, drops the others (never at a wrapped or
+# clamped position) and raises. For the ops below the two differ; the state after the error is checked
+# against CPU torch running the same write with the out-of-range entries removed
+# (test_failed_write_keeps_in_range_entries).
+ORDER_DEPENDENT = {"setitem_dim1"}
+
+
 @pytest.mark.parametrize("bad", BAD_NAMES)
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_bad_index(eager_mode, op, bad):
     n, build = OPS[op]
     fn, args = build(_bad_values(n)[bad])
-    D.check(fn, *args, match=INDEX_ERR)
+    D.check(fn, *args, match=INDEX_ERR, check_inputs=op not in ORDER_DEPENDENT)
+
+
+# op -> (size of the indexed dim, builder(index values) -> (fn, args)): writes whose state after an error
+# is checked
+PARTIAL_WRITES = {
+    "setitem_dim1": (3, lambda vals: (lambda x, i: x.__setitem__((slice(None), i), 9.0),
+                                      (X.clone(), torch.tensor(vals)))),
+    "index_put_2d": (4, lambda vals: (lambda x, i: x.index_put_((i[:, None], torch.tensor([0, 2], device=i.device)),
+                                                                torch.tensor(5.0, device=x.device)),
+                                      (X.clone(), torch.tensor(vals)))),
+    "scatter_add": (3, lambda vals: (lambda x, i: x.scatter_add_(1, i.expand(4, i.shape[1]),
+                                                                 torch.ones(4, i.shape[1], device=x.device)),
+                                     (X.clone(), torch.tensor([vals])))),
+}
+
+
+@pytest.mark.parametrize("bad", ["n", "2^40", "-n-1"])
+@pytest.mark.parametrize("op", sorted(PARTIAL_WRITES))
+def test_failed_write_keeps_in_range_entries(eager_mode, op, bad):
+    """After a write with an out-of-range entry raised, the tensor holds the write of its in-range
+    entries only: CPU torch's result for the same write without the bad entry."""
+    n, build = PARTIAL_WRITES[op]
+    fn, (x, i) = build([2, _bad_values(n)[bad], 0])
+    x_tpu, i_tpu = x.to(D.DEV), i.to(D.DEV)
+    with pytest.raises(Exception) as info:
+        fn(x_tpu, i_tpu)
+        D.sync()
+    assert D.is_clear(info.value), f"[unclear error] {info.value!r}"
+    fn_ok, (expected, i_ok) = build([2, 0])
+    fn_ok(expected, i_ok)
+    D.assert_same(expected, D.read(x_tpu), where=f"{op} after the failed write")
 
 
 @pytest.mark.parametrize("bad", BINCOUNT_BAD)
@@ -110,7 +151,8 @@ def test_bad_index_launch_blocking(op):
     """Under launch blocking the error comes from the call itself."""
     n, build = OPS[op]
     fn, args = build(n + 1)
-    D.check(fn, *args, modes=["blocking"], match=INDEX_ERR, raise_at_call=True)
+    D.check(fn, *args, modes=["blocking"], match=INDEX_ERR, raise_at_call=True,
+            check_inputs=op not in ORDER_DEPENDENT)
 
 
 @pytest.mark.parametrize("op", ["getitem", "index_select", "gather", "embedding", "scatter_add",

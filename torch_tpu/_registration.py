@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .eager import derived_backward, factories, router
+from .eager import derived_backward, factories, router, whole_ops
 from .engine import modes
 from .tensor import serialization
 
@@ -59,6 +59,7 @@ def register() -> None:
     _register_factories()
     router.install()
     derived_backward.register()
+    whole_ops.register()
     _register_autocast()
     serialization.install()
     _register_distributed()

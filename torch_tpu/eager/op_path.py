@@ -13,7 +13,7 @@ import torch
 
 from ..engine import deferred_errors, launchers
 from ..errors import OpError, describe, leaves, no_lowering
-from ..ops import calling, checks, registry, validate
+from ..ops import calling, checks, refusals, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..tensor.tensor import new_full, write
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
@@ -36,24 +36,36 @@ class LoweredEntry:
         if self.random:
             arrays.append(rng.next_key_data())
         outs = launchers.current.run_op(self, arrays, args, kwargs)
+        written = False
         if self.device_checks:  # the last output says whether the op's device-side checks held
             deferred_errors.add(outs[-1], self.device_checks, self.describe_inputs)
             outs = outs[:-1]
             if launchers.current.verifies_each_op:
+                # launch blocking: raise at the op, after its writes (as in the other modes, a failed
+                # write leaves its in-range entries written and drops the others)
+                self._write_back(args, kwargs, outs)
+                written = True
                 deferred_errors.verify()
         if self.returns_scalar:
             return outs[0].item()
         writes = self.writes
         if writes:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in writes]
-            for t, arr in zip(targets, outs[self.n_out:]):
-                write(t, arr)
+            if not written:
+                for t, arr in zip(targets, outs[self.n_out:]):
+                    write(t, arr)
             if self.n_out == 0:
                 return targets[0] if len(targets) == 1 else tuple(targets)
         dts = self.out_dtypes
         if self.rebuild is None:
             return new_full(outs[0], dts[0])
         return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
+
+    def _write_back(self, args, kwargs, outs) -> None:
+        if self.writes:
+            targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in self.writes]
+            for t, arr in zip(targets, outs[self.n_out:]):
+                write(t, arr)
 
     def describe_inputs(self) -> str:
         """The op and its inputs' shapes and dtypes, from the program key (no tensor is kept alive)."""
@@ -84,14 +96,16 @@ def _build_entry(func, args, kwargs, key, arrays):
             raise no_lowering(func, args, kwargs)
         _ENTRIES[key] = entry
         return entry
+    validate.run(target_func, args, kwargs)  # checks torch's CPU kernels make and its meta kernels don't
     if low.data_dependent:
         entry = _ENTRIES[key] = data_dependent_entry(func, low)
         return entry
 
-    validate.run(target_func, args, kwargs)  # checks torch's CPU kernels make and its meta kernels don't
     # What does torch say this op returns? (Also raises torch's errors for bad input.)
     meta_args = to_meta(list(args))
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+    if writes:
+        refusals.check_inplace_result(func, target_func, meta_args, meta_kwargs)
     try:
         meta_out = func(*meta_args, **meta_kwargs)
         has_meta = True

@@ -62,6 +62,9 @@ def index_put_with_masks(func, args, kwargs):
     _check_mask_shapes(x, indices)
     accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
     mask = indices[0]
+    if len(indices) == 1 and mask.dtype == torch.uint8 and values.numel() == 1:
+        # CPU torch sends a single mask with one value to masked_fill_, which takes bool masks only
+        raise RuntimeError("masked_fill_ only supports boolean masks, but got mask with dtype unsigned char")
     k = mask.dim() if _is_mask(mask) else -1
     inplace = func is not aten.index_put.default
     if (len(indices) == 1 and k > 0 and tuple(mask.shape) == tuple(x.shape[:k])
@@ -90,11 +93,13 @@ def like(func, args, kwargs):
 
 
 def clone(func, args, kwargs):
-    # clone keeps a non-contiguous dense layout (preserve_format), as on CPU
+    # clone keeps a non-contiguous dense layout (preserve_format), as on CPU; an explicit channels_last
+    # format (x.contiguous(memory_format=torch.channels_last)) gets that layout
     x = args[0]
-    if isinstance(x, TpuTensor) and not x.is_contiguous() and \
-            kwargs.get("memory_format") in (None, torch.preserve_format):
-        return kernels.copy_into(kernels.empty_like(None, (x,), {}), x)
+    fmt = kwargs.get("memory_format")
+    if isinstance(x, TpuTensor) and ((not x.is_contiguous() and fmt in (None, torch.preserve_format))
+                                     or fmt in (torch.channels_last, torch.channels_last_3d)):
+        return kernels.copy_into(kernels.empty_like(None, (x,), {"memory_format": fmt}), x)
     return run_op(func, args, kwargs)
 
 
