@@ -80,27 +80,45 @@ def _check_inputs(example_inputs) -> None:
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend "tpu" (static shapes, ahead-of-time XLA compilation)."""
-    from torch._functorch.aot_autograd import aot_module_simplified
     from torch._guards import TracingContext
 
-    from . import lowering
+    from . import specialize
 
+    _refuse_requested_dynamism(example_inputs, options)
+    _check_inputs(example_inputs)
+    if specialize.has_symbolic_inputs(example_inputs):
+        # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
+        # compiled per concrete signature when called
+        return specialize.PerShape(gm, example_inputs, _compile_static)
+    _check_static(gm)
+    ctx = TracingContext.try_get()
+    return _compile_static(gm, example_inputs, ctx.fake_mode if ctx is not None else None)
+
+
+def _refuse_requested_dynamism(example_inputs, options) -> None:
     import torch._dynamo.config as dynamo_config
 
     # dynamic=True patches this flag while dynamo traces (torch.compile -> _optimize)
     if options.get("dynamic") or not dynamo_config.assume_static_by_default:
         raise StaticShapeError(_STATIC_MSG.format(what="dynamic=True was requested."))
     for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.Tensor) and getattr(x, "_dynamo_dynamic_indices", None):
-            raise StaticShapeError(_STATIC_MSG.format(
-                what=f"Graph input {i} {tuple(x.shape)} has dimension(s) "
-                     f"{sorted(x._dynamo_dynamic_indices)} marked dynamic (torch._dynamo.mark_dynamic)."))
-    _check_static(gm)
-    _check_inputs(example_inputs)
-    _retarget_devices(gm)
+        if not isinstance(x, torch.Tensor):
+            continue
+        for attr, how in (("_dynamo_dynamic_indices", "marked dynamic (torch._dynamo.mark_dynamic)"),
+                          ("_dynamo_unbacked_indices", "marked unbacked (torch._dynamo.mark_unbacked)")):
+            dims = getattr(x, attr, None)
+            if dims:
+                raise StaticShapeError(_STATIC_MSG.format(
+                    what=f"Graph input {i} {tuple(x.shape)} has dimension(s) {sorted(dims)} {how}."))
 
-    ctx = TracingContext.try_get()
-    fake_mode = ctx.fake_mode if ctx is not None else None
+
+def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
+    """AOTAutograd over meta stand-ins of static shape; each aten graph -> one XLA program."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    from . import lowering
+
+    _retarget_devices(gm)
     if fake_mode is None:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -109,6 +127,11 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     def stand_in(x):
         if not isinstance(x, torch.Tensor):
             return x
+        if x.device.type != "tpu":
+            # a host scalar (dynamo passes an unspecialised Python float as a 0-d tensor): dynamo's fake
+            # of it remembers the symbolic float its .item() gave, which AOTAutograd turns back into
+            # tensor operations (static_shapes=True would make a new fake that forgot it)
+            return fake_mode.from_tensor(x)
         m = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
         if x.requires_grad:
             m.requires_grad_(True)
@@ -122,3 +145,17 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
         inference_compiler=lowering.graph_compiler("inference"),
         decompositions=lowering.decompositions(),
     )
+
+
+def _static_unless_asked():
+    """dynamo enters this around every call of a function compiled with backend="tpu" (the documented
+    ``backend_ctx_ctor`` hook): no *automatic* dynamic shapes, so with the default ``dynamic=None`` a
+    new input shape (or a changed Python int) recompiles for that shape, exactly as ``dynamic=False``
+    does, instead of turning the dimension symbolic. Only this backend's calls are affected; an explicit
+    ``dynamic=True`` or ``mark_dynamic`` still reaches the backend, which refuses it by name."""
+    import torch._dynamo.config as dynamo_config
+
+    return dynamo_config.patch(automatic_dynamic_shapes=False)
+
+
+tpu_backend.backend_ctx_ctor = _static_unless_asked
