@@ -98,7 +98,7 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from . import lowering
+    from . import composites, lowering
 
     if fake_mode is None:
         from torch._subclasses.fake_tensor import FakeTensorMode
@@ -127,7 +127,7 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
         fw_compiler=_graph_compiler(lowering.graph_compiler("forward")),
         bw_compiler=_graph_compiler(lowering.graph_compiler("backward")),
         inference_compiler=_graph_compiler(lowering.graph_compiler("inference")),
-        decompositions=lowering.decompositions(),
+        decompositions={**lowering.decompositions(), **composites.decompositions()},
     )
 
 
