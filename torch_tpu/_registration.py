@@ -17,6 +17,7 @@ import torch
 from . import config, device_module, distributed
 from .eager import derived_backward, factories, router, whole_ops
 from .engine import modes
+from .runtime import dynamo_frames
 from .tensor import serialization
 
 _DONE = False
@@ -63,10 +64,19 @@ def register() -> None:
     _register_autocast()
     serialization.install()
     _register_distributed()
+    _keep_callbacks_out_of_dynamo()
     try:
         modes.init_from_settings()
     except config.ConfigError as exc:
         warnings.warn(f"torch_tpu: {exc}; the tpu device will refuse to start until it is fixed")
+
+
+def _keep_callbacks_out_of_dynamo() -> None:
+    # every Python function torch's C++ calls for a tpu op: run as plain Python (with what it calls)
+    # when that happens inside a torch.compile'd region (see runtime/dynamo_frames.py)
+    dynamo_frames.keep_out_all([
+        router.torch_dispatch, *factories.KERNELS.values(), *derived_backward.KERNELS,
+        _Hooks.is_available, _Hooks.has_primary_context, _Hooks.is_built])
 
 
 def _register_factories() -> None:
@@ -108,7 +118,7 @@ def _autocast_kernel(op_name: str, low: bool):
         with torch._C._ExcludeDispatchKeyGuard(exclude):
             return op(*args, **kwargs)
 
-    return kernel
+    return dynamo_frames.keep_out(kernel)
 
 
 def _register_autocast() -> None:
