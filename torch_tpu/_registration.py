@@ -17,7 +17,7 @@ import torch
 from . import config, device_module, distributed
 from .eager import factories, router
 from .engine import modes
-from .tensor import serialization
+from .tensor import serialization, untyped
 
 _DONE = False
 _LIB = None
@@ -60,6 +60,7 @@ def register() -> None:
     router.install()
     _register_autocast()
     serialization.install()
+    untyped.install()
     _register_distributed()
     try:
         modes.init_from_settings()
