@@ -17,7 +17,7 @@ import torch
 from . import config, device_module, distributed
 from .eager import factories, router
 from .engine import modes
-from .tensor import serialization, untyped
+from .tensor import interop, serialization, untyped
 
 _DONE = False
 _LIB = None
@@ -61,6 +61,7 @@ def register() -> None:
     _register_autocast()
     serialization.install()
     untyped.install()
+    interop.install()
     _register_distributed()
     try:
         modes.init_from_settings()
@@ -71,8 +72,10 @@ def register() -> None:
 def _register_factories() -> None:
     global _LIB
     _LIB = torch.library.Library("aten", "IMPL")
+    from .runtime.platform import with_x64
+
     for name, fn in factories.KERNELS.items():
-        _LIB.impl(name, fn, "PrivateUse1")
+        _LIB.impl(name, with_x64(fn), "PrivateUse1")
 
 
 # torch.autocast("tpu") policy, like CUDA's: matmul/conv-like ops run in the autocast dtype,

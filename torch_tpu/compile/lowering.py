@@ -158,6 +158,7 @@ def _signature(gm: torch.fx.GraphModule, inputs) -> tuple:
 def graph_compiler(kind: str):
     """AOTAutograd's fw/bw/inference compiler: the aten graph -> a boxed callable over tpu tensors."""
 
+    @platform.with_x64
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         for x in example_inputs:
             if not isinstance(x, (torch.Tensor, type(None), int, float, bool)):
@@ -197,6 +198,7 @@ _DEVICE_CHECKS: dict = caches.register("compiled graph checks", {})  # program k
 def _runner(prog, out_dtypes, random: bool, device_checks: list):
     device = None
 
+    @platform.with_x64
     def run(args):
         nonlocal device
         arrays = []

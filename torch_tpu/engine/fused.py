@@ -233,7 +233,7 @@ def note_write(storage, old, new: LazyArray) -> None:
 
 def flush() -> None:
     """Compile (or reuse) and run the pending graph; fill in every live lazy array."""
-    with _STATE.lock:
+    with _STATE.lock, platform.X64():  # JAX's 64-bit mode for this thread (platform.X64)
         _flush()
 
 

@@ -10,7 +10,8 @@ from . import deferred_errors, fused
 def sync() -> None:
     if "jax" not in sys.modules:  # nothing ever ran on the device
         return
-    fused.flush()
-    jax = platform.jax()
-    jax.block_until_ready(jax.live_arrays())
-    deferred_errors.verify()
+    with platform.X64():
+        fused.flush()
+        jax = platform.jax()
+        jax.block_until_ready(jax.live_arrays())
+        deferred_errors.verify()

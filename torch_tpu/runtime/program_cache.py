@@ -39,10 +39,11 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
     # A jitted function (not a lowered/compiled stage): its call path is JAX's C++ fast path.
     # It compiles now, for the example arguments, so failures surface here with the op's name.
     prog = jax.jit(fn, **kwargs)
-    if device is not None and not example_args:
-        with jax.default_device(device):
-            prog.lower().compile()
-    else:
-        prog.lower(*example_args).compile()
+    with platform.X64():  # traced and compiled in JAX's 64-bit mode, like every call of it
+        if device is not None and not example_args:
+            with jax.default_device(device):
+                prog.lower().compile()
+        else:
+            prog.lower(*example_args).compile()
     _PROGRAMS[key] = prog
     return prog

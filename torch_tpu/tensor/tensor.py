@@ -53,7 +53,7 @@ class TpuStorage:
         arr = self.array
         if arr is None:
             jnp = platform.jax().numpy
-            with platform.jax().default_device(platform.jax_device(self.device_index)):
+            with platform.jax().default_device(platform.jax_device(self.device_index)), platform.X64():
                 arr = jnp.zeros(self.shape, dtypes.to_jax_dtype(self.dtype))
             self.array = arr
         return arr
