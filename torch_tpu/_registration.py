@@ -57,6 +57,7 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _register_factories()
+    _register_log()
     router.install()
     _register_autocast()
     serialization.install()
@@ -67,6 +68,14 @@ def register() -> None:
         modes.init_from_settings()
     except config.ConfigError as exc:
         warnings.warn(f"torch_tpu: {exc}; the tpu device will refuse to start until it is fixed")
+
+
+def _register_log() -> None:
+    # TORCH_LOGS=torch_tpu turns the compile log on (torch parses TORCH_LOGS right after autoloading
+    # device backends, so the name is known by then)
+    from torch._logging._internal import register_log
+
+    register_log("torch_tpu", "torch_tpu")
 
 
 def _register_factories() -> None:

@@ -178,7 +178,7 @@ def graph_compiler(kind: str):
             if len(tensor_pos) != len(example_inputs):
                 raise RuntimeError("torch.compile(backend='tpu'): non-tensor graph inputs are not supported "
                                    "with static shapes")
-            prog = program_cache.compile_program(key, plan.program, tuple(specs))
+            prog = program_cache.compile_program(key, _named(plan.program, kind), tuple(specs))
             counters.add("graph_compiles", 1)
             _DEVICE_CHECKS[key] = plan.device_checks
 
@@ -193,6 +193,22 @@ def graph_compiler(kind: str):
 
 
 _DEVICE_CHECKS: dict = caches.register("compiled graph checks", {})  # program key -> check messages
+
+
+def _named(program, kind: str):
+    """The graph's program named after the compiled function (traces, compile log):
+    compiled.<function>.<forward|backward|inference>."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    codes = getattr(ctx, "traced_code", None) or []
+    where = codes[0].co_name if codes else "graph"
+
+    def fn(*arrays):
+        return program(*arrays)
+
+    fn.__name__ = fn.__qualname__ = f"compiled.{where}.{kind}"
+    return fn
 
 
 def _runner(prog, out_dtypes, random: bool, device_checks: list):
