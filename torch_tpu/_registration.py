@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .eager import factories, router
+from .eager import amp, factories, router
 from .engine import modes
 from .tensor import interop, serialization, untyped
 
@@ -59,6 +59,7 @@ def register() -> None:
     _register_factories()
     _register_log()
     router.install()
+    router.add_handlers(amp.HANDLERS)
     _register_autocast()
     serialization.install()
     untyped.install()
@@ -123,6 +124,9 @@ def _autocast_kernel(op_name: str, low: bool):
 
 
 def _register_autocast() -> None:
+    # bfloat16 is the TPU convention (torch's default for a new device is float16). torch keeps this
+    # per thread: other threads get it from torch.autocast("tpu", dtype=...) or set_autocast_dtype.
+    torch.set_autocast_dtype("tpu", torch.bfloat16)
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     ops = torch.library.Library("aten", "IMPL")
