@@ -64,6 +64,22 @@ def _text(text: str) -> str:
     return text
 
 
+_LOG_TOPICS = ("compiles",)
+
+
+def _log_topics(text: str) -> frozenset:
+    names = {t.strip().lower() for t in text.replace(";", ",").split(",") if t.strip()}
+    if names & {"1", "true", "yes", "on", "all"}:
+        return frozenset(_LOG_TOPICS)
+    if names & {"0", "false", "no", "off"} and len(names) == 1:
+        return frozenset()
+    unknown = names - set(_LOG_TOPICS)
+    if unknown:
+        raise ValueError(f"unknown log topic(s) {sorted(unknown)}; expected a comma list of "
+                         f"{', '.join(_LOG_TOPICS)} (or 1/all)")
+    return frozenset(names)
+
+
 @dataclasses.dataclass(frozen=True)
 class Variable:
     name: str                      # the environment variable
@@ -107,6 +123,9 @@ VARIABLES = (
              "else MASTER_ADDR:MASTER_PORT+1)"),
     Variable("TORCH_TPU_TINY_PIPELINES_DIR", "tiny_pipelines_dir", _text, None,
              "where the offline tiny pipelines are built (default ~/.cache/torch_tpu/tiny-pipelines)"),
+    Variable("TORCH_TPU_LOG", "log", _log_topics, frozenset(),
+             "log topics to stderr: 'compiles' (one line per XLA program built: name, input shapes, seconds, "
+             "compiled or loaded from the disk cache, why it was new); same as TORCH_LOGS=torch_tpu"),
 )
 
 
@@ -126,6 +145,7 @@ class Settings:
     dist_xla: bool
     coordinator_address: str | None
     tiny_pipelines_dir: str | None
+    log: frozenset
 
 
 _NAMES = tuple(v.name for v in VARIABLES)

@@ -182,6 +182,7 @@ def _build_entry(func, args, kwargs, key, arrays):
             outs += (checks.first_failure(found),)
         return outs
 
+    fn.__name__ = fn.__qualname__ = str(func)  # the program's name in traces and the compile log
     tensor_leaves = [m for m in out_leaves if isinstance(m, torch.Tensor)]
     entry = LoweredEntry()
     entry.func = func

@@ -241,7 +241,7 @@ def note_write(storage, old, new: LazyArray) -> None:
 
 def flush() -> None:
     """Compile (or reuse) and run the pending graph; fill in every live lazy array."""
-    with _STATE.lock:
+    with _STATE.lock, platform.X64():  # JAX's 64-bit mode for this thread (platform.X64)
         _flush()
 
 
@@ -276,6 +276,7 @@ def _flush() -> None:
             env.append(res if isinstance(res, (tuple, list)) else (res,))
         return tuple(env[i][j] for i, j in out_sig)
 
+    graph_fn.__name__ = graph_fn.__qualname__ = _graph_name()  # in traces and the compile log
     prog = program_cache.lookup(key)
     try:
         if prog is None:
@@ -371,7 +372,17 @@ def _post_hook(module, args, output):
     if n == 0:
         _DEPTH.outer = None
         if _graph().nodes:
-            flush()
+            _DEPTH.flushing = type(module).__name__
+            try:
+                flush()
+            finally:
+                _DEPTH.flushing = None
+
+
+def _graph_name() -> str:
+    """A fused program's name: after the module whose call ended it, else plain "fused"."""
+    module = getattr(_DEPTH, "flushing", None)
+    return f"fused.{module}" if module else "fused"
 
 
 def install_module_hooks() -> None:

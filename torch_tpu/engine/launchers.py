@@ -154,9 +154,14 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def launch(key, fn, args: tuple, aval=None, what: str = ""):
     """Run (or record) one small program in the current mode: view reads/writes, casts."""
-    return current.launch(key, fn, args, aval, what)
+    prev = platform.X64.swap(True)  # also reached outside dispatch (to_jax of a view, saving)
+    try:
+        return current.launch(key, fn, args, aval, what)
+    finally:
+        platform.X64.restore(prev)
 
 
 def collective(key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
     """Run (or record) one collective program over a mesh of several processes' devices."""
-    return current.collective(key, fn, args, avals, mesh, what)
+    with platform.X64():
+        return current.collective(key, fn, args, avals, mesh, what)

@@ -10,13 +10,14 @@ from . import deferred_errors, fused
 def sync() -> None:
     if "jax" not in sys.modules:  # nothing ever ran on the device
         return
-    fused.flush()
-    jax = platform.jax()
-    try:
-        jax.block_until_ready(jax.live_arrays())
-    except Exception as exc:
-        err = multiprocess.collective_error(exc, "a collective synchronize waited for")
-        if err is exc:
-            raise
-        raise err from exc
-    deferred_errors.verify()
+    with platform.X64():
+        fused.flush()
+        jax = platform.jax()
+        try:
+            jax.block_until_ready(jax.live_arrays())
+        except Exception as exc:
+            err = multiprocess.collective_error(exc, "a collective synchronize waited for")
+            if err is exc:
+                raise
+            raise err from exc
+        deferred_errors.verify()

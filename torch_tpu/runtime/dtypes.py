@@ -73,7 +73,8 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
         # on the CPU platform device_put shares the numpy buffer (zero copy): without this copy a
         # later in-place change of the CPU tensor would silently change the tpu tensor
         arr = arr.copy()
-    return jax.device_put(arr, device)
+    with platform.X64():  # else JAX truncates int64/float64 host data to 32 bits
+        return jax.device_put(arr, device)
 
 
 def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import config
-from . import caches, counters, platform
+from . import caches, compile_log, counters, platform
 
 
 def max_programs() -> int:
@@ -43,11 +43,15 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         kwargs["donate_argnums"] = donate
     # A jitted function (not a lowered/compiled stage): its call path is JAX's C++ fast path.
     # It compiles now, for the example arguments, so failures surface here with the op's name.
+    fn, name = compile_log.named(fn, key)  # traces and logs show the aten op / module / graph
     prog = jax.jit(fn, **kwargs)
-    if device is not None and not example_args:
-        with jax.default_device(device):
-            prog.lower().compile()
-    else:
-        prog.lower(*example_args).compile()
+    token = compile_log.start()
+    with platform.X64():  # traced and compiled in JAX's 64-bit mode, like every call of it
+        if device is not None and not example_args:
+            with jax.default_device(device):
+                prog.lower().compile()
+        else:
+            prog.lower(*example_args).compile()
+    compile_log.done(token, key, name, example_args)
     _PROGRAMS[key] = prog
     return prog

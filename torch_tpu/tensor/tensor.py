@@ -32,7 +32,10 @@ def device_for(index: int = 0) -> torch.device:
 class TpuStorage:
     """A mutable holder of one immutable device array (the base's data)."""
 
-    __slots__ = ("array", "shape", "dtype", "version", "nbytes", "device_index", "__weakref__")
+    # _ptr (its address) and _py (a weak ref to its untyped storage object) are set only on request
+    # (tensor/untyped.py), never on the hot path
+    __slots__ = ("array", "shape", "dtype", "version", "nbytes", "device_index", "_ptr", "_py",
+                 "__weakref__")
 
     def __init__(self, array, shape, dtype: torch.dtype, device_index: int = 0):
         self.array = array  # jax.Array, or None: not yet written (reads as zeros)
@@ -50,7 +53,7 @@ class TpuStorage:
         arr = self.array
         if arr is None:
             jnp = platform.jax().numpy
-            with platform.jax().default_device(platform.jax_device(self.device_index)):
+            with platform.jax().default_device(platform.jax_device(self.device_index)), platform.X64():
                 arr = jnp.zeros(self.shape, dtypes.to_jax_dtype(self.dtype))
             self.array = arr
         return arr
