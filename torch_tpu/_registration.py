@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .eager import factories, router
+from .eager import attention, factories, router
 from .engine import modes
 from .tensor import serialization
 
@@ -57,6 +57,7 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _register_factories()
+    attention.define()  # scaled_dot_product_attention as one op (tpu::attention)
     router.install()
     _register_autocast()
     serialization.install()

@@ -83,7 +83,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._guards import TracingContext
 
-    from . import lowering
+    from . import attention, lowering
 
     import torch._dynamo.config as dynamo_config
 
@@ -98,6 +98,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     _check_static(gm)
     _check_inputs(example_inputs)
     _retarget_devices(gm)
+    attention.rewrite_graph(gm)  # attention stays one op (tpu.attention) through AOTAutograd
 
     ctx = TracingContext.try_get()
     fake_mode = ctx.fake_mode if ctx is not None else None

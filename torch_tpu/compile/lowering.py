@@ -168,7 +168,8 @@ def graph_compiler(kind: str):
         specs = [jax.ShapeDtypeStruct(tuple(example_inputs[i].shape), dtypes.to_jax_dtype(example_inputs[i].dtype))
                  for i in tensor_pos]
         if plan.random:
-            specs.append(jax.ShapeDtypeStruct((2,), dtypes.to_jax_dtype(torch.int64)))
+            key_data = rng.peek_key_data()  # the key data the runner passes (rng.next_key_data)
+            specs.append(jax.ShapeDtypeStruct(key_data.shape, key_data.dtype))
         # identical graphs (repeated blocks) share one program: the key is the graph's code + inputs
         code_key = gm.code if not plan.constants else (gm.code, id(gm))
         key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision)
