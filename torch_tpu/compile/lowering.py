@@ -212,6 +212,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list):
         if random:
             arrays.append(rng.next_key_data())
         outs = prog(*arrays)
+        program_cache.note_launch(outs)
         _counters["executions"] += 1
         if device_checks:
             deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")
