@@ -26,6 +26,7 @@ import torch
 from ..engine import launchers
 from ..engine.fused import LazyArray
 from ..errors import device_mismatch
+from .. import ops
 from ..ops import registry
 from ..runtime import caches, dtypes, platform
 from ..tensor import strided
@@ -64,6 +65,7 @@ def _scalar_slots(func):
         if id(func) in _STATIC_SCALAR_OPS or func._schema.name in _SHAPE_SCALAR_OPS:
             slots = (frozenset(), frozenset())
         else:
+            ops.load()  # the first op of a process gets here before any lowering module is imported
             low, _ = registry.resolve(func)
             static = low.static if low is not None else ()
             numbers = [(i, a.name) for i, a in enumerate(func._schema.arguments)
