@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .eager import amp, derived_backward, factories, router, whole_ops
+from .eager import amp, attention, derived_backward, factories, router, whole_ops
 from .engine import modes
 from .runtime import dynamo_frames
 from .tensor import interop, serialization, untyped
@@ -60,6 +60,7 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _register_factories()
     _register_log()
+    attention.define()  # scaled_dot_product_attention as one op (tpu::attention)
     router.install()
     derived_backward.register()
     whole_ops.register()

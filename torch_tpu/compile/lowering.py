@@ -199,7 +199,8 @@ def graph_compiler(kind: str):
         specs = [jax.ShapeDtypeStruct(tuple(example_inputs[i].shape), dtypes.to_jax_dtype(example_inputs[i].dtype))
                  for i in tensor_pos]
         if plan.random:
-            specs.append(jax.ShapeDtypeStruct((2,), dtypes.to_jax_dtype(torch.int64)))
+            key_data = rng.peek_key_data()  # the key data the runner passes (rng.next_key_data)
+            specs.append(jax.ShapeDtypeStruct(key_data.shape, key_data.dtype))
         # identical graphs (repeated blocks) share one program: the key is the graph's code + inputs
         code_key = gm.code if not plan.constants else (gm.code, id(gm))
         key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision, plan.mesh)
@@ -263,6 +264,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list):
         if random:
             arrays.append(rng.next_key_data())
         outs = prog(*arrays)
+        program_cache.note_launch(outs)
         _counters["executions"] += 1
         if device_checks:
             deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")

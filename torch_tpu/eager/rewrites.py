@@ -3,7 +3,9 @@
 Boolean-mask indexing: a mask's positions depend on its values, so XLA cannot trace it. A single leading
 mask with a broadcastable value is a static select (torch.where); otherwise the mask becomes long
 indices through nonzero (a data-dependent op, which waits for the mask). ``*_like`` and ``clone`` of
-non-contiguous tensors keep their layout, as on CPU.
+non-contiguous tensors keep their layout, as on CPU. ``_unsafe_view`` is a view (no program);
+``scaled_dot_product_attention`` without autograd (inference_mode) goes to its one lowering
+(``attention.py``).
 """
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import torch
 
 from ..tensor import kernels
 from ..tensor.tensor import TpuTensor
+from ..tensor.views import run_view
+from . import attention
 from .op_path import run_op
 
 aten = torch.ops.aten
@@ -110,9 +114,11 @@ def equal(func, args, kwargs):
     return bool(torch.eq(a, b).all().item())
 
 
-def fused_sdp_choice(func, args, kwargs):
-    # one fused attention op of our own (aten._scaled_dot_product_fused_attention_overrideable)
-    return int(torch._C._SDPBackend.OVERRIDEABLE)
+def unsafe_view(func, args, kwargs):
+    """``_unsafe_view`` (matmul, linear and einsum reshape their results with it) is a view without
+    autograd's view tracking: on the CPU it aliases its input, and refuses strides it cannot view with
+    torch's error (aten.view's meta kernel raises the same). So it runs no program."""
+    return run_view(aten.view.default, args, kwargs)
 
 
 REWRITES = {
@@ -127,5 +133,6 @@ REWRITES = {
     aten.index_put_.default: index_put_with_masks,
     aten._index_put_impl_.default: index_put_with_masks,
     aten.equal.default: equal,
-    aten._fused_sdp_choice.default: fused_sdp_choice,
+    aten._unsafe_view.default: unsafe_view,
+    aten.scaled_dot_product_attention.default: attention.sdpa_without_autograd,
 }

@@ -287,6 +287,7 @@ def _flush() -> None:
                                             out_ndims=[len(la.shape) for _, _, la in live],
                                             what=_collectives_of(nodes))
         results = prog(*inputs)
+        program_cache.note_launch(results)
         _counters["executions"] += 1
     except Exception as exc:
         if g.mesh is not None:  # collectives: no op-by-op replay; the SPMD runner named them
@@ -332,6 +333,8 @@ def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
     for i in range(len(inputs)):
         # two references: the graph's input list and getrefcount's own argument
         extra = held.get(id(inputs[i]), 0)
+        if extra is not None and inputs[i] is program_cache.last_launched():
+            extra += 1  # the reference sync keeps to the last launched program's output
         if extra is not None and isinstance(inputs[i], jax.Array) and sys.getrefcount(inputs[i]) == 2 + extra:
             k = (tuple(inputs[i].shape), np.dtype(inputs[i].dtype))
             if wanted.get(k, 0) > 0:

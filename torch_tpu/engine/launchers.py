@@ -14,6 +14,7 @@ from ..runtime import counters, multiprocess, platform, program_cache, spmd
 from . import fused
 
 _counters = counters.counters
+_launched = program_cache._Launched
 
 
 class Strict:
@@ -39,6 +40,8 @@ class Strict:
         except Exception as exc:
             raise OpError(f"tpu: {entry.func} failed to run ({describe(args, kwargs)}): {exc}") from exc
         _counters["executions"] += 1
+        if outs:
+            _launched.last = outs[0]  # program_cache.note_launch, inlined (hot path)
         return outs
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
@@ -48,7 +51,9 @@ class Strict:
         if prog is None:
             prog = program_cache.compile_program(key, fn, args)
         _counters["executions"] += 1
-        return prog(*args)
+        out = prog(*args)
+        _launched.last = out
+        return out
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
         """``fn(*args)`` as one SPMD program over the mesh of ``mesh`` (global device ids); ``fn`` may

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import sys
 
-from ..runtime import multiprocess, platform
+from ..runtime import multiprocess, platform, program_cache
 from . import deferred_errors, fused
 
 
 def sync() -> None:
+    """Run pending fused work and wait for everything launched so far: live values, and programs
+    whose results were dropped (``model(x); torch.tpu.synchronize()`` waits for the model)."""
     if "jax" not in sys.modules:  # nothing ever ran on the device
         return
     with platform.X64():
@@ -20,4 +22,5 @@ def sync() -> None:
             if err is exc:
                 raise
             raise err from exc
+        program_cache.wait_for_launched()
         deferred_errors.verify()

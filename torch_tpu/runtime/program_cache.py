@@ -20,6 +20,34 @@ _PROGRAMS: dict[Any, Any] = caches.register("programs", caches.Bounded(max_progr
 _counters = counters.counters
 
 
+class _Launched:
+    # one output of the program launched last. PJRT runs a device's programs in launch order (the CPU
+    # client makes each execution wait for the previous one, GPU and TPU use one compute stream), so
+    # once it is ready, everything launched before it has run, also programs whose results were dropped.
+    last = None
+
+
+def note_launch(outputs) -> None:
+    """Called after launching a program with its outputs (a sequence of arrays, or one array)."""
+    if type(outputs) in (list, tuple):
+        if outputs:
+            _Launched.last = outputs[0]
+    elif outputs is not None:
+        _Launched.last = outputs
+
+
+def last_launched():
+    """One output of the program launched last (None before the first)."""
+    return _Launched.last
+
+
+def wait_for_launched() -> None:
+    """Block until every program launched so far has finished (their results may be gone)."""
+    last = _Launched.last
+    if last is not None and not last.is_deleted():  # a donated buffer: a later launch consumed it
+        last.block_until_ready()
+
+
 def lookup(key):
     prog = _PROGRAMS.get(key)
     if prog is not None:
