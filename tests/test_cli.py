@@ -30,7 +30,7 @@ def test_generate_tiny(tmp_path):
     assert Image.open(out).size == (64, 64)
     for line in ("platform: ", "device: tpu:0", "load", "move to device", "text encoding",
                  "denoising step 1", "denoising step 2", "vae decode", "total", "peak device memory:",
-                 "compiles=", "cache_hits=", "saved:"):
+                 "compiles=", "cache_hits=", "cache_loads=", "loaded ", "from cache", "saved:"):
         assert line in r.stdout, (line, r.stdout)
     assert "denoising step 3" not in r.stdout
     assert "it/s" in r.stderr or "s/it" in r.stderr  # diffusers' progress bar

@@ -9,8 +9,9 @@ by structure (node keys, wiring, input shapes and dtypes, which outputs are live
 so a repeated denoising step hits the cache.
 
 Flushes happen when a value is read (``.cpu()``, ``.item()``, printing, data-dependent ops, a copy to
-another device), at ``torch_tpu.sync()``, when the outermost ``nn.Module`` call returns (so each
-transformer call of a denoising loop ends its own graph, and repeated steps have identical graphs),
+another device), at ``torch_tpu.sync()``, when the outermost ``nn.Module`` call starts and returns (so each
+transformer call of a denoising loop is a graph of its own, without the glue before it, and repeated
+steps have identical graphs), around each outermost repeated block (identical blocks share one program),
 and when the pending graph passes a size bound (TORCH_TPU_FUSED_MAX_NODES, default 20000).
 """
 from __future__ import annotations
@@ -23,10 +24,12 @@ import weakref
 import numpy as np
 
 from .. import config
-from ..runtime import caches, counters, platform, program_cache
+from ..runtime import caches, counters, platform, program_cache, stable_keys
 
 _counters = counters.counters
 _AVALS: dict = caches.register("fused output avals", {})
+# A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
+stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(k) for k, _ in key[1]))
 
 
 class LazyArray:
@@ -305,21 +308,81 @@ def _explain(nodes, inputs, exc) -> Exception:
 
 
 # -------------------------------------------------------------------------------------------------
-# Flush when the outermost nn.Module call returns (keeps graphs aligned with model calls).
+# Graph boundaries at module calls: the outermost call and repeated blocks are graphs of their own.
 # -------------------------------------------------------------------------------------------------
+# A model call's graph starts when the call starts (the glue before it, latent preparation or a scheduler
+# step, is flushed first) and ends when it returns, so every denoising step is the same graph. Inside it,
+# each outermost repeated block (diffusers' ``_repeated_blocks`` classes, or the children of a ModuleList
+# of one class that have children of their own) is a graph of its own too: structurally identical blocks
+# have the same graph key and share one program, so compile time does not grow with depth.
 _HOOKS = []
-_DEPTH = threading.local()
+
+
+class _Calls(threading.local):
+    depth = 0      # nesting depth of module calls
+    block = None   # the outermost repeated block now running
+
+
+_CALLS = _Calls()
+_SCANNED: "weakref.WeakSet" = weakref.WeakSet()   # outermost modules whose blocks were found
+_BLOCKS: "weakref.WeakSet" = weakref.WeakSet()    # modules that are repeated blocks
+
+
+def repeated_blocks(root) -> list:
+    """The repeated blocks of ``root``: modules of a class its ``_repeated_blocks`` names (diffusers),
+    and the children of a ModuleList that have children of their own and share their class and their
+    parameters' names, shapes and dtypes with another child (transformer layers, not a list of Linears)."""
+    import torch
+
+    names = set()
+    for m in root.modules():
+        names.update(getattr(m, "_repeated_blocks", None) or ())
+    found = []
+    for m in root.modules():
+        if names and type(m).__name__ in names:
+            found.append(m)
+        elif isinstance(m, torch.nn.ModuleList) and len(m) >= 2:
+            groups: dict = {}
+            for child in m:
+                if any(True for _ in child.children()):
+                    sig = (type(child), tuple((n, tuple(p.shape), p.dtype) for n, p in child.named_parameters()))
+                    groups.setdefault(sig, []).append(child)
+            for members in groups.values():
+                if len(members) >= 2:
+                    found.extend(members)
+    return found
+
+
+def _enter_root(module) -> None:
+    if module not in _SCANNED:
+        _SCANNED.add(module)
+        _BLOCKS.update(repeated_blocks(module))
+
+
+def _cut() -> None:
+    if _STATE.graph.nodes:
+        flush()
 
 
 def _pre_hook(module, args):
-    _DEPTH.n = getattr(_DEPTH, "n", 0) + 1
+    calls = _CALLS
+    if calls.depth == 0:
+        _cut()  # the glue recorded before this model call is a graph of its own
+        _enter_root(module)
+    elif calls.block is None and module in _BLOCKS:
+        _cut()
+        calls.block = module
+    calls.depth += 1
 
 
 def _post_hook(module, args, output):
-    n = getattr(_DEPTH, "n", 1) - 1
-    _DEPTH.n = n
-    if n == 0 and _graph().nodes:
-        flush()
+    calls = _CALLS
+    calls.depth = max(calls.depth - 1, 0)
+    if calls.block is module:
+        calls.block = None
+        _cut()
+    elif calls.depth == 0:
+        _cut()
 
 
 def install_module_hooks() -> None:
@@ -334,4 +397,5 @@ def install_module_hooks() -> None:
 def remove_module_hooks() -> None:
     while _HOOKS:
         _HOOKS.pop().remove()
-    _DEPTH.n = 0
+    _CALLS.depth = 0
+    _CALLS.block = None

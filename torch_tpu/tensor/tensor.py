@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ..runtime import dtypes, memory, platform
+from ..runtime import dtypes, memory, platform, program_cache
 from . import strided
 
 _DEVICE: torch.device | None = None
@@ -48,9 +48,8 @@ class TpuStorage:
     def value(self):
         arr = self.array
         if arr is None:
-            jnp = platform.jax().numpy
-            with platform.jax().default_device(platform.jax_device(self.device_index)):
-                arr = jnp.zeros(self.shape, dtypes.to_jax_dtype(self.dtype))
+            arr = program_cache.zeros(self.shape, dtypes.to_jax_dtype(self.dtype),
+                                      platform.jax_device(self.device_index))
             self.array = arr
         return arr
 
