@@ -326,6 +326,7 @@ class _Calls(threading.local):
 _CALLS = _Calls()
 _SCANNED: "weakref.WeakSet" = weakref.WeakSet()   # outermost modules whose blocks were found
 _BLOCKS: "weakref.WeakSet" = weakref.WeakSet()    # modules that are repeated blocks
+_BLOCK_HOOKS: list = []                           # their pre-hooks (removed with the global ones)
 
 
 def repeated_blocks(root) -> list:
@@ -356,7 +357,11 @@ def repeated_blocks(root) -> list:
 def _enter_root(module) -> None:
     if module not in _SCANNED:
         _SCANNED.add(module)
-        _BLOCKS.update(repeated_blocks(module))
+        for block in repeated_blocks(module):
+            if block not in _BLOCKS:
+                _BLOCKS.add(block)
+                # its own hook sees keyword arguments too (global pre-hooks get positional ones only)
+                _BLOCK_HOOKS.append(block.register_forward_pre_hook(_block_pre_hook, with_kwargs=True))
 
 
 def _cut() -> None:
@@ -364,15 +369,43 @@ def _cut() -> None:
         flush()
 
 
+_VIEW_READER = [None]  # the tensor layer's: reads a tpu view's value (cached on the tensor), else None
+
+
+def set_view_reader(fn) -> None:
+    _VIEW_READER[0] = fn
+
+
+def _read_views(x) -> None:
+    """Read the value of every view among a block's arguments before its graph starts: the first block
+    of a stack often gets views (a Linear's output reshaped) where the next get whole tensors, and a view
+    read inside the block would make its graph differ from theirs."""
+    t = type(x)
+    if t in (tuple, list):
+        for e in x:
+            _read_views(e)
+    elif t is dict:
+        for e in x.values():
+            _read_views(e)
+    elif _VIEW_READER[0] is not None:
+        _VIEW_READER[0](x)
+
+
 def _pre_hook(module, args):
     calls = _CALLS
     if calls.depth == 0:
         _cut()  # the glue recorded before this model call is a graph of its own
         _enter_root(module)
-    elif calls.block is None and module in _BLOCKS:
+    calls.depth += 1
+
+
+def _block_pre_hook(module, args, kwargs):
+    calls = _CALLS
+    if _HOOKS and calls.block is None and calls.depth > 1:  # an outermost block, inside a model call
+        _read_views((args, kwargs))
         _cut()
         calls.block = module
-    calls.depth += 1
+    return None
 
 
 def _post_hook(module, args, output):
@@ -397,5 +430,9 @@ def install_module_hooks() -> None:
 def remove_module_hooks() -> None:
     while _HOOKS:
         _HOOKS.pop().remove()
+    while _BLOCK_HOOKS:
+        _BLOCK_HOOKS.pop().remove()
+    _SCANNED.clear()
+    _BLOCKS.clear()
     _CALLS.depth = 0
     _CALLS.block = None

@@ -13,6 +13,7 @@ import math
 
 import torch
 
+from ..engine import fused
 from ..runtime import dtypes, memory, platform, program_cache
 from . import strided
 
@@ -237,6 +238,15 @@ def value_of(t: TpuTensor):
     t._tpu_cache = arr
     t._tpu_cache_version = storage.version
     return arr
+
+
+def _read_view(x) -> None:
+    """Fused mode's block boundaries: compute (and cache on the tensor) the value of a tpu view."""
+    if type(x) is TpuTensor and not x._tpu_full:
+        value_of(x)
+
+
+fused.set_view_reader(_read_view)
 
 
 def refresh_layout(t: TpuTensor) -> None:
