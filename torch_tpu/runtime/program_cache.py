@@ -120,6 +120,8 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
     jax = platform.jax()
     _counters["cache_misses"] += 1
     disk = disk_cache.enabled()
+    if disk and not prefetch.started():
+        prefetch.start_early()
     if disk:
         prog = load_by_key(key, device, donate)
         if prog is not None:
