@@ -32,7 +32,7 @@ def test_generate_tiny(tmp_path):
     assert Image.open(out).size == (64, 64)
     for line in ("platform: ", "device: tpu:0", "load", "move to device", "text encoding",
                  "denoising step 1", "denoising step 2", "vae decode", "total", "peak device memory:",
-                 "compiles=", "cache_hits=", "saved:", "steady state: 2 timed run(s) after 1 warm-up",
+                 "compiles=", "cache_hits=", "cache_loads=", "loaded ", "from cache", "saved:", "steady state: 2 timed run(s) after 1 warm-up",
                  "pipeline call median", "denoising step median"):
         assert line in r.stdout, (line, r.stdout)
     assert "denoising step 3" not in r.stdout

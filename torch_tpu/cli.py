@@ -431,10 +431,11 @@ def cmd_generate(args) -> int:
     if on_tpu:
         say(f"peak device memory: {_mib(torch.tpu.max_memory_allocated())}")
         st = torch_tpu.stats()
-        keys = ("compiles", "compile_seconds", "graph_compiles", "cache_hits", "cache_misses",
-                "persistent_cache_hits", "executions", "flushes", "cpu_fallbacks")
+        keys = ("compiles", "compile_seconds", "cache_loads", "cache_load_seconds", "cache_rejects",
+                "graph_compiles", "cache_hits", "cache_misses", "executions", "flushes", "cpu_fallbacks")
         say("torch_tpu stats: " + ", ".join(
             f"{k}={st[k]:.2f}" if isinstance(st.get(k), float) else f"{k}={st.get(k)}" for k in keys if k in st))
+        say(_compile_summary(st, runs[0][0]))
     median_call = _median([r[0] for r in runs])
     print(f"saved: {args.output} ({image.size[0]}x{image.size[1]})"
           + (f"  pipeline call {median_call:.3f} s" + (" (median)" if len(runs) > 1 else "") if args.quiet else ""))
@@ -455,6 +456,30 @@ def _print_steady_state(say, warm_s, runs) -> None:
 def _fail(message: str, code: int) -> int:
     print(f"torch_tpu: error: {message}", file=sys.stderr)
     return code
+
+
+def _compile_summary(st: dict, call_s: float) -> str:
+    """'compiled N programs, loaded M from cache (dir)', and on a cold run why it was slow."""
+    from .runtime import disk_cache
+
+    folder = disk_cache.folder()
+    where = folder if folder else "disk cache off: TORCH_TPU_CACHE_DIR is empty"
+    line = (f"compiled {st['compiles']} programs ({st['compile_seconds']:.1f} s), "
+            f"loaded {st['cache_loads']} from cache ({where})")
+    if st["cache_rejects"]:
+        line += f"; ignored {st['cache_rejects']} bad cache entries (rebuilt)"
+    if st["compiles"] and st["compile_seconds"] > 0.25 * call_s:
+        share = min(st["compile_seconds"] / call_s, 1.0) if call_s else 1.0
+        if st["cache_loads"] == 0:
+            why = (f"\nthis was a cold run: {share:.0%} of the pipeline call was XLA compilation of programs "
+                   "this machine had not seen; ")
+            why += ("they are now on disk, so the next run with the same model, sizes and settings loads them "
+                    "instead" if folder else "set TORCH_TPU_CACHE_DIR to keep them for the next run")
+        else:
+            why = (f"\n{share:.0%} of the pipeline call was XLA compilation of programs not in the cache yet "
+                   "(new shapes or settings); the next run loads them")
+        line += why
+    return line
 
 
 def main(argv=None) -> int:

@@ -112,6 +112,8 @@ VARIABLES = (
              "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),
     Variable("TORCH_TPU_CACHE_DIR", "cache_dir", _text, None,
              "persistent compile cache folder (default ~/.cache/torch_tpu/xla-cache; empty: no disk cache)"),
+    Variable("TORCH_TPU_CACHE_MAX_MB", "cache_max_mb", _int_at_least(1), 4096,
+             "size bound of the persistent compile cache; least recently used entries go first"),
     Variable("TORCH_TPU_DIST_TIMEOUT", "dist_timeout_s", _positive_seconds, 60.0,
              "seconds a tpu_dist collective waits for its peers"),
     Variable("TORCH_TPU_DIST_XLA", "dist_xla", _flag, True,
@@ -141,6 +143,7 @@ class Settings:
     checks: bool
     cpu_fallback: bool
     cache_dir: str | None
+    cache_max_mb: int
     dist_timeout_s: float
     dist_xla: bool
     coordinator_address: str | None

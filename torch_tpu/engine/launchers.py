@@ -105,10 +105,12 @@ class Fused(Strict):
         if entry.returns_scalar:  # a Python scalar result is needed now: a program of its own
             super().prepare(entry, example, args, kwargs)
             return
+        if entry.loaded:  # described on disk: it traced before, in an earlier process
+            return
         # no single-op program in fused mode, but trace once so a bad lowering fails here, at the op
         jax = platform.jax()
         try:
-            jax.eval_shape(entry.fn, *[fused.abstract(a) for a in example])
+            jax.eval_shape(entry.trace, *[fused.abstract(a) for a in example])
         except Exception as exc:
             raise OpError(f"tpu: could not lower {entry.func} ({describe(args, kwargs)}): "
                           f"{type(exc).__name__}: {exc}") from exc
@@ -116,7 +118,7 @@ class Fused(Strict):
     def run_op(self, entry, arrays: list, args, kwargs):
         if entry.returns_scalar:
             return super().run_op(entry, [fused.materialize(a) for a in arrays], args, kwargs)
-        return fused.record(entry.key, entry.fn, arrays, entry.avals, what=str(entry.func))
+        return fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         return fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]

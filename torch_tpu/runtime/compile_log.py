@@ -62,7 +62,7 @@ def start() -> tuple | None:
     """Before compiling: a token for ``done`` (None when the log is off)."""
     if not enabled():
         return None
-    return time.perf_counter(), counters.counters.get("persistent_cache_hits", 0)
+    return time.perf_counter(), counters.counters.get("cache_loads", 0)
 
 
 def _reason(key, name: str, signature: tuple) -> str:
@@ -89,7 +89,7 @@ def done(token, key, name: str, example_args: tuple) -> None:
         return
     t0, hits0 = token
     seconds = time.perf_counter() - t0
-    loaded = counters.counters.get("persistent_cache_hits", 0) > hits0
+    loaded = counters.counters.get("cache_loads", 0) > hits0
     signature = tuple(_describe(a) for a in example_args)
     reason = _reason(key, name, signature)
     shown = ", ".join(signature[:6]) + (f", ... ({len(signature)} inputs)" if len(signature) > 6 else "")

@@ -110,13 +110,12 @@ def jax():
         # every entry into JAX (dispatch, flushes, compiled graphs, transfers) switches it on for its
         # thread and back (X64), so the user's own JAX code keeps JAX's global setting.
         _install_x64(_jax)
-        cache_dir = config.compile_cache_dir()
-        if cache_dir:
+        # JAX's own persistent compilation cache stays off: program_cache keeps every program on disk,
+        # each entry checked against its key and a checksum when loaded (disk_cache.py).
+        if config.compile_cache_dir():
             try:
-                _jax.config.update("jax_compilation_cache_dir", cache_dir)
-                _jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-                _jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-            except Exception:  # an old JAX without these options: run without a disk cache
+                _jax.config.update("jax_enable_compilation_cache", False)
+            except Exception:  # an old JAX without the option
                 pass
         from . import compile_events, multiprocess
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..engine.launchers import launch
-from ..runtime import caches, dtypes, platform
+from ..runtime import caches, dtypes, platform, stable_keys
 
 
 def strided_indices(size, stride, offset):
@@ -161,6 +161,8 @@ def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_
     return fn
 
 
+stable_keys.register_kind("view-read")  # every part of the layout is in the key
+stable_keys.register_kind("view-write")
 _FNS: dict = caches.register("view programs", {})  # program functions by key (traced again only when a fused graph needs them)
 
 
