@@ -120,17 +120,23 @@ class ViewSlot(Slot):
         return self.read(arrays[i], arrays[i + 1] if self.has_offset else 0)
 
 
-def _fold_view(x, sig, arrays):
-    """A view input: its geometry in the key, its storage's array (and offset when not 0) as inputs."""
-    storage = x._tpu_storage
-    offset = x.storage_offset()
-    sig.append(("view", storage.shape, storage.dtype, x.dtype, x.shape, x.stride(), offset == 0))
+def _storage_array(storage):
+    """A storage's array as a program input (zeros made on first use; a deferred value taken over
+    by the current mode)."""
     arr = storage.array
     if arr is None:
         arr = storage.value()
     elif type(arr) is LazyArray:
         arr = storage.array = launchers.current.take(arr)
-    arrays.append(arr)
+    return arr
+
+
+def _fold_view(x, sig, arrays):
+    """A view input: its geometry in the key, its storage's array (and offset when not 0) as inputs."""
+    storage = x._tpu_storage
+    offset = x.storage_offset()
+    sig.append(("view", storage.shape, storage.dtype, x.dtype, x.shape, x.stride(), offset == 0))
+    arrays.append(_storage_array(storage))
     if offset:
         arrays.append(np.int64(offset))  # a runtime input: x[i] for every i shares one program
 
@@ -138,14 +144,8 @@ def _fold_view(x, sig, arrays):
 def _walk(func, x, sig, arrays, allow_cpu):
     if isinstance(x, TpuTensor):
         if x._tpu_full:
-            storage = x._tpu_storage
             sig.append((x.shape, x.dtype))
-            arr = storage.array
-            if arr is None:
-                arr = storage.value()
-            elif type(arr) is LazyArray:
-                arr = storage.array = launchers.current.take(arr)
-            arrays.append(arr)
+            arrays.append(_storage_array(x._tpu_storage))
         else:
             _fold_view(x, sig, arrays)
     elif isinstance(x, torch.Tensor):
