@@ -131,6 +131,10 @@ def _storage_array(storage):
     return arr
 
 
+def _has_read_value(x) -> bool:
+    return x._tpu_cache_version == x._tpu_storage.version
+
+
 def _fold_view(x, sig, arrays):
     """A view input: its geometry in the key, its storage's array (and offset when not 0) as inputs."""
     storage = x._tpu_storage
@@ -146,6 +150,12 @@ def _walk(func, x, sig, arrays, allow_cpu):
         if x._tpu_full:
             sig.append((x.shape, x.dtype))
             arrays.append(_storage_array(x._tpu_storage))
+        elif _has_read_value(x):  # a view whose value was read already (and is still current): that value
+            sig.append((x.shape, x.dtype))
+            arr = x._tpu_cache
+            if type(arr) is LazyArray:
+                arr = x._tpu_cache = launchers.current.take(arr)
+            arrays.append(arr)
         else:
             _fold_view(x, sig, arrays)
     elif isinstance(x, torch.Tensor):
@@ -213,7 +223,7 @@ def template(x, counter, dynamic: bool = False):
     """``x`` with every dynamic input replaced by a Slot numbered in walk order (``counter[0]`` counts):
     tensors (a ViewSlot for a folded view), and the number itself when ``dynamic`` (a Scalar slot whose
     value is an input)."""
-    if isinstance(x, TpuTensor) and not x._tpu_full:
+    if isinstance(x, TpuTensor) and not x._tpu_full and not _has_read_value(x):
         storage = x._tpu_storage
         zero = x.storage_offset() == 0
         read = strided.read_fn(storage.shape, storage.dtype, tuple(x.shape), tuple(x.stride()), x.dtype, zero)
