@@ -17,7 +17,8 @@ from ..ops import calling, checks, refusals, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..runtime.stable_keys import ProcessLocal
 from . import op_store
-from ..tensor.tensor import new_full, write
+from ..tensor import strided
+from ..tensor.tensor import TpuTensor, new_full, write
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
 
@@ -37,6 +38,8 @@ class LoweredEntry:
             self.check(args, kwargs)
         if self.random:
             arrays.append(rng.next_key_data())
+        if self.writes and self.func not in _OVERLAP_UNCHECKED:
+            _refuse_partial_overlap(self.writes, args, kwargs)
         outs = launchers.current.run_op(self, arrays, args, kwargs)
         written = False
         if self.device_checks:  # the last output says whether the op's device-side checks held
@@ -104,6 +107,22 @@ def _program_key(func, key, low):
     if not op_store.is_own_lowering(low):  # a lowering registered from outside: this process only
         parts += (ProcessLocal(id(low.fn)),)
     return parts
+
+
+# in-place ops whose CPU kernels do not check that their inputs overlap what they write
+_OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
+
+
+def _refuse_partial_overlap(writes, args, kwargs) -> None:
+    inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, TpuTensor)]
+    for a in (*args, *kwargs.values()):
+        if type(a) in (list, tuple):
+            inputs.extend(e for e in a if isinstance(e, TpuTensor))
+    if len(inputs) < 2:
+        return
+    for pos, name in writes:
+        target = kwargs[name] if name in kwargs else args[pos]
+        strided.check_no_partial_overlap(target, inputs)
 
 
 def _build_entry(func, args, kwargs, key, arrays):
