@@ -126,9 +126,10 @@ def fmod(x, y):
 
 # the exponent's value picks the computation (x * x for 2: exact and cheap, where a traced exponent would
 # give XLA's general pow, several times slower: RMSNorm's pow(2) at Flux size): these exponents are
-# static, keyed by value; any other is a traced input, so a changing exponent compiles nothing
+# static, keyed by value; any other is a traced input, so a changing exponent compiles nothing (0.5
+# too: a schedule passing 0.5 among other values must not compile; its sqrt is selected in-program)
 def _pow_static(y) -> bool:
-    return type(y) is bool or (type(y) is int and 0 <= y <= 64) or (type(y) is float and y in (0.5, 1.0, 2.0))
+    return type(y) is bool or (type(y) is int and 0 <= y <= 64) or (type(y) is float and y in (1.0, 2.0))
 
 
 def _scalar_kind(y):
@@ -158,7 +159,7 @@ def _pow_result_type(x, kind):
 @register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, static=("exponent",),
           static_when=_pow_static)
 def pow_(x, y):
-    """x*x for 2, sqrt for 0.5 ... (static exponents), else XLA's pow in torch's result dtype."""
+    """x*x for 2, integer_pow for small ints (static exponents), else XLA's pow in torch's result dtype."""
     x_int = not is_float(x) and not jnp.iscomplexobj(x)
     y_int = not is_float(y) and not jnp.iscomplexobj(y)
     kind = _scalar_kind(y) if hasattr(x, "dtype") else None
@@ -175,13 +176,17 @@ def pow_(x, y):
             return x * x
         if y == 1:
             return x
-        if y == 0.5 and is_float(x):
-            return jnp.sqrt(x)
         if type(y) is int and 0 <= y <= 64:
             return jax.lax.integer_pow(x, y)
     if kind is int and not jnp.issubdtype(dt, jnp.inexact):
         return _integer_power(x, jnp.asarray(y, dt))
-    return jnp.power(x, jnp.asarray(y, dt) if kind is not complex else y)
+    if kind is complex:
+        return jnp.power(x, y)
+    y = jnp.asarray(y, dt)
+    if is_float(x):  # a traced exponent: torch's sqrt/rsqrt forms for +-0.5
+        # (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where pow gives 0.0 and inf)
+        return jnp.where(y == 0.5, jnp.sqrt(x), jnp.where(y == -0.5, jax.lax.rsqrt(x), jnp.power(x, y)))
+    return jnp.power(x, y)
 
 
 def _integer_power(x, y):
