@@ -104,14 +104,28 @@ def keep_scalars_static(func) -> None:
     _SCALAR_SLOTS.pop(id(func), None)
 
 
-def _scalar(x, sig, arrays):
+def _scalar(x, sig, arrays, args):
     """A number in a Scalar slot: dynamic (its type in the key, its value an input) unless a bool."""
     t = type(x)
     if t is bool:
         sig.append(static_key(x))
     else:
-        sig.append(_DYNAMIC_TAGS[t])
+        if t is int and x >= 2 ** 63:
+            x = _beyond_int64(x, args)
+            t = type(x)
+        sig.append(_DYNAMIC_TAGS[t])  # a converted int is keyed as what it became
         arrays.append(x)
+
+
+def _beyond_int64(x, args):
+    """An int in [2**63, 2**64): torch holds it as a uint64 Scalar, which wraps into an integer tensor's
+    dtype and converts to a float one's (x + 2**63 is x - 2**63 on int64, 9.2e18 on float32). Larger
+    ints stay as they are (JAX refuses them, as torch does)."""
+    if x >= 2 ** 64:
+        return x
+    if any(isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()) for a in args):
+        return float(x)
+    return x - 2 ** 64
 
 
 _DYNAMIC_TAGS = {int: ("scalar", "int"), float: ("scalar", "float"), complex: ("scalar", "complex")}
@@ -226,7 +240,7 @@ def key_and_inputs(func, args, kwargs):
             if slots is None:
                 slots = _scalar_slots(func)
             if _dynamic_position(slots, i, a):
-                _scalar(a, sig, arrays)
+                _scalar(a, sig, arrays, args)
             else:
                 sig.append(static_key(a))
         else:
@@ -235,7 +249,7 @@ def key_and_inputs(func, args, kwargs):
         for k, v in kwargs.items():
             sig.append(k)
             if type(v) in _NUMBERS and _dynamic_name(_scalar_slots(func), k, v):
-                _scalar(v, sig, arrays)
+                _scalar(v, sig, arrays, args)
             else:
                 _walk(func, v, sig, arrays, allow_cpu)
     return tuple(sig), arrays
