@@ -6,7 +6,8 @@ The key holds everything that changes the program and nothing that changes betwe
 - Python numbers passed as a ``Scalar`` of the schema (``alpha=``, ``x * 2.5``, a fill value): their
   type only (int, float, complex), the value is a dynamic input, so an optimizer whose learning rate
   changes every step reuses one program. Booleans stay in the key, and so do the Scalars a lowering
-  declares ``static`` (addmm's ``beta``: 0 means "ignore the input, NaN included");
+  declares ``static`` (addmm's ``beta``: 0 means "ignore the input, NaN included"), or only those of
+  their values its ``static_when`` accepts (pow's exponent 2: x * x; any other exponent is an input);
 - every other static argument (dims, sizes, dtypes, ``eps``) by type and exact value: ``1``, ``1.0``,
   ``True`` and ``1+0j`` are distinct keys, so are ``0.0`` and ``-0.0``, and NaN is found again.
 
