@@ -227,7 +227,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
     if writes:
         refusals.check_inplace_result(func, target_func, meta_args, meta_kwargs)
     try:
-        meta_out = func(*meta_args, **meta_kwargs)
+        meta_out = validate.corrected_meta(target_func, args, kwargs, func(*meta_args, **meta_kwargs))
         has_meta = True
     except NotImplementedError:
         meta_out, has_meta = None, False
@@ -302,17 +302,23 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
 
 
 def _fill_check(func, target_func, out_meta):
-    """For ops that store a Scalar (full, fill_, masked_fill ...): check it fits the output dtype."""
-    name = validate.FILL_VALUE_ARGUMENT.get(target_func)
-    if name is None or not isinstance(out_meta, torch.Tensor):
+    """Checks of dynamic Scalars' values, run on every call: a stored Scalar (full, fill_, masked_fill ...)
+    must fit the output dtype, and the op's own per-call validators (``validate.validates_each_call``)."""
+    if not isinstance(out_meta, torch.Tensor):
         return None
-    position = [a.name for a in func._schema.arguments].index(name)
     dtype = out_meta.dtype
+    each = validate.each_call(target_func, dtype)
+    name = validate.FILL_VALUE_ARGUMENT.get(target_func)
+    if name is None:
+        return each
+    position = [a.name for a in func._schema.arguments].index(name)
 
     def check(args, kwargs):
         value = kwargs[name] if name in kwargs else args[position] if position < len(args) else None
         if type(value) in (int, float, complex):
             validate.check_fits(value, dtype)
+        if each is not None:
+            each(args, kwargs)
 
     return check
 
