@@ -94,21 +94,21 @@ def build_pipeline(cfg: DemoConfig = DemoConfig(), seed: int = 0):
     from diffusers import AutoencoderKL, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextModel
 
-    from ..testing import tiny_pipelines as tp
+    from ..testing.tiny_pipelines import encoders, specs, tokenizers
 
     if sum(cfg.rope) != cfg.head_dim or any(a % 2 for a in cfg.rope):
         raise ValueError(f"rope axes {cfg.rope} must be even and sum to head_dim {cfg.head_dim}")
     if cfg.image_size % (2 * cfg.vae_scale_factor):
         raise ValueError(f"image size {cfg.image_size} must be a multiple of {2 * cfg.vae_scale_factor}")
-    text_spec = tp._SIZE_SPECS["tiny"]  # CLIP hidden 32, T5 d_model 64
+    text_spec = specs.SIZE_SPECS["tiny"]  # CLIP hidden 32, T5 d_model 64
     with torch.random.fork_rng(devices=[]):
-        tokenizer = tp._make_clip_tokenizer()
-        tokenizer_2 = tp._make_t5_tokenizer()
-        torch.manual_seed(tp._component_seed(seed, 1))
-        text_encoder = CLIPTextModel(tp._clip_config(text_spec, tokenizer)).eval()
-        text_encoder_2 = tp._t5_encoder(text_spec, tokenizer_2, tp._component_seed(seed, 2))
+        tokenizer = tokenizers.make_clip_tokenizer()
+        tokenizer_2 = tokenizers.make_t5_tokenizer()
+        torch.manual_seed(specs.component_seed(seed, 1))
+        text_encoder = CLIPTextModel(encoders.clip_config(text_spec, tokenizer)).eval()
+        text_encoder_2 = encoders.t5_encoder(text_spec, tokenizer_2, specs.component_seed(seed, 2))
 
-        torch.manual_seed(tp._component_seed(seed, 3))
+        torch.manual_seed(specs.component_seed(seed, 3))
         transformer = FluxTransformer2DModel(
             patch_size=1,
             in_channels=4 * cfg.latent_channels,
@@ -122,7 +122,7 @@ def build_pipeline(cfg: DemoConfig = DemoConfig(), seed: int = 0):
             axes_dims_rope=tuple(cfg.rope),
         )
 
-        torch.manual_seed(tp._component_seed(seed, 4))
+        torch.manual_seed(specs.component_seed(seed, 4))
         n = len(cfg.vae_channels)
         vae = AutoencoderKL(
             in_channels=3,

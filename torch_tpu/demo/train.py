@@ -88,8 +88,25 @@ class _LossMeter:
         return None
 
 
+def vae_loss(vae, x: torch.Tensor, eps: torch.Tensor, kl_weight: float) -> torch.Tensor:
+    """Reconstruction MSE of a posterior sample (``eps`` the standard normal draw) plus the weighted KL."""
+    post = vae.encode(x).latent_dist
+    z = post.mean + post.std * eps
+    rec = vae.decode(z).sample
+    mse = F.mse_loss(rec, x)
+    kl = 0.5 * (post.mean.pow(2) + post.var - 1.0 - post.logvar).mean()
+    return mse + kl_weight * kl
+
+
+def _maybe_compile(fn, compile: bool):
+    """``torch.compile(fn, backend="tpu")`` with static shapes, one graph (forward and backward programs)."""
+    if not compile:
+        return fn
+    return torch.compile(fn, backend="tpu", fullgraph=True, dynamic=False)
+
+
 def train_vae(vae, cfg: TrainConfig, device: str, progress: bool = True,
-              on_step: Callable[[int], None] | None = None) -> dict:
+              on_step: Callable[[int], None] | None = None, compile: bool = False) -> dict:
     """Train ``vae`` (already on ``device``) in place; returns timing and loss statistics."""
     vae.train()
     vae.requires_grad_(True)
@@ -97,18 +114,16 @@ def train_vae(vae, cfg: TrainConfig, device: str, progress: bool = True,
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup, cfg.vae_steps))
     data = _shapes.batches(cfg.seed * 1000 + 1, cfg.vae_batch)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + 2)
+    side = vae.config.sample_size // 2 ** (len(vae.config.block_out_channels) - 1)
+    latent_shape = (cfg.vae_batch, vae.config.latent_channels, side, side)
+    loss_fn = _maybe_compile(vae_loss, compile)
     meter = _LossMeter(cfg.log_every)
     bar = _progress(cfg.vae_steps, "vae", progress)
     t0 = time.perf_counter()
     for step in range(cfg.vae_steps):
         x = images_to_tensor(next(data).images).to(device)
-        post = vae.encode(x).latent_dist
-        eps = torch.randn(post.mean.shape, generator=gen).to(device)
-        z = post.mean + post.std * eps
-        rec = vae.decode(z).sample
-        mse = F.mse_loss(rec, x)
-        kl = 0.5 * (post.mean.pow(2) + post.var - 1.0 - post.logvar).mean()
-        loss = mse + cfg.kl_weight * kl
+        eps = torch.randn(latent_shape, generator=gen).to(device)
+        loss = loss_fn(vae, x, eps, cfg.kl_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -163,8 +178,40 @@ def _ema_update(ema: list[torch.Tensor], params: list[torch.Tensor], decay: floa
             e.mul_(decay).add_(p.detach(), alpha=1.0 - decay)
 
 
+def flow_matching_loss(transformer, text, cache, idx, eps, noise, sigma, latent_stats) -> torch.Tensor:
+    """Rectified-flow loss of one batch.
+
+    text = (T5 embeddings, pooled CLIP embeddings of the 12 prompts, text ids, image ids);
+    cache = (posterior means, stds, labels) of the encoded images; ``idx`` picks the batch, ``eps`` draws
+    its latents from the posteriors, ``noise`` and ``sigma`` noise them; latent_stats = (shift, scale).
+    """
+    from diffusers import FluxPipeline
+
+    prompt_embeds, pooled, text_ids, img_ids = text
+    cache_mean, cache_std, cache_labels = cache
+    shift_f, scale_f = latent_stats
+    b, c, side, _ = noise.shape
+    labels = cache_labels[idx]
+    x0 = ((cache_mean[idx] + cache_std[idx] * eps) - shift_f) * scale_f
+    sig = sigma.view(b, 1, 1, 1)
+    noisy = (1.0 - sig) * x0 + sig * noise
+    packed = FluxPipeline._pack_latents(noisy, b, c, side, side)
+    target = FluxPipeline._pack_latents(noise - x0, b, c, side, side)
+    pred = transformer(
+        hidden_states=packed,
+        timestep=sigma,
+        pooled_projections=pooled[labels],
+        encoder_hidden_states=prompt_embeds[labels],
+        txt_ids=text_ids,
+        img_ids=img_ids,
+        return_dict=False,
+    )[0]
+    return F.mse_loss(pred, target)
+
+
 def train_transformer(pipe, mcfg: _model.DemoConfig, cfg: TrainConfig, device: str,
-                      progress: bool = True, on_step: Callable[[int], None] | None = None) -> dict:
+                      progress: bool = True, on_step: Callable[[int], None] | None = None,
+                      compile: bool = False) -> dict:
     """Train ``pipe.transformer`` (pipeline already on ``device``) in place; the EMA weights end up in it."""
     from diffusers import FluxPipeline
 
@@ -197,6 +244,9 @@ def train_transformer(pipe, mcfg: _model.DemoConfig, cfg: TrainConfig, device: s
     opt = torch.optim.AdamW(params, lr=cfg.transformer_lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup, cfg.transformer_steps))
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + 4)
+    text = (prompt_embeds, pooled, text_ids, img_ids)
+    cache = (cache_mean, cache_std, cache_labels)
+    loss_fn = _maybe_compile(flow_matching_loss, compile)
     meter = _LossMeter(cfg.log_every)
     bar = _progress(cfg.transformer_steps, "transformer", progress)
     t0 = time.perf_counter()
@@ -206,22 +256,7 @@ def train_transformer(pipe, mcfg: _model.DemoConfig, cfg: TrainConfig, device: s
         noise = torch.randn((b, c, side, side), generator=gen).to(device)
         u = torch.sigmoid(torch.randn((b,), generator=gen))
         sigma = (s * u / (1.0 + (s - 1.0) * u)).to(device)
-        labels = cache_labels[idx]
-        x0 = ((cache_mean[idx] + cache_std[idx] * eps) - shift_f) * scale_f
-        sig = sigma.view(b, 1, 1, 1)
-        noisy = (1.0 - sig) * x0 + sig * noise
-        packed = FluxPipeline._pack_latents(noisy, b, c, side, side)
-        target = FluxPipeline._pack_latents(noise - x0, b, c, side, side)
-        pred = transformer(
-            hidden_states=packed,
-            timestep=sigma,
-            pooled_projections=pooled[labels],
-            encoder_hidden_states=prompt_embeds[labels],
-            txt_ids=text_ids,
-            img_ids=img_ids,
-            return_dict=False,
-        )[0]
-        loss = F.mse_loss(pred, target)
+        loss = loss_fn(transformer, text, cache, idx, eps, noise, sigma, (shift_f, scale_f))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
