@@ -25,6 +25,8 @@ def _cases():
     mlp_x = torch.randn(16, 256)
     return {
         "add_4x8": (lambda a, b: a + b, (small_a, small_b), None),
+        "add_views_4x8": (lambda a, b: a[1:3].t() + b[::2].t(), (small_a, small_b), None),
+        "mul_scalar_4x8": (lambda a: a * 2.5, (small_a,), None),
         "matmul_256": (lambda a: a @ a, (mat,), None),
         "layer_norm_8x64x256": (lambda x, m: m(x), (ln_x,), ln),
         "mlp15_forward_16x256": (lambda x, m: m(x), (mlp_x,), mlp),

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 
 
 def _run(args, tmp_path, timeout=240):
@@ -16,13 +17,14 @@ def test_info(tmp_path):
     r = _run(["info"], tmp_path)
     assert r.returncode == 0, r.stderr
     for key in ("platform:", "devices:", "memory:", "torch ", "jax ", "jaxlib ", "diffusers ", "transformers ",
-                "torch_tpu "):
+                "torch_tpu ", "compile cache: ", "offline pipelines: ", "TORCH_TPU_* settings: ", "PJRT plugins: "):
         assert key in r.stdout, (key, r.stdout)
 
 
 def test_generate_tiny(tmp_path):
     out = tmp_path / "img.png"
-    r = _run(["generate", "--steps", "2", "--height", "64", "--width", "64", "--output", str(out)], tmp_path)
+    r = _run(["generate", "--steps", "2", "--height", "64", "--width", "64", "--output", str(out),
+              "--warmup", "1", "--runs", "2"], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert out.is_file() and out.stat().st_size > 0
     from PIL import Image
@@ -30,7 +32,8 @@ def test_generate_tiny(tmp_path):
     assert Image.open(out).size == (64, 64)
     for line in ("platform: ", "device: tpu:0", "load", "move to device", "text encoding",
                  "denoising step 1", "denoising step 2", "vae decode", "total", "peak device memory:",
-                 "compiles=", "cache_hits=", "saved:"):
+                 "compiles=", "cache_hits=", "cache_loads=", "loaded ", "from cache", "saved:", "steady state: 2 timed run(s) after 1 warm-up",
+                 "pipeline call median", "denoising step median"):
         assert line in r.stdout, (line, r.stdout)
     assert "denoising step 3" not in r.stdout
     assert "it/s" in r.stderr or "s/it" in r.stderr  # diffusers' progress bar
@@ -42,3 +45,58 @@ def test_generate_compile_mode(tmp_path):
               "--output", str(out)], tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert out.exists() and "graph_compiles=" in r.stdout, r.stdout
+
+
+# --- bad arguments: one line, non-zero exit, before anything loads ---------------------------------
+BAD_ARGUMENTS = [
+    (["--steps", "0"], "--steps 0"),
+    (["--height", "7"], "--height 7: too small"),
+    (["--runs", "0"], "--runs 0"),
+    (["--output", "{tmp}/missing-folder/x.png"], "does not exist"),
+    (["--output", "{tmp}/out.xyz"], "unknown image extension"),
+    (["--output", "{tmp}"], "is a directory"),
+    (["--model", "{tmp}/no-such-model"], "no such folder"),
+    (["--model", "{tmp}"], "no model_index.json"),
+    (["--model", "some-org/not-in-the-cache"], "not in the local Hugging Face cache"),
+    (["--device", "cpu", "--offload"], "--offload needs --device tpu"),
+]
+
+
+@pytest.mark.parametrize("extra,message", BAD_ARGUMENTS, ids=[m for _, m in BAD_ARGUMENTS])
+def test_bad_arguments_fail_before_loading(extra, message, tmp_path, monkeypatch, capsys):
+    import diffusers
+
+    from torch_tpu import cli
+
+    def loaded(*a, **k):
+        raise AssertionError("the pipeline was loaded before the arguments were checked")
+
+    monkeypatch.setattr(diffusers.DiffusionPipeline, "from_pretrained", loaded)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    argv = ["generate", "--output", str(tmp_path / "ok.png")] + [a.format(tmp=tmp_path) for a in extra]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_size_rounding_is_announced_and_help_shows_defaults(tmp_path):
+    from torch_tpu import cli
+
+    args = cli._parser().parse_args(["generate", "--height", "70", "--width", "64",
+                                     "--output", str(tmp_path / "o.png")])
+    notes = cli.validate_generate(args)
+    assert args.height == 64 and args.width == 64 and args.dtype == "float32"
+    assert notes == ["note: --height 70 is not a multiple of 16; using 64"]
+    help_text = cli._parser()._subparsers._group_actions[0].choices["generate"].format_help()
+    assert "(default: 4)" in help_text and "--warmup" in help_text and "--quiet" in help_text
+
+
+def test_a_failure_after_validation_is_one_line_without_traceback(tmp_path):
+    model = tmp_path / "broken"
+    model.mkdir()
+    (model / "model_index.json").write_text("{}")
+    r = _run(["generate", "--model", str(model), "--output", str(tmp_path / "o.png")], tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "torch_tpu: error:" in r.stderr and "--debug" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "dtype: bfloat16" in r.stdout  # --model defaults to bfloat16

@@ -179,6 +179,8 @@ x = torch.randn(6, 48).to("tpu")
 torch_tpu.reset_stats()
 with torch.no_grad(), torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
     out = m(x).softmax(-1).cpu()
+from torch_tpu.runtime import disk_cache
+disk_cache.flush_writes()
 print(json.dumps(torch_tpu.stats()))
 """
 
@@ -190,9 +192,9 @@ def test_persistent_cache_makes_a_second_process_compile_less(tmp_path):
         out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True)
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     first, second = runs
-    assert first["compiles"] > 0
-    assert second["persistent_cache_hits"] >= 1
-    assert second["compile_seconds"] < 0.5 * first["compile_seconds"], (first, second)
+    assert first["compiles"] > 0 and first["cache_loads"] == 0, first
+    # the second process compiles nothing: every program (and every op's description) comes from disk
+    assert second["compiles"] == 0 and second["cache_loads"] >= 1 and second["op_loads"] >= 1, second
 
 
 def test_in_place_updates_reuse_the_buffer_memory(monkeypatch):

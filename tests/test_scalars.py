@@ -143,3 +143,19 @@ def test_program_caches_are_bounded(monkeypatch):
         x = torch.ones(n, device="tpu")
         assert (x * 3 + 1).sum().item() == 4 * n
     assert len(op_path._ENTRIES) <= 16 and len(program_cache._PROGRAMS) <= 16
+
+
+def test_pow_exponent_is_static_and_exact():
+    # pow(x, 2) is x * x, as on the CPU (a traced exponent would be XLA's general pow: slower, and
+    # a few ulp off); also when pow is the first op of a process (before any lowering module loaded)
+    import subprocess
+    import sys
+
+    code = ("import torch, torch_tpu\n"
+            "x = torch.randn(100000) * 10\n"
+            "t = x.to('tpu')\n"
+            "assert torch.equal(t.pow(2).cpu(), x.pow(2)), 'pow 2'\n"
+            "assert torch.equal(t.pow(3).cpu(), x.pow(3)), 'pow 3'\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -22,9 +22,11 @@ import torch  # noqa: E402,F401  (before _registration, so torch's autoload find
 
 from . import _registration  # noqa: E402
 from .engine.modes import EagerMode  # noqa: E402
+from .engine.profiling import profile  # noqa: E402
 from .engine.sync import sync  # noqa: E402
 from .runtime import caches as _caches  # noqa: E402
 from .runtime import counters as _counters  # noqa: E402
+from .tensor.interop import from_dlpack, from_jax, to_jax  # noqa: E402
 
 _registration.register()
 
@@ -53,4 +55,5 @@ def platform() -> str:
     return _platform.platform()
 
 
-__all__ = ["EagerMode", "stats", "reset_stats", "reset_caches", "sync", "platform", "__version__"]
+__all__ = ["EagerMode", "stats", "reset_stats", "reset_caches", "sync", "platform", "to_jax", "from_jax", "profile",
+           "from_dlpack", "__version__"]

@@ -15,12 +15,14 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .eager import derived_backward, factories, router
+from .eager import amp, attention, derived_backward, factories, router, whole_ops
 from .engine import modes
-from .tensor import serialization
+from .runtime import dynamo_frames
+from .tensor import interop, serialization, untyped
 
 _DONE = False
 _LIB = None
+_FACTORY_KERNELS: list = []  # the callables registered (each wraps a factories.KERNELS entry)
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -57,22 +59,49 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _register_factories()
+    _register_log()
+    attention.define()  # scaled_dot_product_attention as one op (tpu::attention)
     router.install()
     derived_backward.register()
+    whole_ops.register()
+    router.add_handlers(amp.HANDLERS)
     _register_autocast()
     serialization.install()
+    untyped.install()
+    interop.install()
     _register_distributed()
+    _keep_callbacks_out_of_dynamo()
     try:
         modes.init_from_settings()
     except config.ConfigError as exc:
         warnings.warn(f"torch_tpu: {exc}; the tpu device will refuse to start until it is fixed")
 
 
+def _keep_callbacks_out_of_dynamo() -> None:
+    # every Python function torch's C++ calls for a tpu op: run as plain Python (with what it calls)
+    # when that happens inside a torch.compile'd region (see runtime/dynamo_frames.py)
+    dynamo_frames.keep_out_all([
+        router.torch_dispatch, *factories.KERNELS.values(), *_FACTORY_KERNELS, *derived_backward.KERNELS,
+        _Hooks.is_available, _Hooks.has_primary_context, _Hooks.is_built])
+
+
+def _register_log() -> None:
+    # TORCH_LOGS=torch_tpu turns the compile log on (torch parses TORCH_LOGS right after autoloading
+    # device backends, so the name is known by then)
+    from torch._logging._internal import register_log
+
+    register_log("torch_tpu", "torch_tpu")
+
+
 def _register_factories() -> None:
     global _LIB
     _LIB = torch.library.Library("aten", "IMPL")
+    from .runtime.platform import with_x64
+
     for name, fn in factories.KERNELS.items():
-        _LIB.impl(name, fn, "PrivateUse1")
+        kernel = with_x64(fn)
+        _FACTORY_KERNELS.append(kernel)
+        _LIB.impl(name, kernel, "PrivateUse1")
 
 
 # torch.autocast("tpu") policy, like CUDA's: matmul/conv-like ops run in the autocast dtype,
@@ -107,10 +136,13 @@ def _autocast_kernel(op_name: str, low: bool):
         with torch._C._ExcludeDispatchKeyGuard(exclude):
             return op(*args, **kwargs)
 
-    return kernel
+    return dynamo_frames.keep_out(kernel)
 
 
 def _register_autocast() -> None:
+    # bfloat16 is the TPU convention (torch's default for a new device is float16). torch keeps this
+    # per thread: other threads get it from torch.autocast("tpu", dtype=...) or set_autocast_dtype.
+    torch.set_autocast_dtype("tpu", torch.bfloat16)
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     ops = torch.library.Library("aten", "IMPL")

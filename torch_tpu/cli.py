@@ -11,8 +11,11 @@ Without ``--model`` the pipeline is a tiny/small/medium offline pipeline with ra
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
+import tempfile
 import time
 
 _MODES = {
@@ -23,34 +26,58 @@ _MODES = {
 }
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows each option's default unless its help already says it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.option_strings and "(default" not in text and action.default is not None \
+                and action.default is not False and action.default is not argparse.SUPPRESS:
+            text += " (default: %(default)s)"
+        return text
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m torch_tpu", description="torch_tpu command line")
+    fmt = _HelpFormatter
+    p = argparse.ArgumentParser(prog="python -m torch_tpu", description="torch_tpu command line",
+                                formatter_class=fmt)
     sub = p.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("info", help="platform, devices, memory and versions")
-    sub.add_parser("bench", help="where the benchmarks are")
+    sub.add_parser("info", help="platform, devices, memory, caches, settings and versions", formatter_class=fmt)
+    sub.add_parser("bench", help="where the benchmarks are", formatter_class=fmt)
 
-    g = sub.add_parser("generate", help="generate an image with a diffusers pipeline")
+    g = sub.add_parser("generate", help="generate an image with a diffusers pipeline", formatter_class=fmt)
     g.add_argument("--model", default=None,
                    help="a local pipeline folder or a Hub id (default: the offline tiny pipeline of --kind)")
     g.add_argument("--kind", choices=("flux", "sd3", "flux2"), default="flux",
                    help="kind of the default offline pipeline")
     g.add_argument("--size", choices=("tiny", "small", "medium"), default="tiny",
                    help="size of the default offline pipeline")
-    g.add_argument("--prompt", default="a golden retriever surfing a wave, photorealistic")
-    g.add_argument("--height", type=int, default=None)
-    g.add_argument("--width", type=int, default=None)
-    g.add_argument("--steps", type=int, default=4)
+    g.add_argument("--prompt", default="a golden retriever surfing a wave, photorealistic", help="the prompt")
+    g.add_argument("--height", type=int, default=None,
+                   help="image height in pixels, rounded down to the pipeline's multiple (default: the "
+                        "pipeline's; 64 for the tiny offline pipelines)")
+    g.add_argument("--width", type=int, default=None, help="image width in pixels (default: as --height)")
+    g.add_argument("--steps", type=int, default=4, help="denoising steps")
     g.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the pipeline's)")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    g.add_argument("--seed", type=int, default=0, help="seed of the CPU generator the pipeline draws from")
+    g.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                   help="weights and compute dtype (default: bfloat16 with --model, float32 for the offline "
+                        "pipelines)")
     g.add_argument("--mode", choices=("eager", "debug", "fused", "compile"), default="eager",
                    help="eager = strict eager (DEFER_NEVER); debug = DEFER_NEVER_AND_LAUNCH_BLOCKING; "
                         "fused = DEFER_AND_FUSE; compile = torch.compile(backend='tpu') of the "
                         "transformer (its repeated blocks with --offload)")
     g.add_argument("--offload", action="store_true", help="pipe.enable_model_cpu_offload()")
-    g.add_argument("--output", default="output.png")
+    g.add_argument("--output", default="output.png", help="where the image is saved (its extension picks "
+                                                           "the format)")
     g.add_argument("--device", choices=("tpu", "cpu"), default="tpu", help="cpu: run on CPU torch to compare")
+    g.add_argument("--warmup", type=int, default=0,
+                   help="untimed pipeline calls first (compiles happen there), for steady-state numbers")
+    g.add_argument("--runs", type=int, default=1, help="timed pipeline calls (the image is the last one's)")
+    g.add_argument("--quiet", action="store_true", help="print only the result line (no stage table, no "
+                                                          "progress bars)")
+    g.add_argument("--debug", action="store_true", help="show the full traceback when something fails")
     return p
 
 
@@ -87,7 +114,53 @@ def cmd_info(args) -> int:
     print(f"memory: total {_mib(total)}, free {_mib(free)}, allocated {_mib(torch.tpu.memory_allocated())}")
     print(f"eager mode: {torch.tpu.eager_mode.name}")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()))
+    _print_info_extras()
     return 0
+
+
+# PJRT plugins JAX may load (TPU: libtpu; NVIDIA: the CUDA plugin and its PJRT part; AMD: ROCm)
+_PLUGINS = ("libtpu", "libtpu-nightly", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
+            "jax-cuda13-pjrt", "jax-rocm7-plugin", "jax-rocm7-pjrt")
+
+
+def _folder_size(path: str) -> tuple[int, int]:
+    total = files = 0
+    for root, _, names in os.walk(path):
+        for n in names:
+            try:
+                total += os.path.getsize(os.path.join(root, n))
+                files += 1
+            except OSError:
+                pass
+    return total, files
+
+
+def _print_info_extras() -> None:
+    """Caches (where, how big), the TORCH_TPU_* settings in effect, and the PJRT plugins installed."""
+    from importlib import metadata
+
+    from . import config
+    from .testing.tiny_pipelines import specs
+
+    cache = config.compile_cache_dir()
+    if cache is None:
+        print("compile cache: off (TORCH_TPU_CACHE_DIR is empty)")
+    else:
+        size, files = _folder_size(cache)
+        print(f"compile cache: {cache} ({_mib(size)}, {files} files)")
+    tiny = str(specs.default_root())
+    size, files = _folder_size(tiny)
+    print(f"offline pipelines: {tiny} ({_mib(size)}, {files} files)")
+    settings = config.in_effect()
+    print("TORCH_TPU_* settings: " + (", ".join(f"{k}={v}" for k, v in settings.items()) if settings
+                                       else "none set (defaults)"))
+    found = []
+    for name in _PLUGINS:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pass
+    print("PJRT plugins: " + (", ".join(found) if found else "none (JAX's built-in CPU platform only)"))
 
 
 def cmd_bench(args) -> int:
@@ -116,15 +189,140 @@ class _Timer:
         return timed
 
 
-def cmd_generate(args) -> int:
+# --- generate: checks that run before anything heavy is imported or loaded -------------------------
+class UsageError(Exception):
+    """A bad command line: reported as one line, exit status 2, before the model loads."""
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _check_output(path: str) -> None:
+    from PIL import Image
+
+    if os.path.isdir(path):
+        raise UsageError(f"--output {path!r} is a directory; give a file name such as {path.rstrip('/')}/out.png")
+    ext = os.path.splitext(path)[1].lower()
+    fmt = Image.registered_extensions().get(ext)
+    if not ext or fmt is None or fmt not in Image.SAVE:
+        raise UsageError(f"--output {path!r}: unknown image extension {ext or '(none)'!r} "
+                         "(use .png, .jpg, .webp ...)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--output {path!r}: the folder {folder} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise PermissionError(path)
+    except OSError as exc:
+        raise UsageError(f"--output {path!r}: cannot write there ({exc.strerror or exc})") from None
+
+
+def _check_model(model: str) -> str:
+    """'folder', 'cached' or 'download': where the pipeline will come from (or UsageError)."""
+    path = os.path.expanduser(model)
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise UsageError(f"--model {model!r} is a file; expected a pipeline folder (with model_index.json) "
+                             "or a Hugging Face Hub id")
+        if not os.path.isfile(os.path.join(path, "model_index.json")):
+            raise UsageError(f"--model {model!r}: the folder has no model_index.json (not a diffusers pipeline)")
+        return "folder"
+    if model.startswith((".", "/", "~")) or not _HUB_ID.match(model):
+        raise UsageError(f"--model {model!r}: no such folder (and not a Hub id like org/name)")
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    cached = try_to_load_from_cache(model, "model_index.json")
+    if isinstance(cached, str):
+        return "cached"
+    if constants.HF_HUB_OFFLINE:
+        raise UsageError(f"--model {model!r} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE}) "
+                         "and HF_HUB_OFFLINE is set: download it first (huggingface-cli download "
+                         f"{model}) or pass a local folder")
+    return "download"
+
+
+def _size_multiple(args) -> int:
+    """Image sizes must be multiples of the VAE scale factor times the transformer's patch size (2)."""
+    config_path = None
+    if args.model is not None:
+        config_path = os.path.join(os.path.expanduser(args.model), "vae", "config.json")
+    try:
+        with open(config_path or "") as f:
+            channels = json.load(f).get("block_out_channels") or [0, 0, 0, 0]
+    except (OSError, ValueError):
+        channels = [0, 0, 0, 0]  # the offline pipelines and Flux/SD3/Flux2: VAE factor 8
+    return 2 ** (len(channels) - 1) * 2
+
+
+def _check_sizes(args) -> list[str]:
+    """Validates --height/--width (rounding them down to what the pipeline accepts); returns notes."""
+    notes = []
+    multiple = _size_multiple(args)
+    for name in ("height", "width"):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if value < multiple:
+            raise UsageError(f"--{name} {value}: too small; the pipeline needs a multiple of {multiple} "
+                             f"(at least {multiple})")
+        if value % multiple:
+            rounded = value - value % multiple
+            notes.append(f"note: --{name} {value} is not a multiple of {multiple}; using {rounded}")
+            setattr(args, name, rounded)
+    return notes
+
+
+def validate_generate(args) -> list[str]:
+    """Every check that can fail before the model loads (raises UsageError); returns notes to print."""
+    for name, minimum in (("steps", 1), ("runs", 1), ("warmup", 0)):
+        if getattr(args, name) < minimum:
+            raise UsageError(f"--{name} {getattr(args, name)}: must be at least {minimum}")
     if args.device == "cpu" and args.offload:
-        print("torch_tpu generate: --offload needs --device tpu", file=sys.stderr)
-        return 2
+        raise UsageError("--offload needs --device tpu")
+    if args.device == "cpu" and args.mode != "eager":
+        raise UsageError(f"--mode {args.mode} needs --device tpu")
+    notes = _check_sizes(args)
+    _check_output(args.output)
+    if args.model is not None:
+        if _check_model(args.model) == "download":
+            notes.append(f"note: {args.model} is not in the local Hugging Face cache; downloading it")
+    if args.dtype is None:
+        args.dtype = "bfloat16" if args.model is not None else "float32"
+    return notes
+
+
+# --- generate: the run -------------------------------------------------------------------------------
+def _quiet_libraries() -> None:
+    """--quiet: no progress bars or warnings from diffusers, transformers and the Hub client."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import diffusers.utils.logging as diffusers_logging
+    import transformers.utils.logging as transformers_logging
+
+    for lib in (diffusers_logging, transformers_logging):
+        lib.set_verbosity_error()
+        lib.disable_progress_bar()
+
+
+def _median(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def cmd_generate(args) -> int:
+    notes = validate_generate(args)
+    say = (lambda *a, **k: None) if args.quiet else print
+    for note in notes:
+        print(note)
+    if args.quiet:
+        _quiet_libraries()
 
     import torch
     import torch_tpu
 
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     on_tpu = args.device == "tpu"
     if on_tpu:
         torch.tpu.eager_mode = getattr(torch_tpu.EagerMode, _MODES[args.mode])
@@ -133,10 +331,10 @@ def cmd_generate(args) -> int:
         def sync():
             pass
 
-    print(f"platform: {torch_tpu.platform()}  device: "
-          + (f"tpu:0 ({torch.tpu.get_device_name()})" if on_tpu else "cpu (CPU torch)"))
-    print(f"mode: {args.mode}" + (f" ({_MODES[args.mode]})" if on_tpu else "") + f"  dtype: {args.dtype}"
-          + ("  offload: model cpu offload" if args.offload else ""))
+    say(f"platform: {torch_tpu.platform()}  device: "
+        + (f"tpu:0 ({torch.tpu.get_device_name()})" if on_tpu else "cpu (CPU torch)"))
+    say(f"mode: {args.mode}" + (f" ({_MODES[args.mode]})" if on_tpu else "") + f"  dtype: {args.dtype}"
+        + ("  offload: model cpu offload" if args.offload else ""))
 
     from diffusers import DiffusionPipeline
 
@@ -148,15 +346,17 @@ def cmd_generate(args) -> int:
         from .testing import tiny_pipelines
 
         path = tiny_pipelines.build_pipeline_dir(args.kind, args.size)
-        print(f"model: offline {args.size} {args.kind} pipeline (random weights) at {path}")
+        say(f"model: offline {args.size} {args.kind} pipeline (random weights) at {path}")
         pipe = DiffusionPipeline.from_pretrained(str(path), dtype=dtype, local_files_only=True)
         default_res = tiny_pipelines.SIZE_SPECS[args.size]["default_image"]
         height = height or default_res
         width = width or default_res
     else:
-        print(f"model: {args.model}")
+        say(f"model: {args.model}")
         pipe = DiffusionPipeline.from_pretrained(args.model, dtype=dtype)
-    print(f"pipeline: {type(pipe).__name__}")
+    say(f"pipeline: {type(pipe).__name__}")
+    if args.quiet:
+        pipe.set_progress_bar_config(disable=True)
     timer = _Timer(sync)
     timer.stages.append(("load", time.perf_counter() - t0))
 
@@ -189,44 +389,114 @@ def cmd_generate(args) -> int:
         timer.mark = now
         return kwargs
 
-    call = dict(prompt=args.prompt, num_inference_steps=args.steps, height=height, width=width,
-                generator=torch.Generator("cpu").manual_seed(args.seed), callback_on_step_end=on_step_end)
-    if args.guidance is not None:
-        call["guidance_scale"] = args.guidance
-    timer.mark = time.perf_counter()
-    t_call = time.perf_counter()
-    image = pipe(**call).images[0]
-    sync()
-    call_s = time.perf_counter() - t_call
+    def call_once():
+        call = dict(prompt=args.prompt, num_inference_steps=args.steps, height=height, width=width,
+                    generator=torch.Generator("cpu").manual_seed(args.seed), callback_on_step_end=on_step_end)
+        if args.guidance is not None:
+            call["guidance_scale"] = args.guidance
+        timer.mark = time.perf_counter()
+        t_call = time.perf_counter()
+        image = pipe(**call).images[0]
+        sync()
+        return image, time.perf_counter() - t_call
+
+    warm_s = []
+    for _ in range(args.warmup):
+        step_times.clear()
+        del timer.stages[2:]
+        warm_s.append(call_once()[1])
+    runs = []  # (call seconds, step seconds) of each timed run
+    for _ in range(args.runs):
+        step_times.clear()
+        del timer.stages[2:]  # keep load and move; each run records its own encode/decode
+        image, call_s = call_once()
+        runs.append((call_s, list(step_times)))
     image.save(args.output)
 
-    print("--- time per stage (s) ---")
+    say("--- time per stage (s)" + (" of the last run" if len(runs) > 1 or warm_s else "") + " ---")
     for name, s in timer.stages:
         if name == "vae decode":
             continue
-        print(f"{name:<32s}{s:9.3f}")
+        say(f"{name:<32s}{s:9.3f}")
     for i, s in enumerate(step_times):
         note = "  (includes latent preparation)" if i == 0 else ""
-        print(f"{'denoising step ' + str(i + 1):<32s}{s:9.3f}{note}")
+        say(f"{'denoising step ' + str(i + 1):<32s}{s:9.3f}{note}")
     for name, s in timer.stages:
         if name == "vae decode":
-            print(f"{name:<32s}{s:9.3f}")
-    print(f"{'pipeline call':<32s}{call_s:9.3f}")
-    print(f"{'total':<32s}{time.perf_counter() - t_total:9.3f}")
+            say(f"{name:<32s}{s:9.3f}")
+    say(f"{'pipeline call':<32s}{runs[-1][0]:9.3f}")
+    say(f"{'total':<32s}{time.perf_counter() - t_total:9.3f}")
+    if warm_s or len(runs) > 1:
+        _print_steady_state(say, warm_s, runs)
     if on_tpu:
-        print(f"peak device memory: {_mib(torch.tpu.max_memory_allocated())}")
+        say(f"peak device memory: {_mib(torch.tpu.max_memory_allocated())}")
         st = torch_tpu.stats()
-        keys = ("compiles", "compile_seconds", "graph_compiles", "cache_hits", "cache_misses",
-                "persistent_cache_hits", "executions", "flushes", "cpu_fallbacks")
-        print("torch_tpu stats: " + ", ".join(
+        keys = ("compiles", "compile_seconds", "cache_loads", "cache_load_seconds", "cache_rejects",
+                "graph_compiles", "cache_hits", "cache_misses", "executions", "flushes", "cpu_fallbacks")
+        say("torch_tpu stats: " + ", ".join(
             f"{k}={st[k]:.2f}" if isinstance(st.get(k), float) else f"{k}={st.get(k)}" for k in keys if k in st))
-    print(f"saved: {args.output} ({image.size[0]}x{image.size[1]})")
+        say(_compile_summary(st, runs[0][0]))
+    median_call = _median([r[0] for r in runs])
+    print(f"saved: {args.output} ({image.size[0]}x{image.size[1]})"
+          + (f"  pipeline call {median_call:.3f} s" + (" (median)" if len(runs) > 1 else "") if args.quiet else ""))
     return 0
+
+
+def _print_steady_state(say, warm_s, runs) -> None:
+    calls = [r[0] for r in runs]
+    steps = [s for r in runs for s in r[1][1:]]  # step 1 also prepares latents
+    say(f"--- steady state: {len(runs)} timed run(s) after {len(warm_s)} warm-up call(s) ---")
+    if warm_s:
+        say(f"{'warm-up calls':<32s}" + " ".join(f"{s:.3f}" for s in warm_s))
+    say(f"{'pipeline call median':<32s}{_median(calls):9.3f}   (min {min(calls):.3f}, max {max(calls):.3f})")
+    if steps:
+        say(f"{'denoising step median':<32s}{_median(steps):9.3f}   (steps 2.., all timed runs)")
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"torch_tpu: error: {message}", file=sys.stderr)
+    return code
+
+
+def _compile_summary(st: dict, call_s: float) -> str:
+    """'compiled N programs, loaded M from cache (dir)', and on a cold run why it was slow."""
+    from .runtime import disk_cache
+
+    folder = disk_cache.folder()
+    where = folder if folder else "disk cache off: TORCH_TPU_CACHE_DIR is empty"
+    line = (f"compiled {st['compiles']} programs ({st['compile_seconds']:.1f} s), "
+            f"loaded {st['cache_loads']} from cache ({where})")
+    if st["cache_rejects"]:
+        line += f"; ignored {st['cache_rejects']} bad cache entries (rebuilt)"
+    if st["compiles"] and st["compile_seconds"] > 0.25 * call_s:
+        share = min(st["compile_seconds"] / call_s, 1.0) if call_s else 1.0
+        if st["cache_loads"] == 0:
+            why = (f"\nthis was a cold run: {share:.0%} of the pipeline call was XLA compilation of programs "
+                   "this machine had not seen; ")
+            why += ("they are now on disk, so the next run with the same model, sizes and settings loads them "
+                    "instead" if folder else "set TORCH_TPU_CACHE_DIR to keep them for the next run")
+        else:
+            why = (f"\n{share:.0%} of the pipeline call was XLA compilation of programs not in the cache yet "
+                   "(new shapes or settings); the next run loads them")
+        line += why
+    return line
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    return {"info": cmd_info, "bench": cmd_bench, "generate": cmd_generate}[args.command](args)
+    command = {"info": cmd_info, "bench": cmd_bench, "generate": cmd_generate}[args.command]
+    if getattr(args, "debug", False):
+        return command(args)
+    try:
+        return command(args)
+    except UsageError as exc:
+        return _fail(str(exc), 2)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except Exception as exc:  # one line; --debug shows the traceback
+        text = str(exc).strip().splitlines()
+        first = text[0] if text else ""
+        return _fail(f"{type(exc).__name__}: {first} (run with --debug for the traceback)", 1)
 
 
 if __name__ == "__main__":

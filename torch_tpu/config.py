@@ -64,6 +64,22 @@ def _text(text: str) -> str:
     return text
 
 
+_LOG_TOPICS = ("compiles",)
+
+
+def _log_topics(text: str) -> frozenset:
+    names = {t.strip().lower() for t in text.replace(";", ",").split(",") if t.strip()}
+    if names & {"1", "true", "yes", "on", "all"}:
+        return frozenset(_LOG_TOPICS)
+    if names & {"0", "false", "no", "off"} and len(names) == 1:
+        return frozenset()
+    unknown = names - set(_LOG_TOPICS)
+    if unknown:
+        raise ValueError(f"unknown log topic(s) {sorted(unknown)}; expected a comma list of "
+                         f"{', '.join(_LOG_TOPICS)} (or 1/all)")
+    return frozenset(names)
+
+
 @dataclasses.dataclass(frozen=True)
 class Variable:
     name: str                      # the environment variable
@@ -96,6 +112,8 @@ VARIABLES = (
              "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),
     Variable("TORCH_TPU_CACHE_DIR", "cache_dir", _text, None,
              "persistent compile cache folder (default ~/.cache/torch_tpu/xla-cache; empty: no disk cache)"),
+    Variable("TORCH_TPU_CACHE_MAX_MB", "cache_max_mb", _int_at_least(1), 4096,
+             "size bound of the persistent compile cache; least recently used entries go first"),
     Variable("TORCH_TPU_DIST_TIMEOUT", "dist_timeout_s", _positive_seconds, 60.0,
              "seconds a tpu_dist collective waits for its peers"),
     Variable("TORCH_TPU_DIST_XLA", "dist_xla", _flag, True,
@@ -107,6 +125,9 @@ VARIABLES = (
              "else MASTER_ADDR:MASTER_PORT+1)"),
     Variable("TORCH_TPU_TINY_PIPELINES_DIR", "tiny_pipelines_dir", _text, None,
              "where the offline tiny pipelines are built (default ~/.cache/torch_tpu/tiny-pipelines)"),
+    Variable("TORCH_TPU_LOG", "log", _log_topics, frozenset(),
+             "log topics to stderr: 'compiles' (one line per XLA program built: name, input shapes, seconds, "
+             "compiled or loaded from the disk cache, why it was new); same as TORCH_LOGS=torch_tpu"),
 )
 
 
@@ -122,10 +143,12 @@ class Settings:
     checks: bool
     cpu_fallback: bool
     cache_dir: str | None
+    cache_max_mb: int
     dist_timeout_s: float
     dist_xla: bool
     coordinator_address: str | None
     tiny_pipelines_dir: str | None
+    log: frozenset
 
 
 _NAMES = tuple(v.name for v in VARIABLES)

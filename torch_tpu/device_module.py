@@ -150,18 +150,20 @@ def set_rng_state_all(states) -> None:
     set_rng_state(states[0])
 
 
-# --- memory ----------------------------------------------------------------------------------------
-def _pjrt_stats(index=None) -> dict | None:
+# --- memory ---------------------------------------------------------------------------------------
+# CUDA's names over PJRT's device statistics (GPU, TPU) or torch_tpu's count of live tensor storages
+# (every platform; the CPU platform's PJRT reports nothing). See runtime/memory.py.
+def _pjrt_stats(index=None) -> dict:
     try:
-        stats = _platform.jax_device(_index(index)).memory_stats()
+        device = _platform.jax_device(_index(index))
     except Exception:
-        return None
-    return stats or None
+        return {}
+    return _memory.pjrt_stats(device)
 
 
 def _memory_limit(index=None) -> int:
     stats = _pjrt_stats(index)
-    if stats and stats.get("bytes_limit"):
+    if stats.get("bytes_limit"):
         return int(stats["bytes_limit"])
     try:
         import os
@@ -171,47 +173,56 @@ def _memory_limit(index=None) -> int:
         return 0
 
 
+def memory_stats(device=None) -> dict:
+    """``torch.cuda.memory_stats()``'s keys ("allocated_bytes.all.current", "allocated_bytes.all.peak",
+    "reserved_bytes.all.current", "num_alloc_retries", ...): PJRT's device statistics where the platform
+    reports them, else counted tensor storages; PJRT's own under "pjrt.<name>"."""
+    return _memory.stats(_pjrt_stats(device))
+
+
 def memory_allocated(device=None) -> int:
     """Bytes held by live tpu tensors: PJRT's bytes_in_use where the platform reports it (GPU, TPU),
     else torch_tpu's own count of live tensor storages (the CPU platform reports none)."""
-    stats = _pjrt_stats(device)
-    if stats and "bytes_in_use" in stats:
-        return int(stats["bytes_in_use"])
-    return _memory.in_use()
+    return memory_stats(device)["allocated_bytes.all.current"]
 
 
 def max_memory_allocated(device=None) -> int:
-    stats = _pjrt_stats(device)
-    if stats and "peak_bytes_in_use" in stats:
-        return int(stats["peak_bytes_in_use"])
-    return _memory.peak()
+    return memory_stats(device)["allocated_bytes.all.peak"]
 
 
 def memory_reserved(device=None) -> int:
-    stats = _pjrt_stats(device)
-    if stats and "bytes_reserved" in stats:
-        return int(stats["bytes_reserved"])
-    return memory_allocated(device)
+    return memory_stats(device)["reserved_bytes.all.current"]
 
 
 def max_memory_reserved(device=None) -> int:
-    return max(memory_reserved(device), max_memory_allocated(device))
+    return memory_stats(device)["reserved_bytes.all.peak"]
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    _memory.reset_peak()
+    """Peaks restart from what is in use now (PJRT's own peak cannot be reset: see memory_stats)."""
+    _memory.reset_peak(_pjrt_stats(device))
 
 
 def reset_max_memory_allocated(device=None) -> None:
     reset_peak_memory_stats(device)
 
 
-def memory_stats(device=None) -> dict:
-    return {
-        "allocated_bytes.all.current": memory_allocated(device),
-        "allocated_bytes.all.peak": max_memory_allocated(device),
-        "reserved_bytes.all.current": memory_reserved(device),
-    }
+def reset_max_memory_cached(device=None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    _memory.reset_accumulated()
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A table of current, peak and total memory, like ``torch.cuda.memory_summary()``."""
+    index = _index(device)
+    pjrt = _pjrt_stats(index)
+    source = ("PJRT device statistics" if "bytes_in_use" in pjrt
+              else "counted tensor storages (this platform's PJRT reports none)")
+    return _memory.summary(_memory.stats(pjrt), f"tpu:{index} ({get_device_name(index)})", _memory_limit(index),
+                           source)
 
 
 def mem_get_info(device=None) -> tuple[int, int]:

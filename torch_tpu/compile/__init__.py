@@ -1,8 +1,8 @@
 """Compiled mode: ``torch.compile(module, backend="tpu")``.
 
 Dynamo hands us a torch-level FX graph (parameters and buffers lifted to inputs). AOTAutograd
-functionalises it and decomposes it to core aten on meta stand-ins (static shapes), giving a forward
-graph (and a backward graph when gradients are needed). Each aten graph becomes ONE XLA program built
+functionalises it and decomposes it to core aten on fake tensors of the tpu device (static shapes), giving
+a forward graph (and a backward graph when gradients are needed). Each aten graph becomes ONE XLA program built
 from the same op table as eager (``lowering.py``), compiled ahead of time for the example shapes
 through ``compile_cache`` (so identical graphs, e.g. repeated transformer blocks, share a program).
 AOTAutograd's runtime wrappers write mutated inputs back (``copy_`` on the tpu tensor) and glue
@@ -48,25 +48,6 @@ def _check_static(gm: torch.fx.GraphModule) -> None:
                                                        "automatic dynamic shapes after a shape change)."))
 
 
-def _tpu_to_meta(x):
-    if isinstance(x, torch.device) and x.type == "tpu":
-        return torch.device("meta")
-    if isinstance(x, str) and (x == "tpu" or x.startswith("tpu:")):
-        return torch.device("meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_tpu_to_meta(e) for e in x)
-    return x
-
-
-def _retarget_devices(gm: torch.fx.GraphModule) -> None:
-    """Device constants "tpu" -> "meta": the graph is traced on meta stand-ins."""
-    for node in gm.graph.nodes:
-        if node.op in ("call_function", "call_method"):
-            node.args = _tpu_to_meta(node.args)
-            node.kwargs = {k: _tpu_to_meta(v) for k, v in node.kwargs.items()}
-    gm.recompile()
-
-
 def _check_inputs(example_inputs) -> None:
     from ..tensor.tensor import TpuTensor
 
@@ -84,27 +65,47 @@ def _is_dtensor(x) -> bool:
 
 def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend "tpu" (static shapes, ahead-of-time XLA compilation)."""
-    from torch._functorch.aot_autograd import aot_module_simplified
     from torch._guards import TracingContext
 
-    from . import lowering
+    from . import aliasing, specialize
 
+    _refuse_requested_dynamism(example_inputs, options)
+    _check_inputs(example_inputs)
+    if specialize.has_symbolic_inputs(example_inputs):
+        # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
+        # compiled per concrete signature when called
+        return aliasing.guard(specialize.PerShape(gm, example_inputs, _compile_static), gm)
+    _check_static(gm)
+    ctx = TracingContext.try_get()
+    return aliasing.guard(_compile_static(gm, example_inputs, ctx.fake_mode if ctx is not None else None), gm)
+
+
+def _refuse_requested_dynamism(example_inputs, options) -> None:
     import torch._dynamo.config as dynamo_config
 
     # dynamic=True patches this flag while dynamo traces (torch.compile -> _optimize)
     if options.get("dynamic") or not dynamo_config.assume_static_by_default:
         raise StaticShapeError(_STATIC_MSG.format(what="dynamic=True was requested."))
     for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.Tensor) and getattr(x, "_dynamo_dynamic_indices", None):
-            raise StaticShapeError(_STATIC_MSG.format(
-                what=f"Graph input {i} {tuple(x.shape)} has dimension(s) "
-                     f"{sorted(x._dynamo_dynamic_indices)} marked dynamic (torch._dynamo.mark_dynamic)."))
-    _check_static(gm)
-    _check_inputs(example_inputs)
-    _retarget_devices(gm)
+        if not isinstance(x, torch.Tensor):
+            continue
+        for attr, how in (("_dynamo_dynamic_indices", "marked dynamic (torch._dynamo.mark_dynamic)"),
+                          ("_dynamo_unbacked_indices", "marked unbacked (torch._dynamo.mark_unbacked)")):
+            dims = getattr(x, attr, None)
+            if dims:
+                raise StaticShapeError(_STATIC_MSG.format(
+                    what=f"Graph input {i} {tuple(x.shape)} has dimension(s) {sorted(dims)} {how}."))
 
-    ctx = TracingContext.try_get()
-    fake_mode = ctx.fake_mode if ctx is not None else None
+
+def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
+    """AOTAutograd over stand-ins of static shape; each aten graph -> one XLA program."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from . import attention, composites, lowering
+
+    attention.rewrite_graph(gm)  # attention stays one op (tpu.attention) through AOTAutograd
+
     if fake_mode is None:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -119,16 +120,69 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
             local = x._local_tensor
             m = torch.empty_strided(tuple(local.shape), tuple(local.stride()), dtype=local.dtype, device="meta")
             return fake_mode.from_tensor(DTensor(m, x._spec, requires_grad=x.requires_grad), static_shapes=True)
-        m = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+        if x.device.type != "tpu":
+            # a host scalar (dynamo passes an unspecialised Python float as a 0-d tensor): dynamo's fake
+            # of it remembers the symbolic float its .item() gave, which AOTAutograd turns back into
+            # tensor operations (static_shapes=True would make a new fake that forgot it)
+            return fake_mode.from_tensor(x)
+        # a fake tensor on the tpu device (meta underneath): the trace sees what eager sees, so device
+        # constants stay "tpu" and torch.autocast("tpu") applies its policy (kernels keyed on the device)
+        meta = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+        fake = FakeTensor(fake_mode, meta, x.device)
         if x.requires_grad:
-            m.requires_grad_(True)
-        return fake_mode.from_tensor(m, static_shapes=True)
+            fake.requires_grad_(True)
+        return fake
 
     fakes = [stand_in(x) for x in example_inputs]
     return aot_module_simplified(
         gm, fakes,
-        fw_compiler=lowering.graph_compiler("forward"),
-        bw_compiler=lowering.graph_compiler("backward"),
-        inference_compiler=lowering.graph_compiler("inference"),
-        decompositions=lowering.decompositions(),
+        fw_compiler=_graph_compiler(lowering.graph_compiler("forward")),
+        bw_compiler=_graph_compiler(lowering.graph_compiler("backward")),
+        inference_compiler=_graph_compiler(lowering.graph_compiler("inference")),
+        decompositions={**lowering.decompositions(), **composites.decompositions()},
     )
+
+
+def _graph_compiler(graph_compiler):
+    """AOTAutograd's compiler for one aten graph (``lowering.graph_compiler``), run outside the fake mode
+    AOTAutograd traced in (graph constants are real tensors). The program computes every output on the
+    device; an output torch puts on the CPU (``x.cpu()`` inside the compiled region) is copied there, as
+    eager would return it."""
+
+    def compile_graph(gm: torch.fx.GraphModule, example_inputs):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            run = graph_compiler(gm, example_inputs)
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        host = [i for i, o in enumerate(out_node.args[0])
+                if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
+                and o.meta["val"].device.type == "cpu"]
+        if not host:
+            return run
+
+        def run_with_host_outputs(args):
+            outs = run(args)
+            for i in host:
+                if outs[i] is not None:
+                    outs[i] = outs[i].cpu()
+            return outs
+
+        run_with_host_outputs._boxed_call = True
+        return run_with_host_outputs
+
+    return compile_graph
+
+
+def _static_unless_asked():
+    """dynamo enters this around every call of a function compiled with backend="tpu" (the documented
+    ``backend_ctx_ctor`` hook): no *automatic* dynamic shapes, so with the default ``dynamic=None`` a
+    new input shape (or a changed Python int) recompiles for that shape, exactly as ``dynamic=False``
+    does, instead of turning the dimension symbolic. Only this backend's calls are affected; an explicit
+    ``dynamic=True`` or ``mark_dynamic`` still reaches the backend, which refuses it by name."""
+    import torch._dynamo.config as dynamo_config
+
+    return dynamo_config.patch(automatic_dynamic_shapes=False)
+
+
+tpu_backend.backend_ctx_ctor = _static_unless_asked

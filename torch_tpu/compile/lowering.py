@@ -188,6 +188,7 @@ def _signature(gm: torch.fx.GraphModule, inputs) -> tuple:
 def graph_compiler(kind: str):
     """AOTAutograd's fw/bw/inference compiler: the aten graph -> a boxed callable over tpu tensors."""
 
+    @platform.with_x64
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         for x in example_inputs:
             if not isinstance(x, (torch.Tensor, type(None), int, float, bool)) and not _is_opaque(x):
@@ -198,7 +199,8 @@ def graph_compiler(kind: str):
         specs = [jax.ShapeDtypeStruct(tuple(example_inputs[i].shape), dtypes.to_jax_dtype(example_inputs[i].dtype))
                  for i in tensor_pos]
         if plan.random:
-            specs.append(jax.ShapeDtypeStruct((2,), dtypes.to_jax_dtype(torch.int64)))
+            key_data = rng.peek_key_data()  # the key data the runner passes (rng.next_key_data)
+            specs.append(jax.ShapeDtypeStruct(key_data.shape, key_data.dtype))
         # identical graphs (repeated blocks) share one program: the key is the graph's code + inputs
         code_key = gm.code if not plan.constants else (gm.code, id(gm))
         key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision, plan.mesh)
@@ -208,9 +210,9 @@ def graph_compiler(kind: str):
                 raise RuntimeError("torch.compile(backend='tpu'): non-tensor graph inputs are not supported "
                                    "with static shapes")
             if plan.mesh is None:
-                prog = program_cache.compile_program(key, plan.program, tuple(specs))
+                prog = program_cache.compile_program(key, _named(plan.program, kind), tuple(specs))
             else:  # functional collectives: one SPMD program over the group's devices
-                prog = spmd.compile_program(key, plan.program, tuple(specs), plan.mesh,
+                prog = spmd.compile_program(key, _named(plan.program, kind), tuple(specs), plan.mesh,
                                             what=f"a compiled {kind} graph with collectives")
             counters.add("graph_compiles", 1)
             _DEVICE_CHECKS[key] = plan.device_checks
@@ -228,9 +230,26 @@ def graph_compiler(kind: str):
 _DEVICE_CHECKS: dict = caches.register("compiled graph checks", {})  # program key -> check messages
 
 
+def _named(program, kind: str):
+    """The graph's program named after the compiled function (traces, compile log):
+    compiled.<function>.<forward|backward|inference>."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    codes = getattr(ctx, "traced_code", None) or []
+    where = codes[0].co_name if codes else "graph"
+
+    def fn(*arrays):
+        return program(*arrays)
+
+    fn.__name__ = fn.__qualname__ = f"compiled.{where}.{kind}"
+    return fn
+
+
 def _runner(prog, out_dtypes, random: bool, device_checks: list):
     device = None
 
+    @platform.with_x64
     def run(args):
         nonlocal device
         arrays = []
@@ -245,6 +264,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list):
         if random:
             arrays.append(rng.next_key_data())
         outs = prog(*arrays)
+        program_cache.note_launch(outs)
         _counters["executions"] += 1
         if device_checks:
             deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")

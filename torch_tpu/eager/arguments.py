@@ -9,19 +9,28 @@ The key holds everything that changes the program and nothing that changes betwe
   declares ``static`` (addmm's ``beta``: 0 means "ignore the input, NaN included");
 - every other static argument (dims, sizes, dtypes, ``eps``) by type and exact value: ``1``, ``1.0``,
   ``True`` and ``1+0j`` are distinct keys, so are ``0.0`` and ``-0.0``, and NaN is found again.
+
+A view input (a reshape, transpose, slice, expand or dtype view: any tensor that is not its whole
+storage) is *folded*: the key holds its geometry (storage shape and dtype, its dtype, size, stride,
+whether its offset is 0), the inputs its storage's array (and its offset when not 0), and the op's
+program reads the view itself (``ViewSlot``). So a view costs no program and no copy of its own: XLA
+fuses the read into the op or turns it into a bitcast, and ``x[i]`` loops share one program.
 """
 from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 
 from ..engine import launchers
 from ..engine.fused import LazyArray
 from ..errors import device_mismatch
+from .. import ops
 from ..ops import registry
 from ..runtime import caches, dtypes, platform
-from ..tensor.tensor import TpuTensor, value_of
+from ..tensor import strided
+from ..tensor.tensor import TpuTensor
 
 _NUMBERS = (int, float, complex)
 
@@ -56,6 +65,7 @@ def _scalar_slots(func):
         if id(func) in _STATIC_SCALAR_OPS or func._schema.name in _SHAPE_SCALAR_OPS:
             slots = (frozenset(), frozenset())
         else:
+            ops.load()  # the first op of a process gets here before any lowering module is imported
             low, _ = registry.resolve(func)
             static = low.static if low is not None else ()
             numbers = [(i, a.name) for i, a in enumerate(func._schema.arguments)
@@ -93,14 +103,51 @@ class Slot:
     def __init__(self, index):
         self.index = index
 
+    def value(self, arrays):
+        return arrays[self.index]
+
+
+class ViewSlot(Slot):
+    """Placeholder for a folded view input: its storage's array (then its offset, when not 0)."""
+
+    __slots__ = ("read", "has_offset")
+
+    def __init__(self, index, read, has_offset):
+        self.index, self.read, self.has_offset = index, read, has_offset
+
+    def value(self, arrays):
+        i = self.index
+        return self.read(arrays[i], arrays[i + 1] if self.has_offset else 0)
+
+
+def _fold_view(x, sig, arrays):
+    """A view input: its geometry in the key, its storage's array (and offset when not 0) as inputs."""
+    storage = x._tpu_storage
+    offset = x.storage_offset()
+    sig.append(("view", storage.shape, storage.dtype, x.dtype, x.shape, x.stride(), offset == 0))
+    arr = storage.array
+    if arr is None:
+        arr = storage.value()
+    elif type(arr) is LazyArray:
+        arr = storage.array = launchers.current.take(arr)
+    arrays.append(arr)
+    if offset:
+        arrays.append(np.int64(offset))  # a runtime input: x[i] for every i shares one program
+
 
 def _walk(func, x, sig, arrays, allow_cpu):
     if isinstance(x, TpuTensor):
-        sig.append((x.shape, x.dtype))
-        arr = value_of(x)
-        if type(arr) is LazyArray:
-            arr = launchers.current.take(arr)
-        arrays.append(arr)
+        if x._tpu_full:
+            storage = x._tpu_storage
+            sig.append((x.shape, x.dtype))
+            arr = storage.array
+            if arr is None:
+                arr = storage.value()
+            elif type(arr) is LazyArray:
+                arr = storage.array = launchers.current.take(arr)
+            arrays.append(arr)
+        else:
+            _fold_view(x, sig, arrays)
     elif isinstance(x, torch.Tensor):
         if x.device.type == "meta":
             raise RuntimeError(f"{func}: cannot mix meta and tpu tensors")
@@ -164,7 +211,15 @@ def key_and_inputs(func, args, kwargs):
 
 def template(x, counter, dynamic: bool = False):
     """``x`` with every dynamic input replaced by a Slot numbered in walk order (``counter[0]`` counts):
-    tensors, and the number itself when ``dynamic`` (a Scalar slot whose value is an input)."""
+    tensors (a ViewSlot for a folded view), and the number itself when ``dynamic`` (a Scalar slot whose
+    value is an input)."""
+    if isinstance(x, TpuTensor) and not x._tpu_full:
+        storage = x._tpu_storage
+        zero = x.storage_offset() == 0
+        read = strided.read_fn(storage.shape, storage.dtype, tuple(x.shape), tuple(x.stride()), x.dtype, zero)
+        s = ViewSlot(counter[0], read, not zero)
+        counter[0] += 1 if zero else 2
+        return s
     if isinstance(x, torch.Tensor) or (dynamic and type(x) in _NUMBERS):
         s = Slot(counter[0])
         counter[0] += 1
@@ -184,9 +239,9 @@ def templates(func, args, kwargs):
 
 
 def fill(x, arrays):
-    """A template with its Slots replaced by ``arrays``."""
+    """A template with its Slots replaced by ``arrays`` (a folded view read from its storage)."""
     if isinstance(x, Slot):
-        return arrays[x.index]
+        return x.value(arrays)
     if type(x) in (list, tuple):
         return type(x)(fill(e, arrays) for e in x)
     return x

@@ -36,6 +36,9 @@ def grid_sampler_2d_backward(grad, x, grid, mode, padding, align_corners, mask):
     return (gx if gx is not None else torch.zeros_like(x)), ggrid
 
 
+KERNELS = (upsample_bicubic2d_backward, grid_sampler_2d_backward)
+
+
 def register() -> None:
     global _LIBRARY
     if _LIBRARY is None:

@@ -49,7 +49,14 @@ def _copy_from(src, dst, non_blocking=False):
     return kernels.copy_(None, (dst, src), {})
 
 
+def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
+    # autograd's "known zero" gradient (sgn and friends); a plain tensor of zeros here
+    _check_device(device)
+    return run_op(aten.full.default, (list(size), False), {"dtype": dtype or torch.get_default_dtype()})
+
+
 KERNELS = {
+    "_efficientzerotensor": efficient_zero_tensor,
     "empty.memory_format": empty_memory_format,
     "empty_strided": empty_strided,
     "_copy_from": _copy_from,

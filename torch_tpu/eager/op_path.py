@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from ..engine import deferred_errors, launchers
+from ..engine import deferred_errors, fused, launchers
 from ..errors import OpError, describe, leaves, no_lowering
-from ..ops import calling, checks, registry, validate
+from ..ops import calling, checks, refusals, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng
+from ..runtime.stable_keys import ProcessLocal
+from . import op_store
 from ..tensor.tensor import new_full, write
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
@@ -28,7 +30,7 @@ class LoweredEntry:
     the arguments it writes back."""
 
     __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
-                 "n_out", "returns_scalar", "check", "device_checks")
+                 "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks")
 
     def __call__(self, args, kwargs, arrays):
         if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
@@ -36,18 +38,24 @@ class LoweredEntry:
         if self.random:
             arrays.append(rng.next_key_data())
         outs = launchers.current.run_op(self, arrays, args, kwargs)
+        written = False
         if self.device_checks:  # the last output says whether the op's device-side checks held
             deferred_errors.add(outs[-1], self.device_checks, self.describe_inputs)
             outs = outs[:-1]
             if launchers.current.verifies_each_op:
+                # launch blocking: raise at the op, after its writes (as in the other modes, a failed
+                # write leaves its in-range entries written and drops the others)
+                self._write_back(args, kwargs, outs)
+                written = True
                 deferred_errors.verify()
         if self.returns_scalar:
             return outs[0].item()
         writes = self.writes
         if writes:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in writes]
-            for t, arr in zip(targets, outs[self.n_out:]):
-                write(t, arr)
+            if not written:
+                for t, arr in zip(targets, outs[self.n_out:]):
+                    write(t, arr)
             if self.n_out == 0:
                 return targets[0] if len(targets) == 1 else tuple(targets)
         dts = self.out_dtypes
@@ -55,15 +63,31 @@ class LoweredEntry:
             return new_full(outs[0], dts[0])
         return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
 
+    def _write_back(self, args, kwargs, outs) -> None:
+        if self.writes:
+            targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in self.writes]
+            for t, arr in zip(targets, outs[self.n_out:]):
+                write(t, arr)
+
     def describe_inputs(self) -> str:
         """The op and its inputs' shapes and dtypes, from the program key (no tensor is kept alive)."""
-        parts = [f"tpu{list(k[0])}:{str(k[1]).replace('torch.', '')}" for k in self.key[1][1:]
+        parts = [f"tpu{list(k[0])}:{str(k[1]).replace('torch.', '')}" for k in self.key[2]
                  if type(k) is tuple and len(k) == 2 and type(k[1]) is torch.dtype]
         return f"{self.func} ({', '.join(parts) or 'no tensors'})"
 
+    def trace(self, *arrs):
+        """The traceable function; an entry loaded from disk builds it on first need (a fused graph or
+        a program that is not on disk), from torch's meta kernel as a fresh entry would."""
+        fn = self.fn
+        if fn is None:
+            func, meta_args, meta_kwargs, example = self.recipe
+            low, target_func = registry.resolve(func)
+            fn = self.fn = _plan(func, low, target_func, meta_args, meta_kwargs, example)[0]
+        return fn(*arrs)
+
     def compile(self, arrays, args, kwargs):
         try:
-            self.compiled = program_cache.compile_program(self.key, self.fn, tuple(arrays))
+            self.compiled = program_cache.compile_program(self.key, self.trace, tuple(arrays))
         except (OpError, NotImplementedError):
             raise
         except Exception as exc:
@@ -72,26 +96,116 @@ class LoweredEntry:
         return self.compiled
 
 
+def _program_key(func, key, low):
+    """The entry's program key: the op by name (not by id), so the key means the same in every process
+    (``stable_keys``) when the lowering is torch_tpu's own."""
+    name = op_store.op_name(func)
+    parts = ("op", name, key[1:], calling.matmul_precision(low))
+    if not op_store.is_own_lowering(low):  # a lowering registered from outside: this process only
+        parts += (ProcessLocal(id(low.fn)),)
+    return parts
+
+
 def _build_entry(func, args, kwargs, key, arrays):
     from .. import ops
 
     ops.load()
     low, target_func = registry.resolve(func)
-    writes = registry.mutated_arguments(func)
     if low is None:
         entry = python_entry(func)
         if entry is None:
             raise no_lowering(func, args, kwargs)
         _ENTRIES[key] = entry
         return entry
+    validate.run(target_func, args, kwargs)  # checks torch's CPU kernels make and its meta kernels don't
     if low.data_dependent:
         entry = _ENTRIES[key] = data_dependent_entry(func, low)
         return entry
 
-    validate.run(target_func, args, kwargs)  # checks torch's CPU kernels make and its meta kernels don't
-    # What does torch say this op returns? (Also raises torch's errors for bad input.)
+    program_key = _program_key(func, key, low)
+    example = list(arrays)
+    if low.random:  # compiling must not consume random state (the run draws the key)
+        example.append(rng.peek_key_data())
+    entry = _load_entry(func, low, args, kwargs, program_key, example)
+    if entry is not None:
+        _ENTRIES[key] = entry
+        return entry
+
+    fn, out_leaves, write_metas, meta_out, in_place, device_checks = _plan(
+        func, low, target_func, args, kwargs, example)
+    writes = registry.mutated_arguments(func)
+    returns_scalar = (len(out_leaves) == 1 and out_leaves[0] is not None
+                      and not isinstance(out_leaves[0], torch.Tensor))
+    tensor_leaves = [m for m in out_leaves if isinstance(m, torch.Tensor)]
+    entry = LoweredEntry()
+    entry.func = func
+    entry.key = program_key
+    entry.fn = fn
+    entry.recipe = None
+    entry.loaded = False
+    entry.compiled = None
+    entry.avals = tuple((tuple(m.shape), dtypes.to_jax_dtype(m.dtype))
+                        for m in tensor_leaves + [w for w in write_metas if isinstance(w, torch.Tensor)])
+    entry.random = low.random
+    entry.writes = writes
+    entry.returns_scalar = returns_scalar
+    entry.n_out = len(tensor_leaves)
+    entry.out_dtypes = tuple(m.dtype for m in tensor_leaves)
+    entry.rebuild = None if (in_place or isinstance(meta_out, torch.Tensor)) else _rebuilder(meta_out)
+    check_meta = (tensor_leaves + write_metas)[0] if writes or tensor_leaves else None
+    entry.check = _fill_check(func, target_func, check_meta)
+    entry.device_checks = device_checks
+    try:
+        launchers.current.prepare(entry, example, args, kwargs)
+    except Exception as exc:
+        if any(not hasattr(a, "shape") for a in arrays) and _branches_on_a_value(exc):
+            raise _StaticScalarsNeeded() from exc
+        raise
+    if device_checks:  # tracing found checks: one more output (fused mode records it too)
+        entry.avals += (((), dtypes.to_jax_dtype(torch.int32)),)
+    else:  # a description on disk says nothing of checks: only check-free entries are kept there
+        op_store.save(program_key, entry, meta_out, in_place, check_meta)
+    _ENTRIES[key] = entry
+    return entry
+
+
+def _load_entry(func, low, args, kwargs, program_key, example):
+    """The entry of ``program_key`` from its description on disk (no meta kernel, no tracing), or None."""
+    desc = op_store.load(program_key)
+    if desc is None:
+        return None
+    entry = LoweredEntry()
+    entry.func = func
+    entry.key = program_key
+    entry.fn = None
+    entry.recipe = (func, to_meta(list(args)), {k: to_meta(v) for k, v in kwargs.items()},
+                    [fused.abstract(a) for a in example])
+    entry.loaded = True
+    entry.compiled = None
+    entry.avals = tuple((shape, dtypes.to_jax_dtype(dt)) for shape, dt in desc.avals)
+    entry.random = low.random
+    entry.writes = registry.mutated_arguments(func)
+    entry.returns_scalar = desc.returns_scalar
+    entry.n_out = len(desc.out_dtypes)
+    entry.out_dtypes = desc.out_dtypes
+    entry.rebuild = None if desc.structure is None else _rebuilder(desc.structure)
+    check_meta = None if desc.check_dtype is None else torch.empty((), dtype=desc.check_dtype, device="meta")
+    entry.check = _fill_check(func, registry.resolve(func)[1], check_meta)
+    entry.device_checks = ()  # saved only without checks (the checks setting is part of its disk key)
+    launchers.current.prepare(entry, example, args, kwargs)
+    return entry
+
+
+def _plan(func, low, target_func, args, kwargs, example):
+    """What torch says ``func`` returns for these arguments (its meta kernel, which also raises torch's
+    errors for bad input), and the traceable function computing it with the op table's lowering:
+    (fn, out_leaves, write_metas, meta_out, in_place, device_checks); device_checks (the messages of the
+    lowering's ``require`` calls) is filled when fn is first traced."""
+    writes = registry.mutated_arguments(func)
     meta_args = to_meta(list(args))
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
+    if writes:
+        refusals.check_inplace_result(func, target_func, meta_args, meta_kwargs)
     try:
         meta_out = func(*meta_args, **meta_kwargs)
         has_meta = True
@@ -125,9 +239,6 @@ def _build_entry(func, args, kwargs, key, arrays):
         return calling.invoke(low, fill(call_args, arrs), {n: fill(v, arrs) for n, v in call_kwargs.items()},
                               rng_key=None if key_data is None else rng.make_key(key_data), precision=precision)
 
-    example = list(arrays)
-    if low.random:  # compiling must not consume random state (the run draws the key)
-        example.append(rng.peek_key_data())
     if in_place:
         out_leaves = []
     elif has_meta:
@@ -137,7 +248,7 @@ def _build_entry(func, args, kwargs, key, arrays):
         try:
             shapes = platform.jax().eval_shape(lambda *arrs: call_lowering(arrs), *example)
         except Exception as exc:
-            if any(not hasattr(a, "shape") for a in arrays) and _branches_on_a_value(exc):
+            if any(not hasattr(a, "shape") for a in example) and _branches_on_a_value(exc):
                 raise _StaticScalarsNeeded() from exc
             raise OpError(f"tpu: lowering {func} failed ({describe(args, kwargs)}): {exc}") from exc
         if writes:
@@ -145,10 +256,8 @@ def _build_entry(func, args, kwargs, key, arrays):
         out_leaves = [torch.empty(s.shape, dtype=dtypes.to_torch_dtype(s.dtype), device="meta")
                       for s in leaves(shapes)]
         meta_out = out_leaves if len(out_leaves) != 1 else out_leaves[0]
-    returns_scalar = (len(out_leaves) == 1 and out_leaves[0] is not None
-                      and not isinstance(out_leaves[0], torch.Tensor))
 
-    device_checks: list = []  # messages of the lowering's require() calls, filled when first traced
+    device_checks: list = []
 
     def fn(*arrs):
         with checks.collecting() as found:
@@ -168,33 +277,8 @@ def _build_entry(func, args, kwargs, key, arrays):
             outs += (checks.first_failure(found),)
         return outs
 
-    tensor_leaves = [m for m in out_leaves if isinstance(m, torch.Tensor)]
-    entry = LoweredEntry()
-    entry.func = func
-    entry.key = ("op", key, precision)
-    entry.fn = fn
-    entry.compiled = None
-    entry.avals = tuple((tuple(m.shape), dtypes.to_jax_dtype(m.dtype))
-                        for m in tensor_leaves + [w for w in write_metas if isinstance(w, torch.Tensor)])
-    entry.random = low.random
-    entry.writes = writes
-    entry.returns_scalar = returns_scalar
-    entry.n_out = len(tensor_leaves)
-    entry.out_dtypes = tuple(m.dtype for m in tensor_leaves)
-    entry.rebuild = None if (in_place or isinstance(meta_out, torch.Tensor)) else _rebuilder(meta_out)
-    entry.check = _fill_check(func, target_func, (tensor_leaves + write_metas)[0] if writes or tensor_leaves
-                              else None)
-    entry.device_checks = device_checks
-    try:
-        launchers.current.prepare(entry, example, args, kwargs)
-    except Exception as exc:
-        if any(not hasattr(a, "shape") for a in arrays) and _branches_on_a_value(exc):
-            raise _StaticScalarsNeeded() from exc
-        raise
-    if device_checks:  # tracing found checks: one more output (fused mode records it too)
-        entry.avals += (((), dtypes.to_jax_dtype(torch.int32)),)
-    _ENTRIES[key] = entry
-    return entry
+    fn.__name__ = fn.__qualname__ = str(func)  # the program's name in traces and the compile log
+    return fn, out_leaves, write_metas, meta_out, in_place, device_checks
 
 
 def _fill_check(func, target_func, out_meta):

@@ -3,7 +3,9 @@
 Boolean-mask indexing: a mask's positions depend on its values, so XLA cannot trace it. A single leading
 mask with a broadcastable value is a static select (torch.where); otherwise the mask becomes long
 indices through nonzero (a data-dependent op, which waits for the mask). ``*_like`` and ``clone`` of
-non-contiguous tensors keep their layout, as on CPU.
+non-contiguous tensors keep their layout, as on CPU. ``_unsafe_view`` is a view (no program);
+``scaled_dot_product_attention`` without autograd (inference_mode) goes to its one lowering
+(``attention.py``).
 """
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import torch
 
 from ..tensor import kernels
 from ..tensor.tensor import TpuTensor
+from ..tensor.views import run_view
+from . import attention
 from .op_path import run_op
 
 aten = torch.ops.aten
@@ -62,6 +66,9 @@ def index_put_with_masks(func, args, kwargs):
     _check_mask_shapes(x, indices)
     accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
     mask = indices[0]
+    if len(indices) == 1 and mask.dtype == torch.uint8 and values.numel() == 1:
+        # CPU torch sends a single mask with one value to masked_fill_, which takes bool masks only
+        raise RuntimeError("masked_fill_ only supports boolean masks, but got mask with dtype unsigned char")
     k = mask.dim() if _is_mask(mask) else -1
     inplace = func is not aten.index_put.default
     if (len(indices) == 1 and k > 0 and tuple(mask.shape) == tuple(x.shape[:k])
@@ -90,11 +97,13 @@ def like(func, args, kwargs):
 
 
 def clone(func, args, kwargs):
-    # clone keeps a non-contiguous dense layout (preserve_format), as on CPU
+    # clone keeps a non-contiguous dense layout (preserve_format), as on CPU; an explicit channels_last
+    # format (x.contiguous(memory_format=torch.channels_last)) gets that layout
     x = args[0]
-    if isinstance(x, TpuTensor) and not x.is_contiguous() and \
-            kwargs.get("memory_format") in (None, torch.preserve_format):
-        return kernels.copy_into(kernels.empty_like(None, (x,), {}), x)
+    fmt = kwargs.get("memory_format")
+    if isinstance(x, TpuTensor) and ((not x.is_contiguous() and fmt in (None, torch.preserve_format))
+                                     or fmt in (torch.channels_last, torch.channels_last_3d)):
+        return kernels.copy_into(kernels.empty_like(None, (x,), {"memory_format": fmt}), x)
     return run_op(func, args, kwargs)
 
 
@@ -105,9 +114,11 @@ def equal(func, args, kwargs):
     return bool(torch.eq(a, b).all().item())
 
 
-def fused_sdp_choice(func, args, kwargs):
-    # one fused attention op of our own (aten._scaled_dot_product_fused_attention_overrideable)
-    return int(torch._C._SDPBackend.OVERRIDEABLE)
+def unsafe_view(func, args, kwargs):
+    """``_unsafe_view`` (matmul, linear and einsum reshape their results with it) is a view without
+    autograd's view tracking: on the CPU it aliases its input, and refuses strides it cannot view with
+    torch's error (aten.view's meta kernel raises the same). So it runs no program."""
+    return run_view(aten.view.default, args, kwargs)
 
 
 REWRITES = {
@@ -122,5 +133,6 @@ REWRITES = {
     aten.index_put_.default: index_put_with_masks,
     aten._index_put_impl_.default: index_put_with_masks,
     aten.equal.default: equal,
-    aten._fused_sdp_choice.default: fused_sdp_choice,
+    aten._unsafe_view.default: unsafe_view,
+    aten.scaled_dot_product_attention.default: attention.sdpa_without_autograd,
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 
 from ..runtime import caches
+from ..runtime.platform import X64
 from ..tensor.kernels import KERNELS
 from ..tensor.tensor import TpuTensor
 from ..tensor.views import run_view
@@ -29,6 +30,7 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     if route is None:
         route = _ROUTES[id(func)] = _route(func)
     kwargs = kwargs or {}
+    prev = X64.swap(True)  # JAX's 64-bit mode for this thread while the op runs (platform.X64)
     try:
         return route(func, args, kwargs)
     except Exception as exc:
@@ -37,6 +39,8 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
             if out is not None:
                 return out
         raise
+    finally:
+        X64.restore(prev)
 
 
 def _decompose(func, args, kwargs):

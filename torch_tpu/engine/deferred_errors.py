@@ -85,6 +85,6 @@ def _raise_if_failed(code: int, messages, what) -> None:
         if callable(what):
             what = what()
         raise DeviceAssertError(
-            f"tpu: {what}: {messages[code - 1]}. This device-side check ran asynchronously and is reported at "
+            f"tpu: {what}: {messages[code - 1].rstrip('.')}. This device-side check ran asynchronously and is reported at "
             "the first wait after the op (like CUDA's device-side assert); TORCH_TPU_LAUNCH_BLOCKING=1 reports "
             "it at the op itself.")

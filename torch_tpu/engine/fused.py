@@ -9,8 +9,9 @@ by structure (node keys, wiring, input shapes and dtypes, which outputs are live
 so a repeated denoising step hits the cache.
 
 Flushes happen when a value is read (``.cpu()``, ``.item()``, printing, data-dependent ops, a copy to
-another device), at ``torch_tpu.sync()``, when the outermost ``nn.Module`` call returns (so each
-transformer call of a denoising loop ends its own graph, and repeated steps have identical graphs),
+another device), at ``torch_tpu.sync()``, when the outermost ``nn.Module`` call starts and returns (so each
+transformer call of a denoising loop is a graph of its own, without the glue before it, and repeated
+steps have identical graphs), around each outermost repeated block (identical blocks share one program),
 and when the pending graph passes a size bound (TORCH_TPU_FUSED_MAX_NODES, default 20000).
 """
 from __future__ import annotations
@@ -23,12 +24,14 @@ import weakref
 import numpy as np
 
 from .. import config
-from ..runtime import caches, counters, platform, program_cache, spmd
+from ..runtime import caches, counters, platform, program_cache, spmd, stable_keys
 from . import recovery
 from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
 
 _counters = counters.counters
 _AVALS: dict = caches.register("fused output avals", {})
+# A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
+stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(k) for k, _ in key[1]))
 
 
 class LazyArray:
@@ -241,7 +244,7 @@ def note_write(storage, old, new: LazyArray) -> None:
 
 def flush() -> None:
     """Compile (or reuse) and run the pending graph; fill in every live lazy array."""
-    with _STATE.lock:
+    with _STATE.lock, platform.X64():  # JAX's 64-bit mode for this thread (platform.X64)
         _flush()
 
 
@@ -276,6 +279,7 @@ def _flush() -> None:
             env.append(res if isinstance(res, (tuple, list)) else (res,))
         return tuple(env[i][j] for i, j in out_sig)
 
+    graph_fn.__name__ = graph_fn.__qualname__ = _graph_name()  # in traces and the compile log
     prog = program_cache.lookup(key)
     try:
         if prog is None:
@@ -286,6 +290,7 @@ def _flush() -> None:
                                             out_ndims=[len(la.shape) for _, _, la in live],
                                             what=_collectives_of(nodes))
         results = prog(*inputs)
+        program_cache.note_launch(results)
         _counters["executions"] += 1
     except Exception as exc:
         if g.mesh is not None:  # collectives: no op-by-op replay; the SPMD runner named them
@@ -331,6 +336,8 @@ def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
     for i in range(len(inputs)):
         # two references: the graph's input list and getrefcount's own argument
         extra = held.get(id(inputs[i]), 0)
+        if extra is not None and inputs[i] is program_cache.last_launched():
+            extra += 1  # the reference sync keeps to the last launched program's output
         if extra is not None and isinstance(inputs[i], jax.Array) and sys.getrefcount(inputs[i]) == 2 + extra:
             k = (tuple(inputs[i].shape), np.dtype(inputs[i].dtype))
             if wanted.get(k, 0) > 0:
@@ -341,19 +348,106 @@ def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
 
 
 # -------------------------------------------------------------------------------------------------
-# Flush when the outermost nn.Module call returns (keeps graphs aligned with model calls).
+# Graph boundaries at module calls: the outermost call and repeated blocks are graphs of their own.
 # -------------------------------------------------------------------------------------------------
+# A model call's graph starts when the call starts (the glue before it, latent preparation or a scheduler
+# step, is flushed first) and ends when it returns, so every denoising step is the same graph. Inside it,
+# each outermost repeated block (diffusers' ``_repeated_blocks`` classes, or the children of a ModuleList
+# of one class that have children of their own) is a graph of its own too: structurally identical blocks
+# have the same graph key and share one program, so compile time does not grow with depth.
 _HOOKS = []
-_DEPTH = threading.local()
+
+
+class _Calls(threading.local):
+    depth = 0        # nesting depth of module calls
+    block = None     # the outermost repeated block now running
+    outer = None     # the frame of the outermost module call
+    flushing = None  # the module whose call ended the graph being flushed (the program's name)
+
+
+_CALLS = _Calls()
+_SCANNED: "weakref.WeakSet" = weakref.WeakSet()   # outermost modules whose blocks were found
+_BLOCKS: "weakref.WeakSet" = weakref.WeakSet()    # modules that are repeated blocks
+_BLOCK_HOOKS: list = []                           # their pre-hooks (removed with the global ones)
+
+
+def repeated_blocks(root) -> list:
+    """The repeated blocks of ``root``: modules of a class its ``_repeated_blocks`` names (diffusers),
+    and the children of a ModuleList that have children of their own and share their class and their
+    parameters' names, shapes and dtypes with another child (transformer layers, not a list of Linears)."""
+    import torch
+
+    names = set()
+    for m in root.modules():
+        names.update(getattr(m, "_repeated_blocks", None) or ())
+    found = []
+    for m in root.modules():
+        if names and type(m).__name__ in names:
+            found.append(m)
+        elif isinstance(m, torch.nn.ModuleList) and len(m) >= 2:
+            groups: dict = {}
+            for child in m:
+                if any(True for _ in child.children()):
+                    sig = (type(child), tuple((n, tuple(p.shape), p.dtype) for n, p in child.named_parameters()))
+                    groups.setdefault(sig, []).append(child)
+            for members in groups.values():
+                if len(members) >= 2:
+                    found.extend(members)
+    return found
+
+
+def _enter_root(module) -> None:
+    if module not in _SCANNED:
+        _SCANNED.add(module)
+        for block in repeated_blocks(module):
+            if block not in _BLOCKS:
+                _BLOCKS.add(block)
+                # its own hook sees keyword arguments too (global pre-hooks get positional ones only)
+                _BLOCK_HOOKS.append(block.register_forward_pre_hook(_block_pre_hook, with_kwargs=True))
+
+
+def _cut(module=None) -> None:
+    if _STATE.graph.nodes:
+        _CALLS.flushing = None if module is None else type(module).__name__
+        try:
+            flush()
+        finally:
+            _CALLS.flushing = None
+
+
+_VIEW_READER = [None]  # the tensor layer's: reads a tpu view's value (cached on the tensor), else None
+
+
+def set_view_reader(fn) -> None:
+    _VIEW_READER[0] = fn
+
+
+def _read_views(x) -> None:
+    """Read the value of every view among a block's arguments before its graph starts: the first block
+    of a stack often gets views (a Linear's output reshaped) where the next get whole tensors, and a view
+    read inside the block would make its graph differ from theirs."""
+    t = type(x)
+    if t in (tuple, list):
+        for e in x:
+            _read_views(e)
+    elif t is dict:
+        for e in x.values():
+            _read_views(e)
+    elif _VIEW_READER[0] is not None:
+        _VIEW_READER[0](x)
 
 
 def _pre_hook(module, args):
-    n = getattr(_DEPTH, "n", 0)
-    if n and not _executing(_DEPTH.outer):
-        n = 0  # the outermost call left by an exception the hooks never saw (KeyboardInterrupt)
-    if n == 0:
-        _DEPTH.outer = sys._getframe(1)  # the outermost module call's frame
-    _DEPTH.n = n + 1
+    calls = _CALLS
+    if calls.depth and not _executing(calls.outer):
+        # the outermost call was left by an exception the hooks never saw (KeyboardInterrupt)
+        calls.depth = 0
+        calls.block = None
+    if calls.depth == 0:
+        calls.outer = sys._getframe(1)  # the outermost module call's frame
+        _cut()  # the glue recorded before this model call is a graph of its own
+        _enter_root(module)
+    calls.depth += 1
 
 
 def _executing(frame) -> bool:
@@ -365,13 +459,30 @@ def _executing(frame) -> bool:
     return False
 
 
+def _block_pre_hook(module, args, kwargs):
+    calls = _CALLS
+    if _HOOKS and calls.block is None and calls.depth > 1:  # an outermost block, inside a model call
+        _read_views((args, kwargs))
+        _cut()
+        calls.block = module
+    return None
+
+
 def _post_hook(module, args, output):
-    n = getattr(_DEPTH, "n", 1) - 1
-    _DEPTH.n = n
-    if n == 0:
-        _DEPTH.outer = None
-        if _graph().nodes:
-            flush()
+    calls = _CALLS
+    calls.depth = max(calls.depth - 1, 0)
+    if calls.block is module:
+        calls.block = None
+        _cut(module)
+    elif calls.depth == 0:
+        calls.outer = None
+        _cut(module)
+
+
+def _graph_name() -> str:
+    """A fused program's name: after the module whose call ended it, else plain "fused"."""
+    module = _CALLS.flushing
+    return f"fused.{module}" if module else "fused"
 
 
 def install_module_hooks() -> None:
@@ -386,5 +497,10 @@ def install_module_hooks() -> None:
 def remove_module_hooks() -> None:
     while _HOOKS:
         _HOOKS.pop().remove()
-    _DEPTH.n = 0
-    _DEPTH.outer = None
+    while _BLOCK_HOOKS:
+        _BLOCK_HOOKS.pop().remove()
+    _SCANNED.clear()
+    _BLOCKS.clear()
+    _CALLS.depth = 0
+    _CALLS.block = None
+    _CALLS.outer = None

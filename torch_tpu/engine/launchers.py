@@ -14,6 +14,7 @@ from ..runtime import counters, multiprocess, platform, program_cache, spmd
 from . import fused
 
 _counters = counters.counters
+_launched = program_cache._Launched
 
 
 class Strict:
@@ -39,6 +40,8 @@ class Strict:
         except Exception as exc:
             raise OpError(f"tpu: {entry.func} failed to run ({describe(args, kwargs)}): {exc}") from exc
         _counters["executions"] += 1
+        if outs:
+            _launched.last = outs[0]  # program_cache.note_launch, inlined (hot path)
         return outs
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
@@ -48,7 +51,9 @@ class Strict:
         if prog is None:
             prog = program_cache.compile_program(key, fn, args)
         _counters["executions"] += 1
-        return prog(*args)
+        out = prog(*args)
+        _launched.last = out
+        return out
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
         """``fn(*args)`` as one SPMD program over the mesh of ``mesh`` (global device ids); ``fn`` may
@@ -100,10 +105,12 @@ class Fused(Strict):
         if entry.returns_scalar:  # a Python scalar result is needed now: a program of its own
             super().prepare(entry, example, args, kwargs)
             return
+        if entry.loaded:  # described on disk: it traced before, in an earlier process
+            return
         # no single-op program in fused mode, but trace once so a bad lowering fails here, at the op
         jax = platform.jax()
         try:
-            jax.eval_shape(entry.fn, *[fused.abstract(a) for a in example])
+            jax.eval_shape(entry.trace, *[fused.abstract(a) for a in example])
         except Exception as exc:
             raise OpError(f"tpu: could not lower {entry.func} ({describe(args, kwargs)}): "
                           f"{type(exc).__name__}: {exc}") from exc
@@ -111,7 +118,7 @@ class Fused(Strict):
     def run_op(self, entry, arrays: list, args, kwargs):
         if entry.returns_scalar:
             return super().run_op(entry, [fused.materialize(a) for a in arrays], args, kwargs)
-        return fused.record(entry.key, entry.fn, arrays, entry.avals, what=str(entry.func))
+        return fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         return fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]
@@ -154,9 +161,14 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def launch(key, fn, args: tuple, aval=None, what: str = ""):
     """Run (or record) one small program in the current mode: view reads/writes, casts."""
-    return current.launch(key, fn, args, aval, what)
+    prev = platform.X64.swap(True)  # also reached outside dispatch (to_jax of a view, saving)
+    try:
+        return current.launch(key, fn, args, aval, what)
+    finally:
+        platform.X64.restore(prev)
 
 
 def collective(key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
     """Run (or record) one collective program over a mesh of several processes' devices."""
-    return current.collective(key, fn, args, avals, mesh, what)
+    with platform.X64():
+        return current.collective(key, fn, args, avals, mesh, what)

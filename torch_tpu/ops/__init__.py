@@ -8,4 +8,5 @@ def load() -> None:
     from ..runtime import platform
 
     platform.jax()  # configure JAX (x64, caches) before any lowering module imports it
-    from . import elementwise, reductions, nn, spatial, shape, indexing, random, factories, validate  # noqa: F401
+    from . import elementwise, reductions, nn, attention, spatial, shape, indexing, random, factories  # noqa: F401
+    from . import amp, indexing_extra, refusals, special, validate  # noqa: F401

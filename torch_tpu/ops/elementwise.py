@@ -4,7 +4,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .registry import aten, register
+from .checks import require
+from .registry import aten, prims, register
 from ._util import is_float, is_value, jdtype, no_pred, to_float, upcast
 
 
@@ -52,10 +53,18 @@ def div(x, y):
     return jnp.true_divide(x, y)
 
 
+def _integer_divisor(x, y) -> None:
+    """Integer division, remainder and fmod by zero: torch raises ZeroDivisionError (a device-side check
+    for tensors and for Scalars, which are program inputs)."""
+    if not (is_float(x) or is_float(y) or jnp.iscomplexobj(x) or jnp.iscomplexobj(y)):
+        require(jnp.asarray(y) != 0, "ZeroDivisionError")
+
+
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(x, y, rounding_mode=None):
     if rounding_mode is None:
         return div(x, y)
+    _integer_divisor(x, y)
     if rounding_mode == "trunc":
         if is_float(x) or is_float(y):
             return jnp.trunc(jnp.true_divide(_up(x), _up(y)))
@@ -71,19 +80,24 @@ def floor_divide(x, y):
     if is_float(x) or is_float(y):
         # bf16/fp16: divide in fp32 and round once (as torch's CPU/CUDA kernels)
         return jnp.floor(jnp.true_divide(_up(x), _up(y)))
+    _integer_divisor(x, y)
     return jnp.floor_divide(x, y)
 
 
 @register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
 def remainder(x, y):
+    _integer_divisor(x, y)
     return jnp.remainder(x, y)
 
 
 @register(aten.fmod.Tensor, aten.fmod.Scalar)
 def fmod(x, y):
+    _integer_divisor(x, y)
     return jnp.fmod(x, y)
 
 
+# the exponent's value picks the computation (x * x for 2: exact and cheap, where a traced exponent would
+# give XLA's general pow, several times slower: RMSNorm's pow(2) at Flux size): static, keyed by value
 @register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, static=("exponent",))
 def pow_(x, y):
     """The exponent of pow(tensor, number) is static: x*x for 2, sqrt for 0.5 ... (one program each)."""
@@ -211,6 +225,9 @@ def lerp(x, end, weight):
 
 @register(aten.addcmul.default)
 def addcmul(x, t1, t2, value=1):
+    dt = jnp.result_type(x, t1, t2)
+    if not jnp.issubdtype(dt, jnp.inexact) and dt != jnp.bool_:  # torch casts value to the integer dtype
+        value = jnp.asarray(value).astype(dt)
     return _up(x) + value * _up(t1) * _up(t2)
 
 
@@ -488,3 +505,9 @@ def ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 @register(aten._to_copy.default)
 def to_copy(x, dtype=None, **kwargs):
     return x if dtype is None else x.astype(jdtype(dtype))
+
+
+@register(prims.convert_element_type.default)
+def convert_element_type(x, dtype):
+    # AOTAutograd's pass that turns unspecialised Python floats back into tensor ops emits this prim
+    return x.astype(jdtype(dtype))

@@ -77,3 +77,21 @@ def scalar_tensor(s, dtype=None, layout=None, device=None, pin_memory=None):
 @register(aten.full.default)
 def full(size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.full(tuple(size), fill_value, jdtype(dtype))
+
+
+# Uninitialised allocations met in compiled graphs (eager allocates lazily through the factory kernels):
+# torch leaves their contents unspecified, zeros is one valid choice; the layout arguments describe
+# strides, which a compiled program's values do not have.
+@register(aten.empty.memory_format)
+def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return jnp.zeros(tuple(size), jdtype(dtype) or jnp.float32)
+
+
+@register(aten.empty_strided.default)
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), jdtype(dtype) or jnp.float32)
+
+
+@register(aten.empty_permuted.default)
+def empty_permuted(size, physical_layout, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), jdtype(dtype) or jnp.float32)

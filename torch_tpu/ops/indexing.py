@@ -10,19 +10,33 @@ from .registry import aten, register
 from ._util import is_value
 
 
+def in_range_or_dropped(index, size: int, negative_ok: bool):
+    """``index`` with every out-of-range entry replaced by ``size``: a position scatters drop and no
+    index dtype conversion can wrap (JAX indexes with int32 where it can, so 2**40 would become 0).
+    A failed write thus writes its in-range entries only, never at a wrapped position."""
+    return jnp.where(index_in_range(index, size, negative_ok), index, size)
+
+
 def _check_indices(x, indices, negative_ok=True):
-    """Advanced indices (one per leading dim, None for a full slice) address existing elements."""
+    """Advanced indices (one per leading dim, None for a full slice) address existing elements; returns
+    them with out-of-range entries made harmless (``in_range_or_dropped``)."""
+    out = []
     for d, i in enumerate(indices):
         if i is not None and i.dtype != jnp.bool_ and d < x.ndim:
             require(index_in_range(i, x.shape[d], negative_ok),
                     f"index out of bounds for dimension {d} with size {x.shape[d]}")
+            i = in_range_or_dropped(i, x.shape[d], negative_ok)
+        out.append(i)
+    return out
 
 
 def _check_along(x, dim, index, what="index"):
-    """``index`` addresses elements of x along ``dim`` (no negative indices: gather, scatter, index_add)."""
+    """``index`` addresses elements of x along ``dim`` (no negative indices: gather, scatter, index_add);
+    returns it with out-of-range entries made harmless."""
     size = x.shape[dim % x.ndim] if x.ndim else 1
     require(index_in_range(index, size, False),
             f"{what} out of bounds for dimension {dim % max(x.ndim, 1)} with size {size}")
+    return in_range_or_dropped(index, size, False)
 
 
 def _index_tuple(indices):
@@ -31,7 +45,7 @@ def _index_tuple(indices):
 
 @register(aten.index.Tensor, aten._unsafe_index.Tensor)
 def index(x, indices):
-    _check_indices(x, indices)
+    indices = _check_indices(x, indices)
     return x[_index_tuple(indices)]
 
 
@@ -39,7 +53,7 @@ def index(x, indices):
 def index_put(x, indices, values, accumulate=False):
     if len(indices) == 1 and indices[0] is not None and indices[0].dtype == jnp.bool_:
         return _index_put_mask(x, indices[0], values, accumulate)
-    _check_indices(x, indices)
+    indices = _check_indices(x, indices)
     idx = _index_tuple(indices)
     values = values.astype(x.dtype)
     return x.at[idx].add(values) if accumulate else x.at[idx].set(values)
@@ -78,7 +92,7 @@ def _grids(index, dim):
 def gather(x, dim, index, sparse_grad=False):
     if index.size == 0:  # torch allows any index rank when it is empty
         return jnp.zeros(index.shape, x.dtype)
-    _check_along(x, dim, index)
+    index = _check_along(x, dim, index)
     if x.ndim == 0:
         return x.reshape(index.shape) if index.ndim == 0 else jnp.broadcast_to(x, index.shape)
     d = dim % x.ndim
@@ -87,7 +101,7 @@ def gather(x, dim, index, sparse_grad=False):
 
 @register(aten.scatter.src, aten.scatter.value)
 def scatter(x, dim, index, src):
-    _check_along(x, dim, index)
+    index = _check_along(x, dim, index)
     if x.ndim == 0:
         return jnp.asarray(src).astype(x.dtype).reshape(()) if index.size else x
     d = dim % x.ndim
@@ -98,7 +112,7 @@ def scatter(x, dim, index, src):
 
 @register(aten.scatter.reduce, aten.scatter.value_reduce)
 def scatter_reduce_legacy(x, dim, index, src, reduce):
-    _check_along(x, dim, index)
+    index = _check_along(x, dim, index)
     d = dim % x.ndim
     if jnp.ndim(src) > 0:
         src = src[tuple(slice(0, s) for s in index.shape)]
@@ -109,7 +123,7 @@ def scatter_reduce_legacy(x, dim, index, src, reduce):
 
 @register(aten.scatter_add.default)
 def scatter_add(x, dim, index, src):
-    _check_along(x, dim, index)
+    index = _check_along(x, dim, index)
     if x.ndim == 0:
         return x + jnp.sum(src)
     d = dim % x.ndim
@@ -119,7 +133,7 @@ def scatter_add(x, dim, index, src):
 
 @register(aten.scatter_reduce.two)
 def scatter_reduce(x, dim, index, src, reduce, include_self=True):
-    _check_along(x, dim, index)
+    index = _check_along(x, dim, index)
     d = dim % max(x.ndim, 1)
     src = src[tuple(slice(0, s) for s in index.shape)].astype(x.dtype)
     g = _grids(index, d) if x.ndim else ()
@@ -150,7 +164,7 @@ def scatter_reduce(x, dim, index, src, reduce, include_self=True):
 
 @register(aten.index_select.default)
 def index_select(x, dim, index):
-    _check_along(x, dim, index)
+    index = _check_along(x, dim, index)
     if x.ndim == 0:  # torch: a 0-d result whatever the (one-element) index shape
         return x
     return jnp.take(x, index, axis=dim % x.ndim)
@@ -164,7 +178,7 @@ def _along(x, dim, index):
 
 @register(aten.index_add.default)
 def index_add(x, dim, index, source, alpha=1):
-    _check_along(x, dim, index)
+    index = _check_along(x, dim, index)
     if x.ndim == 0:
         return x + alpha * source.reshape(())
     src = source if is_value(alpha, 1) else source * alpha
@@ -173,7 +187,7 @@ def index_add(x, dim, index, source, alpha=1):
 
 @register(aten.index_copy.default)
 def index_copy(x, dim, index, source):
-    _check_along(x, dim, index)
+    index = _check_along(x, dim, index)
     if x.ndim == 0:
         return source.reshape(()).astype(x.dtype)
     return x.at[_along(x, dim, index)].set(source.astype(x.dtype))
@@ -183,6 +197,7 @@ def index_copy(x, dim, index, source):
 def index_fill(x, dim, index, value):
     size = x.shape[dim % x.ndim] if x.ndim else 1
     require(index_in_range(index, size, True), f"index out of bounds for dimension {dim} with size {size}")
+    index = in_range_or_dropped(index, size, True)
     if x.ndim == 0:
         return jnp.asarray(value).astype(x.dtype).reshape(())
     return x.at[_along(x, dim, index)].set(jnp.asarray(value).astype(x.dtype))
@@ -192,6 +207,8 @@ def index_fill(x, dim, index, value):
 def masked_scatter(x, mask, source):
     x, mask = jnp.broadcast_arrays(x, mask)
     flat_mask = mask.reshape(-1)
+    require(jnp.sum(flat_mask.astype(jnp.int64)) <= source.size,
+            "Number of elements of source < number of ones in mask")
     pos = jnp.cumsum(flat_mask.astype(jnp.int64)) - 1
     vals = source.reshape(-1)[jnp.clip(pos, 0, max(source.size - 1, 0))]
     return jnp.where(flat_mask, vals.astype(x.dtype), x.reshape(-1)).reshape(x.shape)
@@ -200,7 +217,7 @@ def masked_scatter(x, mask, source):
 @register(aten.take.default)
 def take(x, index):
     require(index_in_range(index, x.size, True), f"out of range: an index addresses none of the {x.size} elements")
-    return x.reshape(-1)[index]
+    return x.reshape(-1)[in_range_or_dropped(index, x.size, True)]
 
 
 @register(aten.searchsorted.Tensor)
@@ -270,4 +287,6 @@ def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
 @register(aten.repeat_interleave.Tensor, data_dependent=True)
 def repeat_interleave_tensor(repeats, output_size=None):
     r = np.asarray(repeats)
+    if r.size and r.min() < 0:
+        raise RuntimeError("repeats can not be negative")
     return jnp.asarray(np.repeat(np.arange(r.shape[0]), r).astype(np.int64))

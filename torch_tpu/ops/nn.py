@@ -1,11 +1,10 @@
-"""Matmul family, attention, softmax, normalisations, embedding, losses (convolution and pooling: spatial.py).
+"""Matmul family, softmax, normalisations, embedding, losses (convolution and pooling: spatial.py;
+attention: attention.py).
 
-These map to single XLA operations where it matters for speed (dot_general, conv_general_dilated,
-one fused attention expression) instead of torch's decompositions.
+These map to single XLA operations where it matters for speed (dot_general, conv_general_dilated)
+instead of torch's decompositions.
 """
 from __future__ import annotations
-
-import math
 
 import jax
 import jax.numpy as jnp
@@ -67,76 +66,6 @@ def einsum(equation, operands, path=None, precision=None):
     prefer = jnp.float32 if any(is_low_precision(o) for o in operands) else None
     out = jnp.einsum(equation, *operands, precision=precision_of(precision), preferred_element_type=prefer)
     return out.astype(jnp.result_type(*operands)) if prefer is not None else out
-
-
-# --- attention ----------------------------------------------------------------------------------
-def attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
-              precision=None):
-    """softmax(q k^T * scale + mask) v, with fp32 softmax; GQA by repeating kv heads."""
-    if dropout_p not in (0, 0.0):
-        raise NotImplementedError("tpu: scaled_dot_product_attention with dropout_p > 0 is not supported")
-    e = q.shape[-1]
-    scale = 1.0 / math.sqrt(e) if scale is None else scale
-    if q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
-        rep = q.shape[-3] // k.shape[-3]
-        k = jnp.repeat(k, rep, axis=-3)
-        v = jnp.repeat(v, rep, axis=-3)
-    prec = precision_of(precision)
-    scores = jnp.einsum("...qd,...kd->...qk", q, k, precision=prec, preferred_element_type=jnp.float32)
-    scores = scores * scale
-    lq, lk = q.shape[-2], k.shape[-2]
-    if is_causal:
-        causal = jnp.tril(jnp.ones((lq, lk), jnp.bool_))
-        scores = jnp.where(causal, scores, -jnp.inf)
-    if attn_mask is not None:
-        if attn_mask.dtype == jnp.bool_:
-            scores = jnp.where(attn_mask, scores, -jnp.inf)
-        else:
-            scores = scores + attn_mask.astype(jnp.float32)
-    probs = jax.nn.softmax(scores, axis=-1)
-    # rows that are fully masked give NaN in torch's math path as well; keep torch's behaviour
-    out = jnp.einsum("...qk,...kd->...qd", probs.astype(v.dtype) if is_low_precision(v) else probs, v,
-                     precision=prec, preferred_element_type=jnp.float32)
-    return out.astype(q.dtype), scores, probs
-
-
-@register(aten.scaled_dot_product_attention.default, matmul=True)
-def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, precision=None):
-    return attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, precision)[0]
-
-
-@register(aten._scaled_dot_product_fused_attention_overrideable.default, matmul=True)
-def sdpa_overrideable(q, k, v, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
-                      scale=None, precision=None):
-    out, scores, _ = attention(q, k, v, attn_bias, dropout_p, is_causal, scale, precision=precision)
-    lse = jax.nn.logsumexp(scores, axis=-1)
-    empty = jnp.zeros((0,), jnp.int64)
-    return (out, lse, empty, empty, 0, 0, jnp.zeros((), jnp.int64), jnp.zeros((), jnp.int64),
-            jnp.zeros((0,), q.dtype))
-
-
-@register(aten._scaled_dot_product_fused_attention_overrideable_backward.default, matmul=True)
-def sdpa_overrideable_backward(grad_out, q, k, v, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
-                               cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset,
-                               scale=None, precision=None):
-    def fwd(q_, k_, v_, b_):
-        return attention(q_, k_, v_, b_, dropout_p, is_causal, scale, precision=precision)[0]
-
-    bias = attn_bias if attn_bias is not None else jnp.zeros((), q.dtype)
-    _, pull = jax.vjp(fwd, q, k, v, bias)
-    gq, gk, gv, gb = pull(grad_out)
-    if attn_bias is None:
-        gb = None
-    else:
-        gb = jnp.broadcast_to(gb, attn_bias.shape) if gb.shape != attn_bias.shape else gb
-    return gq, gk, gv, gb
-
-
-@register(aten._scaled_dot_product_attention_math.default, matmul=True)
-def sdpa_math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_mask=None, scale=None,
-              enable_gqa=False, precision=None):
-    out, _, probs = attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa, precision)
-    return out, probs.astype(q.dtype)
 
 
 # --- softmax --------------------------------------------------------------------------------------

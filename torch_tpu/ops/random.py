@@ -19,11 +19,24 @@ def normal_(x, mean=0.0, std=1.0, generator=None, *, rng_key):
     return (jax.random.normal(rng_key, x.shape, dt) * std + mean).astype(x.dtype)
 
 
+def _uniform(rng_key, shape, dt, lo=0.0, hi=1.0):
+    """Uniform in [lo, hi) in dtype ``dt``. bf16/fp16 draw in float32; a draw that rounds up to ``hi`` in
+    the narrow dtype becomes the largest value below it, so the range stays half-open as on CPU."""
+    v = jax.random.uniform(rng_key, shape, _float_dtype(dt), minval=lo, maxval=hi)
+    if v.dtype == dt:
+        return v
+    r = v.astype(dt)
+    top = jnp.asarray(hi, jnp.float32).astype(dt)
+    below = jnp.nextafter(top, jnp.asarray(-jnp.inf, dt))
+    return jnp.where((r >= top) & (below >= jnp.asarray(lo, jnp.float32).astype(dt)), below, r)
+
+
 @register(aten.uniform_.default, random=True)
 def uniform_(x, from_=0.0, to=1.0, generator=None, *, rng_key, **kw):
     lo = kw.get("from", from_)
-    dt = _float_dtype(x.dtype)
-    return jax.random.uniform(rng_key, x.shape, dt, minval=lo, maxval=to).astype(x.dtype)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return jax.random.uniform(rng_key, x.shape, jnp.float32, minval=lo, maxval=to).astype(x.dtype)
+    return _uniform(rng_key, x.shape, x.dtype, lo, to)
 
 
 @register(aten.exponential_.default, random=True)
@@ -32,13 +45,20 @@ def exponential_(x, lambd=1.0, generator=None, *, rng_key):
     return (jax.random.exponential(rng_key, x.shape, dt) / lambd).astype(x.dtype)
 
 
+def _probabilities(p):
+    if hasattr(p, "shape"):  # a tensor of probabilities (a float p is checked on the host)
+        require((p >= 0) & (p <= 1), "Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
+
+
 @register(aten.bernoulli_.float, aten.bernoulli_.Tensor, random=True)
 def bernoulli_(x, p=0.5, generator=None, *, rng_key):
+    _probabilities(p)
     return jax.random.bernoulli(rng_key, p, x.shape).astype(x.dtype)
 
 
 @register(aten.bernoulli.default, random=True)
 def bernoulli(x, generator=None, *, rng_key):
+    _probabilities(x)
     return jax.random.bernoulli(rng_key, x, x.shape).astype(x.dtype)
 
 
@@ -114,8 +134,7 @@ def randn_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_
 
 @register(aten.rand_like.default, random=True)
 def rand_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None, *, rng_key):
-    dt = _like_dtype(x, dtype)
-    return jax.random.uniform(rng_key, x.shape, _float_dtype(dt)).astype(dt)
+    return _uniform(rng_key, x.shape, _like_dtype(x, dtype))
 
 
 @register(aten.randint_like.default, aten.randint_like.low_dtype, random=True)

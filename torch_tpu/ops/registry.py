@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 
 
 @dataclasses.dataclass(frozen=True)

@@ -145,6 +145,8 @@ def _random_bounds(x, *bounds, **_):
 
 @validates(aten.multinomial.default)
 def _multinomial(probs, num_samples, replacement=False, **_):
+    if num_samples <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
     if not replacement and num_samples > probs.shape[-1]:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
 

@@ -4,15 +4,22 @@ from __future__ import annotations
 import threading
 
 _FIELDS = {
-    "compiles": 0,            # XLA compilations performed (persistent-cache loads included)
+    "compiles": 0,            # XLA compilations performed (real compilations only)
     "compile_seconds": 0.0,   # seconds spent in those compilations
-    "persistent_cache_hits": 0,
+    "cache_loads": 0,         # programs loaded from the persistent disk cache instead of compiled
+    "cache_load_seconds": 0.0,
+    "cache_rejects": 0,       # disk cache entries ignored (wrong key, bad checksum, unloadable): rebuilt
+    "cache_stores": 0,        # entries written to the disk cache
+    "cache_evictions": 0,     # entries deleted to keep the disk cache under TORCH_TPU_CACHE_MAX_MB
+    "cache_prefetched": 0,    # programs loaded ahead of need on a background thread (warm processes)
+    "op_loads": 0,            # op descriptions loaded from disk (no meta kernel, no tracing)
     "cache_hits": 0,          # op/graph program cache hits (in-memory)
     "cache_misses": 0,
     "executions": 0,          # compiled programs launched
     "flushes": 0,             # fused-mode graph materialisations
     "fused_graph_replays": 0,  # fused graphs that failed whole and ran op by op instead
     "donated_bytes": 0,       # fused-mode input buffers handed to XLA for reuse by outputs
+    "device_checks_traced": 0,  # device-side check conditions traced into programs (ops/checks.require)
     "graph_compiles": 0,      # torch.compile(backend="tpu") graphs compiled to a new XLA program
     "cpu_fallbacks": 0,       # ops run on the CPU under TORCH_TPU_CPU_FALLBACK=1
     "host_to_device_bytes": 0,

@@ -6,7 +6,7 @@ import functools
 import numpy as np
 import torch
 
-from . import counters, multiprocess, platform
+from . import counters, multiprocess, platform, prefetch
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,6 +57,8 @@ def to_torch_dtype(jax_dtype) -> torch.dtype:
 def host_to_device(cpu_tensor: torch.Tensor, device):
     """Copy a CPU tensor to a device array (same dtype, same logical shape)."""
     jax = platform.jax()
+    if not prefetch.started():
+        prefetch.start_early()  # a warm process loads its programs while the weights move
     t = cpu_tensor.detach()
     if t.is_conj():
         t = t.resolve_conj()
@@ -73,7 +75,8 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
         # on the CPU platform device_put shares the numpy buffer (zero copy): without this copy a
         # later in-place change of the CPU tensor would silently change the tpu tensor
         arr = arr.copy()
-    return jax.device_put(arr, device)
+    with platform.X64():  # else JAX truncates int64/float64 host data to 32 bits
+        return jax.device_put(arr, device)
 
 
 def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:

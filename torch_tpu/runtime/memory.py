@@ -1,21 +1,50 @@
-"""Bytes held by live tpu storages of this process (for platforms whose PJRT reports none)."""
+"""Device memory statistics under CUDA's names (``torch.tpu.memory_stats()``, ``memory_summary()``).
+
+Two sources: PJRT's own device statistics where the platform reports them (GPU and TPU: bytes in
+use, peak, reserved, limit, number of allocations), and torch_tpu's count of live tensor storages
+(every platform; the only source on the CPU platform, which reports none). PJRT's peak cannot be
+reset; after ``reset_peak()`` the peak reported is PJRT's once it climbs above the peak seen at the
+reset (exact), else the highest of the bytes in use at the reset and the counted storages' peak since
+(a lower bound: temporaries inside programs are not counted).
+"""
 from __future__ import annotations
 
 
 class _Counter:
-    in_use = 0
+    in_use = 0          # bytes of live storages
     peak = 0
+    live = 0            # number of live storages
+    live_peak = 0
+    allocs = 0          # cumulative
+    frees = 0
+    allocated_bytes = 0
+    freed_bytes = 0
+
+
+class _Reset:
+    pjrt_peak = None    # PJRT's peak_bytes_in_use when reset_peak() ran (None: never reset)
+    pjrt_in_use = 0
 
 
 def allocated(nbytes: int) -> None:
-    counter = _Counter
-    in_use = counter.in_use = counter.in_use + nbytes
-    if in_use > counter.peak:
-        counter.peak = in_use
+    """A storage of ``nbytes`` was created (the hot path: every op output)."""
+    c = _Counter
+    in_use = c.in_use = c.in_use + nbytes
+    live = c.live = c.live + 1
+    c.allocs += 1
+    c.allocated_bytes += nbytes
+    if in_use > c.peak:
+        c.peak = in_use
+    if live > c.live_peak:
+        c.live_peak = live
 
 
 def freed(nbytes: int) -> None:
-    _Counter.in_use -= nbytes
+    c = _Counter
+    c.in_use -= nbytes
+    c.live -= 1
+    c.frees += 1
+    c.freed_bytes += nbytes
 
 
 def in_use() -> int:
@@ -26,5 +55,102 @@ def peak() -> int:
     return _Counter.peak
 
 
-def reset_peak() -> None:
-    _Counter.peak = _Counter.in_use
+def pjrt_stats(device) -> dict:
+    """PJRT's statistics of a device ({} where the platform reports none, as the CPU does)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:
+        return {}
+    return dict(stats or {})
+
+
+def reset_peak(pjrt: dict) -> None:
+    c = _Counter
+    c.peak = c.in_use
+    c.live_peak = c.live
+    if "peak_bytes_in_use" in pjrt:
+        _Reset.pjrt_peak = int(pjrt["peak_bytes_in_use"])
+        _Reset.pjrt_in_use = int(pjrt.get("bytes_in_use", 0))
+
+
+def reset_accumulated() -> None:
+    c = _Counter
+    c.allocs = c.frees = c.allocated_bytes = c.freed_bytes = 0
+
+
+def _peak_allocated(pjrt: dict) -> int:
+    if "peak_bytes_in_use" not in pjrt:
+        return _Counter.peak
+    peak = int(pjrt["peak_bytes_in_use"])
+    if _Reset.pjrt_peak is None or peak > _Reset.pjrt_peak:
+        return peak
+    return max(_Reset.pjrt_in_use, int(pjrt.get("bytes_in_use", 0)), _Counter.peak)
+
+
+def stats(pjrt: dict) -> dict:
+    """``torch.cuda.memory_stats()``'s keys (the "all" pool) from PJRT's statistics and the counts,
+    plus PJRT's own statistics under ``pjrt.<name>``."""
+    c = _Counter
+    current = int(pjrt.get("bytes_in_use", c.in_use))
+    peak = max(_peak_allocated(pjrt), current)
+    reserved = int(pjrt.get("bytes_reserved", pjrt.get("pool_bytes", current)))
+    reserved_peak = int(pjrt.get("peak_bytes_reserved", pjrt.get("peak_pool_bytes", max(reserved, peak))))
+    out = {}
+
+    def put(name: str, cur: int, pk: int, alloc: int, free: int) -> None:
+        out[f"{name}.all.current"] = cur
+        out[f"{name}.all.peak"] = max(pk, cur)
+        out[f"{name}.all.allocated"] = alloc
+        out[f"{name}.all.freed"] = free
+
+    put("allocated_bytes", current, peak, c.allocated_bytes, c.freed_bytes)
+    put("active_bytes", current, peak, c.allocated_bytes, c.freed_bytes)
+    put("requested_bytes", c.in_use, c.peak, c.allocated_bytes, c.freed_bytes)
+    put("reserved_bytes", reserved, reserved_peak, max(reserved_peak, c.allocated_bytes), 0)
+    put("allocation", c.live, c.live_peak, int(pjrt.get("num_allocs", c.allocs)), c.frees)
+    put("active", c.live, c.live_peak, int(pjrt.get("num_allocs", c.allocs)), c.frees)
+    put("segment", 0, 0, 0, 0)  # XLA's allocator has no CUDA-style segments
+    put("inactive_split", 0, 0, 0, 0)
+    put("inactive_split_bytes", 0, 0, 0, 0)
+    out.update({
+        "num_alloc_retries": 0, "num_ooms": 0, "num_sync_all_streams": 0,
+        "num_device_alloc": int(pjrt.get("num_allocs", c.allocs)), "num_device_free": c.frees,
+        "max_split_size": -1,
+        "oversize_allocations.current": 0, "oversize_allocations.peak": 0,
+        "oversize_allocations.allocated": 0, "oversize_allocations.freed": 0,
+        "oversize_segments.current": 0, "oversize_segments.peak": 0,
+        "oversize_segments.allocated": 0, "oversize_segments.freed": 0,
+    })
+    for key, value in pjrt.items():
+        if isinstance(value, (int, float)):
+            out[f"pjrt.{key}"] = int(value)
+    return out
+
+
+def _fmt(n: int) -> str:
+    for unit in ("B ", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:7.0f} {unit}" if unit == "B " else f"{n:7.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def summary(stats: dict, device_name: str, limit: int, source: str) -> str:
+    """A human-readable table like ``torch.cuda.memory_summary()``."""
+    def row(cells):
+        return "| " + f"{cells[0]:<21}" + "".join(f" | {c:>11}" for c in cells[1:]) + " |"
+
+    header = row(["Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"])
+    width = len(header)
+
+    def text(t):
+        return f"| {t:<{width - 4}} |"
+
+    line, thin = "|" + "=" * (width - 2) + "|", "|" + "-" * (width - 2) + "|"
+    rows = [line, text("torch_tpu memory summary, " + device_name), text("source: " + source), thin, header, thin]
+    for title, key, fmt in (("Allocated memory", "allocated_bytes", _fmt), ("Requested memory", "requested_bytes", _fmt),
+                            ("Reserved memory", "reserved_bytes", _fmt), ("Tensor storages", "allocation", str)):
+        rows.append(row([title] + [fmt(stats[f"{key}.all.{k}"]) for k in ("current", "peak", "allocated", "freed")]))
+    rows += [thin, text("device memory limit: " + _fmt(limit).strip()),
+             text(f"OOMs: {stats['num_ooms']}   alloc retries: {stats['num_alloc_retries']}"), line]
+    return "\n".join(rows)

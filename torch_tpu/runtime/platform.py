@@ -47,6 +47,55 @@ def _configure_environment() -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
+class X64:
+    """JAX's 64-bit mode for the current thread only: ``prev = X64.swap(True)`` ... ``X64.restore(prev)``
+    (both are JAX's own C++ setters once JAX is loaded: about 0.1 us a pair). JAX's global
+    ``jax_enable_x64`` is never changed, so user code in the same process sees JAX's default."""
+
+    def swap(value):  # replaced by jax.enable_x64.swap_local on first device use
+        jax()
+        return X64.swap(value)
+
+    def restore(prev):  # replaced by jax.enable_x64.set_local
+        X64.restore(prev)
+
+    def __init__(self):
+        self.prev = None
+
+    def __enter__(self):
+        self.prev = X64.swap(True)
+        return self
+
+    def __exit__(self, *exc):
+        X64.restore(self.prev)
+        return False
+
+
+def with_x64(fn):
+    """Decorator: ``fn`` runs with JAX's 64-bit mode on for its thread (see X64)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        prev = X64.swap(True)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            X64.restore(prev)
+
+    return wrapper
+
+
+def _install_x64(jax_mod) -> None:
+    state = getattr(jax_mod, "enable_x64", None)
+    if state is None or not hasattr(state, "swap_local"):  # a JAX without thread-local x64: global
+        jax_mod.config.update("jax_enable_x64", True)
+        X64.swap = lambda value: None
+        X64.restore = lambda prev: None
+        return
+    X64.swap = state.swap_local
+    X64.restore = state.set_local
+
+
 @functools.lru_cache(maxsize=None)
 def jax():
     """Import and configure JAX (once)."""
@@ -57,15 +106,16 @@ def jax():
         _configure_environment()
         import jax as _jax
 
-        # torch's int64 indices and float64 need 64-bit types.
-        _jax.config.update("jax_enable_x64", True)
-        cache_dir = config.compile_cache_dir()
-        if cache_dir:
+        # torch's int64 indices and float64 need JAX's 64-bit mode, but only while torch_tpu works:
+        # every entry into JAX (dispatch, flushes, compiled graphs, transfers) switches it on for its
+        # thread and back (X64), so the user's own JAX code keeps JAX's global setting.
+        _install_x64(_jax)
+        # JAX's own persistent compilation cache stays off: program_cache keeps every program on disk,
+        # each entry checked against its key and a checksum when loaded (disk_cache.py).
+        if config.compile_cache_dir():
             try:
-                _jax.config.update("jax_compilation_cache_dir", cache_dir)
-                _jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-                _jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-            except Exception:  # an old JAX without these options: run without a disk cache
+                _jax.config.update("jax_enable_compilation_cache", False)
+            except Exception:  # an old JAX without the option
                 pass
         from . import compile_events, multiprocess
 

@@ -1,15 +1,27 @@
 """The one cache of compiled XLA programs, shared by every executor.
 
-In memory: a dict from a structural key (op or graph, input shapes and dtypes, static arguments) to
-a compiled executable. On disk: JAX's persistent compilation cache (configured in
-``platform.py``; TORCH_TPU_CACHE_DIR sets its folder, '' turns it off).
+In memory: a dict from a structural key (op or graph, input shapes and dtypes, static arguments) to a
+compiled executable (a ``jax.stages.Compiled``, called through JAX's C++ path).
+
+On disk (``disk_cache``: every entry holds its full key and a checksum, checked on load), every program
+this backend compiles is kept twice over:
+- under a digest of its lowered module (StableHLO text) plus the environment (platform, device, versions,
+  XLA flags): what JAX's own persistent cache does, but verified;
+- under its structural key, when that key means the same program in every process (``stable_keys``): an
+  alias to the entry above. A warm process finds the executable from the key alone, without tracing,
+  lowering or computing a module digest.
+JAX's own persistent compilation cache is left off (``platform.py``): it does not check what it loads.
 """
 from __future__ import annotations
 
+import hashlib
+import logging
+import pickle
+import time
 from typing import Any, Callable
 
 from .. import config
-from . import caches, counters, platform
+from . import caches, compile_log, counters, disk_cache, platform, prefetch, stable_keys
 
 
 def max_programs() -> int:
@@ -18,6 +30,35 @@ def max_programs() -> int:
 
 _PROGRAMS: dict[Any, Any] = caches.register("programs", caches.Bounded(max_programs))
 _counters = counters.counters
+_log = logging.getLogger("torch_tpu")
+
+
+class _Launched:
+    # one output of the program launched last. PJRT runs a device's programs in launch order (the CPU
+    # client makes each execution wait for the previous one, GPU and TPU use one compute stream), so
+    # once it is ready, everything launched before it has run, also programs whose results were dropped.
+    last = None
+
+
+def note_launch(outputs) -> None:
+    """Called after launching a program with its outputs (a sequence of arrays, or one array)."""
+    if type(outputs) in (list, tuple):
+        if outputs:
+            _Launched.last = outputs[0]
+    elif outputs is not None:
+        _Launched.last = outputs
+
+
+def last_launched():
+    """One output of the program launched last (None before the first)."""
+    return _Launched.last
+
+
+def wait_for_launched() -> None:
+    """Block until every program launched so far has finished (their results may be gone)."""
+    last = _Launched.last
+    if last is not None and not last.is_deleted():  # a donated buffer: a later launch consumed it
+        last.block_until_ready()
 
 
 def lookup(key):
@@ -32,22 +73,144 @@ def store(key, prog) -> None:
     _PROGRAMS[key] = prog
 
 
+def _where(device, donate: tuple) -> str:
+    return f"|device={'-' if device is None else device.id}|donate={tuple(donate)!r}"
+
+
+def structural_disk_key(key, device=None, donate: tuple = ()) -> str | None:
+    """The disk key of a program found by its structural key (None: the key is not persistent)."""
+    text = stable_keys.text(key)
+    if text is None:
+        return None
+    return "program-by-key\n" + text + _where(device, donate) + "\n" + stable_keys.environment(True)
+
+
+def _module_disk_key(lowered, device, donate: tuple) -> str:
+    """The module's text does not say everything: JAX drops unused arguments from it, so two programs
+    with one module can take different argument lists. Their avals, weak types, donation and pytree
+    structure (``args_info``, ``out_tree``) are part of the key."""
+    h = hashlib.sha256(lowered.as_text().encode())
+    h.update(f"\nargs={lowered.args_info!r}\nout={lowered.out_tree!r}".encode())
+    return "program-by-module\n" + h.hexdigest() + _where(device, donate) + "\n" + stable_keys.environment(False)
+
+
+def _serialize(compiled) -> bytes | None:
+    from jax.experimental import serialize_executable
+
+    try:
+        return pickle.dumps(serialize_executable.serialize(compiled), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # e.g. a program with host callbacks: it just is not kept on disk
+        _log.debug("torch_tpu: program not kept on disk: %r", exc)
+        return None
+
+
+def _load_module_entry(disk_key: str):
+    payload = disk_cache.load(disk_key)
+    if payload is None:
+        return None
+    from jax.experimental import serialize_executable
+
+    t0 = time.perf_counter()
+    try:
+        serialized, in_tree, out_tree = pickle.loads(payload)
+        prog = serialize_executable.deserialize_and_load(serialized, in_tree, out_tree,
+                                                         backend=platform.jax_device().client)
+    except Exception as exc:  # verified bytes that this runtime cannot load: rebuild
+        counters.add("cache_rejects", 1)
+        _log.warning("torch_tpu: could not load a persistent cache entry (%r); rebuilding it", exc)
+        disk_cache.forget(disk_key)
+        return None
+    counters.add("cache_loads", 1)
+    counters.add("cache_load_seconds", time.perf_counter() - t0)
+    return prog
+
+
+def _load_alias(alias: str):
+    target = disk_cache.load(alias)
+    if target is None:
+        return None
+    prog = _load_module_entry(target.decode())
+    if prog is None:
+        disk_cache.forget(alias)
+    return prog
+
+
+def load_by_key(key, device=None, donate: tuple = ()):
+    """The program of a persistent structural key from disk (no tracing), or None."""
+    alias = structural_disk_key(key, device, donate)
+    if alias is None:
+        return None
+    prefetch.seen(alias)
+    prog = prefetch.take(alias)
+    if prog is None:
+        prog = _load_alias(alias)
+    return prog
+
+
 def compile_program(key, fn: Callable, example_args: tuple, device=None, donate: tuple = ()):
-    """Trace ``fn`` for ``example_args`` (arrays or ShapeDtypeStructs), compile it and cache it."""
+    """The program of ``fn`` for ``example_args`` (arrays, ShapeDtypeStructs or Python numbers): from
+    memory, from disk, or traced and compiled now (so failures surface here, with the op's name)."""
     jax = platform.jax()
     _counters["cache_misses"] += 1
+    disk = disk_cache.enabled()
+    if disk and not prefetch.started():
+        prefetch.start_early()
+    if disk:
+        prog = load_by_key(key, device, donate)
+        if prog is not None:
+            _PROGRAMS[key] = prog
+            return prog
     kwargs = {}
     if device is not None:
         kwargs["out_shardings"] = jax.sharding.SingleDeviceSharding(device)
     if donate:
         kwargs["donate_argnums"] = donate
-    # A jitted function (not a lowered/compiled stage): its call path is JAX's C++ fast path.
-    # It compiles now, for the example arguments, so failures surface here with the op's name.
-    prog = jax.jit(fn, **kwargs)
-    if device is not None and not example_args:
-        with jax.default_device(device):
-            prog.lower().compile()
-    else:
-        prog.lower(*example_args).compile()
+    fn, name = compile_log.named(fn, key)  # traces and logs show the aten op / module / graph
+    jitted = jax.jit(fn, **kwargs)
+    token = compile_log.start()
+    checks_before = _counters["device_checks_traced"]
+    with platform.X64():  # traced and compiled in JAX's 64-bit mode, like every call of it
+        if device is not None and not example_args:
+            with jax.default_device(device):
+                lowered = jitted.lower()
+        else:
+            lowered = jitted.lower(*example_args)
+        prog = None
+        if disk:
+            module_key = _module_disk_key(lowered, device, donate)
+            prog = _load_module_entry(module_key)
+        if prog is None:
+            prog = lowered.compile()
+            if disk:
+                disk_cache.store(module_key, lambda compiled=prog: _serialize(compiled))
+    # a program with device-side checks is found by its module only: its caller learns which checks
+    # it holds while tracing it (a program found by key alone is never traced)
+    if disk and _counters["device_checks_traced"] == checks_before:
+        alias = structural_disk_key(key, device, donate)
+        if alias is not None:
+            disk_cache.store(alias, module_key.encode())
+            prefetch.seen(alias)
+    compile_log.done(token, key, name, example_args)
     _PROGRAMS[key] = prog
     return prog
+
+
+prefetch.set_loader(_load_alias)
+stable_keys.register_kind("zeros")
+
+
+def zeros(shape: tuple, jax_dtype, device):
+    """A zero-filled device array (a cached program: kept on disk like every other)."""
+    import numpy as np
+
+    key = ("zeros", tuple(shape), np.dtype(jax_dtype), device.id)
+    prog = lookup(key)
+    if prog is None:
+        jnp = platform.jax().numpy
+
+        def fn():
+            return jnp.zeros(shape, jax_dtype)
+
+        prog = compile_program(key, fn, (), device=device)
+    _counters["executions"] += 1
+    return prog()

@@ -10,12 +10,13 @@ import torch
 from ..engine import deferred_errors
 from ..engine.launchers import launch
 from ..errors import device_mismatch
-from ..runtime import caches, dtypes, platform
+from ..runtime import caches, dtypes, platform, stable_keys
 from . import strided
 from .tensor import TpuStorage, TpuTensor, empty, refresh_layout, value_of, wrap, write
 
 aten = torch.ops.aten
 _CONVERT_FNS: dict = caches.register("cast programs", {})
+stable_keys.register_kind("convert")  # (source shape and dtype, target shape and dtype)
 
 
 def _device_is_tpu(device) -> bool:
@@ -135,6 +136,12 @@ def set_source_tensor(func, args, kwargs):
     return dst
 
 
+def set_source_storage(func, args, kwargs):
+    raise RuntimeError(
+        f"tpu: {func}: a tpu tensor cannot be re-pointed at an untyped storage (TypedStorage element "
+        "access, tensor.set_(storage)); use tensors (tensor.view, tensor.clone), or storage.cpu() for its bytes")
+
+
 def empty_like(func, args, kwargs):
     x = args[0]
     dtype = kwargs.get("dtype") or x.dtype
@@ -177,6 +184,8 @@ KERNELS = {
     aten.resize_.default: resize_,
     aten.is_pinned.default: is_pinned,
     aten.set_.source_Tensor: set_source_tensor,
+    aten.set_.source_Storage: set_source_storage,
+    aten.set_.source_Storage_storage_offset: set_source_storage,
     aten.empty_like.default: empty_like,
     aten.new_empty.default: new_empty,
     aten.new_empty_strided.default: new_empty,

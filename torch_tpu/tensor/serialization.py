@@ -6,8 +6,8 @@ it is written once and every view comes back as a view of one new storage: shari
 ``nn.Parameter`` survive the round trip, and ``map_location`` chooses the device as usual.
 
 CPU checkpoints loaded with ``map_location="tpu"``: a tpu tensor has no byte-addressable storage, so
-the deserializer keeps the bytes on the CPU and marks the storage; the tensor rebuild then moves the
-finished CPU tensor to the device.
+the deserializer keeps the bytes on the CPU and marks the storage; the tensor rebuild then makes each
+tensor a view (size, stride, offset) of one tpu storage per saved storage, so views keep sharing.
 """
 from __future__ import annotations
 
@@ -70,6 +70,20 @@ def rebuild_tpu_tensor(host, offset, size, stride, dtype, requires_grad, is_para
         return torch.nn.Parameter(tensor, requires_grad=requires_grad)
     return tensor.requires_grad_(requires_grad) if requires_grad else tensor
 
+
+def _view_of_loaded_storage(storage, offset, size, stride, device) -> TpuTensor:
+    """A tensor of a CPU checkpoint loaded with map_location="tpu": a view of one tpu storage holding the
+    whole saved storage, so tensors saved as views of one storage still share it (and keep their
+    strides and offset), as they do when loaded on the CPU."""
+    untyped = storage._untyped_storage
+    flats = untyped.__dict__.setdefault("_tpu_flat", {})
+    host = flats.get(storage.dtype)
+    if host is None:  # kept on the storage object: _storage_loaded_from finds its device copy by identity
+        host = flats[storage.dtype] = torch.empty(0, dtype=storage.dtype).set_(storage)
+    tpu_storage = _storage_loaded_from(host, device.index or 0)
+    return TpuTensor(tpu_storage, tuple(size), tuple(stride), int(offset), storage.dtype)
+
+
 _PATTERN = re.compile(r"^tpu(:[0-9]+)?$")
 
 
@@ -94,11 +108,10 @@ def install() -> None:
         return
 
     def _rebuild_tensor(storage, storage_offset, size, stride):
-        t = original(storage, storage_offset, size, stride)
         device = getattr(storage._untyped_storage, "_tpu_restore_device", None)
-        if device is not None:
-            t = t.to(device)
-        return t
+        if device is None:
+            return original(storage, storage_offset, size, stride)
+        return _view_of_loaded_storage(storage, storage_offset, size, stride, torch.device(device))
 
     _rebuild_tensor._tpu_patched = True
     tu._rebuild_tensor = _rebuild_tensor

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..engine.launchers import launch
-from ..runtime import caches, dtypes, platform
+from ..runtime import caches, dtypes, platform, stable_keys
 
 
 def strided_indices(size, stride, offset):
@@ -161,6 +161,8 @@ def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_
     return fn
 
 
+stable_keys.register_kind("view-read")  # every part of the layout is in the key
+stable_keys.register_kind("view-write")
 _FNS: dict = caches.register("view programs", {})  # program functions by key (traced again only when a fused graph needs them)
 
 
@@ -168,14 +170,22 @@ def _offset_arg(offset: int):
     return np.int64(offset)
 
 
+def read_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_zero):
+    """The traceable ``fn(storage_array, offset)`` that reads one view geometry (cached). An op's
+    program calls it on a view input it was given as its storage's array (``eager/arguments.py``)."""
+    key = ("view-read", storage_shape, storage_dtype, view_dtype, size, stride, offset_is_zero)
+    fn = _FNS.get(key)
+    if fn is None:
+        fn = _FNS[key] = _read_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_zero)
+    return fn
+
+
 def read(storage, t):
     size = tuple(t.shape)
     stride = tuple(t.stride())
     offset = t.storage_offset()
     key = ("view-read", storage.shape, storage.dtype, t.dtype, size, stride, offset == 0)
-    fn = _FNS.get(key)
-    if fn is None:
-        fn = _FNS[key] = _read_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
+    fn = read_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
     return launch(key, fn, (storage.value(), _offset_arg(offset)),
                   (size, dtypes.to_jax_dtype(t.dtype)), "view read")
 

@@ -13,8 +13,9 @@ import math
 
 import torch
 
+from ..engine import fused
 from ..engine.fused import LazyArray, note_write
-from ..runtime import dtypes, memory, platform
+from ..runtime import dtypes, memory, platform, program_cache
 from . import strided
 
 _DEVICE: torch.device | None = None
@@ -32,7 +33,10 @@ def device_for(index: int = 0) -> torch.device:
 class TpuStorage:
     """A mutable holder of one immutable device array (the base's data)."""
 
-    __slots__ = ("array", "shape", "dtype", "version", "nbytes", "device_index", "__weakref__")
+    # _ptr (its address) and _py (a weak ref to its untyped storage object) are set only on request
+    # (tensor/untyped.py), never on the hot path
+    __slots__ = ("array", "shape", "dtype", "version", "nbytes", "device_index", "_ptr", "_py",
+                 "__weakref__")
 
     def __init__(self, array, shape, dtype: torch.dtype, device_index: int = 0):
         self.array = array  # jax.Array, or None: not yet written (reads as zeros)
@@ -49,9 +53,9 @@ class TpuStorage:
     def value(self):
         arr = self.array
         if arr is None:
-            jnp = platform.jax().numpy
-            with platform.jax().default_device(platform.jax_device(self.device_index)):
-                arr = jnp.zeros(self.shape, dtypes.to_jax_dtype(self.dtype))
+            with platform.X64():  # a program of its own, cached (on disk too) like every other
+                arr = program_cache.zeros(self.shape, dtypes.to_jax_dtype(self.dtype),
+                                          platform.jax_device(self.device_index))
             self.array = arr
         return arr
 
@@ -263,6 +267,15 @@ def value_of(t: TpuTensor):
     t._tpu_cache = arr
     t._tpu_cache_version = storage.version
     return arr
+
+
+def _read_view(x) -> None:
+    """Fused mode's block boundaries: compute (and cache on the tensor) the value of a tpu view."""
+    if type(x) is TpuTensor and not x._tpu_full:
+        value_of(x)
+
+
+fused.set_view_reader(_read_view)
 
 
 def refresh_layout(t: TpuTensor) -> None:

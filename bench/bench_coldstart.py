@@ -1,0 +1,213 @@
+"""Time to first image: the first call on an empty cache, the first call of a fresh process on a warm
+cache, and the steady call, for strict and fused eager; compile seconds per denoising step; and how fused
+compile time grows with transformer depth.
+
+    python bench/bench_coldstart.py [--size tiny] [--resolution 64] [--steps 4] [--warm-runs 3]
+    python bench/bench_coldstart.py --depth-only [--width 512] [--tokens 1024]
+
+Every measurement runs in a fresh process with its own cache folder (TORCH_TPU_CACHE_DIR), so "cold" is
+an empty cache and "warm" a cache the cold process filled. Times are wall seconds and the process's CPU
+seconds (the latter is steadier on a shared machine); ratios compare numbers from the same process.
+Writes bench/results/coldstart.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# -------------------------------------------------------------------------------------------------
+# Child processes
+# -------------------------------------------------------------------------------------------------
+def _child_pipeline(args) -> dict:
+    import torch
+
+    import torch_tpu
+    from torch_tpu.testing import tiny_pipelines
+
+    pipe = tiny_pipelines.load_pipeline("flux", args.size)
+    pipe.set_progress_bar_config(disable=True)
+    pipe.to("tpu")
+    torch.tpu.synchronize()
+    mode = {"strict": torch_tpu.EagerMode.DEFER_NEVER, "fused": torch_tpu.EagerMode.DEFER_AND_FUSE}[args.mode]
+
+    def call():
+        marks = []
+
+        def on_step_end(p, i, t, kwargs):  # no sync here: it would change the fused graphs
+            marks.append(torch_tpu.stats()["compile_seconds"])
+            return kwargs
+
+        torch_tpu.reset_stats()
+        w0, c0 = time.perf_counter(), time.process_time()
+        with torch.no_grad():
+            pipe(prompt="a photo of a cat", height=args.resolution, width=args.resolution,
+                 num_inference_steps=args.steps, guidance_scale=3.5, output_type="np",
+                 generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=on_step_end)
+        torch.tpu.synchronize()
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        stats = torch_tpu.stats()
+        per_step = [b - a for a, b in zip([0.0] + marks, marks)]
+        return {"wall_s": wall, "cpu_s": cpu, "compile_seconds_per_step": per_step,
+                "compile_seconds": stats["compile_seconds"], "compiles": stats["compiles"],
+                "cache_loads": stats["cache_loads"], "cache_load_seconds": stats["cache_load_seconds"],
+                "cache_prefetched": stats["cache_prefetched"], "op_loads": stats["op_loads"],
+                "flushes": stats["flushes"]}
+
+    with torch.tpu.set_eager_mode(mode):
+        first = call()
+        steady = [call() for _ in range(2)]
+    return {"first": first, "steady": min(steady, key=lambda r: r["wall_s"]),
+            "steady_cpu_s": min(r["cpu_s"] for r in steady)}
+
+
+def _child_depth(args) -> dict:
+    """Fused-mode compile seconds of one Flux transformer call of the given depth."""
+    import torch
+    from diffusers import FluxTransformer2DModel
+
+    import torch_tpu
+
+    torch.manual_seed(0)
+    heads = args.width // 64
+    model = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=args.depth,
+                                   num_single_layers=args.depth, attention_head_dim=64,
+                                   num_attention_heads=heads, joint_attention_dim=64,
+                                   pooled_projection_dim=32, guidance_embeds=True,
+                                   axes_dims_rope=(8, 28, 28)).eval().to("tpu")
+    side = int(round(args.tokens ** 0.5))
+    text = 16
+    img_ids = torch.zeros(side, side, 3)
+    img_ids[..., 1] = torch.arange(side)[:, None]
+    img_ids[..., 2] = torch.arange(side)[None, :]
+    inputs = dict(hidden_states=torch.randn(1, side * side, 16), encoder_hidden_states=torch.randn(1, text, 64),
+                  pooled_projections=torch.randn(1, 32), timestep=torch.tensor([0.5]),
+                  img_ids=img_ids.reshape(-1, 3), txt_ids=torch.zeros(text, 3), guidance=torch.tensor([3.5]))
+    inputs = {k: v.to("tpu") for k, v in inputs.items()}
+    torch.tpu.synchronize()
+    compiles = _count_compile_cpu()
+    torch_tpu.reset_stats()
+    with torch.no_grad(), torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        w0 = time.perf_counter()
+        out = model(**inputs, return_dict=False)[0]
+        out.cpu()
+        wall = time.perf_counter() - w0
+        stats = torch_tpu.stats()
+        w1 = time.perf_counter()
+        model(**inputs, return_dict=False)[0].cpu()
+        steady = time.perf_counter() - w1
+    return {"depth": args.depth, "compile_seconds": stats["compile_seconds"], "compiles": stats["compiles"],
+            "compile_cpu_seconds": sum(c for c, _ in compiles), "per_program_cpu_s": sorted(compiles),
+            "first_wall_s": wall, "steady_wall_s": steady}
+
+
+def _count_compile_cpu() -> list:
+    """Process CPU seconds of each XLA compilation (steadier than wall seconds on a shared machine)."""
+    from jax._src import stages
+
+    found = []
+    compile_ = stages.Lowered.compile
+
+    def timed(self, *a, **kw):
+        c0 = time.process_time()
+        out = compile_(self, *a, **kw)
+        found.append((time.process_time() - c0, len(self.as_text())))
+        return out
+
+    stages.Lowered.compile = timed
+    return found
+
+
+def _run_child(kind: str, cache: str, extra: list) -> dict:
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache, HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind] + extra
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"child {cmd} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -------------------------------------------------------------------------------------------------
+# The benchmark
+# -------------------------------------------------------------------------------------------------
+def _pipeline_results(args, root: str) -> dict:
+    results = {}
+    extra = ["--size", args.size, "--resolution", str(args.resolution), "--steps", str(args.steps)]
+    for mode in ("strict", "fused"):
+        cache = os.path.join(root, mode)
+        cold = _run_child("pipeline", cache, extra + ["--mode", mode])
+        warm = [_run_child("pipeline", cache, extra + ["--mode", mode]) for _ in range(args.warm_runs)]
+        steps = cold["first"]["compile_seconds_per_step"]
+        after = sum(steps[1:])
+        r_wall = [w["first"]["wall_s"] / w["steady"]["wall_s"] for w in warm]
+        r_cpu = [w["first"]["cpu_s"] / w["steady_cpu_s"] for w in warm]
+        results[mode] = {
+            "empty_cache_first_call": cold["first"],
+            "warm_cache_first_call": [w["first"] for w in warm],
+            "steady_call": [w["steady"] for w in warm],
+            "compile_seconds_per_step_cold": steps,
+            "compile_after_step1_over_step1": (after / steps[0]) if steps and steps[0] else None,
+            "warm_first_over_steady_wall": statistics.median(r_wall),
+            "warm_first_over_steady_cpu": statistics.median(r_cpu),
+            "empty_first_over_steady_wall": cold["first"]["wall_s"] / cold["steady"]["wall_s"],
+        }
+        print(mode, json.dumps({k: v for k, v in results[mode].items()
+                                if k not in ("warm_cache_first_call", "steady_call")}, indent=1), flush=True)
+    return results
+
+
+def _depth_results(args, root: str) -> dict:
+    runs = {}
+    for depth in (1, 4):
+        extra = ["--depth", str(depth), "--width", str(args.width), "--tokens", str(args.tokens)]
+        runs[depth] = _run_child("depth", os.path.join(root, f"depth{depth}"), extra)
+        print("depth", depth, runs[depth], flush=True)
+    return {"width": args.width, "tokens": args.tokens, "runs": runs,
+            "compile_seconds_depth4_over_depth1": runs[4]["compile_seconds"] / runs[1]["compile_seconds"],
+            "compile_cpu_seconds_depth4_over_depth1": runs[4]["compile_cpu_seconds"] / runs[1]["compile_cpu_seconds"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--child", default=None)
+    p.add_argument("--mode", default="strict")
+    p.add_argument("--size", default="tiny")
+    p.add_argument("--resolution", type=int, default=64)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--warm-runs", type=int, default=3)
+    p.add_argument("--depth", type=int, default=1)
+    p.add_argument("--width", type=int, default=512)
+    p.add_argument("--tokens", type=int, default=1024)
+    p.add_argument("--depth-only", action="store_true")
+    p.add_argument("--no-depth", action="store_true")
+    args = p.parse_args()
+    if args.child:
+        result = {"pipeline": _child_pipeline, "depth": _child_depth}[args.child](args)
+        print(json.dumps(result))
+        return
+
+    sys.path.insert(0, HERE)
+    from _common import write
+
+    payload = {"pipeline": f"flux-{args.size}", "resolution": args.resolution, "steps": args.steps,
+               "targets": {"warm_first_over_steady": {"strict": 4, "fused": 2},
+                           "fused_compile_after_step1_over_step1": 0.10,
+                           "fused_compile_depth4_over_depth1": 1.3}}
+    with tempfile.TemporaryDirectory(prefix="torch_tpu-coldstart-") as root:
+        if not args.depth_only:
+            payload["modes"] = _pipeline_results(args, root)
+        if not args.no_depth:
+            payload["depth"] = _depth_results(args, root)
+    write("coldstart", payload)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""scaled_dot_product_attention is ONE op (tpu::attention) in every mode (strict, fused, compiled) and
+matches CPU torch, forward and gradients: masks, causal, GQA, scale; dropout keeps torch's
+decomposition."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu.compile import lowering
+from torch_tpu.ops import attention as attention_lowering
+
+ATOL = 1e-5
+GRAD_ATOL = 1e-4
+
+
+def _tpu(kw):
+    return {k: (v.to("tpu") if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+
+
+def _programs(fn):
+    before = torch_tpu.stats()["executions"]
+    out = fn()
+    torch_tpu.sync()
+    return out, torch_tpu.stats()["executions"] - before
+
+
+def _qkv(b=2, h=4, lq=24, lk=40, e=16, hk=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    hk = hk or h
+    return (torch.randn(b, h, lq, e, generator=g), torch.randn(b, hk, lk, e, generator=g),
+            torch.randn(b, hk, lk, e, generator=g))
+
+
+def _masks(lq=24, lk=40):
+    g = torch.Generator().manual_seed(1)
+    bool_mask = torch.rand(lq, lk, generator=g) > 0.3
+    bool_mask[3] = False  # a fully masked row: torch 2.13 gives zeros
+    return {"none": {}, "causal": {"is_causal": True}, "bool": {"attn_mask": bool_mask},
+            "float_per_batch": {"attn_mask": torch.randn(2, 1, lq, lk, generator=g)},
+            "scale": {"scale": 0.3}, "bool_and_causal": {"attn_mask": bool_mask, "is_causal": True}}
+
+
+@pytest.mark.parametrize("case", list(_masks()))
+def test_forward_is_one_program_and_matches_cpu(eager_mode, case):
+    q, k, v = _qkv()
+    kw = _masks()[case]
+    ref = F.scaled_dot_product_attention(q, k, v, **kw)
+    got, n = _programs(lambda: F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), **_tpu(kw)))
+    torch.testing.assert_close(got.cpu(), ref, atol=ATOL, rtol=ATOL)
+    if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
+        assert n == 1
+
+
+def test_gqa_and_3d_inputs():
+    q, k, v = _qkv(hk=2)
+    for kw in ({}, {"is_causal": True}):
+        ref = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kw)
+        got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), enable_gqa=True, **kw)
+        torch.testing.assert_close(got.cpu(), ref, atol=ATOL, rtol=ATOL)
+    q, k, v = _qkv()
+    ref = F.scaled_dot_product_attention(q[0], k[0], v[0])
+    torch.testing.assert_close(F.scaled_dot_product_attention(q[0].to("tpu"), k[0].to("tpu"), v[0].to("tpu")).cpu(),
+                               ref, atol=ATOL, rtol=ATOL)
+
+
+def test_sliced_and_row_chunked_paths(monkeypatch):
+    # small budgets: the per-(batch x head) loop and the query-row chunks run on small shapes
+    monkeypatch.setattr(attention_lowering, "SMALL_BYTES", 0)
+    monkeypatch.setattr(attention_lowering, "SLICE_BYTES", 4 * 37 * 40)
+    q, k, v = _qkv(lq=101, lk=37, seed=3)
+    for kw in ({}, {"is_causal": True}, {"attn_mask": torch.rand(101, 37) > 0.2},
+               {"attn_mask": torch.randn(2, 4, 101, 37)}):
+        ref = F.scaled_dot_product_attention(q, k, v, **kw)
+        got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), **_tpu(kw))
+        torch.testing.assert_close(got.cpu(), ref, atol=ATOL, rtol=ATOL)
+
+
+@pytest.mark.parametrize("case", ["none", "causal", "bool", "gqa"])
+def test_gradients_match_cpu(eager_mode, case):
+    q, k, v = _qkv(hk=2 if case == "gqa" else None)
+    kw = {"enable_gqa": True} if case == "gqa" else _masks()[case]
+    go = torch.randn(q.shape[:-1] + (v.shape[-1],))
+    cpu = [t.clone().requires_grad_() for t in (q, k, v)]
+    F.scaled_dot_product_attention(*cpu, **kw).backward(go)
+    dev = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+    out = F.scaled_dot_product_attention(*dev, **_tpu(kw))
+    out.backward(go.to("tpu"))
+    for a, b in zip(dev, cpu):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, atol=GRAD_ATOL, rtol=GRAD_ATOL)
+
+
+def test_strict_backward_is_one_program():
+    q, k, v = (t.to("tpu").requires_grad_() for t in _qkv())
+    out = F.scaled_dot_product_attention(q, k, v)
+    g = torch.ones_like(out)
+    torch_tpu.sync()
+    _, n = _programs(lambda: torch.autograd.grad(out, (q, k, v), g))
+    assert n == 1
+
+
+def test_inference_mode_and_no_grad():
+    q, k, v = _qkv()
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with torch.inference_mode():
+        got, n = _programs(lambda: F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True))
+    torch.testing.assert_close(got.cpu(), ref, atol=ATOL, rtol=ATOL)
+    with torch.no_grad():
+        got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True)
+    torch.testing.assert_close(got.cpu(), ref, atol=ATOL, rtol=ATOL)
+
+
+def test_dropout_keeps_torch_decomposition():
+    q, k, v = (t.to("tpu") for t in _qkv())
+    torch.manual_seed(0)
+    a = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    b = F.scaled_dot_product_attention(q, k, v)
+    assert a.shape == b.shape
+    assert not torch.equal(a.cpu(), b.cpu())  # dropout did something (it is random, not the plain result)
+    with torch.inference_mode():
+        c = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert c.shape == b.shape and not torch.equal(c.cpu(), b.cpu())
+
+
+def test_errors_like_cpu():
+    q, k, v = _qkv()
+    _, k2, v2 = _qkv(hk=3)
+    for dev in ("cpu", "tpu"):
+        with pytest.raises(RuntimeError, match="must match the size"):
+            F.scaled_dot_product_attention(q.to(dev), k2.to(dev), v2.to(dev))
+
+
+def test_compiled_graph_holds_tpu_attention(monkeypatch):
+    seen = []
+    original = lowering._Plan.__init__
+
+    def record(self, gm):
+        seen.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"})
+        original(self, gm)
+
+    monkeypatch.setattr(lowering._Plan, "__init__", record)
+
+    class Block(torch.nn.Module):
+        def forward(self, q, k, v, m):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=m) * 2
+
+    q, k, v = _qkv(seed=5)
+    m = torch.rand(24, 40) > 0.2
+    torch._dynamo.reset()
+    compiled = torch.compile(Block(), backend="tpu", fullgraph=True, dynamic=False)
+    dev = [t.to("tpu").requires_grad_() for t in (q, k, v)]
+    out = compiled(*dev, m.to("tpu"))
+    cpu = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = Block()(*cpu, m)
+    torch.testing.assert_close(out.cpu(), ref, atol=ATOL, rtol=ATOL)
+    out.sum().backward()
+    ref.sum().backward()
+    for a, b in zip(dev, cpu):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, atol=GRAD_ATOL, rtol=GRAD_ATOL)
+    assert any("tpu.attention.default" in s for s in seen)
+    assert any("tpu.attention_backward.default" in s for s in seen)
+    assert not any("aten._safe_softmax.default" in s or "aten.bmm.default" in s for s in seen)
+
+
+def test_compiled_dropout_keeps_decomposition():
+    q, k, v = (t.to("tpu") for t in _qkv(seed=6))
+    torch._dynamo.reset()
+    fn = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.5),
+                       backend="tpu", fullgraph=True, dynamic=False)
+    out = fn(q, k, v)
+    plain = F.scaled_dot_product_attention(q, k, v)
+    assert out.shape == plain.shape and not torch.equal(out.cpu(), plain.cpu())

@@ -1,0 +1,230 @@
+"""Time to first image: the persistent program cache (verified entries, programs and op descriptions
+found by key, eviction) and fused-mode graph boundaries (model calls and repeated blocks).
+
+Results are compared with CPU torch; counters say what was compiled, loaded or rejected. No timing."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu import EagerMode
+from torch_tpu.engine import fused
+from torch_tpu.runtime import disk_cache, stable_keys
+
+FUSE = EagerMode.DEFER_AND_FUSE
+
+
+# -------------------------------------------------------------------------------------------------
+# Entries and keys
+# -------------------------------------------------------------------------------------------------
+def test_an_entry_is_returned_only_for_its_own_key_and_intact_bytes():
+    data = disk_cache.encode("key A", b"payload of A")
+    assert disk_cache.decode("key A", data) == (b"payload of A", "")
+    assert disk_cache.decode("key B", data)[0] is None  # a file moved under another name
+    flipped = bytearray(data)
+    flipped[-3] ^= 0x01
+    assert disk_cache.decode("key A", bytes(flipped)) == (None, "checksum mismatch")
+    assert disk_cache.decode("key A", data[:-1])[0] is None
+    assert disk_cache.decode("key A", data + b"x")[0] is None
+    assert disk_cache.decode("key A", b"garbage")[0] is None
+
+
+def test_only_registered_kinds_of_plain_values_are_persistent_keys():
+    text = stable_keys.text
+    assert text(("op", "aten::add.Tensor", (((2, 3), torch.float32),), None)) is not None
+    assert text(("not-a-kind", 1)) is None  # unregistered kinds (ids, handles) stay in the process
+    assert text(("op", "aten::add.Tensor", (stable_keys.ProcessLocal(123),), None)) is None
+    assert text(("op", "aten::add.Tensor", (object(),), None)) is None
+    distinct = [1, 1.0, True, 0.0, -0.0, float("nan"), 1 + 0j, "1", None, torch.float32, torch.int32]
+    texts = {text(("op", "x", v)) for v in distinct}
+    assert len(texts) == len(distinct)
+    # a fused graph is persistent only when every node is
+    node = ("op", "aten::sin.default", (((2,), torch.float32),), None)
+    assert text(("fused", ((node, (("i", 0),)),), (), (), ())) is not None
+    assert text(("fused", ((("other", 1), (("i", 0),)),), (), (), ())) is None
+
+
+def test_the_disk_cache_keeps_to_its_size_bound(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCH_TPU_CACHE_MAX_MB", "1")
+    blob = os.urandom(200_000)
+    for i in range(12):  # 2.4 MB through a 1 MB bound
+        disk_cache.store(f"entry {i}", blob)
+        disk_cache.flush_writes()
+        os.utime(disk_cache._path(str(tmp_path), f"entry {i}"), (1000 + i, 1000 + i))
+    total = sum(p.stat().st_size for p in tmp_path.glob("*.ttpc"))
+    assert total <= 2**20
+    assert disk_cache.load("entry 11") == blob  # the most recent entries stay
+    assert disk_cache.load("entry 0") is None
+
+
+# -------------------------------------------------------------------------------------------------
+# Warm processes: found by key, never the wrong program
+# -------------------------------------------------------------------------------------------------
+def _ops(x):
+    y = torch.nn.functional.gelu(x @ x.t() * 7.25 + 1.5)
+    z = torch.softmax(y, dim=-1)[:, 1:3].contiguous()
+    z[0] += 2  # a view write
+    return torch.cat([z, x[:, :2] - 7.25], dim=1).sum(dim=0)
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_programs_and_op_descriptions_come_back_from_disk(tmp_path, monkeypatch, mode):
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    x = torch.randn(6, 5)
+    ref = _ops(x)
+    with torch.tpu.set_eager_mode(EagerMode[mode]):
+        torch_tpu.reset_caches()
+        first = _ops(x.to("tpu")).cpu()
+        disk_cache.flush_writes()
+        torch_tpu.reset_caches()  # a fresh process, as far as programs and op entries go
+        torch_tpu.reset_stats()
+        second = _ops(x.to("tpu")).cpu()
+        stats = torch_tpu.stats()
+    torch.testing.assert_close(first, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(second, ref, atol=1e-5, rtol=1e-5)
+    assert stats["compiles"] == 0 and stats["cache_loads"] > 0 and stats["op_loads"] > 0, stats
+    assert stats["cache_rejects"] == 0, stats
+
+
+_CHILD = r"""
+import json, sys, torch, torch_tpu
+from torch_tpu.runtime import disk_cache
+x = torch.tensor([1.0, 2.0, 4.0]).to("tpu")
+if sys.argv[1] == "DEFER_AND_FUSE":
+    torch.tpu.eager_mode = torch_tpu.EagerMode.DEFER_AND_FUSE
+m = (x * 7.25).cpu().tolist()
+a = (x + 7.25).cpu().tolist()
+s = (x - 7.25).cpu().tolist()
+disk_cache.flush_writes()
+print(json.dumps({"mul": m, "add": a, "sub": s, "stats": torch_tpu.stats()}))
+"""
+
+
+def _child(cache, mode):
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(cache))
+    out = subprocess.run([sys.executable, "-c", _CHILD, mode], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _right(r):
+    assert r["mul"] == [7.25, 14.5, 29.0] and r["add"] == [8.25, 9.25, 11.25], r
+    assert r["sub"] == [-6.25, -5.25, -3.25], r
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_swapped_and_corrupted_cache_files_are_rejected_and_rebuilt(tmp_path, mode):
+    cache = tmp_path / "cache"
+    _right(_child(cache, mode))
+    warm = _child(cache, mode)
+    _right(warm)
+    assert warm["stats"]["compiles"] == 0 and warm["stats"]["cache_loads"] > 0, warm["stats"]
+
+    # every file now holds another file's entry (x * 7.25 could find the program of x + 7.25) ...
+    files = sorted(cache.glob("*.ttpc"))
+    contents = [f.read_bytes() for f in files]
+    for f, data in zip(files, contents[1:] + contents[:1]):
+        f.write_bytes(data)
+    swapped = _child(cache, mode)
+    _right(swapped)
+    assert swapped["stats"]["cache_rejects"] > 0 and swapped["stats"]["compiles"] > 0, swapped["stats"]
+
+    # ... and then every file is damaged in its payload, or cut short
+    for i, f in enumerate(sorted(cache.glob("*.ttpc"))):
+        data = bytearray(f.read_bytes())
+        if i % 2:
+            data[-1] ^= 0xFF
+            f.write_bytes(bytes(data))
+        else:
+            f.write_bytes(bytes(data[: len(data) // 2]))
+    corrupted = _child(cache, mode)
+    _right(corrupted)
+    assert corrupted["stats"]["cache_rejects"] > 0 and corrupted["stats"]["compiles"] > 0, corrupted["stats"]
+
+    healed = _child(cache, mode)  # the rebuilt entries are good again
+    _right(healed)
+    assert healed["stats"]["cache_rejects"] == 0 and healed["stats"]["compiles"] == 0, healed["stats"]
+
+
+# -------------------------------------------------------------------------------------------------
+# Fused graph boundaries
+# -------------------------------------------------------------------------------------------------
+class _Block(torch.nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.lin = torch.nn.Linear(width, width)
+
+    def forward(self, x, scale):
+        return x + torch.tanh(self.lin(self.norm(x))) * scale
+
+
+class _Model(torch.nn.Module):
+    _repeated_blocks = ["_Block"]  # as diffusers models declare them: blocks even when there is one
+
+    def __init__(self, depth, width=16):
+        super().__init__()
+        self.inp = torch.nn.Linear(width, width)
+        self.blocks = torch.nn.ModuleList(_Block(width) for _ in range(depth))
+        self.out = torch.nn.Linear(width, width)
+
+    def forward(self, x, t):
+        scale = torch.sigmoid(t) * 0.5
+        h = self.inp(x)[:, 1:]  # the first block gets a view, the next ones whole tensors
+        for block in self.blocks:
+            h = block(h, scale)
+        return self.out(torch.cat([h[:, :1], h], dim=1))
+
+
+def _denoise(model, x, steps):
+    """A denoising loop: glue before the model call, the call, a scheduler-like update."""
+    builds = []
+    for i in range(steps):
+        t = torch.full((1,), 1.0 - i / steps, device=x.device) * 2.0  # glue before the call
+        before = torch_tpu.stats()["cache_misses"]
+        eps = model(x, t)
+        x = x - 0.1 * eps  # the scheduler step: glue recorded before the next call
+        builds.append(torch_tpu.stats()["cache_misses"] - before)
+    return x, builds
+
+
+def test_every_denoising_step_is_the_same_graph_and_identical_blocks_share_a_program():
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 16)
+    programs = {}
+    for depth in (1, 3):
+        model = _Model(depth)
+        with torch.no_grad():
+            ref, _ = _denoise(model, x, 4)
+        model.to("tpu")
+        torch_tpu.reset_caches()
+        with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
+            torch_tpu.reset_stats()
+            out, builds = _denoise(model, x.to("tpu"), 4)
+            out = out.cpu()
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+        # step 1: the model's programs and its glue; step 2: the scheduler glue only; then nothing new
+        assert builds[2:] == [0, 0], builds
+        assert builds[1] <= 1, builds
+        programs[depth] = builds[0]
+    assert programs[3] == programs[1], programs  # identical blocks share one program, whatever the depth
+
+
+def test_repeated_blocks_are_found():
+    model = _Model(1)
+    assert fused.repeated_blocks(model) == list(model.blocks)  # named by _repeated_blocks
+    stack = torch.nn.Module()
+    stack.layers = torch.nn.ModuleList(_Block(4) for _ in range(3))  # a ModuleList of alike blocks
+    assert fused.repeated_blocks(stack) == list(stack.layers)
+    lins = torch.nn.Module()
+    lins.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))  # leaves are not blocks
+    assert fused.repeated_blocks(lins) == []
+    mixed = torch.nn.Module()
+    mixed.layers = torch.nn.ModuleList([_Block(4), _Block(8), _Block(4)])  # only the two alike
+    assert fused.repeated_blocks(mixed) == [mixed.layers[0], mixed.layers[2]]

@@ -1,0 +1,317 @@
+"""Hostile: views, storage, deepcopy, save/load (issue families 6, 8 (deepcopy part) and 10).
+
+* Views share storage with their base on CPU; writes through any view must show in the base and in
+  every other view, in strict and fused mode alike.
+* ``copy.deepcopy`` of a view and ``untyped_storage().clone()`` segfault today: those cases run in a
+  child process (a crash fails the case, the suite survives).
+* ``torch.save``/``torch.load`` must keep storage sharing between a tensor and its views, the strides of
+  non-contiguous tensors, and ``nn.Parameter`` types.
+"""
+import copy
+import io
+
+import pytest
+import torch
+
+import differential as D
+from differential import watchdog  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("watchdog")
+
+X = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+
+# ---------------------------------------------------------------------------------------------------
+# writes through views (the harness compares every input after the call, so base and views both count)
+
+VIEW_WRITES = {
+    "row_add_": lambda x: x[1].add_(100),
+    "col_mul_": lambda x: x[:, 2].mul_(-1),
+    "transpose_fill_": lambda x: x.t()[0].fill_(7),
+    "strided_slice_copy_": lambda x: x[::2, ::3].copy_(torch.ones(2, 2, device=x.device)),
+    "diagonal_zero_": lambda x: x.diagonal().zero_(),
+    "view_reshape_add_": lambda x: x.view(6, 4)[2].add_(1),
+    "unsqueeze_chain": lambda x: x.unsqueeze(0)[0, 3, ::2].sub_(5),
+    "narrow_setitem": lambda x: x.narrow(1, 1, 3).__setitem__((slice(None), 0), -1.0),
+    "unfold_view_write": lambda x: x.unfold(1, 2, 2)[..., 0].mul_(10),
+    "split_write": lambda x: x.split(2, 1)[1].add_(0.5),
+    "chunk_write": lambda x: x.chunk(2, 0)[1].neg_(),
+    "unbind_write": lambda x: x.unbind(1)[5].clamp_(max=3),
+    "expand_read_after_write": lambda x: (x[0].add_(1), x[0].expand(3, 6).sum(0)),
+    "as_strided_write": lambda x: x.as_strided((2, 2), (7, 1), 1).fill_(-3),
+    "view_dtype_write": lambda x: x.view(torch.int32)[0].bitwise_and_(0),
+    "real_view_write": lambda x: torch.view_as_real(torch.view_as_complex(x.reshape(4, 3, 2)))[..., 1].zero_(),
+    "flatten_view_write": lambda x: x.flatten()[3:7].fill_(1),
+    "permute_write": lambda x: x.reshape(2, 2, 6).permute(2, 0, 1)[0].add_(9),
+    "setitem_bool_through_view": lambda x: x[1:3].__setitem__(x[1:3] > 10, 0.0),
+    "index_put_through_view": lambda x: x.t().index_put_((torch.tensor([0, 5], device=x.device),),
+                                                         torch.tensor(4.0, device=x.device)),
+    "two_views_overlap": lambda x: (x[0:2].add_(1), x[1:3].mul_(2)),
+    "write_then_read_old_view": lambda x: (lambda v: (x.add_(1), v * 1))(x[2]),
+    "detach_shares": lambda x: x.detach()[0].fill_(3),
+    "alias_via_data": lambda x: x.data[1].fill_(2),
+    "resize_view_read": lambda x: x[:, :3].contiguous().add_(1),
+    "squeeze_view_write": lambda x: x[None, :, None][:, 1].squeeze().mul_(0),
+    "select_negative_write": lambda x: x[-1, -1:].fill_(42),
+    "copy_from_overlapping_self": lambda x: x[1:].copy_(x[:-1].clone()),
+    "inplace_on_expanded_raises": lambda x: x[0].expand(4, 6).add_(1),
+    "set_storage_view": lambda x: x.view(-1)[::5].zero_(),
+    "copy_partial_overlap": lambda x: x[:, :4].copy_(x[:, 2:6]),
+    "add_self_alias": lambda x: x.add_(x),
+    "inplace_out_alias": lambda x: torch.add(x[0], x[1], out=x[0]),
+    "index_copy_self_source": lambda x: x.index_copy_(0, torch.tensor([0, 1], device=x.device), x[2:]),
+    "view_then_resize_base_read": lambda x: (lambda v: (x.mul_(2), v.sum()))(x[1:3, 2:]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VIEW_WRITES))
+def test_view_write(eager_mode, case):
+    D.check(VIEW_WRITES[case], X.clone(), check_stride=True)
+
+
+VIEW_META = {
+    "stride_transpose": lambda x: x.t().stride(),
+    "offset_select": lambda x: x[2, 3:].storage_offset(),
+    "is_contiguous_t": lambda x: x.t().is_contiguous(),
+    "contiguous_strides": lambda x: x.t().contiguous().stride(),
+    "storage_nbytes": lambda x: x[1].untyped_storage().nbytes(),
+    "storage_shared": lambda x: x[1].untyped_storage().data_ptr() == x.untyped_storage().data_ptr(),
+    "is_view": lambda x: (x[1]._base is x, x.t()._is_view()),
+    "clone_strides": lambda x: x.t().clone().stride(),
+    "empty_like_strides": lambda x: torch.empty_like(x.t()).stride(),
+    "reshape_shares": lambda x: x.t().reshape(24)._base is not None,
+    "expand_strides": lambda x: x[0].expand(3, 6).stride(),
+    "mT_strides": lambda x: x.mT.stride(),
+    "view_as_real_strides": lambda x: torch.view_as_real(torch.view_as_complex(x.reshape(4, 3, 2))).stride(),
+    "unfold_strides": lambda x: x.unfold(1, 2, 2).stride(),
+    "channels_last": lambda x: x.reshape(1, 2, 3, 4).contiguous(memory_format=torch.channels_last).stride(),
+    "channels_last_op": lambda x: (x.reshape(1, 2, 3, 4).contiguous(memory_format=torch.channels_last) + 1).stride(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VIEW_META))
+def test_view_metadata(eager_mode, case):
+    D.check(VIEW_META[case], X.clone())
+
+
+# ---------------------------------------------------------------------------------------------------
+# deepcopy and storage clone: in one crash-tolerant child process (segfaults today)
+
+
+def _fused():
+    import torch_tpu
+
+    return torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE)
+
+
+def _iso_deepcopy_view():
+    x = torch.arange(6.0, device="tpu").reshape(2, 3)
+    y = copy.deepcopy(x[1])
+    D.assert_same(torch.tensor([3.0, 4.0, 5.0]), D.read(y), where="deepcopy(x[1])")
+
+
+def _iso_deepcopy_views_share():
+    x = torch.arange(6.0, device="tpu").reshape(2, 3)
+    a, b = copy.deepcopy((x, x[1]))
+    b.add_(10)
+    D.assert_same(torch.tensor([13.0, 14.0, 15.0]), D.read(a[1]), where="copied base after writing the copied view")
+    D.assert_same(torch.tensor([3.0, 4.0, 5.0]), D.read(x[1]), where="original")
+
+
+def _iso_deepcopy_noncontig():
+    x = torch.arange(6.0, device="tpu").reshape(2, 3).t()
+    y = copy.deepcopy(x)
+    D.assert_same(torch.arange(6.0).reshape(2, 3).t(), D.read(y), where="deepcopy(x.t())", check_stride=True)
+
+
+def _iso_untyped_storage_clone():
+    x = torch.arange(6.0, device="tpu")
+    s = x.untyped_storage().clone()
+    assert s.nbytes() == 24 and s.device.type == "tpu", (s.nbytes(), s.device)
+    y = torch.empty(0, device="tpu").set_(s, 0, (6,), (1,))
+    D.assert_same(torch.arange(6.0), D.read(y), where="tensor on the cloned storage")
+
+
+def _iso_untyped_storage_cpu():
+    x = torch.arange(6.0, device="tpu")
+    s = x.untyped_storage().cpu()
+    assert bytes(s) == bytes(torch.arange(6.0).untyped_storage()), "[wrong value] storage bytes differ"
+
+
+def _iso_storage_of_view_clone():
+    x = torch.arange(6.0, device="tpu").reshape(2, 3)
+    s = x[1].untyped_storage()
+    assert s.nbytes() == 24, f"[wrong value] storage of a view has {s.nbytes()} bytes, CPU 24"
+    s.clone()
+
+
+def _iso_typed_storage():
+    x = torch.arange(6.0, device="tpu")
+    ts = x.storage()
+    assert len(ts) == 6 and ts.dtype == torch.float32, (len(ts), ts.dtype)
+    assert ts.tolist() == list(map(float, range(6))), ts.tolist()
+
+
+def _iso_set_source_tensor():
+    x = torch.arange(6.0, device="tpu")
+    y = torch.empty(0, device="tpu")
+    y.set_(x)
+    y.add_(1)
+    D.assert_same(torch.arange(6.0) + 1, D.read(x), where="x after y.set_(x); y.add_(1)")
+
+
+def _iso_deepcopy_module():
+    m = torch.nn.Linear(3, 2).to("tpu")
+    m2 = copy.deepcopy(m)
+    assert isinstance(m2.weight, torch.nn.Parameter), f"[wrong type] {type(m2.weight)}"
+    assert torch.equal(m2.weight.detach().cpu(), m.weight.detach().cpu())
+    with torch.no_grad():
+        m2.weight.add_(1)
+    assert not torch.equal(m2.weight.detach().cpu(), m.weight.detach().cpu()), "[wrong value] the copy shares storage"
+
+
+def _iso_deepcopy_pending_fused():
+    with _fused():
+        x = torch.arange(6.0, device="tpu")
+        y = x * 2 + 1          # pending
+        z = copy.deepcopy(y)
+        D.assert_same(torch.arange(6.0) * 2 + 1, D.read(z), where="deepcopy of a pending value")
+
+
+def _iso_deepcopy_module_pending_fused():
+    with _fused():
+        torch.manual_seed(0)
+        m = torch.nn.Linear(3, 2)
+        ref = m.weight.detach().clone() + 1
+        m = m.to("tpu")
+        with torch.no_grad():
+            m.weight.add_(1)   # pending in-place update
+        m2 = copy.deepcopy(m)
+        D.assert_same(ref, D.read(m2.weight.detach()), where="weight of the deep-copied module")
+
+
+def _iso_pickle_tensor():
+    import pickle
+
+    x = torch.arange(6.0, device="tpu").reshape(2, 3)
+    y = pickle.loads(pickle.dumps(x[1]))
+    assert y.device.type == "tpu", y.device
+    D.assert_same(torch.tensor([3.0, 4.0, 5.0]), D.read(y), where="pickled view")
+
+
+ISOLATED_CASES = {name[len("_iso_"):]: fn for name, fn in dict(globals()).items() if name.startswith("_iso_")}
+
+
+def _case_of_item(item):
+    cs = getattr(item, "callspec", None)
+    return cs.params.get("name") if cs is not None and item.originalname == "test_isolated_storage" else None
+
+
+@pytest.fixture(scope="module")
+def isolated_results(request):
+    return D.isolated_results(request, __file__, _case_of_item, timeout_per_case=90)
+
+
+@pytest.mark.parametrize("name", sorted(ISOLATED_CASES))
+def test_isolated_storage(isolated_results, name):
+    D.assert_isolated_result(isolated_results, name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# save / load
+
+
+def _roundtrip(obj, map_location=None):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, map_location=map_location, weights_only=False)
+
+
+def _sharing(x, v):
+    """Observable sharing: writing through the loaded view changes the loaded base."""
+    v.fill_(-7)
+    return x
+
+
+SAVE_LOAD = {
+    "tensor": lambda x: _roundtrip(x),
+    "view_row": lambda x: _roundtrip(x[1]),
+    "view_keeps_storage_size": lambda x: _roundtrip(x[1]).untyped_storage().nbytes(),
+    "view_offset": lambda x: _roundtrip(x[1, 2:]).storage_offset(),
+    "noncontig_strides": lambda x: _roundtrip(x.t()).stride(),
+    "noncontig_values": lambda x: _roundtrip(x.t()),
+    "strided_slice": lambda x: (lambda y: (y, y.stride()))(_roundtrip(x[::2, 1::2])),
+    "base_and_view_share": lambda x: (lambda p: _sharing(*p))(_roundtrip((x, x[1]))),
+    "two_views_share": lambda x: (lambda p: (p[0].add_(1), p[1]))(_roundtrip((x[1:3], x[2]))),
+    "dict_of_views": lambda x: (lambda d: (d["a"].mul_(2), d["b"]))(_roundtrip({"a": x[:, :3], "b": x})),
+    # A Parameter of a tensor subclass is the subclass with ``_is_param`` set (torch's rule for subclasses:
+    # ``type(tpu_module.weight)`` is TpuTensor before any save), so the contract is isinstance, not type()
+    "parameter_type": lambda x: isinstance(_roundtrip(torch.nn.Parameter(x.clone())), torch.nn.Parameter),
+    "parameter_requires_grad": lambda x: _roundtrip(torch.nn.Parameter(x.clone())).requires_grad,
+    "buffer_in_state_dict": lambda x: _roundtrip(torch.nn.BatchNorm1d(3).to(x.device).state_dict()),
+    "module_roundtrip_param_type": lambda x: isinstance(_roundtrip(torch.nn.Linear(2, 2).to(x.device)).weight,
+                                                        torch.nn.Parameter),
+    "zero_dim": lambda x: _roundtrip(x[1, 1]),
+    "empty": lambda x: _roundtrip(x[:0]),
+    "bf16": lambda x: _roundtrip(x.bfloat16()),
+    "bool": lambda x: _roundtrip(x > 5),
+    "int8": lambda x: _roundtrip(x.to(torch.int8)),
+    "complex": lambda x: _roundtrip(torch.view_as_complex(x.reshape(4, 3, 2))),
+    "expanded": lambda x: (lambda y: (y, y.stride()))(_roundtrip(x[0].expand(3, 6))),
+    "requires_grad_leaf": lambda x: _roundtrip(x.clone().requires_grad_(True)).requires_grad,
+    "map_location_cpu_device": lambda x: _roundtrip(x, map_location="cpu").device.type,
+    "after_inplace": lambda x: _roundtrip(x.add_(1)),
+    "channels_last": lambda x: (lambda y: (y, y.stride()))(
+        _roundtrip(x.reshape(1, 2, 3, 4).contiguous(memory_format=torch.channels_last))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAVE_LOAD))
+def test_save_load(eager_mode, case):
+    D.check(SAVE_LOAD[case], X.clone(), check_stride=True)
+
+
+def test_load_cpu_checkpoint_to_tpu(eager_mode, tmp_path):
+    """Saved from CPU, loaded with map_location='tpu': views keep sharing storage, parameters keep type."""
+    base = X.clone()
+    p = torch.nn.Parameter(torch.ones(3))
+    torch.save({"x": base, "v": base[1], "p": p}, tmp_path / "ck.pt")
+    d = torch.load(tmp_path / "ck.pt", map_location="tpu")
+    assert d["x"].device.type == "tpu" and d["v"].device.type == "tpu"
+    assert isinstance(d["p"], torch.nn.Parameter), f"[wrong type] {type(d['p'])}"
+    d["v"].fill_(-1)
+    got = d["x"].cpu()
+    exp = base.clone()
+    exp[1] = -1
+    D.assert_same(exp, D.read(d["x"]), where="base after writing the loaded view")
+    assert torch.equal(got, exp)
+
+
+def test_save_tpu_load_cpu_keeps_sharing(eager_mode, tmp_path):
+    x = X.clone().to(D.DEV)
+    torch.save((x, x[1], x.t()), tmp_path / "ck.pt")
+    a, b, c = torch.load(tmp_path / "ck.pt", map_location="cpu")
+    assert c.stride() == (1, 6), f"[wrong stride] transposed tensor came back with strides {c.stride()}"
+    b.fill_(0)
+    assert a[1].abs().sum() == 0, "[wrong value] the loaded view does not share storage with its base"
+    assert c[:, 1].abs().sum() == 0, "[wrong value] the loaded transposed tensor does not share storage"
+
+
+def test_state_dict_load_into_tpu_module(eager_mode):
+    """load_state_dict into a tpu module copies values and keeps parameters as parameters."""
+    torch.manual_seed(0)
+    src = torch.nn.Linear(3, 2)
+    dst = torch.nn.Linear(3, 2).to(D.DEV)
+    dst.load_state_dict(_roundtrip(src.state_dict()))
+    assert isinstance(dst.weight, torch.nn.Parameter)
+    D.assert_same(src.weight, D.read(dst.weight), where="weight")
+    D.assert_same(src.bias, D.read(dst.bias), where="bias")
+
+
+def test_deepcopy_tensor_in_process(eager_mode):
+    """deepcopy of a contiguous tensor (not a view): values equal, storage independent."""
+    x = X.clone().to(D.DEV)
+    y = copy.deepcopy(x)
+    y.add_(1)
+    D.assert_same(X, D.read(x), where="original after writing the copy")
+    D.assert_same(X + 1, D.read(y), where="copy")

@@ -1,0 +1,102 @@
+"""Views cost no program of their own: an op reads its view inputs inside its own program (strict and
+fused eager), ``_unsafe_view`` and reshapes of contiguous tensors are metadata only; results match CPU
+torch, with dynamic Scalars, in-place writes through views, device-side checks and data-dependent ops."""
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.errors import DeviceAssertError
+
+
+def _programs(fn):
+    torch_tpu.sync()
+    before = torch_tpu.stats()["executions"]
+    out = fn()
+    torch_tpu.sync()
+    return out, torch_tpu.stats()["executions"] - before
+
+
+VIEW_CASES = {
+    "transpose": lambda a: a.transpose(0, 2) + 1,
+    "strided slice": lambda a: a[1:3, ::2] * 2,
+    "select with offset": lambda a: a[2] - a[1],
+    "reshape and t": lambda a: a.view(24, 8) @ a.view(24, 8).t(),
+    "expand": lambda a: a[:, :1].expand(4, 6, 8) + a,
+    "dtype view": lambda a: a.view(torch.int32) & 0xFF,
+    "diagonal": lambda a: a[0, :6, :6].diagonal() + 1,
+    "dynamic scalars": lambda a: torch.add(a[1:3], a[0:2], alpha=0.5),
+    "list of views": lambda a: torch.cat([a[0], a[1, :, ::2], a[3, :, 2:].t()], dim=1),
+}
+
+
+@pytest.mark.parametrize("case", list(VIEW_CASES))
+def test_view_inputs_cost_no_program(case, eager_mode):
+    x = torch.randn(4, 6, 8)
+    t = x.to("tpu")
+    got, n = _programs(lambda: VIEW_CASES[case](t))
+    torch.testing.assert_close(got.cpu(), VIEW_CASES[case](x), atol=1e-5, rtol=1e-5)
+    assert n == 1
+
+
+def test_offsets_are_inputs_not_keys():
+    x = torch.randn(10, 4)
+    t = x.to("tpu")
+    (t[1] * 3).cpu()  # compiles the program for views at a non-zero offset
+    torch_tpu.reset_stats()
+    outs = [(t[i] * 3).cpu() for i in range(2, 10)]
+    assert torch_tpu.stats()["compiles"] == 0
+    for i, o in enumerate(outs, 2):
+        torch.testing.assert_close(o, x[i] * 3)
+
+
+def test_reshapes_are_metadata_only():
+    t = torch.randn(6, 8).to("tpu")
+    _, n = _programs(lambda: (t.view(2, 3, 8), t.reshape(48), torch.ops.aten._unsafe_view(t, [2, 3, 8]),
+                              t.flatten(), t.unsqueeze(0).squeeze(0)))
+    assert n == 0
+
+
+def test_unsafe_view_aliases_like_cpu():
+    x = torch.randn(6, 8)
+    t = x.to("tpu")
+    got = torch.ops.aten._unsafe_view(t, [2, 3, 8])
+    ref = torch.ops.aten._unsafe_view(x, [2, 3, 8])
+    t.add_(1)
+    x.add_(1)  # on the CPU the result shares its input's memory; so it does here
+    torch.testing.assert_close(got.cpu(), ref)
+    for dev_t in (x.t(), t.t()):  # strides that cannot be viewed: torch's error, as on the CPU
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            torch.ops.aten._unsafe_view(dev_t, [48])
+
+
+def test_matmul_results_are_not_copied():
+    a, b = torch.randn(2, 5, 7), torch.randn(7, 3)
+    _, n = _programs(lambda: a.to("tpu") @ b.to("tpu"))  # mm + _unsafe_view: one program
+    assert n == 1
+
+
+def test_in_place_through_views(eager_mode):
+    x = torch.randn(5, 6)
+    t = x.to("tpu")
+    for dev_or_cpu in (x, t):
+        dev_or_cpu[1:4, ::2].mul_(2.0)
+        dev_or_cpu.t()[2].add_(dev_or_cpu.t()[0], alpha=3)
+        torch.add(dev_or_cpu[4], 1, out=dev_or_cpu[0])
+    torch.testing.assert_close(t.cpu(), x)
+
+
+def test_device_checks_on_view_inputs():
+    x = torch.arange(20.0).reshape(4, 5)
+    t = x.to("tpu")
+    idx = torch.tensor([[0, 9], [1, 2]])
+    torch.testing.assert_close(t.t()[1:].index_select(1, idx[1].to("tpu")).cpu(), x.t()[1:].index_select(1, idx[1]))
+    y = t.t()[1:].index_select(1, idx.to("tpu")[:, 1])  # a view [9, 2] as the index: 9 is out of range
+    with pytest.raises(DeviceAssertError, match="index_select"):
+        y.cpu()
+
+
+def test_data_dependent_op_on_a_view(eager_mode):
+    x = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 3.0]])
+    t = x.to("tpu")
+    torch.testing.assert_close(t.t()[1:].nonzero().cpu(), x.t()[1:].nonzero())
+    torch.testing.assert_close(t[:, 1:].masked_select(t[:, 1:] > 0).cpu(), x[:, 1:].masked_select(x[:, 1:] > 0))

@@ -1,0 +1,104 @@
+"""Graphs with symbolic inputs from dynamo's *automatic* dynamic shapes, compiled once per concrete shape.
+
+With ``torch.compile(..., dynamic=None)`` (the default), dynamo recompiles a function whose input shape
+(or Python int argument) changed with that dimension symbolic. XLA programs have static shapes, so the
+backend does not compile such a graph as it is: it returns a ``PerShape`` callable, which at each call
+looks at the concrete sizes and ints it is given, and compiles (once per signature, cached) the same
+dynamo graph with those values substituted for its symbolic inputs, through the static path (AOTAutograd,
+one XLA program per aten graph; training included). This is what ``dynamic=False`` does, without dynamo
+recompiling the frame for every new shape. Explicit dynamism (``dynamic=True``, ``mark_dynamic``) is
+still refused by the backend.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ..runtime import caches
+
+_LIVE: list = caches.register("per-shape compiled graphs", [])  # each PerShape's cache, emptied on reset
+
+
+def is_symbolic_scalar(x) -> bool:
+    return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def has_symbolic_inputs(example_inputs) -> bool:
+    for x in example_inputs:
+        if is_symbolic_scalar(x):
+            return True
+        if isinstance(x, torch.Tensor) and any(
+                isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride())):
+            return True
+    return False
+
+
+def _arg_key(x):
+    if isinstance(x, torch.Tensor):
+        return (tuple(x.shape), x.stride(), x.dtype, x.device.type, x.requires_grad)
+    return (type(x), x)
+
+
+class _Cache(dict):
+    pass
+
+
+class PerShape:
+    """The callable the backend returns for a graph with symbolic inputs: a program per signature."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, compile_static):
+        self.gm = gm
+        self.compile_static = compile_static  # (gm, example inputs, fake_mode) -> callable
+        self.scalar_positions = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
+        self.compiled = _Cache()
+        _LIVE.append(self.compiled)
+
+    def __call__(self, *args):
+        key = (torch.is_grad_enabled(), tuple(_arg_key(a) for a in args))
+        fn = self.compiled.get(key)
+        if fn is None:
+            fn = self.compiled[key] = self._compile(args)
+        skip = self.scalar_positions
+        return fn(*[a for i, a in enumerate(args) if i not in skip]) if skip else fn(*args)
+
+    def _compile(self, args):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        gm = specialised(self.gm, {i: args[i] for i in self.scalar_positions})
+        tensors = [a for i, a in enumerate(args) if i not in self.scalar_positions]
+        # a shape environment, as dynamo's own: AOTAutograd turns Python floats that dynamo passed as
+        # 0-d tensors (unspecialised floats) back into tensor operations with it
+        return self.compile_static(gm, tensors, FakeTensorMode(shape_env=ShapeEnv()))
+
+
+def specialised(gm: torch.fx.GraphModule, values: dict) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose placeholders at the positions in ``values`` (symbolic ints, floats, bools)
+    are replaced by those concrete values, and removed."""
+    graph = copy.deepcopy(gm.graph)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for pos, value in values.items():
+        node = placeholders[pos]
+        value = _concrete(value)
+        for user in list(node.users):
+            user.args = torch.fx.node.map_arg(user.args, lambda n: value if n is node else n)
+            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: value if n is node else n)
+        graph.erase_node(node)
+    for node in graph.nodes:  # the graph no longer describes symbolic inputs
+        if node.op == "placeholder":
+            node.meta.pop("example_value", None)
+            node.meta.pop("val", None)
+    # no dynamo metadata: AOTAutograd would match it to the placeholders dynamo made (guards of the
+    # trace that already ran), and this graph is compiled outside dynamo, for these values only
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _concrete(value):
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    if isinstance(value, torch.SymFloat):
+        return float(value)
+    if isinstance(value, torch.SymBool):
+        return bool(value)
+    return value

@@ -1,0 +1,83 @@
+"""``scaled_dot_product_attention`` on tpu tensors as ONE op (``tpu::attention``), forward and backward.
+
+torch 2.13 picks SDPA's kernel in C++ (``_fused_sdp_choice_stub``, a DispatchStub Python cannot fill),
+so a Python backend would get the math decomposition (about 14 aten ops: bmm, _safe_softmax, copies of
+the score matrix) unless it intercepts the op before its CompositeImplicitAutograd kernel runs:
+
+* a kernel for ``aten::scaled_dot_product_attention`` at the AutogradPrivateUse1 key (a backend
+  autograd kernel wins over the composite one) calls ``tpu::attention``, whose Autograd kernel is a
+  ``torch.autograd.Function`` with ``tpu::attention_backward`` as its backward;
+* under inference_mode the autograd keys are skipped and the aten op itself reaches
+  ``__torch_dispatch__``: ``sdpa_without_autograd`` (a rewrite) sends it to the op path, where the same
+  lowering computes it (``ops/attention.py``).
+
+Dropout (p > 0), and a float mask that needs a gradient, keep torch's own decomposition.
+Torch only: ``define()`` runs at ``import torch`` (``_registration``).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..ops import tpu_ops
+from .op_path import run_op
+
+_LIBS: list = []
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, attn_mask, is_causal, scale, enable_gqa):
+        with torch._C._AutoDispatchBelowAutograd():
+            out = torch.ops.tpu.attention.default(q, k, v, attn_mask, is_causal, scale, enable_gqa)
+        ctx.save_for_backward(q, k, v, attn_mask)
+        ctx.static = (is_causal, scale, enable_gqa)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, attn_mask = ctx.saved_tensors
+        gq, gk, gv = torch.ops.tpu.attention_backward.default(grad_out, q, k, v, attn_mask, *ctx.static)
+        return gq, gk, gv, None, None, None, None
+
+
+def _attention_autograd(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+    if attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError("tpu::attention: attn_mask requires grad, which tpu::attention does not "
+                           "compute; call torch.nn.functional.scaled_dot_product_attention instead")
+    return _Attention.apply(q, k, v, attn_mask, is_causal, scale, enable_gqa)
+
+
+def needs_decomposition(attn_mask, dropout_p) -> bool:
+    """Dropout, or a mask gradient: torch's decomposition computes these, not tpu::attention."""
+    return (not isinstance(dropout_p, (int, float)) or dropout_p > 0.0
+            or (attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled()))
+
+
+def _sdpa_autograd_tpu(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                       enable_gqa=False):
+    if needs_decomposition(attn_mask, dropout_p):
+        return torch.ops.aten.scaled_dot_product_attention.default.decompose(
+            q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return torch.ops.tpu.attention.default(q, k, v, attn_mask, is_causal, scale, enable_gqa)
+
+
+def sdpa_without_autograd(func, args, kwargs):
+    """aten SDPA reaching ``__torch_dispatch__`` (inference_mode): the lowering, or torch's
+    decomposition when dropout is on."""
+    dropout = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
+    if needs_decomposition(None, dropout):
+        return func.decompose(*args, **kwargs)
+    return run_op(func, args, kwargs)
+
+
+def define() -> None:
+    """Define the tpu ops and route aten SDPA on tpu tensors to them (once per process)."""
+    if _LIBS:
+        return
+    tpu_ops.define()
+    lib = torch.library.Library("tpu", "IMPL")
+    lib.impl("attention", _attention_autograd, "Autograd")
+    aten_lib = torch.library.Library("aten", "IMPL")
+    aten_lib.impl("scaled_dot_product_attention", _sdpa_autograd_tpu, "AutogradPrivateUse1")
+    _LIBS.extend([lib, aten_lib])

@@ -1,0 +1,153 @@
+"""Arguments and dtypes torch's CPU kernels refuse but its meta kernels accept: the same refusal here.
+
+Validators (``validate.validates``) run on the host once per program key with the call's arguments;
+only static arguments (dims, dtypes, ``float`` parameters such as uniform_'s bounds) and input
+dtypes/shapes are checked here. Values on the device (probabilities, class indices, divisors) are
+checked inside the lowerings with ``checks.require``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .registry import aten
+from .validate import _CPP_NAMES, _random_bounds, validates
+
+# --- complex inputs: ordering and rounding are not defined ------------------------------------------
+_CPU_KERNEL = {"lt": "lt_cpu", "le": "le_cpu", "gt": "gt_cpu", "ge": "ge_cpu", "max": "max_all", "min": "min_all",
+               "amax": "max_values_cpu", "amin": "min_values_cpu", "cummax": "cummax_cpu", "cummin": "cummin_cpu",
+               "aminmax": "aminmax_cpu", "median": "median_cpu", "nanmedian": "median_cpu",
+               "kthvalue": "kthvalue_cpu", "atan2": "atan2_cpu", "round": "round_vml_cpu", "erf": "erf_vml_cpu",
+               "remainder": "remainder_cpu", "fmod": "fmod_cpu", "floor_divide": "div_floor_cpu"}
+_OWN_MESSAGE = {
+    "maximum": "maximum not implemented for complex tensors.",
+    "minimum": "minimum not implemented for complex tensors.",
+    "fmax": "fmax not implemented for complex tensors.",
+    "fmin": "fmin not implemented for complex tensors.",
+    "sort": "Sort does not support complex dtypes on CPU",
+    "argsort": "Sort does not support complex dtypes on CPU",
+    "msort": "Sort does not support complex dtypes on CPU",
+    "topk": "topk does not support complex dtypes on CPU",
+    "heaviside": "heaviside is not yet implemented for complex tensors.",
+    "argmax": "argmax(): does not support complex input",
+    "argmin": "argmin(): does not support complex input",
+    "sign": "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead.",
+    "floor": "floor is not supported for complex inputs",
+    "ceil": "ceil is not supported for complex inputs",
+    "trunc": "trunc is not supported for complex inputs",
+    "hardtanh": "clamp is not supported for complex types",
+    "relu": "clamp is not supported for complex types",
+}
+# torch raises RuntimeError for these, NotImplementedError for the dispatch-macro ones
+_RUNTIME = {"maximum", "minimum", "fmax", "fmin", "sort", "argsort", "msort", "topk", "heaviside", "argmax",
+            "argmin"}
+
+
+def _complex_name(dtype) -> str:
+    return {torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+            torch.complex32: "ComplexHalf"}.get(dtype, str(dtype))
+
+
+def _refuse_complex(name):
+    def check(*args, **kwargs):
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, torch.Tensor) and a.is_complex():
+                if name in _OWN_MESSAGE:
+                    msg = _OWN_MESSAGE[name]
+                else:
+                    msg = f'"{_CPU_KERNEL[name]}" not implemented for \'{_complex_name(a.dtype)}\''
+                if name in ("max", "min") and len(args) > 1:  # max.dim / max.other
+                    raise RuntimeError(f"{name}(): does not support complex input" if not isinstance(
+                        args[1], torch.Tensor) else f"{name}imum not implemented for complex tensors.")
+                raise (RuntimeError if name in _RUNTIME else NotImplementedError)(msg)
+
+    return check
+
+
+def _functional_overloads(name):
+    packet = getattr(aten, name, None)
+    if packet is None:
+        return []
+    out = []
+    for ov_name in packet.overloads():
+        ov = getattr(packet, ov_name)
+        if not any(a.is_out for a in ov._schema.arguments) and any(
+                str(a.type).startswith("Tensor") for a in ov._schema.arguments):
+            out.append(ov)
+    return out
+
+
+for _name in (*_CPU_KERNEL, *_OWN_MESSAGE):
+    validates(*_functional_overloads(_name))(_refuse_complex(_name))
+
+
+# --- random ops: bounds and probabilities given as numbers ----------------------------------------
+
+
+@validates(aten.randint_like.default, aten.randint_like.low_dtype)
+def _randint_like(x, *bounds, **_):
+    low, high = (0, bounds[0]) if len(bounds) == 1 else bounds[:2]
+    if isinstance(high, torch.Tensor) or isinstance(low, torch.Tensor):
+        return
+    _random_bounds(x, low, high)
+
+
+@validates(aten.uniform_.default)
+def _uniform(x, *bounds, **named):
+    low = bounds[0] if len(bounds) > 0 else named.get("from", 0.0)
+    high = bounds[1] if len(bounds) > 1 else named.get("to", 1.0)
+    name = _CPP_NAMES.get(x.dtype, str(x.dtype))
+    for what, v in (("from", low), ("to", high)):
+        if not math.isfinite(v) or (x.dtype.is_floating_point and abs(v) > torch.finfo(x.dtype).max):
+            raise RuntimeError(f"{what} is out of bounds for {name}")
+    if low > high:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={low} > to={high}")
+
+
+@validates(aten.bernoulli.p, aten.bernoulli_.float)
+def _bernoulli_p(x, p=0.5, **_):
+    if not 0 <= p <= 1:
+        raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
+
+
+# --- dtypes that must match -----------------------------------------------------------------------
+_TYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+               torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+               torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+               torch.complex128: "ComplexDouble"}
+
+
+@validates(aten.index_put.default, aten._unsafe_index_put.default)
+def _index_put(x, indices, values, accumulate=False):
+    if isinstance(values, torch.Tensor) and values.dtype != x.dtype:
+        raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
+                           f"{_TYPE_NAMES.get(x.dtype, x.dtype)} for the destination and "
+                           f"{_TYPE_NAMES.get(values.dtype, values.dtype)} for the source.")
+
+
+def check_inplace_result(func, target_func, meta_args, meta_kwargs) -> None:
+    """An in-place op stores its result into ``self``: torch refuses a result dtype that cannot be cast to
+    ``self``'s (``int_tensor.mul_(float_tensor)``), which meta kernels do not check. ``target_func``: the
+    functional overload; the arguments are meta tensors (called before the in-place meta kernel)."""
+    if target_func is func or not func._schema.name.endswith("_") or not meta_args:
+        return
+    self_meta = meta_args[0]
+    try:
+        result_meta = target_func(*meta_args, **meta_kwargs)
+    except Exception:  # noqa: BLE001 - the in-place meta kernel reports bad arguments itself
+        return
+    if isinstance(result_meta, (tuple, list)):
+        result_meta = result_meta[0] if result_meta else None
+    if not isinstance(result_meta, torch.Tensor) or not isinstance(self_meta, torch.Tensor):
+        return
+    if result_meta.dtype != self_meta.dtype and not torch.can_cast(result_meta.dtype, self_meta.dtype):
+        raise RuntimeError(f"result type {_TYPE_NAMES.get(result_meta.dtype, result_meta.dtype)} can't be cast to "
+                           f"the desired output type {_TYPE_NAMES.get(self_meta.dtype, self_meta.dtype)}")
+
+
+@validates(aten.masked_select.default)
+def _masked_select(x, mask):
+    if mask.dtype != torch.bool:
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
+    torch.empty(x.shape, device="meta") + torch.empty(mask.shape, device="meta")  # torch's broadcast error

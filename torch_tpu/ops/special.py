@@ -1,0 +1,44 @@
+"""Special functions (polygamma, Bessel i0e/i1/i1e) and the backward of replication padding.
+
+torch's autograd formulas reach these: digamma' is polygamma(1, x), i0' is i1 (through torch's
+decomposition into ``prims.bessel_i1``), and replication padding's backward sums the gradient of every
+repeated edge element back into it (the transpose of the forward ``jnp.pad(mode="edge")``, by vjp).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from .registry import aten, register
+from .shape import _pad_mode
+from ._util import to_float, upcast
+
+_PRIMS = torch.ops.prims
+
+
+def _float(fn):
+    def lower(x):
+        return fn(upcast(to_float(jnp.asarray(x))))
+
+    return lower
+
+
+@register(aten.polygamma.default)
+def polygamma(n, x):
+    return jax.scipy.special.polygamma(n, upcast(to_float(jnp.asarray(x))))
+
+
+for _ops, _fn in (((aten.special_i0e, _PRIMS.bessel_i0e), jax.scipy.special.i0e),
+                  ((aten.special_i1, _PRIMS.bessel_i1), jax.scipy.special.i1),
+                  ((aten.special_i1e, _PRIMS.bessel_i1e), jax.scipy.special.i1e)):
+    register(*(op.default for op in _ops))(_float(_fn))
+
+_EDGE = _pad_mode("edge")
+
+
+@register(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+          aten.replication_pad3d_backward.default)
+def replication_pad_backward(grad, x, padding):
+    _, vjp = jax.vjp(lambda v: _EDGE(v, padding), jnp.zeros(x.shape, grad.dtype))
+    return vjp(grad)[0]

@@ -1,0 +1,167 @@
+"""Loading a warm process's programs before it asks for them, on a background thread.
+
+Each process notes the structural disk keys of its programs in the order it first needs them, and at exit
+stores that sequence twice (verified disk entries): as "the last run's", and under a name made from its
+first few keys (a workload that starts the same way, same model and shapes, finds it).
+
+A new process starts loading the last run's sequence on a background thread at its first device transfer
+(while the model's weights move, before its first op); once it has needed its own first few keys it
+checks that guess, and switches to the sequence named by those keys when the last run was another
+workload. Deserialising an executable releases the GIL for most of its time, so the main thread goes on
+meanwhile; ``take`` hands a loaded program over. A program not loaded yet is loaded by the main thread as
+before: prefetching never changes which program runs (each is found by its own verified key), only when
+it is read from disk.
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import threading
+
+from . import counters, disk_cache, stable_keys
+
+_FIRST = 8            # keys that name a workload
+_MAX_KEYS = 50_000    # longest sequence kept
+_loader = None        # program_cache's loader: alias key -> program or None
+
+
+class _State:
+    lock = threading.Lock()
+    started = False
+    order: list = []          # this process's keys, first use order
+    known: set = set()
+    ready: dict = {}          # key -> program loaded ahead
+    source: list | None = None  # the sequence being prefetched
+    guess: list | None = None   # the last run's sequence, read at the first device use
+    stop: threading.Event | None = None
+
+
+def set_loader(fn) -> None:
+    global _loader
+    _loader = fn
+
+
+def _named_key(first: list) -> str:
+    digest = hashlib.sha256("\n".join(first).encode()).hexdigest()
+    return "program-sequence\n" + digest + "\n" + stable_keys.environment(True)
+
+
+def _last_key() -> str:
+    return "program-sequence-last\n" + stable_keys.environment(True)
+
+
+def _read(key: str) -> list | None:
+    payload = disk_cache.load(key)
+    if payload is None:
+        return None
+    try:
+        keys = json.loads(payload)
+    except ValueError:
+        return None
+    return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else None
+
+
+def started() -> bool:
+    return _State.started
+
+
+def start_early() -> None:
+    """First device use: start loading what the last run used (a guess, checked after _FIRST keys)."""
+    st = _State
+    if st.started:
+        return
+    st.started = True
+    if _loader is None or not disk_cache.enabled():
+        return
+    try:
+        keys = _read(_last_key())
+    except Exception:  # never let a guess fail the transfer that triggered it
+        return
+    st.guess = keys
+    if keys:
+        _launch(keys)
+
+
+def _launch(keys: list) -> None:
+    st = _State
+    if st.stop is not None:
+        st.stop.set()
+    st.source = keys
+    st.stop = stop = threading.Event()
+    threading.Thread(target=_run, args=(keys, stop), name="torch_tpu-prefetch", daemon=True).start()
+
+
+def seen(key: str) -> None:
+    """The main thread needs ``key`` now (found, loaded or compiled)."""
+    st = _State
+    if key in st.known:
+        return
+    with st.lock:
+        st.known.add(key)
+        if len(st.order) < _MAX_KEYS:
+            st.order.append(key)
+        check = len(st.order) == _FIRST
+    if check:
+        _check_guess()
+
+
+def _check_guess() -> None:
+    st = _State
+    first = st.order[:_FIRST]
+    if st.source is not None and st.source[:_FIRST] == first:
+        return  # the last run was this workload
+    keys = _read(_named_key(first))
+    if keys:
+        _launch(keys)
+    elif st.stop is not None:  # a wrong guess and nothing better: stop loading programs for nothing
+        st.stop.set()
+        st.source = None
+
+
+def take(key: str):
+    """The program of ``key`` if the background thread has loaded it."""
+    if not _State.ready:
+        return None
+    with _State.lock:
+        return _State.ready.pop(key, None)
+
+
+def _run(todo: list, stop: threading.Event) -> None:
+    st = _State
+    for key in todo:
+        if stop.is_set():
+            return
+        if key in st.known or key in st.ready:
+            continue
+        try:
+            prog = _loader(key)
+        except Exception:
+            prog = None
+        if prog is not None:
+            with st.lock:
+                if key not in st.known:
+                    st.ready[key] = prog
+                    counters.add("cache_prefetched", 1)
+
+
+def save() -> None:
+    """Store this process's sequence (once it names a workload) for the next process."""
+    st = _State
+    if st.stop is not None:
+        st.stop.set()
+    with st.lock:
+        order = list(st.order)
+    if len(order) < _FIRST or not disk_cache.enabled():
+        return
+    first = order[:_FIRST]
+    old = st.source if st.source is not None and st.source[:_FIRST] == first else []
+    merged = order + [k for k in old if k not in st.known]
+    payload = json.dumps(merged[:_MAX_KEYS]).encode()
+    if merged != old:
+        disk_cache.store(_named_key(first), payload)
+    if merged != old or st.guess is None or st.guess[:_FIRST] != first:
+        disk_cache.store(_last_key(), payload)
+
+
+atexit.register(save)  # registered after disk_cache's drain, so it runs before it

@@ -1,0 +1,98 @@
+"""JAX interop: ``to_jax`` / ``from_jax`` (zero copy where the layout allows) and DLPack both ways.
+
+A tpu tensor's storage holds one immutable ``jax.Array``. ``to_jax`` of a tensor that is its whole
+storage returns that very array (no copy); a view (a slice, a transpose, a dtype view) is read into a
+new array first. ``from_jax`` wraps an array of this process's device as the storage of a new tensor
+(no copy; an array on another device is copied there). Because device arrays are immutable, both
+directions are snapshots: a later in-place op on the tensor replaces its storage's array and leaves
+the ``jax.Array`` the user holds unchanged, exactly as a functional update does in JAX.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..engine.fused import materialize
+from ..runtime import dtypes, platform
+from .tensor import TpuStorage, TpuTensor, value_of
+
+
+@platform.with_x64
+def to_jax(tensor: torch.Tensor):
+    """The value of a tpu tensor as a ``jax.Array`` on its device (the storage's own array when the
+    tensor is the whole storage; autograd does not follow it)."""
+    if not isinstance(tensor, TpuTensor):
+        where = tensor.device if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        raise TypeError(f"torch_tpu.to_jax expects a tpu tensor, got {where}; move it with .to('tpu') "
+                        "first (or use jax.numpy.asarray(t.numpy()) for a CPU tensor)")
+    return materialize(value_of(tensor))
+
+
+@platform.with_x64
+def from_jax(array, *, requires_grad: bool = False) -> torch.Tensor:
+    """A new tpu tensor holding ``array`` (a ``jax.Array``): no copy when the array is on this
+    process's tpu device, else one copy to it."""
+    jax = platform.jax()
+    if not isinstance(array, jax.Array):
+        raise TypeError(f"torch_tpu.from_jax expects a jax.Array, got {type(array).__name__}")
+    if isinstance(array, jax.core.Tracer):
+        raise TypeError("torch_tpu.from_jax got a traced value (inside jax.jit/grad): pass a concrete array")
+    if array.is_deleted():
+        raise RuntimeError("torch_tpu.from_jax: the jax.Array was deleted (donated or freed)")
+    try:
+        dtype = dtypes.to_torch_dtype(array.dtype)
+    except KeyError:
+        raise TypeError(f"torch_tpu.from_jax: jax dtype {array.dtype} has no torch equivalent on the tpu "
+                        "device") from None
+    device = platform.jax_device(0)
+    if array.devices() != {device} or not array.is_fully_addressable:
+        array = jax.device_put(array, device)
+    elif getattr(array, "weak_type", False):
+        # a weakly typed array (from a Python scalar) would make every program retrace for it
+        array = jax.device_put(array.astype(array.dtype), device)
+    storage = TpuStorage(array, tuple(array.shape), dtype, 0)
+    tensor = TpuTensor(storage, tuple(array.shape), dtype=dtype)
+    return tensor.requires_grad_(True) if requires_grad else tensor
+
+
+@platform.with_x64
+def from_dlpack(obj, *, copy: bool | None = None) -> torch.Tensor:
+    """A tpu tensor from any DLPack producer (a CPU or CUDA torch tensor, a NumPy or CuPy array, a
+    capsule): zero copy where the producer's memory is on this process's device and JAX accepts it.
+    Like every DLPack import, a zero-copy result shares the producer's memory: writing the source
+    afterwards is undefined for the tpu tensor (pass ``copy=True`` to own the bytes)."""
+    jax = platform.jax()
+    if isinstance(obj, TpuTensor):
+        return obj.detach().clone() if copy else obj.detach()
+    device = platform.jax_device(0)
+    try:
+        array = jax.dlpack.from_dlpack(obj, device=device, copy=copy)
+    except Exception:
+        if isinstance(obj, torch.Tensor) and copy is not False:  # JAX refuses this layout or device
+            return obj.detach().to("tpu")
+        raise
+    if copy:  # JAX may still alias the producer's memory (its CPU client does): copy explicitly
+        array = jax.device_put(array, device, may_alias=False).block_until_ready()  # copied before return
+    return from_jax(array)
+
+
+def _dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    array = to_jax(self)
+    kwargs = {}
+    if stream is not None:
+        kwargs["stream"] = stream
+    if max_version is not None:
+        kwargs["max_version"] = max_version
+    if dl_device is not None:
+        kwargs["dl_device"] = dl_device
+    if copy is not None:
+        kwargs["copy"] = copy
+    return array.__dlpack__(**kwargs)
+
+
+def _dlpack_device(self):
+    return to_jax(self).__dlpack_device__()
+
+
+def install() -> None:
+    TpuTensor.__dlpack__ = _dlpack
+    TpuTensor.__dlpack_device__ = _dlpack_device
