@@ -34,10 +34,15 @@ def _run_stage(stage: str, device: str, steps: int, warm: int) -> dict:
                             latent_cache=4 * train.TrainConfig.transformer_batch)
     sync = torch.tpu.synchronize if device == "tpu" else (lambda: None)
     marks: list[float] = []
+    compiles: list[int] = []
 
     def on_step(i):
         sync()
         marks.append(time.perf_counter())
+        if device == "tpu":
+            import torch_tpu
+
+            compiles.append(torch_tpu.stats()["compiles"])
 
     t0 = time.perf_counter()
     if stage == "vae":
@@ -46,8 +51,12 @@ def _run_stage(stage: str, device: str, steps: int, warm: int) -> dict:
         train.fit_latent_stats(pipe.vae, device, seed=5, n=64)
         train.train_transformer(pipe, mcfg, cfg, device, progress=False, on_step=on_step)
     steady = (marks[-1] - marks[warm - 1]) / (len(marks) - warm) if len(marks) > warm else float("nan")
-    return {"first_step_s": marks[0] - t0 if marks else float("nan"), "steady_s_per_step": steady,
-            "steps_per_s": 1.0 / steady}
+    row = {"first_step_s": marks[0] - t0 if marks else float("nan"), "steady_s_per_step": steady,
+           "steps_per_s": 1.0 / steady}
+    if compiles:
+        # compiles after each step: must stay flat once the first steps have built their programs
+        row["compiles_per_step"] = [b - a for a, b in zip(compiles, compiles[1:])]
+    return row
 
 
 def main() -> int:
@@ -56,6 +65,7 @@ def main() -> int:
     p.add_argument("--warm", type=int, default=3)
     p.add_argument("--modes", default="eager,fused")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--stages", default="vae,transformer")
     args = p.parse_args()
     import torch
 
@@ -64,7 +74,7 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = []
-    for stage in ("vae", "transformer"):
+    for stage in [s for s in args.stages.split(",") if s]:
         cpu = _run_stage(stage, "cpu", args.steps, args.warm)
         rows.append({"stage": stage, "device": "cpu", **cpu})
         for mode in [m for m in args.modes.split(",") if m]:
@@ -74,7 +84,8 @@ def main() -> int:
                          "ratio_vs_cpu": tpu["steps_per_s"] / cpu["steps_per_s"]})
         for r in rows[-1 - len(args.modes.split(",")):]:
             print(f"{r['stage']:<12s}{r['device']:<12s}{r['steps_per_s']:8.3f} steps/s"
-                  + (f"  ({r['ratio_vs_cpu']:.3f}x CPU torch)" if "ratio_vs_cpu" in r else ""), flush=True)
+                  + (f"  ({r['ratio_vs_cpu']:.3f}x CPU torch)" if "ratio_vs_cpu" in r else "")
+                  + (f"  compiles/step {r['compiles_per_step']}" if "compiles_per_step" in r else ""), flush=True)
     _common.write("demo_training", {"steps": args.steps, "warm": args.warm, "rows": rows})
     return 0
 

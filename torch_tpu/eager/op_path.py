@@ -80,9 +80,9 @@ class LoweredEntry:
         a program that is not on disk), from torch's meta kernel as a fresh entry would."""
         fn = self.fn
         if fn is None:
-            func, meta_args, meta_kwargs, example = self.recipe
+            func, meta_args, meta_kwargs, example, tmpl = self.recipe
             low, target_func = registry.resolve(func)
-            fn = self.fn = _plan(func, low, target_func, meta_args, meta_kwargs, example)[0]
+            fn = self.fn = _plan(func, low, target_func, meta_args, meta_kwargs, example, tmpl)[0]
         return fn(*arrs)
 
     def compile(self, arrays, args, kwargs):
@@ -178,8 +178,9 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.func = func
     entry.key = program_key
     entry.fn = None
+    # the templates come from the real arguments: a folded view's read (a ViewSlot) is not in its meta
     entry.recipe = (func, to_meta(list(args)), {k: to_meta(v) for k, v in kwargs.items()},
-                    [fused.abstract(a) for a in example])
+                    [fused.abstract(a) for a in example], templates(func, args, kwargs))
     entry.loaded = True
     entry.compiled = None
     entry.avals = tuple((shape, dtypes.to_jax_dtype(dt)) for shape, dt in desc.avals)
@@ -196,7 +197,7 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     return entry
 
 
-def _plan(func, low, target_func, args, kwargs, example):
+def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
     """What torch says ``func`` returns for these arguments (its meta kernel, which also raises torch's
     errors for bad input), and the traceable function computing it with the op table's lowering:
     (fn, out_leaves, write_metas, meta_out, in_place, device_checks); device_checks (the messages of the
@@ -212,7 +213,7 @@ def _plan(func, low, target_func, args, kwargs, example):
     except NotImplementedError:
         meta_out, has_meta = None, False
 
-    tmpl_args, tmpl_kwargs, n_inputs = templates(func, args, kwargs)
+    tmpl_args, tmpl_kwargs, n_inputs = templates(func, args, kwargs) if tmpl is None else tmpl
     in_place = bool(writes) and _is_inplace_or_out(func)
     write_metas = [meta_kwargs[name] if name in meta_kwargs else meta_args[pos] for pos, name in writes]
     if has_meta:  # torch's meta kernel resized a wrongly shaped out= tensor; we cannot resize
