@@ -1,7 +1,7 @@
 """``python -m torch_tpu.demo``: train and evaluate the demo model (coloured shapes, 64x64).
 
     python -m torch_tpu.demo train --device cpu --out DIR
-    python -m torch_tpu.demo train --device tpu --out DIR --mode fused
+    python -m torch_tpu.demo train --device tpu --out DIR       # VAE strict eager, transformer fused
     python -m torch_tpu.demo eval --model DIR --device cpu --seeds 4
     python -m torch_tpu.demo data --out grid.png          # a look at the data set
 """
@@ -14,6 +14,9 @@ import sys
 import time
 
 _MODES = {"eager": "DEFER_NEVER", "fused": "DEFER_AND_FUSE"}
+# The fastest tpu mode of each training stage (bench/bench_demo_training.py: the VAE's convolutions run
+# faster op by op, the transformer step faster as fused graphs).
+_AUTO = {"vae": "DEFER_NEVER", "transformer": "DEFER_AND_FUSE"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,8 +29,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def common(q):
         q.add_argument("--device", choices=("cpu", "tpu"), default="cpu")
-        q.add_argument("--mode", choices=tuple(_MODES), default="eager",
-                       help="tpu eager mode: eager = DEFER_NEVER, fused = DEFER_AND_FUSE")
+        q.add_argument("--mode", choices=tuple(_MODES) + ("auto",), default="auto",
+                       help="tpu eager mode: eager = DEFER_NEVER, fused = DEFER_AND_FUSE; auto: training "
+                            "stages in their fastest mode (VAE eager, transformer fused), else eager")
         q.add_argument("--threads", type=int, default=None,
                        help="torch CPU threads (default: torch's; use 1 on a shared, busy machine)")
 
@@ -76,7 +80,7 @@ def _setup(args):
     if args.device == "tpu":
         import torch_tpu
 
-        torch.tpu.eager_mode = getattr(torch_tpu.EagerMode, _MODES[args.mode])
+        torch.tpu.eager_mode = getattr(torch_tpu.EagerMode, _MODES.get(args.mode, "DEFER_NEVER"))
 
 
 def cmd_train(args) -> int:
@@ -89,8 +93,9 @@ def cmd_train(args) -> int:
     mcfg = DemoConfig(**mkw)
     t0 = time.perf_counter()
     stages = tuple(s for s in args.stages.split(",") if s)
+    modes = _AUTO if args.mode == "auto" else None
     train(args.out, device=args.device, mcfg=mcfg, cfg=tcfg, stages=stages, resume=args.resume,
-          progress=not args.no_progress)
+          progress=not args.no_progress, modes=modes)
     print(f"trained in {time.perf_counter() - t0:.1f} s; saved to {args.out}")
     return 0
 

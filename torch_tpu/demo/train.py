@@ -38,11 +38,11 @@ __all__ = ["TrainConfig", "fit_latent_stats", "images_to_tensor", "train", "trai
 @dataclasses.dataclass
 class TrainConfig:
     seed: int = 0
-    vae_steps: int = 1500
+    vae_steps: int = 800
     vae_batch: int = 16
     vae_lr: float = 2e-3
     kl_weight: float = 1e-4  # on the KL per latent element, against the MSE per pixel
-    transformer_steps: int = 3000
+    transformer_steps: int = 7500
     transformer_batch: int = 32
     transformer_lr: float = 1e-3
     latent_cache: int = 16384  # images encoded once before the transformer stage (posterior mean and std)
@@ -288,8 +288,11 @@ def _save(pipe, out: pathlib.Path, info: dict) -> None:
 
 def train(out: str, device: str = "cpu", mcfg: _model.DemoConfig = _model.DemoConfig(),
           cfg: TrainConfig = TrainConfig(), stages: tuple[str, ...] = ("vae", "transformer"),
-          resume: str | None = None, progress: bool = True) -> dict:
+          resume: str | None = None, progress: bool = True, modes: dict[str, str] | None = None) -> dict:
     """Build the pipeline, train ``stages`` on ``device``, save it to ``out``.
+
+    ``modes`` (tpu only): the eager mode of each stage by name, e.g. {"vae": "DEFER_NEVER",
+    "transformer": "DEFER_AND_FUSE"}; a stage not named runs in the current mode.
 
     With ``resume`` (a folder saved by an earlier run), the components of the stages not trained now
     are taken from there (their config must agree with ``mcfg``).
@@ -323,19 +326,34 @@ def train(out: str, device: str = "cpu", mcfg: _model.DemoConfig = _model.DemoCo
     pipe.set_progress_bar_config(disable=True)
     pipe.to(device)
     if "vae" in stages:
-        stats = train_vae(pipe.vae, cfg, device, progress)
-        shift, scale = fit_latent_stats(pipe.vae, device, cfg.seed * 1000 + 5)
-        stats.update(shift_factor=shift, scaling_factor=scale, config=_stage_cfg(cfg, "vae"), device=device)
+        with _stage_mode(device, modes, "vae"):
+            stats = train_vae(pipe.vae, cfg, device, progress)
+            shift, scale = fit_latent_stats(pipe.vae, device, cfg.seed * 1000 + 5)
+        stats.update(shift_factor=shift, scaling_factor=scale, config=_stage_cfg(cfg, "vae"), device=device,
+                     mode=(modes or {}).get("vae"))
         info["stages"]["vae"] = stats
         _print_stage("vae", stats)
         _save(pipe, out_path, info)
     if "transformer" in stages:
-        stats = train_transformer(pipe, mcfg, cfg, device, progress)
-        stats.update(config=_stage_cfg(cfg, "transformer"), device=device)
+        with _stage_mode(device, modes, "transformer"):
+            stats = train_transformer(pipe, mcfg, cfg, device, progress)
+        stats.update(config=_stage_cfg(cfg, "transformer"), device=device, mode=(modes or {}).get("transformer"))
         info["stages"]["transformer"] = stats
         _print_stage("transformer", stats)
         _save(pipe, out_path, info)
     return info
+
+
+def _stage_mode(device: str, modes: dict[str, str] | None, stage: str):
+    """The tpu eager mode ``modes[stage]`` for the duration of a stage (nothing on CPU or when unnamed)."""
+    import contextlib
+
+    name = (modes or {}).get(stage)
+    if device != "tpu" or name is None:
+        return contextlib.nullcontext()
+    import torch_tpu
+
+    return torch.tpu.set_eager_mode(getattr(torch_tpu.EagerMode, name))
 
 
 def _stage_cfg(cfg: TrainConfig, stage: str) -> dict:
