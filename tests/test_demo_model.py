@@ -81,7 +81,7 @@ def test_tpu_draws_the_prompts_as_cpu_torch_does(mode, cpu_images):
     for key, img in images.items():
         ref = cpu_images[key]
         diff = np.abs(img - ref)
-        assert diff.max() < 0.02 and diff.mean() < 1e-3, (mode, key, float(diff.max()), float(diff.mean()))
+        assert diff.max() < 2e-3 and diff.mean() < 1e-4, (mode, key, float(diff.max()), float(diff.mean()))
         assert judge.matches(_to_uint8(img), key[0]) == judge.matches(_to_uint8(ref), key[0]), (mode, key)
     acc, fails = _accuracy(images)
     assert acc >= ACCURACY, (mode, fails)
