@@ -27,6 +27,11 @@ LOOSE = {"cumprod", "prod", "erfinv", "logit", "polar", "angle", "sgn", "median"
          "linalg.vector_norm", "std", "std.unbiased", "std_mean", "std_mean.unbiased", "var", "var.unbiased",
          "var_mean", "var_mean.unbiased", "xlogy", "float_power", "pow", "digamma", "lgamma", "i0"}
 
+# OpInfo samples where float32 itself loses the answer, so two correct float32 algorithms differ by more
+# than LOOSE allows: logcumsumexp's sample holds |x| up to 1e4 (its gradient: CPU torch is 2.5e-3 from
+# float64, the tpu's associative scan 8.8e-3)
+ILL_CONDITIONED = {"logcumsumexp": 1e-2}
+
 
 def _weights_like(t: torch.Tensor) -> torch.Tensor:
     n = t.numel()
@@ -305,7 +310,8 @@ def _make_case(kind, name, mode):
             op, make = EXTRA[name]
             fn, tensors = _fwd_bwd(op), make()
             loose = False
-        D.check(fn, *tensors, modes=[mode], atol=1e-3 if loose else 1e-4, rtol=1e-3 if loose else 1e-4)
+        tol = ILL_CONDITIONED.get(name, 1e-3 if loose else 1e-4)
+        D.check(fn, *tensors, modes=[mode], atol=tol, rtol=tol)
     return run
 
 

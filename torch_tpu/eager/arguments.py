@@ -6,7 +6,8 @@ The key holds everything that changes the program and nothing that changes betwe
 - Python numbers passed as a ``Scalar`` of the schema (``alpha=``, ``x * 2.5``, a fill value): their
   type only (int, float, complex), the value is a dynamic input, so an optimizer whose learning rate
   changes every step reuses one program. Booleans stay in the key, and so do the Scalars a lowering
-  declares ``static`` (addmm's ``beta``: 0 means "ignore the input, NaN included");
+  declares ``static`` (addmm's ``beta``: 0 means "ignore the input, NaN included"), or only those of
+  their values its ``static_when`` accepts (pow's exponent 2: x * x; any other exponent is an input);
 - every other static argument (dims, sizes, dtypes, ``eps``) by type and exact value: ``1``, ``1.0``,
   ``True`` and ``1+0j`` are distinct keys, so are ``0.0`` and ``-0.0``, and NaN is found again.
 
@@ -59,20 +60,42 @@ _VALUE_TYPES = ("number", "Optional[number]", "Tensor", "Optional[Tensor]")
 
 
 def _scalar_slots(func):
-    """(positions, keyword names) of the arguments whose Python number can be a dynamic input."""
+    """(positions, keyword names) of the arguments whose Python number can be a dynamic input, and
+    (positions, names, predicate) of the static ones that are static only for the values the predicate
+    accepts (``Lowering.static_when``)."""
     slots = _SCALAR_SLOTS.get(id(func))
     if slots is None:
+        some = (frozenset(), frozenset(), None)
         if id(func) in _STATIC_SCALAR_OPS or func._schema.name in _SHAPE_SCALAR_OPS:
-            slots = (frozenset(), frozenset())
+            slots = (frozenset(), frozenset(), some)
         else:
             ops.load()  # the first op of a process gets here before any lowering module is imported
             low, _ = registry.resolve(func)
             static = low.static if low is not None else ()
-            numbers = [(i, a.name) for i, a in enumerate(func._schema.arguments)
-                       if str(a.type) in _VALUE_TYPES and a.name not in static]
-            slots = (frozenset(i for i, _ in numbers), frozenset(n for _, n in numbers))
+            numbers = [(i, a.name, a.name in static) for i, a in enumerate(func._schema.arguments)
+                       if str(a.type) in _VALUE_TYPES]
+            slots = (frozenset(i for i, _, st in numbers if not st), frozenset(n for _, n, st in numbers if not st))
+            if low is not None and low.static_when is not None:
+                some = (frozenset(i for i, _, st in numbers if st), frozenset(n for _, n, st in numbers if st),
+                        low.static_when)
+            slots = slots + (some,)
         _SCALAR_SLOTS[id(func)] = slots
     return slots
+
+
+def _dynamic_position(slots, i, x) -> bool:
+    """The number ``x`` at position ``i`` is a dynamic input."""
+    if i in slots[0]:
+        return True
+    some = slots[2]
+    return i in some[0] and not some[2](x)
+
+
+def _dynamic_name(slots, k, x) -> bool:
+    if k in slots[1]:
+        return True
+    some = slots[2]
+    return k in some[1] and not some[2](x)
 
 
 def keep_scalars_static(func) -> None:
@@ -82,14 +105,28 @@ def keep_scalars_static(func) -> None:
     _SCALAR_SLOTS.pop(id(func), None)
 
 
-def _scalar(x, sig, arrays):
+def _scalar(x, sig, arrays, args):
     """A number in a Scalar slot: dynamic (its type in the key, its value an input) unless a bool."""
     t = type(x)
     if t is bool:
         sig.append(static_key(x))
     else:
-        sig.append(_DYNAMIC_TAGS[t])
+        if t is int and x >= 2 ** 63:
+            x = _beyond_int64(x, args)
+            t = type(x)
+        sig.append(_DYNAMIC_TAGS[t])  # a converted int is keyed as what it became
         arrays.append(x)
+
+
+def _beyond_int64(x, args):
+    """An int in [2**63, 2**64): torch holds it as a uint64 Scalar, which wraps into an integer tensor's
+    dtype and converts to a float one's (x + 2**63 is x - 2**63 on int64, 9.2e18 on float32). Larger
+    ints stay as they are (JAX refuses them, as torch does)."""
+    if x >= 2 ** 64:
+        return x
+    if any(isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()) for a in args):
+        return float(x)
+    return x - 2 ** 64
 
 
 _DYNAMIC_TAGS = {int: ("scalar", "int"), float: ("scalar", "float"), complex: ("scalar", "complex")}
@@ -120,17 +157,27 @@ class ViewSlot(Slot):
         return self.read(arrays[i], arrays[i + 1] if self.has_offset else 0)
 
 
-def _fold_view(x, sig, arrays):
-    """A view input: its geometry in the key, its storage's array (and offset when not 0) as inputs."""
-    storage = x._tpu_storage
-    offset = x.storage_offset()
-    sig.append(("view", storage.shape, storage.dtype, x.dtype, x.shape, x.stride(), offset == 0))
+def _storage_array(storage):
+    """A storage's array as a program input (zeros made on first use; a deferred value taken over
+    by the current mode)."""
     arr = storage.array
     if arr is None:
         arr = storage.value()
     elif type(arr) is LazyArray:
         arr = storage.array = launchers.current.take(arr)
-    arrays.append(arr)
+    return arr
+
+
+def _has_read_value(x) -> bool:
+    return x._tpu_cache_version == x._tpu_storage.version
+
+
+def _fold_view(x, sig, arrays):
+    """A view input: its geometry in the key, its storage's array (and offset when not 0) as inputs."""
+    storage = x._tpu_storage
+    offset = x.storage_offset()
+    sig.append(("view", storage.shape, storage.dtype, x.dtype, x.shape, x.stride(), offset == 0))
+    arrays.append(_storage_array(storage))
     if offset:
         arrays.append(np.int64(offset))  # a runtime input: x[i] for every i shares one program
 
@@ -138,13 +185,13 @@ def _fold_view(x, sig, arrays):
 def _walk(func, x, sig, arrays, allow_cpu):
     if isinstance(x, TpuTensor):
         if x._tpu_full:
-            storage = x._tpu_storage
             sig.append((x.shape, x.dtype))
-            arr = storage.array
-            if arr is None:
-                arr = storage.value()
-            elif type(arr) is LazyArray:
-                arr = storage.array = launchers.current.take(arr)
+            arrays.append(_storage_array(x._tpu_storage))
+        elif _has_read_value(x):  # a view whose value was read already (and is still current): that value
+            sig.append((x.shape, x.dtype))
+            arr = x._tpu_cache
+            if type(arr) is LazyArray:
+                arr = x._tpu_cache = launchers.current.take(arr)
             arrays.append(arr)
         else:
             _fold_view(x, sig, arrays)
@@ -178,7 +225,7 @@ def key_and_inputs(func, args, kwargs):
     sig = [id(func)]  # id: OpOverload.__hash__ is Python code
     arrays = []
     allow_cpu = id(func) in _CPU_INDEX_OPS
-    scalar_positions = None
+    slots = None
     for i, a in enumerate(args):
         ta = type(a)
         if ta is TpuTensor and a._tpu_full:
@@ -191,10 +238,10 @@ def key_and_inputs(func, args, kwargs):
             sig.append((arr.shape, a.dtype))
             arrays.append(arr)
         elif ta in _NUMBERS:
-            if scalar_positions is None:
-                scalar_positions = _scalar_slots(func)[0]
-            if i in scalar_positions:
-                _scalar(a, sig, arrays)
+            if slots is None:
+                slots = _scalar_slots(func)
+            if _dynamic_position(slots, i, a):
+                _scalar(a, sig, arrays, args)
             else:
                 sig.append(static_key(a))
         else:
@@ -202,8 +249,8 @@ def key_and_inputs(func, args, kwargs):
     if kwargs:
         for k, v in kwargs.items():
             sig.append(k)
-            if type(v) in _NUMBERS and k in _scalar_slots(func)[1]:
-                _scalar(v, sig, arrays)
+            if type(v) in _NUMBERS and _dynamic_name(_scalar_slots(func), k, v):
+                _scalar(v, sig, arrays, args)
             else:
                 _walk(func, v, sig, arrays, allow_cpu)
     return tuple(sig), arrays
@@ -213,7 +260,7 @@ def template(x, counter, dynamic: bool = False):
     """``x`` with every dynamic input replaced by a Slot numbered in walk order (``counter[0]`` counts):
     tensors (a ViewSlot for a folded view), and the number itself when ``dynamic`` (a Scalar slot whose
     value is an input)."""
-    if isinstance(x, TpuTensor) and not x._tpu_full:
+    if isinstance(x, TpuTensor) and not x._tpu_full and not _has_read_value(x):
         storage = x._tpu_storage
         zero = x.storage_offset() == 0
         read = strided.read_fn(storage.shape, storage.dtype, tuple(x.shape), tuple(x.stride()), x.dtype, zero)
@@ -231,10 +278,12 @@ def template(x, counter, dynamic: bool = False):
 
 def templates(func, args, kwargs):
     """Templates of ``args`` and ``kwargs`` matching ``key_and_inputs``'s input order, and the count."""
-    positions, names = _scalar_slots(func)
+    slots = _scalar_slots(func)
     counter = [0]
-    tmpl_args = [template(a, counter, i in positions) for i, a in enumerate(args)]
-    tmpl_kwargs = {k: template(v, counter, k in names) for k, v in kwargs.items()}
+    tmpl_args = [template(a, counter, type(a) in _NUMBERS and _dynamic_position(slots, i, a))
+                 for i, a in enumerate(args)]
+    tmpl_kwargs = {k: template(v, counter, type(v) in _NUMBERS and _dynamic_name(slots, k, v))
+                   for k, v in kwargs.items()}
     return tmpl_args, tmpl_kwargs, counter[0]
 
 

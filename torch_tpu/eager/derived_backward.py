@@ -20,7 +20,11 @@ def _grads_of_decomposition(forward, tensors: list, wanted: list, grad, *static)
     leaves = [t.detach().requires_grad_(w) for t, w in zip(tensors, wanted)]
     with torch.enable_grad():
         out = decomposition_table[forward](*leaves, *static)
-        grads = iter(torch.autograd.grad(out, [t for t, w in zip(leaves, wanted) if w], grad))
+        inputs = [t for t, w in zip(leaves, wanted) if w]
+        # an input the decomposition does not differentiate through (grid_sample's grid in nearest
+        # mode) gets zeros, as torch's own kernels give
+        grads = iter(g if g is not None else torch.zeros_like(t)
+                     for g, t in zip(torch.autograd.grad(out, inputs, grad, allow_unused=True), inputs))
     return [next(grads) if w else None for w in wanted]
 
 

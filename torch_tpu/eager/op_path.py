@@ -17,7 +17,8 @@ from ..ops import calling, checks, refusals, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..runtime.stable_keys import ProcessLocal
 from . import op_store
-from ..tensor.tensor import new_full, write
+from ..tensor import strided
+from ..tensor.tensor import TpuTensor, new_full, write
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
 
@@ -37,6 +38,8 @@ class LoweredEntry:
             self.check(args, kwargs)
         if self.random:
             arrays.append(rng.next_key_data())
+        if self.writes and self.func not in _OVERLAP_UNCHECKED:
+            _refuse_partial_overlap(self.writes, args, kwargs)
         outs = launchers.current.run_op(self, arrays, args, kwargs)
         written = False
         if self.device_checks:  # the last output says whether the op's device-side checks held
@@ -104,6 +107,22 @@ def _program_key(func, key, low):
     if not op_store.is_own_lowering(low):  # a lowering registered from outside: this process only
         parts += (ProcessLocal(id(low.fn)),)
     return parts
+
+
+# in-place ops whose CPU kernels do not check that their inputs overlap what they write
+_OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
+
+
+def _refuse_partial_overlap(writes, args, kwargs) -> None:
+    inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, TpuTensor)]
+    for a in (*args, *kwargs.values()):
+        if type(a) in (list, tuple):
+            inputs.extend(e for e in a if isinstance(e, TpuTensor))
+    if len(inputs) < 2:
+        return
+    for pos, name in writes:
+        target = kwargs[name] if name in kwargs else args[pos]
+        strided.check_no_partial_overlap(target, inputs)
 
 
 def _build_entry(func, args, kwargs, key, arrays):
@@ -178,7 +197,7 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.func = func
     entry.key = program_key
     entry.fn = None
-    # the templates come from the real arguments: a folded view's read (a ViewSlot) is not in its meta
+    # the templates come from the real arguments: a folded view's slot reads it from its storage
     entry.recipe = (func, to_meta(list(args)), {k: to_meta(v) for k, v in kwargs.items()},
                     [fused.abstract(a) for a in example], templates(func, args, kwargs))
     entry.loaded = True
@@ -208,7 +227,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
     if writes:
         refusals.check_inplace_result(func, target_func, meta_args, meta_kwargs)
     try:
-        meta_out = func(*meta_args, **meta_kwargs)
+        meta_out = validate.corrected_meta(target_func, args, kwargs, func(*meta_args, **meta_kwargs))
         has_meta = True
     except NotImplementedError:
         meta_out, has_meta = None, False
@@ -283,17 +302,23 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
 
 
 def _fill_check(func, target_func, out_meta):
-    """For ops that store a Scalar (full, fill_, masked_fill ...): check it fits the output dtype."""
-    name = validate.FILL_VALUE_ARGUMENT.get(target_func)
-    if name is None or not isinstance(out_meta, torch.Tensor):
+    """Checks of dynamic Scalars' values, run on every call: a stored Scalar (full, fill_, masked_fill ...)
+    must fit the output dtype, and the op's own per-call validators (``validate.validates_each_call``)."""
+    if not isinstance(out_meta, torch.Tensor):
         return None
-    position = [a.name for a in func._schema.arguments].index(name)
     dtype = out_meta.dtype
+    each = validate.each_call(target_func, dtype)
+    name = validate.FILL_VALUE_ARGUMENT.get(target_func)
+    if name is None:
+        return each
+    position = [a.name for a in func._schema.arguments].index(name)
 
     def check(args, kwargs):
         value = kwargs[name] if name in kwargs else args[position] if position < len(args) else None
         if type(value) in (int, float, complex):
             validate.check_fits(value, dtype)
+        if each is not None:
+            each(args, kwargs)
 
     return check
 

@@ -121,7 +121,21 @@ def unsafe_view(func, args, kwargs):
     return run_view(aten.view.default, args, kwargs)
 
 
+def fill_expanded(func, args, kwargs):
+    """``fill_``/``zero_`` of an expanded tensor: every element gets one value, so CPU torch allows it
+    (other writes to such a tensor raise); fill the memory behind it, which its views then see."""
+    x = args[0]
+    if not isinstance(x, TpuTensor) or not any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride())):
+        return run_op(func, args, kwargs)
+    behind = x.as_strided([1 if st == 0 else sz for sz, st in zip(x.shape, x.stride())], x.stride(),
+                          x.storage_offset())
+    func(behind, *args[1:], **kwargs)
+    return x
+
+
 REWRITES = {
+    aten.fill_.Scalar: fill_expanded,
+    aten.zero_.default: fill_expanded,
     aten.clone.default: clone,
     aten.zeros_like.default: like,
     aten.ones_like.default: like,

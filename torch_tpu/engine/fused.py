@@ -30,6 +30,8 @@ from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fus
 
 _counters = counters.counters
 _AVALS: dict = caches.register("fused output avals", {})
+# graph key less its outputs -> the outputs its program returns (see _outputs_for)
+_OUTPUT_SETS: dict = caches.register("fused output sets", {})
 # A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
 stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(k) for k, _ in key[1]))
 
@@ -265,8 +267,9 @@ def _flush() -> None:
     inputs = g.inputs
     in_sig = tuple(_input_signature(a) for a in inputs)
     structure = tuple((n.key, n.inputs) for n in g.nodes)
-    out_sig = tuple((i, j) for i, j, _ in live)
+    live_sig = tuple((i, j) for i, j, _ in live)
     donate = _donatable(inputs, [la for _, _, la in live], g.writes)
+    out_sig = _outputs_for(("fused", structure, in_sig, donate, g.mesh), live_sig)
     key = ("fused", structure, in_sig, out_sig, donate, g.mesh)
     nodes = g.nodes
     _counters["flushes"] += 1
@@ -306,9 +309,28 @@ def _flush() -> None:
         if not _STATE.graph.nodes:
             _STATE.graph = g
         raise
+    if out_sig != live_sig:
+        position = {o: k for k, o in enumerate(out_sig)}
+        results = [results[position[o]] for o in live_sig]
     for (_, _, la), arr in zip(live, results):
         la.concrete = arr
         la.node = None
+
+
+def _outputs_for(base, live_sig: tuple) -> tuple:
+    """The outputs the program of graph ``base`` (its key less the outputs) returns: which values are
+    still referenced when a graph ends changes between otherwise identical steps (a loss kept in a list
+    during warm-up, dropped later), so a program returning a superset of the live values is reused (the
+    others are dropped), and a new live value makes one program returning the union of both."""
+    known = _OUTPUT_SETS.get(base)
+    if known is None or known == live_sig:
+        out = live_sig
+    elif set(live_sig) <= set(known):
+        out = known
+    else:
+        out = tuple(sorted(set(known) | set(live_sig)))
+    _OUTPUT_SETS[base] = out
+    return out
 
 
 def _collectives_of(nodes) -> str:

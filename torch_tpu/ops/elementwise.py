@@ -22,17 +22,28 @@ def _scaled(y, alpha):
 def add(x, y, alpha=1):
     if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
         return jnp.logical_or(x, y)
+    if y is False and (alpha is None or is_value(alpha, 1)) and is_float(x):
+        # a static False is the constant 0, and XLA folds x + 0 into x: -0.0 + 0 must be 0.0
+        return jnp.where(x == 0, jnp.zeros_like(x), x)
     return x + _scaled(y, alpha)
+
+
+def _minus(x, y, alpha):
+    """torch's sub: x + (-alpha) * y, alpha negated as its own type (an int 0 stays 0, so -0.0 - 0 * y
+    keeps its sign, where x - 0 * y would not)."""
+    if alpha is None or is_value(alpha, 1):
+        return x - y
+    return x + y * (-alpha)
 
 
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def sub(x, y, alpha=1):
-    return x - _scaled(y, alpha)
+    return _minus(x, y, alpha)
 
 
 @register(aten.rsub.Tensor, aten.rsub.Scalar)
 def rsub(x, y, alpha=1):
-    return y - _scaled(x, alpha)
+    return _minus(y, x, alpha)
 
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
@@ -46,18 +57,18 @@ def mul(x, y):
 @register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 def div(x, y):
     x, y = no_pred(x, y)
-    if not is_float(x) and not is_float(y):
-        x = jnp.asarray(x).astype(jnp.float32)
-        if not isinstance(y, (int, float)):
-            y = jnp.asarray(y).astype(jnp.float32)
+    if not is_float(x) and not is_float(y):  # integer and bool division is float division (x / 0 is inf/nan)
+        x = to_float(x)
+        y = float(y) if type(y) in (bool, int) else to_float(y)
     return jnp.true_divide(x, y)
 
 
 def _integer_divisor(x, y) -> None:
     """Integer division, remainder and fmod by zero: torch raises ZeroDivisionError (a device-side check
-    for tensors and for Scalars, which are program inputs)."""
+    for tensors and for Scalars, which are program inputs); the divisor as the operation's dtype
+    (2**40 is 0 as a uint8)."""
     if not (is_float(x) or is_float(y) or jnp.iscomplexobj(x) or jnp.iscomplexobj(y)):
-        require(jnp.asarray(y) != 0, "ZeroDivisionError")
+        require(jnp.asarray(y).astype(jnp.result_type(x, y)) != 0, "ZeroDivisionError")
 
 
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -79,9 +90,26 @@ def div_mode(x, y, rounding_mode=None):
 def floor_divide(x, y):
     if is_float(x) or is_float(y):
         # bf16/fp16: divide in fp32 and round once (as torch's CPU/CUDA kernels)
-        return jnp.floor(jnp.true_divide(_up(x), _up(y)))
+        return _floor_divide_floating(_up(x), _up(y))
     _integer_divisor(x, y)
     return jnp.floor_divide(x, y)
+
+
+def _floor_divide_floating(x, y):
+    """torch's div_floor_floating: the quotient of x - fmod(x, y) (exact), so infinities, NaNs and the
+    sign of a zero quotient come out as on CPU (floor(x / y) gives -0.0 for -2.5 // inf, torch -1)."""
+    # integer/bool operands as float32 (through uint8: XLA rewrites a converted bool into a select);
+    # the dtype before asarray, so a Python float stays weak (float32 with a float32 x)
+    x, y = (to_float(a) if hasattr(a, "dtype") and not is_float(a) else a for a in (x, y))
+    dt = jnp.result_type(x, y)
+    x, y = jnp.broadcast_arrays(jnp.asarray(x, dt), jnp.asarray(y, dt))
+    mod = jnp.fmod(x, y)
+    q = (x - mod) / y
+    q = jnp.where((mod != 0) & ((y < 0) != (mod < 0)), q - 1, q)
+    fq = jnp.floor(q)
+    fq = jnp.where(q - fq > 0.5, fq + 1, fq)
+    fq = jnp.where(q == 0, jnp.copysign(jnp.zeros_like(q), x / y), fq)
+    return jnp.where(y == 0, x / y, fq)
 
 
 @register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
@@ -97,23 +125,67 @@ def fmod(x, y):
 
 
 # the exponent's value picks the computation (x * x for 2: exact and cheap, where a traced exponent would
-# give XLA's general pow, several times slower: RMSNorm's pow(2) at Flux size): static, keyed by value
-@register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, static=("exponent",))
+# give XLA's general pow, several times slower: RMSNorm's pow(2) at Flux size): these exponents are
+# static, keyed by value; any other is a traced input, so a changing exponent compiles nothing (0.5
+# too: a schedule passing 0.5 among other values must not compile; its sqrt is selected in-program)
+def _pow_static(y) -> bool:
+    return type(y) is bool or (type(y) is int and 0 <= y <= 64) or (type(y) is float and y in (1.0, 2.0))
+
+
+def _scalar_kind(y):
+    """The Python type a Scalar exponent had: a number, or a weakly typed traced one (None: a tensor)."""
+    if type(y) in (bool, int, float, complex):
+        return type(y)
+    if getattr(y, "weak_type", False) or getattr(getattr(y, "aval", None), "weak_type", False):
+        dt = jnp.result_type(y)
+        return (bool if dt == jnp.bool_ else int if jnp.issubdtype(dt, jnp.integer)
+                else float if jnp.issubdtype(dt, jnp.floating) else complex)
+    return None
+
+
+def _pow_result_type(x, kind):
+    """torch's result dtype of ``tensor ** scalar``: the shortcuts below must compute in it (uint8 ** 2.0
+    is float32 ** 2, not a wrapped uint8 product)."""
+    xd = jnp.result_type(x)
+    if kind is bool:
+        return xd
+    if kind is int:
+        return jnp.int64 if xd == jnp.bool_ else xd
+    if kind is float:
+        return xd if jnp.issubdtype(xd, jnp.inexact) else jnp.float32
+    return xd if jnp.issubdtype(xd, jnp.complexfloating) else jnp.complex64
+
+
+@register(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, static=("exponent",),
+          static_when=_pow_static)
 def pow_(x, y):
-    """The exponent of pow(tensor, number) is static: x*x for 2, sqrt for 0.5 ... (one program each)."""
+    """x*x for 2, integer_pow for small ints (static exponents), else XLA's pow in torch's result dtype."""
     x_int = not is_float(x) and not jnp.iscomplexobj(x)
     y_int = not is_float(y) and not jnp.iscomplexobj(y)
-    if x_int and y_int and not isinstance(y, (int, float)):
-        return _integer_power(jnp.asarray(x), jnp.asarray(y))
-    if isinstance(y, (int, float)) and not isinstance(y, bool):
+    kind = _scalar_kind(y) if hasattr(x, "dtype") else None
+    if kind is None:
+        if x_int and y_int:
+            return _integer_power(jnp.asarray(x), jnp.asarray(y))
+        return jnp.power(x, y)
+    dt = _pow_result_type(x, kind)
+    if dt == jnp.bool_:  # bool ** bool: x ** True is x, x ** False is True
+        return x | jnp.logical_not(y)
+    x = (x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x).astype(dt)
+    if type(y) in (int, float):
         if y == 2:
             return x * x
         if y == 1:
             return x
-        if y == 0.5 and is_float(x):
-            return jnp.sqrt(x)
-        if isinstance(y, int) and 0 <= y <= 64:
-            return jax.lax.integer_pow(jnp.asarray(x), y)
+        if type(y) is int and 0 <= y <= 64:
+            return jax.lax.integer_pow(x, y)
+    if kind is int and not jnp.issubdtype(dt, jnp.inexact):
+        return _integer_power(x, jnp.asarray(y, dt))
+    if kind is complex:
+        return jnp.power(x, y)
+    y = jnp.asarray(y, dt)
+    if is_float(x):  # a traced exponent: torch's sqrt/rsqrt forms for +-0.5
+        # (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where pow gives 0.0 and inf)
+        return jnp.where(y == 0.5, jnp.sqrt(x), jnp.where(y == -0.5, jax.lax.rsqrt(x), jnp.power(x, y)))
     return jnp.power(x, y)
 
 
@@ -122,10 +194,23 @@ def _integer_power(x, y):
     x, y = jnp.broadcast_arrays(x, y)
     dt = jnp.result_type(x, y)
     x, y = x.astype(dt), y.astype(dt)
-    positive = jnp.power(x, jnp.maximum(y, 0))
+    positive = _square_and_multiply(x, jnp.maximum(y, 0))
     odd = (y % 2) != 0
     negative = jnp.where(x == 1, 1, jnp.where(x == -1, jnp.where(odd, -1, 1), 0)).astype(dt)
     return jnp.where(y < 0, negative, positive)
+
+
+def _square_and_multiply(x, y):
+    """x ** y for integer arrays with any non-negative y (jnp.power of a traced integer exponent looks
+    at its low bits only), wrapping like torch's integer multiply."""
+    def step(_, carry):
+        result, base, e = carry
+        result = jnp.where((e & 1) != 0, result * base, result)
+        return result, base * base, e >> 1
+
+    bits = 8 * jnp.dtype(x.dtype).itemsize
+    result, _, _ = jax.lax.fori_loop(0, bits, step, (jnp.ones_like(x), x, y))
+    return result
 
 
 @register(aten.float_power.Tensor_Tensor, aten.float_power.Tensor_Scalar, aten.float_power.Scalar)

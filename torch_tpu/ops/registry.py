@@ -31,6 +31,9 @@ class Lowering:
     # Scalar arguments whose value the lowering must see (it special-cases them), so the value is part
     # of the program key; every other Scalar (``alpha=``, ``x * 2.5``) is a traced program input.
     static: tuple = ()
+    # When set, a ``static`` Scalar is static only for the values this predicate accepts (the cheap exact
+    # forms a lowering special-cases); any other value of it is a traced input (a type tag in the key).
+    static_when: Callable | None = None
 
 
 LOWERINGS: dict[torch._ops.OpOverload, Lowering] = {}
@@ -50,11 +53,12 @@ def _overloads(op):
 
 
 def register(*ops, data_dependent: bool = False, random: bool = False, matmul: bool = False,
-             static: tuple = ()):
+             static: tuple = (), static_when: Callable | None = None):
     """Decorator: ``@register(aten.add, aten.sub.Tensor)`` (a packet means every functional overload)."""
 
     def deco(fn):
-        low = Lowering(fn, data_dependent=data_dependent, random=random, matmul=matmul, static=tuple(static))
+        low = Lowering(fn, data_dependent=data_dependent, random=random, matmul=matmul, static=tuple(static),
+                       static_when=static_when)
         for op in ops:
             for ov in _overloads(op):
                 LOWERINGS[ov] = low

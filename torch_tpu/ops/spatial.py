@@ -297,11 +297,25 @@ def adaptive_avg_pool3d_backward(grad, x):
 
 @register(aten.max_pool3d_with_indices_backward.default)
 def max_pool3d_backward(grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _scatter_to_indices(grad, x, indices, 3)
+
+
+@register(aten.adaptive_max_pool2d_backward.default)
+def adaptive_max_pool2d_backward(grad, x, indices):
+    return _scatter_to_indices(grad, x, indices, 2)
+
+
+@register(aten.adaptive_max_pool3d_backward.default)
+def adaptive_max_pool3d_backward(grad, x, indices):
+    return _scatter_to_indices(grad, x, indices, 3)
+
+
+def _scatter_to_indices(grad, x, indices, spatial: int):
     """Each output's gradient goes to the input element its index names (flat within one plane)."""
-    lead = x.shape[:-3]
+    lead = x.shape[:-spatial]
     planes = int(np.prod(lead)) if lead else 1
     flat_grad = upcast(grad).reshape(planes, -1)
     flat_idx = indices.reshape(planes, -1)
-    out = jnp.zeros((planes, int(np.prod(x.shape[-3:]))), flat_grad.dtype)
+    out = jnp.zeros((planes, int(np.prod(x.shape[-spatial:]))), flat_grad.dtype)
     out = out.at[jnp.arange(planes)[:, None], flat_idx].add(flat_grad)
     return out.reshape(x.shape).astype(grad.dtype)

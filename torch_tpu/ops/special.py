@@ -26,7 +26,18 @@ def _float(fn):
 
 @register(aten.polygamma.default)
 def polygamma(n, x):
-    return jax.scipy.special.polygamma(n, upcast(to_float(jnp.asarray(x))))
+    x = upcast(to_float(jnp.asarray(x)))
+    if n == 0:
+        return jax.scipy.special.digamma(x)
+    direct = jax.scipy.special.polygamma(n, x)  # JAX's series holds for x > 0 only
+    # x < 0 by reflection: psi_n(x) = (-1)^n psi_n(1 - x) - d^n/dx^n [pi cot(pi x)]
+    d = lambda t: jnp.pi * jnp.cos(jnp.pi * t) / jnp.sin(jnp.pi * t)  # noqa: E731
+    for _ in range(n):
+        d = jax.grad(d)
+    flat = x.reshape(-1)
+    cot_n = jax.vmap(d)(flat).reshape(x.shape) if flat.size else jnp.zeros_like(x)
+    reflected = (-1.0) ** n * jax.scipy.special.polygamma(n, 1 - x) - cot_n
+    return jnp.where(x < 0, reflected, direct)
 
 
 for _ops, _fn in (((aten.special_i0e, _PRIMS.bessel_i0e), jax.scipy.special.i0e),

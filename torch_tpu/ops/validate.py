@@ -2,7 +2,9 @@
 
 A validator runs on the host when an op's entry is built, once per program key, with the call's own
 arguments (tensors, Python values); it raises torch's error for the same input. Register with
-``@validates(aten.op.overload, ...)``; in-place and out= forms use their functional overload's.
+``@validates(aten.op.overload, ...)`` (several validators of one op all run); in-place and out= forms use
+their functional overload's. Checks of a dynamic Scalar's value (``alpha=300`` on uint8) must run on every
+call: register them with ``@validates_each_call`` (they also get the result's dtype).
 """
 from __future__ import annotations
 
@@ -15,19 +17,55 @@ from .registry import aten
 VALIDATORS: dict = {}
 
 
+EACH_CALL: dict = {}
+
+
 def validates(*ops) -> Callable:
     def deco(fn):
         for op in ops:
-            VALIDATORS[op] = fn
+            VALIDATORS.setdefault(op, []).append(fn)
+        return fn
+
+    return deco
+
+
+def validates_each_call(*ops) -> Callable:
+    """``fn(result_dtype, *args, **kwargs)``, run on every call (the values it reads are program inputs)."""
+    def deco(fn):
+        for op in ops:
+            EACH_CALL.setdefault(op, []).append(fn)
         return fn
 
     return deco
 
 
 def run(func, args, kwargs) -> None:
-    check = VALIDATORS.get(func)
-    if check is not None:
+    for check in VALIDATORS.get(func, ()):
         check(*args, **kwargs)
+
+
+def each_call(func, dtype):
+    """The per-call check of ``func`` (the functional overload) with result dtype ``dtype``, or None."""
+    fns = EACH_CALL.get(func)
+    if not fns:
+        return None
+
+    def check(args, kwargs):
+        for fn in fns:
+            fn(dtype, *args, **kwargs)
+
+    return check
+
+
+def corrected_meta(func, args, kwargs, meta_out):
+    """torch's meta kernel's result where it disagrees with the CPU kernel: ``bool_tensor ** True`` is
+    bool on CPU (the meta kernel says int64)."""
+    if func is aten.pow.Tensor_Scalar and isinstance(meta_out, torch.Tensor) and meta_out.dtype != torch.bool:
+        x = args[0]
+        y = args[1] if len(args) > 1 else kwargs.get("exponent")
+        if isinstance(x, torch.Tensor) and x.dtype == torch.bool and type(y) is bool:
+            return torch.empty(meta_out.shape, dtype=torch.bool, device="meta")
+    return meta_out
 
 
 def _is_bool(v) -> bool:
@@ -130,10 +168,55 @@ def _dot_dtypes(x, y):
                            f"{name(y.dtype)}")
 
 
-@validates(aten.pow.Tensor_Scalar)
-def _integer_power(x, exponent):
+@validates_each_call(aten.pow.Tensor_Scalar)
+def _integer_power(dtype, x, exponent):
     if not (x.dtype.is_floating_point or x.dtype.is_complex) and type(exponent) is int and exponent < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if type(exponent) is int:
+        check_fits(exponent, dtype)
+
+
+@validates_each_call(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor,
+                     aten.rsub.Scalar)
+def _alpha_fits(dtype, x, other, alpha=1, **_):
+    if type(alpha) is int:
+        check_fits(alpha, dtype)
+
+
+@validates_each_call(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
+def _bounds_fit(dtype, x, *bounds, **named):
+    for b in (*bounds, *named.values()):
+        if type(b) is int:
+            check_fits(b, dtype)
+
+
+# Scalar-bounded clamp, fmod, remainder, floor division and pow of a Scalar base have no bool CPU kernel
+_BOOL_KERNELS = {aten.clamp_min.default: "clamp_min_scalar_cpu", aten.clamp_max.default: "clamp_max_scalar_cpu",
+                 aten.fmod.Tensor: "fmod_cpu", aten.fmod.Scalar: "fmod_cpu", aten.remainder.Tensor: "remainder_cpu",
+                 aten.remainder.Scalar: "remainder_cpu", aten.remainder.Scalar_Tensor: "remainder_cpu",
+                 aten.floor_divide.default: "div_floor_cpu", aten.floor_divide.Scalar: "div_floor_cpu",
+                 aten.pow.Scalar: "pow"}
+
+
+def _refuse_bool(func):
+    def check(*args, **kwargs):
+        values = [a for a in (*args, *kwargs.values())
+                  if isinstance(a, torch.Tensor) or type(a) in (bool, int, float, complex)]
+        if len(values) < 2 or torch.result_type(values[0], values[1]) != torch.bool:
+            return
+        name = _BOOL_KERNELS.get(func)
+        if func is aten.clamp.default:  # torch.clamp with one bound runs that bound's kernel
+            lo = args[1] if len(args) > 1 else kwargs.get("min")
+            hi = args[2] if len(args) > 2 else kwargs.get("max")
+            name = "clamp_scalar_cpu" if lo is not None and hi is not None else \
+                "clamp_min_scalar_cpu" if lo is not None else "clamp_max_scalar_cpu"
+        raise NotImplementedError(f'"{name}" not implemented for \'Bool\'')
+
+    return check
+
+
+for _op in (*_BOOL_KERNELS, aten.clamp.default):
+    validates(_op)(_refuse_bool(_op))
 
 
 @validates(getattr(aten.random, "from"), aten.random.to, getattr(aten.random_, "from"), aten.random_.to)

@@ -122,7 +122,9 @@ def program_name(fn, key) -> str:
     """The name a program gets in traces and logs: the function's own (an aten op, a fused module,
     a compiled graph), or the kind of small program its key names (view-read, convert ...)."""
     name = getattr(fn, "__name__", None) or "program"
-    if name in ("fn", "<lambda>", "program", "graph_fn") and isinstance(key, tuple) and key \
+    if isinstance(key, tuple) and len(key) > 1 and key[0] == "op" and isinstance(key[1], str):
+        return key[1].replace("::", ".", 1)  # an eager op's program: aten.add.Tensor, as torch prints it
+    if name in ("fn", "<lambda>", "program", "graph_fn", "trace") and isinstance(key, tuple) and key \
             and isinstance(key[0], str):
         return key[0]
     return name

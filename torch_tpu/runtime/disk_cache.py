@@ -23,7 +23,7 @@ import threading
 import time
 
 from .. import config
-from . import counters
+from . import counters, multiprocess
 
 _MAGIC = b"torch_tpu program cache v1\n"
 _SUFFIX = ".ttpc"
@@ -37,7 +37,10 @@ def folder() -> str | None:
 
 
 def enabled() -> bool:
-    return folder() is not None
+    # off in a multi-process job (JAX's distributed runtime): executables serialized there hold a device
+    # assignment over the global device list that another process cannot run (seen: "Attempted to
+    # execute with 2 argument lists when local device count is 1")
+    return folder() is not None and not multiprocess.active()
 
 
 def max_bytes() -> int:

@@ -45,6 +45,11 @@ def fork_error() -> ForkedProcessError:
 def _configure_environment() -> None:
     # torch CUDA may share the GPU with XLA: never grab 75% of its memory up front.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    # XLA may otherwise keep bfloat16/float16 intermediates in float32 inside a fused computation
+    # ("excess precision"): results then differ from torch, which rounds every op's result to its dtype
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_allow_excess_precision" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_allow_excess_precision=false").strip()
 
 
 class X64:

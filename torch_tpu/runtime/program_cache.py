@@ -156,9 +156,11 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
     if disk and not prefetch.started():
         prefetch.start_early()
     if disk:
+        token = compile_log.start()
         prog = load_by_key(key, device, donate)
         if prog is not None:
             _PROGRAMS[key] = prog
+            compile_log.done(token, key, compile_log.program_name(fn, key), example_args)
             return prog
     kwargs = {}
     if device is not None:

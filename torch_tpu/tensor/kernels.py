@@ -64,6 +64,7 @@ def copy_into(dst: TpuTensor, src: torch.Tensor) -> TpuTensor:
                 f"({tuple(src.shape)}) (copy_ into a tpu tensor)") from None
     strided.check_writable(dst)
     if isinstance(src, TpuTensor):
+        strided.check_no_partial_overlap(dst, (src,))
         arr = value_of(src)
     else:
         arr = dtypes.host_to_device(src, platform.jax_device(dst._tpu_storage.device_index))

@@ -190,6 +190,37 @@ def read(storage, t):
                   (size, dtypes.to_jax_dtype(t.dtype)), "view read")
 
 
+_OVERLAP_MSG = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def _dense_range(t):
+    """(start, end) in elements of a non-overlapping, dense tensor's memory; None for others (torch
+    calls their overlap "too hard" and lets them through)."""
+    pairs = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1)
+    expected = 1
+    for st, sz in pairs:
+        if st != expected:
+            return None
+        expected *= sz
+    return t.storage_offset(), t.storage_offset() + t.numel()
+
+
+def check_no_partial_overlap(written, inputs) -> None:
+    """torch's rule for an op that writes ``written`` while reading ``inputs``: an input sharing some
+    but not all of the written memory raises (the result would depend on the order of the writes)."""
+    storage = written._tpu_storage
+    for a in inputs:
+        if a is written or getattr(a, "_tpu_storage", None) is not storage or not a.numel() \
+                or not written.numel():
+            continue
+        w, r = _dense_range(written), _dense_range(a)
+        if w is None or r is None or w == r:
+            continue
+        if w[0] < r[1] and r[0] < w[1]:
+            raise RuntimeError(_OVERLAP_MSG)
+
+
 def check_writable(t) -> None:
     for s, st in zip(t.shape, t.stride()):
         if st == 0 and s > 1:
