@@ -91,6 +91,37 @@ def test_programs_and_op_descriptions_come_back_from_disk(tmp_path, monkeypatch,
     assert stats["cache_rejects"] == 0, stats
 
 
+
+def _view_ops(x):
+    y = (x * 2).view(2, 6, 4).pow(2)  # pow of a folded view (a reshape of an op's output)
+    return y.transpose(0, 1)[1:4].exp()
+
+
+@pytest.mark.parametrize("first,second", [("DEFER_NEVER", "DEFER_AND_FUSE"), ("DEFER_AND_FUSE", "DEFER_NEVER")])
+def test_op_descriptions_of_view_arguments_load_in_the_other_mode(tmp_path, monkeypatch, first, second):
+    # An op description written by one mode and traced again by the other (fused graphs and programs
+    # not on disk retrace a loaded description) must still read its view arguments through the view.
+    import warnings
+
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    x = torch.randn(12, 4)
+    ref = _view_ops(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fused graph that fails as a whole warns
+        with torch.tpu.set_eager_mode(EagerMode[first]):
+            torch_tpu.reset_caches()
+            a = _view_ops(x.to("tpu")).cpu()
+            disk_cache.flush_writes()
+        with torch.tpu.set_eager_mode(EagerMode[second]):
+            torch_tpu.reset_caches()  # a fresh process, as far as programs and op entries go
+            torch_tpu.reset_stats()
+            b = _view_ops(x.to("tpu")).cpu()
+            stats = torch_tpu.stats()
+    torch.testing.assert_close(a, ref)
+    torch.testing.assert_close(b, ref)
+    assert stats["op_loads"] > 0, stats
+
+
 _CHILD = r"""
 import json, sys, torch, torch_tpu
 from torch_tpu.runtime import disk_cache

@@ -1,11 +1,14 @@
 """``python -m torch_tpu``: generate an image with a diffusers pipeline, show the platform, point to benchmarks.
 
     python -m torch_tpu info
+    python -m torch_tpu generate                          # the shipped demo model draws "a red circle"
     python -m torch_tpu generate --kind flux --steps 2 --height 64 --width 64 --output out.png
     python -m torch_tpu generate --model black-forest-labs/FLUX.1-schnell --dtype bfloat16 --offload
     python -m torch_tpu bench
 
-Without ``--model`` the pipeline is a tiny/small/medium offline pipeline with random weights
+Without ``--model`` the pipeline is the demo model shipped in the package (``--kind demo``, the default: a
+small FluxPipeline trained on the tpu device to draw coloured shapes, ``torch_tpu.demo``), or with
+``--kind flux|sd3|flux2`` a tiny/small/medium offline pipeline with random weights
 (``torch_tpu.testing.tiny_pipelines``), built on first use and cached.
 """
 from __future__ import annotations
@@ -37,6 +40,20 @@ class _HelpFormatter(argparse.HelpFormatter):
         return text
 
 
+_PROMPT = "a golden retriever surfing a wave, photorealistic"
+_DEMO_PROMPT = "a red circle"
+
+
+def _demo_folder(args):
+    """The demo model folder the run uses (the shipped one, or a --model folder the demo trainer wrote),
+    else None."""
+    from .demo import shipped
+
+    if args.model is None:
+        return shipped.WEIGHTS if args.kind == "demo" else None
+    return args.model if shipped.is_demo_folder(args.model) else None
+
+
 def _parser() -> argparse.ArgumentParser:
     fmt = _HelpFormatter
     p = argparse.ArgumentParser(prog="python -m torch_tpu", description="torch_tpu command line",
@@ -48,17 +65,20 @@ def _parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="generate an image with a diffusers pipeline", formatter_class=fmt)
     g.add_argument("--model", default=None,
-                   help="a local pipeline folder or a Hub id (default: the offline tiny pipeline of --kind)")
-    g.add_argument("--kind", choices=("flux", "sd3", "flux2"), default="flux",
-                   help="kind of the default offline pipeline")
+                   help="a local pipeline folder or a Hub id (default: the offline pipeline of --kind)")
+    g.add_argument("--kind", choices=("demo", "flux", "sd3", "flux2"), default="demo",
+                   help="the offline pipeline without --model: demo = the shipped trained demo model "
+                        "(coloured shapes, 64x64); flux/sd3/flux2 = tiny pipelines with random weights")
     g.add_argument("--size", choices=("tiny", "small", "medium"), default="tiny",
-                   help="size of the default offline pipeline")
-    g.add_argument("--prompt", default="a golden retriever surfing a wave, photorealistic", help="the prompt")
+                   help="size of the random offline pipelines")
+    g.add_argument("--prompt", default=None,
+                   help=f"the prompt (default: {_DEMO_PROMPT!r} for the demo model, else {_PROMPT!r})")
     g.add_argument("--height", type=int, default=None,
                    help="image height in pixels, rounded down to the pipeline's multiple (default: the "
                         "pipeline's; 64 for the tiny offline pipelines)")
     g.add_argument("--width", type=int, default=None, help="image width in pixels (default: as --height)")
-    g.add_argument("--steps", type=int, default=4, help="denoising steps")
+    g.add_argument("--steps", type=int, default=None,
+                   help="denoising steps (default: 4); a demo model folder's default is its own (20)")
     g.add_argument("--guidance", type=float, default=None, help="guidance scale (default: the pipeline's)")
     g.add_argument("--seed", type=int, default=0, help="seed of the CPU generator the pipeline draws from")
     g.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
@@ -276,6 +296,19 @@ def _check_sizes(args) -> list[str]:
 
 def validate_generate(args) -> list[str]:
     """Every check that can fail before the model loads (raises UsageError); returns notes to print."""
+    args.demo_call = {}  # FluxPipeline call arguments a demo model was trained for
+    folder = _demo_folder(args)
+    if folder is not None:
+        from .demo import shipped
+
+        try:
+            args.demo_call = shipped.generation_kwargs(folder)
+        except FileNotFoundError as exc:
+            raise UsageError(str(exc)) from None
+    if args.prompt is None:
+        args.prompt = _DEMO_PROMPT if folder is not None else _PROMPT
+    if args.steps is None:
+        args.steps = args.demo_call.get("num_inference_steps", 4)
     for name, minimum in (("steps", 1), ("runs", 1), ("warmup", 0)):
         if getattr(args, name) < minimum:
             raise UsageError(f"--{name} {getattr(args, name)}: must be at least {minimum}")
@@ -341,7 +374,15 @@ def cmd_generate(args) -> int:
     t_total = time.perf_counter()
     t0 = time.perf_counter()
     height, width = args.height, args.width
-    if args.model is None:
+    if args.model is None and args.kind == "demo":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # shipped in the package: never reach for the Hub
+        from diffusers import FluxPipeline
+
+        from .demo import shipped
+
+        say(f"model: the shipped demo model (coloured shapes, trained on the tpu device) at {shipped.WEIGHTS}")
+        pipe = FluxPipeline.from_pretrained(str(shipped.WEIGHTS), dtype=dtype, local_files_only=True)
+    elif args.model is None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # built offline: never reach for the Hub
         from .testing import tiny_pipelines
 
@@ -354,6 +395,9 @@ def cmd_generate(args) -> int:
     else:
         say(f"model: {args.model}")
         pipe = DiffusionPipeline.from_pretrained(args.model, dtype=dtype)
+    if args.demo_call:  # a demo model: its training size and T5 length unless given
+        height = height or args.demo_call["height"]
+        width = width or args.demo_call["width"]
     say(f"pipeline: {type(pipe).__name__}")
     if args.quiet:
         pipe.set_progress_bar_config(disable=True)
@@ -394,6 +438,8 @@ def cmd_generate(args) -> int:
                     generator=torch.Generator("cpu").manual_seed(args.seed), callback_on_step_end=on_step_end)
         if args.guidance is not None:
             call["guidance_scale"] = args.guidance
+        if "max_sequence_length" in args.demo_call:
+            call["max_sequence_length"] = args.demo_call["max_sequence_length"]
         timer.mark = time.perf_counter()
         t_call = time.perf_counter()
         image = pipe(**call).images[0]

@@ -1,0 +1,133 @@
+"""The demo model's pieces: the synthetic data set, the pixel judge, the model's construction and a few
+training steps on CPU torch (the trained model's own test needs the shipped weights)."""
+import json
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+
+from torch_tpu.demo import judge, model, shapes, train
+
+
+def _rng(seed):
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def test_data_set_is_deterministic_and_in_range():
+    a = shapes.sample(_rng(7), 48)
+    b = shapes.sample(_rng(7), 48)
+    np.testing.assert_array_equal(a.images, b.images)
+    np.testing.assert_array_equal(a.labels, b.labels)
+    assert a.images.shape == (48, shapes.IMAGE_SIZE, shapes.IMAGE_SIZE, 3) and a.images.dtype == np.uint8
+    assert a.sizes.min() >= shapes.MIN_SIZE and a.sizes.max() <= shapes.MAX_SIZE
+    assert (a.xs >= shapes.MARGIN).all() and (a.xs + a.sizes <= shapes.IMAGE_SIZE - shapes.MARGIN).all()
+    assert (a.ys >= shapes.MARGIN).all() and (a.ys + a.sizes <= shapes.IMAGE_SIZE - shapes.MARGIN).all()
+    # white outside the bounding box, the shape's colour at its centre
+    for img, lab, s, x, y in zip(a.images, a.labels, a.sizes, a.xs, a.ys):
+        outside = np.ones(img.shape[:2], bool)
+        outside[y:y + s, x:x + s] = False
+        assert (img[outside] == 255).all()
+        color = shapes.PROMPTS[lab].split()[1]
+        np.testing.assert_array_equal(img[y + 3 * s // 4, x + s // 2], shapes.COLORS[color])
+    assert len(set(shapes.PROMPTS)) == 12
+
+
+def test_judge_reads_every_data_set_image():
+    s = shapes.sample(_rng(3), 240)
+    wrong = [(shapes.PROMPTS[l], judge.judge(img)) for img, l in zip(s.images, s.labels)
+             if not judge.matches(img, shapes.PROMPTS[l])]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("shape", shapes.SHAPES)
+@pytest.mark.parametrize("size", [shapes.MIN_SIZE, shapes.MAX_SIZE])
+def test_judge_at_the_size_extremes(shape, size):
+    for color in shapes.COLORS:
+        img = shapes.render(color, shape, size, 5, 9)
+        v = judge.judge(img)
+        assert (v.color, v.shape) == (color, shape), v
+
+
+def test_judge_rejects_noise_blank_and_mixtures():
+    rng = _rng(11)
+    cases = {
+        "uniform noise": rng.integers(0, 256, (64, 64, 3)).astype(np.uint8),
+        "grey noise": np.clip(128 + rng.normal(0, 60, (64, 64, 3)), 0, 255).astype(np.uint8),
+        "faint noise": np.clip(255 - np.abs(rng.normal(0, 40, (64, 64, 3))), 0, 255).astype(np.uint8),
+        "blank": np.full((64, 64, 3), 255, np.uint8),
+        "all red": np.broadcast_to(np.array(shapes.COLORS["red"], np.uint8), (64, 64, 3)).copy(),
+        "two shapes": np.minimum(shapes.render("blue", "square", 16, 2, 2),
+                                 shapes.render("blue", "circle", 16, 40, 40)),
+        "two colours": np.minimum(shapes.render("red", "square", 20, 2, 2),
+                                  shapes.render("green", "square", 20, 30, 30)),
+        "wide rectangle": _rectangle(40, 16),
+        "diamond": _diamond(30),
+    }
+    accepted = {k: judge.judge(v) for k, v in cases.items() if judge.judge(v).ok}
+    assert accepted == {}
+
+
+def _rectangle(w, h):
+    img = np.full((64, 64, 3), 255, np.uint8)
+    img[10:10 + h, 10:10 + w] = shapes.COLORS["green"]
+    return img
+
+
+def _diamond(size):
+    img = np.full((64, 64, 3), 255, np.uint8)
+    c = size // 2
+    yy, xx = np.mgrid[:size, :size]
+    img[10:10 + size, 10:10 + size][np.abs(yy - c) + np.abs(xx - c) <= c] = shapes.COLORS["yellow"]
+    return img
+
+
+def test_parse_prompt():
+    assert judge.parse_prompt("a yellow triangle") == ("yellow", "triangle")
+    with pytest.raises(ValueError, match="not a demo prompt"):
+        judge.parse_prompt("a purple circle")
+
+
+@pytest.fixture(scope="module")
+def untrained():
+    return model.build_pipeline(model.DemoConfig(), seed=0)
+
+
+def test_prompts_embed_differently(untrained):
+    cfg = model.DemoConfig()
+    with torch.no_grad():
+        embeds, pooled, _ = untrained.encode_prompt(prompt=list(shapes.PROMPTS), prompt_2=None,
+                                                    max_sequence_length=cfg.max_sequence_length)
+    for name, e in (("pooled CLIP", pooled), ("T5", embeds)):
+        d = torch.cdist(e.flatten(1), e.flatten(1))
+        off = d[~torch.eye(len(shapes.PROMPTS), dtype=torch.bool)]
+        assert off.min() > 0.05 * e.flatten(1).norm(dim=1).mean(), name
+
+
+def test_build_is_deterministic(untrained):
+    again = model.build_pipeline(model.DemoConfig(), seed=0)
+    for name in ("transformer", "vae", "text_encoder", "text_encoder_2"):
+        a, b = getattr(untrained, name).state_dict(), getattr(again, name).state_dict()
+        assert a.keys() == b.keys()
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=f"{name}.{k}")
+
+
+def test_a_few_training_steps_save_and_load(tmp_path):
+    """Both stages run, the losses are finite, the folder loads with FluxPipeline and generates 64x64."""
+    from diffusers import FluxPipeline
+
+    cfg = train.TrainConfig(vae_steps=3, vae_batch=4, transformer_steps=3, transformer_batch=4, warmup=1,
+                            log_every=1, latent_cache=8)
+    info = train.train(str(tmp_path), device="cpu", cfg=cfg, progress=False)
+    for stage in ("vae", "transformer"):
+        assert np.isfinite(info["stages"][stage]["final_loss"])
+    saved = json.loads((tmp_path / "torch_tpu_demo.json").read_text())
+    assert saved["generation"]["height"] == shapes.IMAGE_SIZE
+    pipe = FluxPipeline.from_pretrained(str(tmp_path), local_files_only=True)
+    pipe.set_progress_bar_config(disable=True)
+    call = dict(saved["generation"], num_inference_steps=2)
+    img = pipe(prompt="a red circle", generator=torch.Generator("cpu").manual_seed(0), **call).images[0]
+    assert img.size == (shapes.IMAGE_SIZE, shapes.IMAGE_SIZE)
