@@ -103,6 +103,25 @@ def test_checks_can_be_turned_off(monkeypatch):
         torch_tpu.reset_caches()
 
 
+@pytest.mark.parametrize("mode", [torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE])
+def test_programs_built_without_checks_are_never_reused_with_checks(monkeypatch, mode):
+    """The disk cache holds programs by key across reset_caches (and processes): one built while checks
+    were off must not be found once they are on (it has no check output)."""
+    x = X.to("tpu")
+    bad = I([[7], [0]], device="tpu")  # a shape of its own in this file
+    monkeypatch.setenv("TORCH_TPU_CHECKS", "0")
+    torch_tpu.reset_caches()
+    try:
+        with torch.tpu.set_eager_mode(mode):
+            x.gather(1, bad).cpu()
+    finally:
+        monkeypatch.delenv("TORCH_TPU_CHECKS")
+        torch_tpu.reset_caches()
+    with torch.tpu.set_eager_mode(mode), pytest.raises(DeviceAssertError, match="gather"):
+        x.gather(1, bad).cpu()
+    torch_tpu.sync()
+
+
 def test_boolean_mask_of_the_wrong_shape_raises_at_once():
     x = X.to("tpu")
     with pytest.raises(IndexError, match=r"The shape of the mask \[3\] at index 0 does not match"):

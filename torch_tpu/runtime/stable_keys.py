@@ -170,10 +170,16 @@ def _version(name: str) -> str:
         return "-"
 
 
-@functools.lru_cache(maxsize=None)
 def environment(with_source: bool = True) -> str:
     """Everything outside a key that changes a program: platform, device, versions, flags, and (for
-    structural keys, whose programs torch_tpu's code builds) a digest of torch_tpu's source."""
+    structural keys, whose programs torch_tpu's code builds) a digest of torch_tpu's source. The
+    device-side checks setting is read on every call: it can change inside a process (with
+    ``reset_caches``), and a program built without checks must never be found by a process that checks."""
+    return _environment(with_source) + ("\nchecks" if config.settings().checks else "\nno-checks")
+
+
+@functools.lru_cache(maxsize=None)
+def _environment(with_source: bool) -> str:
     jax = platform.jax()
     dev = platform.jax_device()
     options = {}
@@ -197,8 +203,5 @@ def environment(with_source: bool = True) -> str:
         "process_devices": len(jax.devices()),
         "options": options,
         "variables": {v: os.environ.get(v, "") for v in _ENV_VARIABLES},
-        # device-side checks add outputs to programs (a program built without them must not be found
-        # by a process that checks)
-        "torch_tpu_checks": bool(config.settings().checks),
     }
     return json.dumps(env, sort_keys=True)
