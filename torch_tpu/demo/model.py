@@ -62,21 +62,6 @@ def generation_kwargs(cfg: DemoConfig = DemoConfig()) -> dict[str, Any]:
     )
 
 
-def _scheduler():
-    from diffusers import FlowMatchEulerDiscreteScheduler
-
-    # FLUX.1's scheduler config: the shift grows with the number of image tokens.
-    return FlowMatchEulerDiscreteScheduler(
-        num_train_timesteps=1000,
-        shift=3.0,
-        use_dynamic_shifting=True,
-        base_shift=0.5,
-        max_shift=1.15,
-        base_image_seq_len=256,
-        max_image_seq_len=4096,
-    )
-
-
 def time_shift(scheduler, image_seq_len: int) -> float:
     """exp(mu): FluxPipeline's sigma shift for ``image_seq_len`` tokens, sigma' = s*t / (1 + (s-1)*t)."""
     import math
@@ -144,7 +129,7 @@ def build_pipeline(cfg: DemoConfig = DemoConfig(), seed: int = 0):
             force_upcast=False,
         )
     return FluxPipeline(
-        scheduler=_scheduler(),
+        scheduler=encoders.flow_scheduler(dynamic=True),  # FLUX.1's: the shift grows with image tokens
         vae=vae,
         text_encoder=text_encoder,
         tokenizer=tokenizer,
