@@ -69,18 +69,12 @@ def _float(x: float) -> str:
 
 def _part(x, out: list) -> None:
     t = type(x)
-    if t is tuple or t is torch.Size:
-        out.append("(")
+    if t is tuple or t is torch.Size or t is list:
+        out.append("[" if t is list else "(")  # a list and a tuple of the same items are different keys
         for e in x:
             _part(e, out)
             out.append(",")
-        out.append(")")
-    elif t is list:
-        out.append("[")
-        for e in x:
-            _part(e, out)
-            out.append(",")
-        out.append("]")
+        out.append("]" if t is list else ")")
     elif t is str:
         out.append(json.dumps(x))
     elif t is bool:
