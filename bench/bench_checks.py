@@ -5,7 +5,8 @@
 Two workloads, each run alternately with checks on and off in one process (rounds interleaved, medians):
 - ``gather_loop``: 200 embedding lookups + index_select per call (index ops only: the worst case);
 - ``flux_<size>``: one call of the offline Flux pipeline (4 steps) in strict eager.
-Writes bench/results/checks.json with the ratio on/off for each.
+Writes bench/results/checks.json with the ratio on/off for each, and what one call launches and reads with
+checks on and off (counted: wall time on a shared 2-core machine is noisier than a 3% target).
 """
 from __future__ import annotations
 
@@ -54,11 +55,21 @@ def _flux(size: str):
     return call
 
 
+# What the checks add, counted (steadier than wall time on a shared machine): programs launched, checked
+# launches, host reads of check codes, bytes read to the host.
+_WORK = ("executions", "device_checks_run", "device_check_reads", "device_to_host_bytes")
+
+
 def _measure(call, rounds: int) -> dict:
     times = {True: [], False: []}
-    for on in (True, False):  # warm-up compiles, both variants
+    work = {}
+    for on in (True, False):  # warm-up compiles, both variants; then what one call launches and reads
         _set_checks(on)
         call()
+        before = torch_tpu.stats()
+        call()
+        after = torch_tpu.stats()
+        work["on" if on else "off"] = {k: after[k] - before[k] for k in _WORK}
     for r in range(rounds):
         for on in ((True, False) if r % 2 == 0 else (False, True)):
             _set_checks(on)
@@ -67,7 +78,7 @@ def _measure(call, rounds: int) -> dict:
             call()
             times[on].append(time.perf_counter() - t0)
     on, off = statistics.median(times[True]), statistics.median(times[False])
-    return {"checks_on_s": on, "checks_off_s": off, "ratio_on_over_off": on / off,
+    return {"checks_on_s": on, "checks_off_s": off, "ratio_on_over_off": on / off, "per_call": work,
             "samples_on": times[True], "samples_off": times[False]}
 
 
@@ -80,7 +91,7 @@ def main() -> None:
                f"flux_{args.size}": _measure(_flux(args.size), args.rounds)}
     for name, r in results.items():
         print(f"{name:16s} on {r['checks_on_s']*1e3:8.1f} ms  off {r['checks_off_s']*1e3:8.1f} ms  "
-              f"ratio {r['ratio_on_over_off']:.3f}")
+              f"ratio {r['ratio_on_over_off']:.3f}  per call on {r['per_call']['on']}  off {r['per_call']['off']}")
     write("checks", {"results": results})
 
 

@@ -92,6 +92,23 @@ def test_many_pending_checks_are_folded_and_still_name_the_op():
         torch.tpu.synchronize()
 
 
+@pytest.mark.parametrize("before,after", [(0, 0), (0, 9), (5, 5), (10, 30), (255, 1), (260, 40)])
+def test_the_first_failure_is_named_at_any_pending_count(before, after, eager_mode):
+    # a wait folds many pending codes into one (padded to a power of two) before reading them: the op
+    # named is still the first that failed, whatever the count, and nothing stale is left afterwards
+    x = X.to("tpu")
+    for k in range(before):
+        x.index_select(1, I([k % 5], device="tpu"))
+    x.gather(1, I([[5], [0]], device="tpu"))
+    x.index_select(1, I([9], device="tpu"))  # a second failure: not the one reported
+    for k in range(after):
+        x.index_select(1, I([k % 5], device="tpu"))
+    with pytest.raises(DeviceAssertError, match="gather"):
+        torch.tpu.synchronize()
+    torch.tpu.synchronize()  # nothing left to report
+    torch.testing.assert_close(x.index_select(1, I([4], device="tpu")).cpu(), X.index_select(1, I([4])))
+
+
 def test_checks_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("TORCH_TPU_CHECKS", "0")
     torch_tpu.reset_caches()  # programs are built with or without their checks

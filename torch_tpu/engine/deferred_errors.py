@@ -12,17 +12,19 @@ import threading
 import numpy as np
 
 from ..errors import DeviceAssertError
-from ..runtime import platform
+from ..runtime import counters, platform
 from . import fused, launchers
 
 _PENDING: list = []  # (0-d code array or LazyArray, messages, what: a description or a callable making it)
 _FOLDED: list = []   # [(2,) array: (1 + index of the first failed op or 0, its code), [(messages, what)...]]
 _LOCK = threading.Lock()
 _FOLD_AT = 256
+_READ_ONE_BY_ONE = 8  # up to this many pending codes are read as they are; more are folded into one first
 
 
 def add(code, messages, what) -> None:
     """``what``: the op's description, or a callable returning it (only called if the check failed)."""
+    counters.counters["device_checks_run"] += 1
     with _LOCK:
         _PENDING.append((code, messages, what))
         if len(_PENDING) >= _FOLD_AT:
@@ -43,15 +45,20 @@ def _first_failure(previous, *codes):
 
 def _fold() -> None:
     """Keep the list short without waiting: one small program (recorded into the pending graph in fused
-    mode) reduces the pending codes to the first failure among everything folded so far."""
+    mode) reduces the pending codes to the first failure among everything folded so far. The count is
+    padded to a power of two with codes that never fail, so a handful of programs serve every count."""
     jnp = platform.jax().numpy
     items = list(_PENDING)
     _PENDING.clear()
     if not _FOLDED:
         _FOLDED.extend([jnp.zeros((3,), jnp.int64), []])
-    _FOLDED[0] = launchers.launch(("device-checks", len(items)), _first_failure,
-                                  (_FOLDED[0], *(c for c, _, _ in items)), ((3,), jnp.int64), "device checks")
+    codes = [c for c, _, _ in items]
+    padding = (1 << (len(codes) - 1).bit_length()) - len(codes)
+    codes += [jnp.zeros((), jnp.int32)] * padding
+    _FOLDED[0] = launchers.launch(("device-checks", len(codes)), _first_failure,
+                                  (_FOLDED[0], *codes), ((3,), jnp.int64), "device checks")
     _FOLDED[1].extend((m, w) for _, m, w in items)
+    _FOLDED[1].extend([((), "padding")] * padding)
 
 
 def pending() -> int:
@@ -63,6 +70,8 @@ def verify() -> None:
     if not _PENDING and not _FOLDED:
         return
     with _LOCK:
+        if len(_PENDING) > _READ_ONE_BY_ONE:
+            _fold()  # one launch, then one small read, instead of a transfer per pending code
         items = list(_PENDING)
         _PENDING.clear()
         folded = list(_FOLDED)
@@ -70,6 +79,7 @@ def verify() -> None:
     arrays = [fused.materialize(c) for c, _, _ in items]
     if folded:
         arrays.append(fused.materialize(folded[0]))
+    counters.counters["device_check_reads"] += 1
     values = platform.jax().device_get(arrays)
     if folded:  # folded ops came first
         first, code, _ = (int(v) for v in np.asarray(values[-1]))

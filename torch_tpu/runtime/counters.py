@@ -20,6 +20,8 @@ _FIELDS = {
     "fused_graph_replays": 0,  # fused graphs that failed whole and ran op by op instead
     "donated_bytes": 0,       # fused-mode input buffers handed to XLA for reuse by outputs
     "device_checks_traced": 0,  # device-side check conditions traced into programs (ops/checks.require)
+    "device_checks_run": 0,     # program launches that returned a device-side check code
+    "device_check_reads": 0,    # host reads of pending check codes (at points that wait anyway)
     "graph_compiles": 0,      # torch.compile(backend="tpu") graphs compiled to a new XLA program
     "cpu_fallbacks": 0,       # ops run on the CPU under TORCH_TPU_CPU_FALLBACK=1
     "host_to_device_bytes": 0,
