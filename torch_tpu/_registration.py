@@ -18,7 +18,7 @@ from . import config, device_module, distributed
 from .eager import amp, attention, derived_backward, factories, router, whole_ops
 from .engine import modes
 from .runtime import dynamo_frames
-from .tensor import interop, serialization, untyped
+from .tensor import interop, kernels, serialization, untyped
 
 _DONE = False
 _LIB = None
@@ -102,6 +102,15 @@ def _register_factories() -> None:
         kernel = with_x64(fn)
         _FACTORY_KERNELS.append(kernel)
         _LIB.impl(name, kernel, "PrivateUse1")
+    # torch.tensor([t0, t1]) of 0-dim tpu tensors reads each with the Python key excluded, so the read
+    # reaches the PrivateUse1 kernel instead of __torch_dispatch__
+    scalar = with_x64(_local_scalar_dense)
+    _FACTORY_KERNELS.append(scalar)
+    _LIB.impl("_local_scalar_dense", scalar, "PrivateUse1")
+
+
+def _local_scalar_dense(x):
+    return kernels.local_scalar_dense(None, (x,), {})
 
 
 # torch.autocast("tpu") policy, like CUDA's: matmul/conv-like ops run in the autocast dtype,

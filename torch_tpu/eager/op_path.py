@@ -9,6 +9,8 @@ until a value is read.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..engine import deferred_errors, fused, launchers
@@ -17,7 +19,7 @@ from ..ops import calling, checks, refusals, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..runtime.stable_keys import ProcessLocal
 from . import op_store
-from ..tensor import strided
+from ..tensor import kernels, strided
 from ..tensor.tensor import TpuTensor, new_full, write
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
@@ -39,7 +41,7 @@ class LoweredEntry:
         if self.random:
             arrays.append(rng.next_key_data())
         if self.writes and self.func not in _OVERLAP_UNCHECKED:
-            _refuse_partial_overlap(self.writes, args, kwargs)
+            _refuse_partial_overlap(self.func, self.writes, args, kwargs)
         outs = launchers.current.run_op(self, arrays, args, kwargs)
         written = False
         if self.device_checks:  # the last output says whether the op's device-side checks held
@@ -58,7 +60,7 @@ class LoweredEntry:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in writes]
             if not written:
                 for t, arr in zip(targets, outs[self.n_out:]):
-                    write(t, arr)
+                    _store(t, arr)
             if self.n_out == 0:
                 return targets[0] if len(targets) == 1 else tuple(targets)
         dts = self.out_dtypes
@@ -70,7 +72,7 @@ class LoweredEntry:
         if self.writes:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in self.writes]
             for t, arr in zip(targets, outs[self.n_out:]):
-                write(t, arr)
+                _store(t, arr)
 
     def describe_inputs(self) -> str:
         """The op and its inputs' shapes and dtypes, from the program key (no tensor is kept alive)."""
@@ -99,6 +101,22 @@ class LoweredEntry:
         return self.compiled
 
 
+def _store(t, arr) -> None:
+    """An op's result into the tensor it writes: an out= tensor of another shape is resized first, with
+    CPU torch's deprecation warning when it held elements (``_plan`` refused views of another shape)."""
+    shape = tuple(arr.shape)
+    if tuple(t.shape) != shape:
+        if t.numel():
+            warnings.warn(
+                f"An output with one or more elements was resized since it had shape {list(t.shape)}, which "
+                f"does not match the required output shape {list(shape)}. This behavior is deprecated, and in "
+                "a future PyTorch release outputs will not be resized unless they have zero elements. You can "
+                "explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+                UserWarning, stacklevel=4)
+        kernels.resize_whole(t, shape)
+    write(t, arr)
+
+
 def _program_key(func, key, low):
     """The entry's program key: the op by name (not by id), so the key means the same in every process
     (``stable_keys``) when the lowering is torch_tpu's own."""
@@ -113,16 +131,24 @@ def _program_key(func, key, low):
 _OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
 
 
-def _refuse_partial_overlap(writes, args, kwargs) -> None:
+# out= ops whose CPU kernels refuse any overlap of an input with the output (not only a partial one)
+_NO_OVERLAP = {torch.ops.aten.cat.out}
+
+
+def _refuse_partial_overlap(func, writes, args, kwargs) -> None:
     inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, TpuTensor)]
     for a in (*args, *kwargs.values()):
         if type(a) in (list, tuple):
             inputs.extend(e for e in a if isinstance(e, TpuTensor))
     if len(inputs) < 2:
         return
+    if func in _NO_OVERLAP:  # every input but the out= argument itself (a list may hold it: cat([a], out=a))
+        read = [e for a in args if type(a) in (list, tuple) for e in a if isinstance(e, TpuTensor)]
+        for pos, name in writes:
+            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read)
+        return
     for pos, name in writes:
-        target = kwargs[name] if name in kwargs else args[pos]
-        strided.check_no_partial_overlap(target, inputs)
+        strided.check_no_partial_overlap(kwargs[name] if name in kwargs else args[pos], inputs)
 
 
 def _build_entry(func, args, kwargs, key, arrays):
@@ -227,7 +253,9 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
     if writes:
         refusals.check_inplace_result(func, target_func, meta_args, meta_kwargs)
     try:
-        meta_out = validate.corrected_meta(target_func, args, kwargs, func(*meta_args, **meta_kwargs))
+        with warnings.catch_warnings():  # a resized out= warns once per call, in _store
+            warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
+            meta_out = validate.corrected_meta(target_func, args, kwargs, func(*meta_args, **meta_kwargs))
         has_meta = True
     except NotImplementedError:
         meta_out, has_meta = None, False
@@ -235,13 +263,13 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
     tmpl_args, tmpl_kwargs, n_inputs = templates(func, args, kwargs) if tmpl is None else tmpl
     in_place = bool(writes) and _is_inplace_or_out(func)
     write_metas = [meta_kwargs[name] if name in meta_kwargs else meta_args[pos] for pos, name in writes]
-    if has_meta:  # torch's meta kernel resized a wrongly shaped out= tensor; we cannot resize
+    if has_meta:  # torch's meta kernel resized a wrongly shaped out= tensor: a view cannot be resized
         for (pos, name), m in zip(writes, write_metas):
             target = kwargs[name] if name in kwargs else args[pos]
-            if isinstance(m, torch.Tensor) and tuple(m.shape) != tuple(target.shape):
+            if isinstance(m, torch.Tensor) and tuple(m.shape) != tuple(target.shape) and not target._tpu_full:
                 raise RuntimeError(
-                    f"tpu: {func}: the out= tensor has shape {tuple(target.shape)} but the result "
-                    f"has shape {tuple(m.shape)}; tpu tensors cannot be resized in place, pass an "
+                    f"tpu: {func}: the out= tensor is a view of shape {tuple(target.shape)} but the result "
+                    f"has shape {tuple(m.shape)}; a view of a tpu tensor cannot be resized in place, pass an "
                     f"out= tensor of the result's shape ({describe(args, kwargs)})")
 
     # The functional call of an in-place/out= op drops the out= arguments.
@@ -252,6 +280,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
             call_kwargs.pop(name, None)
         if out_names:
             call_args = [a for a, s in zip(tmpl_args, func._schema.arguments) if not s.is_out]
+            _out_dtype_computes(target_func, call_args, call_kwargs, write_metas)
     precision = calling.matmul_precision(low)
 
     def call_lowering(arrs):
@@ -299,6 +328,21 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
 
     fn.__name__ = fn.__qualname__ = str(func)  # the program's name in traces and the compile log
     return fn, out_leaves, write_metas, meta_out, in_place, device_checks
+
+
+def _out_dtype_computes(target_func, call_args, call_kwargs, write_metas) -> None:
+    """A reduction's out= tensor without ``dtype=`` sets the dtype it computes in, as on the CPU:
+    ``torch.sum(x_float, 1, out=int64_out)`` sums the inputs cast to int64 (the functional call gets
+    ``dtype=``), not the float sum rounded afterwards."""
+    names = [a.name for a in target_func._schema.arguments]
+    if "dtype" not in names or not write_metas or not isinstance(write_metas[0], torch.Tensor):
+        return
+    at = names.index("dtype")
+    if at < len(call_args):
+        if call_args[at] is None:
+            call_args[at] = write_metas[0].dtype
+    elif call_kwargs.get("dtype") is None:
+        call_kwargs["dtype"] = write_metas[0].dtype
 
 
 def _fill_check(func, target_func, out_meta):

@@ -5,7 +5,7 @@ mask with a broadcastable value is a static select (torch.where); otherwise the 
 indices through nonzero (a data-dependent op, which waits for the mask). ``*_like`` and ``clone`` of
 non-contiguous tensors keep their layout, as on CPU. ``_unsafe_view`` is a view (no program);
 ``scaled_dot_product_attention`` without autograd (inference_mode) goes to its one lowering
-(``attention.py``).
+(``attention.py``). The conjugate and negative views (``x.conj()``) are materialised.
 """
 from __future__ import annotations
 
@@ -51,8 +51,16 @@ def _long_indices(indices):
     return out
 
 
+def _indexed_on_tpu(func, x) -> None:
+    """tpu indices into a CPU tensor: CUDA's rule (CPU indices into a device tensor are fine)."""
+    if not isinstance(x, TpuTensor):
+        raise RuntimeError(f"indices should be either on cpu or on the same device as the indexed tensor "
+                           f"({x.device}); got tpu indices ({func})")
+
+
 def index_with_masks(func, args, kwargs):
     x, indices = args[0], args[1]
+    _indexed_on_tpu(func, x)
     if not any(_is_mask(i) for i in indices):
         return run_op(func, args, kwargs)
     _check_mask_shapes(x, indices)
@@ -61,6 +69,7 @@ def index_with_masks(func, args, kwargs):
 
 def index_put_with_masks(func, args, kwargs):
     x, indices, values = args[0], args[1], args[2]
+    _indexed_on_tpu(func, x)
     if not any(_is_mask(i) for i in indices):
         return run_op(func, args, kwargs)
     _check_mask_shapes(x, indices)
@@ -133,7 +142,19 @@ def fill_expanded(func, args, kwargs):
     return x
 
 
+def resolved_view(physical):
+    """``_conj`` / ``_neg_view`` (``x.conj()``, ``x.conj().imag``): on the CPU a view that only sets a
+    conjugate / negative bit, which every kernel then honours. A tpu tensor has no such bit, so the
+    value is materialised (conj_physical / neg): every read sees the conjugate; writes through the
+    result do not reach its base (on the CPU they do, conjugated)."""
+    def run(func, args, kwargs):
+        return run_op(physical, args, kwargs)
+    return run
+
+
 REWRITES = {
+    aten._conj.default: resolved_view(aten.conj_physical.default),
+    aten._neg_view.default: resolved_view(aten.neg.default),
     aten.fill_.Scalar: fill_expanded,
     aten.zero_.default: fill_expanded,
     aten.clone.default: clone,

@@ -42,6 +42,39 @@ def no_pred(*xs):
                  for x in xs)
 
 
+def _category(dt) -> int:
+    if dt == jnp.bool_:
+        return 0
+    if jnp.issubdtype(dt, jnp.integer):
+        return 1
+    return 2 if jnp.issubdtype(dt, jnp.floating) else 3
+
+
+def _weak(x) -> bool:
+    """A weakly typed value: a Python number, traced or not (a dynamic Scalar)."""
+    return bool(getattr(x, "weak_type", False) or getattr(getattr(x, "aval", None), "weak_type", False))
+
+
+def torch_operands(*xs):
+    """``xs`` with torch's operand promotion where it differs from JAX's: a 0-dim tensor does not
+    widen the dimensioned operands of its own category (or of a higher one), it is cast to their
+    dtype first, as torch's kernels do (an int8 tensor against a 0-dim int64 tensor holding 1000
+    computes in int8, the 1000 becoming -24; a float16 tensor against a float64 0-dim threshold
+    compares in float16). Python numbers (weakly typed) and None pass through. For ops that compute
+    in their operands' common dtype (comparisons, min/max, clamp, integer division)."""
+    arrays = [x for x in xs if hasattr(x, "ndim") and hasattr(x, "dtype") and not _weak(x)]
+    dimmed = [x for x in arrays if x.ndim > 0]
+    zero = [x for x in arrays if x.ndim == 0]
+    if not dimmed or not zero:
+        return xs
+    common = jnp.result_type(*dimmed)
+    cat = _category(common)
+    if cat == 0 or any(_category(z.dtype) > cat for z in zero):
+        return xs  # a 0-dim operand of a higher category takes part in the promotion: JAX's rule holds
+    return tuple(x.astype(common) if any(x is z for z in zero) and x.dtype != common
+                 and _category(x.dtype) > 0 else x for x in xs)
+
+
 def to_float(x):
     """Integer/bool inputs of float-valued ops compute in the default float dtype."""
     if is_float(x):

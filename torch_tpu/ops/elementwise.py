@@ -6,7 +6,7 @@ import jax.numpy as jnp
 
 from .checks import require
 from .registry import aten, prims, register
-from ._util import is_float, is_value, jdtype, no_pred, to_float, upcast
+from ._util import is_float, is_value, jdtype, no_pred, to_float, torch_operands, upcast
 
 
 def _up(x):
@@ -75,6 +75,7 @@ def _integer_divisor(x, y) -> None:
 def div_mode(x, y, rounding_mode=None):
     if rounding_mode is None:
         return div(x, y)
+    x, y = torch_operands(x, y)
     _integer_divisor(x, y)
     if rounding_mode == "trunc":
         if is_float(x) or is_float(y):
@@ -88,6 +89,7 @@ def div_mode(x, y, rounding_mode=None):
 
 @register(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(x, y):
+    x, y = torch_operands(x, y)
     if is_float(x) or is_float(y):
         # bf16/fp16: divide in fp32 and round once (as torch's CPU/CUDA kernels)
         return _floor_divide_floating(_up(x), _up(y))
@@ -114,12 +116,14 @@ def _floor_divide_floating(x, y):
 
 @register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
 def remainder(x, y):
+    x, y = torch_operands(x, y)
     _integer_divisor(x, y)
     return jnp.remainder(x, y)
 
 
 @register(aten.fmod.Tensor, aten.fmod.Scalar)
 def fmod(x, y):
+    x, y = torch_operands(x, y)
     _integer_divisor(x, y)
     return jnp.fmod(x, y)
 
@@ -220,11 +224,9 @@ def float_power(x, y):
     return jnp.power(x.astype(cdt), jnp.asarray(y).astype(cdt))
 
 
-def _cmp(fn):
-    def lower(x, y):
-        return fn(x, y)
-
-    return lower
+def _cmp(fn, common=True):
+    """A binary op in its operands' common dtype by torch's rule; atan2/copysign compute ints as floats."""
+    return (lambda x, y: fn(*torch_operands(x, y))) if common else (lambda x, y: fn(x, y))
 
 
 register(aten.eq.Tensor, aten.eq.Scalar)(_cmp(jnp.equal))
@@ -237,9 +239,9 @@ register(aten.maximum.default)(_cmp(jnp.maximum))
 register(aten.minimum.default)(_cmp(jnp.minimum))
 register(aten.fmax.default)(_cmp(jnp.fmax))
 register(aten.fmin.default)(_cmp(jnp.fmin))
-register(aten.atan2.default)(_cmp(lambda x, y: jnp.arctan2(to_float(x), to_float(y))))
+register(aten.atan2.default)(_cmp(lambda x, y: jnp.arctan2(to_float(x), to_float(y)), common=False))
 register(aten.hypot.default)(_cmp(jnp.hypot))
-register(aten.copysign.Tensor, aten.copysign.Scalar)(_cmp(lambda x, y: jnp.copysign(to_float(x), y)))
+register(aten.copysign.Tensor, aten.copysign.Scalar)(_cmp(lambda x, y: jnp.copysign(to_float(x), y), False))
 register(aten.nextafter.default)(_cmp(jnp.nextafter))
 register(aten.logical_and.default)(_cmp(lambda x, y: jnp.logical_and(x != 0, y != 0)))
 register(aten.logical_or.default)(_cmp(lambda x, y: jnp.logical_or(x != 0, y != 0)))
@@ -278,7 +280,7 @@ def where(cond, x, y):
 def clamp(x, min=None, max=None):
     """torch's order and ties: ``x < min ? min : x``, then ``x > max ? max : x`` (a tie keeps x, so
     the sign of a zero is x's); a NaN in x or in a bound gives NaN."""
-    x = jnp.asarray(x)
+    x, min, max = torch_operands(jnp.asarray(x), min, max)
     dt = jnp.result_type(*[v for v in (x, min, max) if v is not None])
     x = x.astype(dt)
     for bound, beyond in ((min, jnp.less), (max, jnp.greater)):

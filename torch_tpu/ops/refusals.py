@@ -151,3 +151,17 @@ def _masked_select(x, mask):
     if mask.dtype != torch.bool:
         raise RuntimeError("masked_select: expected BoolTensor for mask")
     torch.empty(x.shape, device="meta") + torch.empty(mask.shape, device="meta")  # torch's broadcast error
+
+
+# --- floating-point-only reductions (their meta kernels accept integers) ---------------------------
+def _refuse_integral(what):
+    def check(x, *_, **__):
+        if isinstance(x, torch.Tensor) and not (x.is_floating_point() or x.is_complex()):
+            raise RuntimeError(f"{what} only support floating point and complex dtypes")
+
+    return check
+
+
+for _name, _what in (("var", "std and var"), ("std", "std and var"), ("var_mean", "var_mean"),
+                     ("std_mean", "std_mean")):
+    validates(*_functional_overloads(_name))(_refuse_integral(_what))

@@ -115,9 +115,27 @@ def resize_(func, args, kwargs):
     x, size = args[0], tuple(args[1])
     if tuple(x.shape) == size:
         return x
-    raise RuntimeError(
-        f"tpu: cannot resize a tensor of shape {tuple(x.shape)} to {size} in place "
-        "(tpu tensors have fixed sizes; allocate a new tensor, or pass an out= tensor of the right shape)")
+    if not x._tpu_full:
+        raise RuntimeError(
+            f"tpu: cannot resize a view of shape {tuple(x.shape)} to {size} in place (a view's storage is "
+            "its base's; allocate a new tensor, or pass an out= tensor of the right shape)")
+    resize_whole(x, size)
+    return x
+
+
+def resize_whole(x: TpuTensor, size) -> None:
+    """``x`` (a whole storage) becomes a contiguous tensor of ``size`` on a new storage that starts with
+    x's elements (as CPU's resize_; new elements read as zeros). Views of the old storage keep it."""
+    new = empty(tuple(size), x.dtype, x.device.index or 0)
+    keep = min(x.numel(), new.numel())
+    if keep:
+        copy_into(new.view(-1)[:keep], x.reshape(-1)[:keep])
+    with torch.no_grad():
+        x.data = new  # sizes and strides (the wrapper's metadata); the version counter stays x's
+    x._tpu_storage = new._tpu_storage
+    x._tpu_full = True
+    x._tpu_cache = None
+    x._tpu_cache_version = -1
 
 
 def is_pinned(func, args, kwargs):

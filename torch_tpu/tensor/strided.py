@@ -215,10 +215,22 @@ def check_no_partial_overlap(written, inputs) -> None:
                 or not written.numel():
             continue
         w, r = _dense_range(written), _dense_range(a)
-        if w is None or r is None or w == r:
-            continue
+        if w is None or r is None or (w == r and tuple(a.stride()) == tuple(written.stride())):
+            continue  # torch's "full" overlap: the same memory in the same layout (x.add_(x[:]))
         if w[0] < r[1] and r[0] < w[1]:
             raise RuntimeError(_OVERLAP_MSG)
+
+
+def check_no_overlap(written, inputs) -> None:
+    """The stricter rule of ops such as ``cat(out=)``: no input may share any of the written memory
+    (the written tensor itself included)."""
+    storage = written._tpu_storage
+    w = _dense_range(written)
+    for a in inputs:
+        if a is written or getattr(a, "_tpu_storage", None) is storage:
+            r = _dense_range(a)
+            if w is None or r is None or (w[0] < r[1] and r[0] < w[1] and a.numel() and written.numel()):
+                raise RuntimeError(_OVERLAP_MSG)
 
 
 def check_writable(t) -> None:
