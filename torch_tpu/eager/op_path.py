@@ -39,7 +39,7 @@ class LoweredEntry:
         if self.random:
             arrays.append(rng.next_key_data())
         if self.writes and self.func not in _OVERLAP_UNCHECKED:
-            _refuse_partial_overlap(self.writes, args, kwargs)
+            _refuse_partial_overlap(self.func, self.writes, args, kwargs)
         outs = launchers.current.run_op(self, arrays, args, kwargs)
         written = False
         if self.device_checks:  # the last output says whether the op's device-side checks held
@@ -113,7 +113,16 @@ def _program_key(func, key, low):
 _OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
 
 
-def _refuse_partial_overlap(writes, args, kwargs) -> None:
+# in-place ops that write one value to every element (allowed on views whose elements share memory)
+_ONE_VALUE = {torch.ops.aten.fill_.Scalar, torch.ops.aten.fill_.Tensor, torch.ops.aten.zero_.default}
+
+
+def _refuse_partial_overlap(func, writes, args, kwargs) -> None:
+    if func not in _ONE_VALUE:
+        for pos, name in writes:
+            target = kwargs[name] if name in kwargs else args[pos]
+            if isinstance(target, TpuTensor) and not target._tpu_full:
+                strided.check_no_internal_overlap(target, func)
     inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, TpuTensor)]
     for a in (*args, *kwargs.values()):
         if type(a) in (list, tuple):
