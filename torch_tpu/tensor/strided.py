@@ -248,6 +248,7 @@ def check_no_internal_overlap(t, op) -> None:
     whose elements share memory: CPU torch runs such writes one element after the other, each reading
     what the earlier ones wrote, an order an XLA program does not have. Refused (clearly) rather than
     computed another way; ``fill_``/``zero_`` (one value for every element) and copies are allowed."""
+    check_writable(t)  # an expanded view: torch's own error
     key = (tuple(t.shape), tuple(t.stride()))
     hit = _SELF_OVERLAP.get(key)
     if hit is None:
