@@ -135,7 +135,16 @@ _OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
 _NO_OVERLAP = {torch.ops.aten.cat.out}
 
 
+# in-place ops that write one value to every element (allowed on views whose elements share memory)
+_ONE_VALUE = {torch.ops.aten.fill_.Scalar, torch.ops.aten.fill_.Tensor, torch.ops.aten.zero_.default}
+
+
 def _refuse_partial_overlap(func, writes, args, kwargs) -> None:
+    if func not in _ONE_VALUE:
+        for pos, name in writes:
+            target = kwargs[name] if name in kwargs else args[pos]
+            if isinstance(target, TpuTensor) and not target._tpu_full:
+                strided.check_no_internal_overlap(target, func)
     inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, TpuTensor)]
     for a in (*args, *kwargs.values()):
         if type(a) in (list, tuple):

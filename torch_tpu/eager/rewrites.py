@@ -5,7 +5,7 @@ mask with a broadcastable value is a static select (torch.where); otherwise the 
 indices through nonzero (a data-dependent op, which waits for the mask). ``*_like`` and ``clone`` of
 non-contiguous tensors keep their layout, as on CPU. ``_unsafe_view`` is a view (no program);
 ``scaled_dot_product_attention`` without autograd (inference_mode) goes to its one lowering
-(``attention.py``). The conjugate and negative views (``x.conj()``) are materialised.
+(``attention.py``).
 """
 from __future__ import annotations
 
@@ -142,19 +142,7 @@ def fill_expanded(func, args, kwargs):
     return x
 
 
-def resolved_view(physical):
-    """``_conj`` / ``_neg_view`` (``x.conj()``, ``x.conj().imag``): on the CPU a view that only sets a
-    conjugate / negative bit, which every kernel then honours. A tpu tensor has no such bit, so the
-    value is materialised (conj_physical / neg): every read sees the conjugate; writes through the
-    result do not reach its base (on the CPU they do, conjugated)."""
-    def run(func, args, kwargs):
-        return run_op(physical, args, kwargs)
-    return run
-
-
 REWRITES = {
-    aten._conj.default: resolved_view(aten.conj_physical.default),
-    aten._neg_view.default: resolved_view(aten.neg.default),
     aten.fill_.Scalar: fill_expanded,
     aten.zero_.default: fill_expanded,
     aten.clone.default: clone,

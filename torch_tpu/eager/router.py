@@ -11,8 +11,8 @@ from ..runtime import caches
 from ..runtime.platform import X64
 from ..tensor.kernels import KERNELS
 from ..tensor.tensor import TpuTensor
-from ..tensor.views import run_view
-from . import backward_errors
+from ..tensor.views import MATH_BITS_SEEN, run_view
+from . import backward_errors, math_bits
 from .fallbacks import has_composite_implicit
 from .op_path import run_op
 from .rewrites import REWRITES
@@ -32,6 +32,8 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     kwargs = kwargs or {}
     prev = X64.swap(True)  # JAX's 64-bit mode for this thread while the op runs (platform.X64)
     try:
+        if MATH_BITS_SEEN[0] and not func.is_view and math_bits.has_math_bits(args, kwargs):
+            return math_bits.run_resolved(route, func, args, kwargs)
         return route(func, args, kwargs)
     except Exception as exc:
         if backward_errors.in_backward():  # raising here would abort the process (see backward_errors)

@@ -208,7 +208,8 @@ def _dense_range(t):
 
 def check_no_partial_overlap(written, inputs) -> None:
     """torch's rule for an op that writes ``written`` while reading ``inputs``: an input sharing some
-    but not all of the written memory raises (the result would depend on the order of the writes)."""
+    but not all of the written memory, or all of it in another order (``x.t().add_(x)``), raises (the
+    result would depend on the order of the writes)."""
     storage = written._tpu_storage
     for a in inputs:
         if a is written or getattr(a, "_tpu_storage", None) is not storage or not a.numel() \
@@ -231,6 +232,44 @@ def check_no_overlap(written, inputs) -> None:
             r = _dense_range(a)
             if w is None or r is None or (w[0] < r[1] and r[0] < w[1] and a.numel() and written.numel()):
                 raise RuntimeError(_OVERLAP_MSG)
+
+
+_SELF_OVERLAP: dict = caches.register("self-overlapping layouts", {})
+
+
+def _self_overlapping(shape, stride) -> bool:
+    """Do two elements of a view with this size and stride share a memory location?"""
+    dims = sorted((st, sz) for sz, st in zip(shape, stride) if sz > 1)
+    reach = 0  # the furthest offset the smaller strides reach
+    for st, sz in dims:
+        if st <= reach:
+            break
+        reach += st * (sz - 1)
+    else:
+        return False
+    if any(st == 0 for st, _ in dims) or int(np.prod([sz for _, sz in dims])) > (1 << 22):
+        return True  # too many elements to list: refused as if they overlapped
+    offs = np.zeros(1, dtype=np.int64)  # exact: the offsets of every element
+    for st, sz in dims:
+        offs = (offs[:, None] + np.arange(sz, dtype=np.int64) * st).reshape(-1)
+    return np.unique(offs).size < offs.size
+
+
+def check_no_internal_overlap(t, op) -> None:
+    """An op that computes each written element from values (``x.unfold(0, 3, 1).add_(1)``) into a view
+    whose elements share memory: CPU torch runs such writes one element after the other, each reading
+    what the earlier ones wrote, an order an XLA program does not have. Refused (clearly) rather than
+    computed another way; ``fill_``/``zero_`` (one value for every element) and copies are allowed."""
+    check_writable(t)  # an expanded view: torch's own error
+    key = (tuple(t.shape), tuple(t.stride()))
+    hit = _SELF_OVERLAP.get(key)
+    if hit is None:
+        hit = _SELF_OVERLAP[key] = _self_overlapping(*key)
+    if hit:
+        raise RuntimeError(
+            f"tpu: {op} writes a view whose elements share memory (size {key[0]}, stride {key[1]}): CPU "
+            "torch computes such writes one element after the other, each seeing the earlier ones; the tpu "
+            "cannot reproduce that order. clone() the view, or write a tensor without overlap.")
 
 
 def check_writable(t) -> None:

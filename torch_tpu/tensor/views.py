@@ -10,6 +10,10 @@ from .tensor import TpuTensor
 
 _VIEW_META: dict = caches.register("view metadata", {})
 
+# Set once a tensor with a math bit (conj or neg, from ``x.conj()`` / ``x.imag`` of a conjugate view)
+# exists: until then the router checks no argument for the bits (the hot path stays as it was).
+MATH_BITS_SEEN = [False]
+
 
 def _hashable(x):
     if type(x) in (list, tuple):
@@ -21,7 +25,12 @@ def _meta_view_input(x: TpuTensor):
     storage = x._tpu_storage
     numel = storage.nbytes // max(x.dtype.itemsize, 1)
     base = torch.empty(numel, dtype=x.dtype, device="meta")
-    return base.as_strided(x.shape, x.stride(), x.storage_offset())
+    out = base.as_strided(x.shape, x.stride(), x.storage_offset())
+    if x.is_conj():
+        torch._C._set_conj(out, True)
+    if x.is_neg():
+        torch._C._set_neg(out, True)
+    return out
 
 
 def run_view(func, args, kwargs):
@@ -29,21 +38,39 @@ def run_view(func, args, kwargs):
     if not isinstance(x, TpuTensor):
         raise device_mismatch(func, x)
     rest = args[1:]
+    # the math bits (conj, neg) are part of the key: torch's meta kernels keep them on views, toggle
+    # them (_conj, _neg_view) or refuse them (view_as_real of a conjugate view)
     key = (func, x._tpu_storage.shape, x._tpu_storage.dtype, tuple(x.shape), x.stride(),
-           x.storage_offset(), x.dtype, _hashable(rest), _hashable(tuple(sorted(kwargs.items()))))
+           x.storage_offset(), x.dtype, x.is_conj(), x.is_neg(), _hashable(rest),
+           _hashable(tuple(sorted(kwargs.items()))))
     metas = _VIEW_META.get(key)
     if metas is None:
         out = func(_meta_view_input(x), *rest, **kwargs)
         single = isinstance(out, torch.Tensor)
         outs = [out] if single else list(out)
-        metas = (single, [(tuple(o.shape), o.stride(), o.storage_offset(), o.dtype) for o in outs])
+        metas = (single, [(tuple(o.shape), o.stride(), o.storage_offset(), o.dtype, o.is_conj(), o.is_neg())
+                          for o in outs])
         _VIEW_META[key] = metas
     single, specs = metas
     storage = x._tpu_storage
     if torch.is_inference_mode_enabled() and not x.is_inference():
         # a view of a normal tensor stays a normal tensor (autograd sets its version counter)
         with torch.inference_mode(False):
-            views = [TpuTensor(storage, size, stride, offset, dtype) for size, stride, offset, dtype in specs]
+            views = [_view(storage, *spec) for spec in specs]
     else:
-        views = [TpuTensor(storage, size, stride, offset, dtype) for size, stride, offset, dtype in specs]
+        views = [_view(storage, *spec) for spec in specs]
     return views[0] if single else views
+
+
+def _view(storage, size, stride, offset, dtype, conj, neg):
+    v = TpuTensor(storage, size, stride, offset, dtype)
+    if conj or neg:
+        MATH_BITS_SEEN[0] = True
+        torch._C._set_conj(v, conj)
+        torch._C._set_neg(v, neg)
+    return v
+
+
+def without_math_bits(x: TpuTensor) -> TpuTensor:
+    """The same view of the same storage with no conj/neg bit: what the storage holds."""
+    return TpuTensor(x._tpu_storage, tuple(x.shape), x.stride(), x.storage_offset(), x.dtype)
