@@ -176,8 +176,10 @@ def test_all_gather_shape_error_is_clear(world):
 
 _POPULATE = """
     import json, os
+    from torch_tpu.runtime import disk_cache
     d = os.environ["TORCH_TPU_CACHE_DIR"]
     def listing():
+        disk_cache.flush_writes()  # entries are written on a background thread: wait for them
         return set(f for f in os.listdir(d) if not f.startswith("."))
     x = torch.tensor([1.0, 2.0, 4.0]).to("tpu")
     (x.cpu(), (x - 0.5).cpu())
