@@ -177,8 +177,7 @@ _ENCODED_NAMES = tuple(os.environ.encodekey(n) for n in _NAMES) if hasattr(os.en
 def _raw() -> tuple:
     data = _ENVIRON_DATA
     if type(data) is dict and _ENCODED_NAMES is not None and getattr(os.environ, "_data", None) is data:
-        get = data.get
-        return tuple(get(name) for name in _ENCODED_NAMES)
+        return tuple(map(data.get, _ENCODED_NAMES))
     environ = os.environ
     return tuple(environ.get(name) for name in _NAMES)
 
