@@ -2,8 +2,9 @@
 signature it has seen before without running torch's meta kernel or tracing the lowering.
 
 An op's description (output shapes and dtypes, the structure of its result, whether it returns a Python
-scalar, the dtype its fill value must fit, the messages of its device-side checks) is a function of its program key (the op by name, input shapes
-and dtypes, static arguments) and the versions in ``stable_keys.environment``. It is stored as JSON in a
+scalar, the dtype its fill value must fit, the messages of its device-side checks) is a function of its
+program key (the op by name, input shapes and dtypes, static arguments) and the versions in
+``stable_keys.environment``. It is stored as JSON in a
 verified disk entry (``runtime.disk_cache``: full key and checksum checked on load).
 """
 from __future__ import annotations
