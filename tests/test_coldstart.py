@@ -122,6 +122,43 @@ def test_op_descriptions_of_view_arguments_load_in_the_other_mode(tmp_path, monk
     assert stats["op_loads"] > 0, stats
 
 
+
+def _gather(x, rows):
+    return torch.nn.functional.embedding(rows, x) * 2  # embedding checks its indices on the device
+
+
+@pytest.mark.parametrize("descriptions", ["kept", "lost"])
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_programs_with_device_checks_are_found_by_key_and_still_check(tmp_path, monkeypatch, mode, descriptions):
+    # A program with device-side checks is found by key (no tracing, no lowering) with the messages of
+    # its checks: from its op's description, or (descriptions lost) from the program's own entry.
+    from torch_tpu.errors import DeviceAssertError
+
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    x = torch.randn(6, 3)
+    good, bad = torch.tensor([[0, 5], [2, 2]]), torch.tensor([[0, 6], [2, 2]])
+    with torch.tpu.set_eager_mode(EagerMode[mode]):
+        torch_tpu.reset_caches()
+        _gather(x.to("tpu"), good.to("tpu")).cpu()
+        disk_cache.flush_writes()
+        if descriptions == "lost":
+            for f in tmp_path.glob("*.ttpc"):
+                if f.read_bytes()[len(disk_cache._MAGIC) + 12:].startswith(b"op-description"):
+                    f.unlink()
+        torch_tpu.reset_caches()  # a fresh process, as far as programs and op entries go
+        torch_tpu.reset_stats()
+        out = _gather(x.to("tpu"), good.to("tpu")).cpu()
+        stats = torch_tpu.stats()
+        with pytest.raises(DeviceAssertError, match="embedding"):
+            _gather(x.to("tpu"), bad.to("tpu")).cpu()
+        torch_tpu.sync()
+    torch.testing.assert_close(out, _gather(x, good))
+    assert stats["compiles"] == 0 and stats["cache_loads"] > 0, stats
+    if descriptions == "kept" or mode == "DEFER_NEVER":  # (fused mode traces an op without one)
+        assert stats["device_checks_traced"] == 0, stats  # found by key: nothing was traced
+    assert stats["cache_rejects"] == 0, stats
+
+
 _CHILD = r"""
 import json, sys, torch, torch_tpu
 from torch_tpu.runtime import disk_cache

@@ -168,15 +168,28 @@ def _parse(raw: tuple) -> Settings:
     return Settings(**values)
 
 
+# os.environ keeps its values encoded in ``_data`` (CPython on POSIX): reading the encoded keys there
+# skips the encoding of every name and value, for a call made many times per op on a warm first call
+_ENVIRON_DATA = getattr(os.environ, "_data", None)
+_ENCODED_NAMES = tuple(os.environ.encodekey(n) for n in _NAMES) if hasattr(os.environ, "encodekey") else None
+
+
+def _raw() -> tuple:
+    data = _ENVIRON_DATA
+    if type(data) is dict and _ENCODED_NAMES is not None and getattr(os.environ, "_data", None) is data:
+        return tuple(map(data.get, _ENCODED_NAMES))
+    environ = os.environ
+    return tuple(environ.get(name) for name in _NAMES)
+
+
 def settings() -> Settings:
     """The settings of the current environment (parsed again only when a variable changed)."""
     global _cached
-    environ = os.environ
-    raw = tuple(environ.get(name) for name in _NAMES)
+    raw = _raw()
     cached = _cached
     if cached is not None and cached[0] == raw:
         return cached[1]
-    parsed = _parse(raw)
+    parsed = _parse(tuple(os.environ.get(name) for name in _NAMES))
     _cached = (raw, parsed)
     return parsed
 

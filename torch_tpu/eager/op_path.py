@@ -87,12 +87,15 @@ class LoweredEntry:
         if fn is None:
             func, meta_args, meta_kwargs, example, tmpl = self.recipe
             low, target_func = registry.resolve(func)
-            fn = self.fn = _plan(func, low, target_func, meta_args, meta_kwargs, example, tmpl)[0]
+            fn = self.fn = _plan(func, low, target_func, meta_args, meta_kwargs, example, tmpl,
+                                 self.device_checks)[0]
         return fn(*arrs)
 
     def compile(self, arrays, args, kwargs):
         try:
-            self.compiled = program_cache.compile_program(self.key, self.trace, tuple(arrays))
+            # the entry knows its checks (traced, or from its description): found by key with them
+            self.compiled = program_cache.compile_program(self.key, self.trace, tuple(arrays),
+                                                          checks=self.device_checks)
         except (OpError, NotImplementedError):
             raise
         except Exception as exc:
@@ -215,10 +218,9 @@ def _build_entry(func, args, kwargs, key, arrays):
         if any(not hasattr(a, "shape") for a in arrays) and _branches_on_a_value(exc):
             raise _StaticScalarsNeeded() from exc
         raise
-    if device_checks:  # tracing found checks: one more output (fused mode records it too)
+    if device_checks:  # tracing (or the program's disk entry) found checks: one more output
         entry.avals += (((), dtypes.to_jax_dtype(torch.int32)),)
-    else:  # a description on disk says nothing of checks: only check-free entries are kept there
-        op_store.save(program_key, entry, meta_out, in_place, check_meta)
+    op_store.save(program_key, entry, meta_out, in_place, check_meta)  # with the checks' messages
     _ENTRIES[key] = entry
     return entry
 
@@ -246,16 +248,16 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.rebuild = None if desc.structure is None else _rebuilder(desc.structure)
     check_meta = None if desc.check_dtype is None else torch.empty((), dtype=desc.check_dtype, device="meta")
     entry.check = _fill_check(func, registry.resolve(func)[1], check_meta)
-    entry.device_checks = ()  # saved only without checks (the checks setting is part of its disk key)
+    entry.device_checks = list(desc.device_checks)  # (the checks setting is part of its disk key)
     launchers.current.prepare(entry, example, args, kwargs)
     return entry
 
 
-def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
+def _plan(func, low, target_func, args, kwargs, example, tmpl=None, device_checks=None):
     """What torch says ``func`` returns for these arguments (its meta kernel, which also raises torch's
     errors for bad input), and the traceable function computing it with the op table's lowering:
     (fn, out_leaves, write_metas, meta_out, in_place, device_checks); device_checks (the messages of the
-    lowering's ``require`` calls) is filled when fn is first traced."""
+    lowering's ``require`` calls; the given list, when known already) is filled when fn is first traced."""
     writes = registry.mutated_arguments(func)
     meta_args = to_meta(list(args))
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
@@ -315,7 +317,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
                       for s in leaves(shapes)]
         meta_out = out_leaves if len(out_leaves) != 1 else out_leaves[0]
 
-    device_checks: list = []
+    device_checks = [] if device_checks is None else device_checks
 
     def fn(*arrs):
         with checks.collecting() as found:

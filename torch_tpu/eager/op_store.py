@@ -2,8 +2,9 @@
 signature it has seen before without running torch's meta kernel or tracing the lowering.
 
 An op's description (output shapes and dtypes, the structure of its result, whether it returns a Python
-scalar, the dtype its fill value must fit) is a function of its program key (the op by name, input shapes
-and dtypes, static arguments) and the versions in ``stable_keys.environment``. It is stored as JSON in a
+scalar, the dtype its fill value must fit, the messages of its device-side checks) is a function of its
+program key (the op by name, input shapes and dtypes, static arguments) and the versions in
+``stable_keys.environment``. It is stored as JSON in a
 verified disk entry (``runtime.disk_cache``: full key and checksum checked on load).
 """
 from __future__ import annotations
@@ -92,6 +93,7 @@ def save(program_key, entry, meta_out, in_place: bool, check_meta) -> None:
             "returns_scalar": bool(entry.returns_scalar),
             "structure": None if entry.rebuild is None else _structure(meta_out),
             "check_dtype": _dtype_name(check_meta.dtype) if isinstance(check_meta, torch.Tensor) else None,
+            "device_checks": [str(m) for m in entry.device_checks],
         }
         if len(tensors) != entry.n_out:
             return
@@ -118,6 +120,7 @@ def load(program_key):
             returns_scalar=bool(d["returns_scalar"]),
             structure=None if d["structure"] is None else _template(d["structure"]),
             check_dtype=None if d["check_dtype"] is None else _dtype(d["check_dtype"]),
+            device_checks=tuple(_message(m) for m in d["device_checks"]),
         )
     except (ValueError, KeyError, TypeError) as exc:  # verified bytes we cannot read: rebuild
         counters.add("cache_rejects", 1)
@@ -125,6 +128,12 @@ def load(program_key):
         return None
     counters.add("op_loads", 1)
     return desc
+
+
+def _message(m) -> str:
+    if type(m) is not str:
+        raise TypeError("a check's message is text")
+    return m
 
 
 def _leaves(x):

@@ -287,7 +287,9 @@ def _flush() -> None:
     try:
         if prog is None:
             if g.mesh is None:
-                prog = program_cache.compile_program(key, graph_fn, tuple(inputs), donate=donate)
+                # its ops' device-side checks are known to their entries (recorded with them), so
+                # the graph has none of its own to learn: found by key even when it holds some
+                prog = program_cache.compile_program(key, graph_fn, tuple(inputs), donate=donate, checks=[])
             else:
                 prog = spmd.compile_program(key, graph_fn, tuple(inputs), g.mesh, donate=donate,
                                             out_ndims=[len(la.shape) for _, _, la in live],

@@ -38,7 +38,7 @@ def require(ok, message: str) -> None:
     found = getattr(_STATE, "found", None)
     if found is not None:
         found.append((jax.numpy.all(ok), message))
-        counters.counters["device_checks_traced"] += 1  # such a program is never found by key alone
+        counters.counters["device_checks_traced"] += 1  # found by key only by callers that know them
     elif not isinstance(ok, jax.core.Tracer) and not bool(jax.numpy.all(ok)):
         raise DeviceAssertError(message)
 

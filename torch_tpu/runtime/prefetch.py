@@ -8,7 +8,8 @@ A new process starts loading the last run's sequence on a background thread at i
 (while the model's weights move, before its first op); once it has needed its own first few keys it
 checks that guess, and switches to the sequence named by those keys when the last run was another
 workload. Deserialising an executable releases the GIL for most of its time, so the main thread goes on
-meanwhile; ``take`` hands a loaded program over. A program not loaded yet is loaded by the main thread as
+meanwhile; ``take`` hands a loaded program over, waiting for it when the thread is loading it right
+then (rather than loading it a second time). A program not loaded yet is loaded by the main thread as
 before: prefetching never changes which program runs (each is found by its own verified key), only when
 it is read from disk.
 """
@@ -22,6 +23,7 @@ import threading
 from . import counters, disk_cache, stable_keys
 
 _FIRST = 8            # keys that name a workload
+_WAIT_S = 60.0        # longest wait for a program the thread is loading (then the main thread loads it)
 _MAX_KEYS = 50_000    # longest sequence kept
 _loader = None        # program_cache's loader: alias key -> program or None
 
@@ -32,6 +34,7 @@ class _State:
     order: list = []          # this process's keys, first use order
     known: set = set()
     ready: dict = {}          # key -> program loaded ahead
+    loading: tuple | None = None  # (key, threading.Event set when done): the program being loaded now
     source: list | None = None  # the sequence being prefetched
     guess: list | None = None   # the last run's sequence, read at the first device use
     stop: threading.Event | None = None
@@ -120,11 +123,18 @@ def _check_guess() -> None:
 
 
 def take(key: str):
-    """The program of ``key`` if the background thread has loaded it."""
-    if not _State.ready:
+    """The program of ``key`` if the background thread has loaded it (or is loading it now)."""
+    st = _State
+    if not st.ready and st.loading is None:
         return None
-    with _State.lock:
-        return _State.ready.pop(key, None)
+    with st.lock:
+        found = st.ready.pop(key, None)
+        loading = st.loading
+    if found is None and loading is not None and loading[0] == key:
+        loading[1].wait(_WAIT_S)
+        with st.lock:
+            found = st.ready.pop(key, None)
+    return found
 
 
 def _run(todo: list, stop: threading.Event) -> None:
@@ -132,17 +142,21 @@ def _run(todo: list, stop: threading.Event) -> None:
     for key in todo:
         if stop.is_set():
             return
-        if key in st.known or key in st.ready:
-            continue
+        done = threading.Event()
+        with st.lock:
+            if key in st.known or key in st.ready:
+                continue
+            st.loading = (key, done)
         try:
             prog = _loader(key)
         except Exception:
             prog = None
-        if prog is not None:
-            with st.lock:
-                if key not in st.known:
-                    st.ready[key] = prog
-                    counters.add("cache_prefetched", 1)
+        with st.lock:
+            if prog is not None:  # the main thread needs it, or will: it asked (seen) before taking
+                st.ready[key] = prog
+                counters.add("cache_prefetched", 1)
+            st.loading = None
+        done.set()
 
 
 def save() -> None:

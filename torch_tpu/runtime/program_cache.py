@@ -8,13 +8,15 @@ this backend compiles is kept twice over:
 - under a digest of its lowered module (StableHLO text) plus the environment (platform, device, versions,
   XLA flags): what JAX's own persistent cache does, but verified;
 - under its structural key, when that key means the same program in every process (``stable_keys``): an
-  alias to the entry above. A warm process finds the executable from the key alone, without tracing,
-  lowering or computing a module digest.
+  alias to the entry above, with the messages of the program's device-side checks (``ops.checks``: a
+  caller learns them by tracing, and a program found by key is never traced). A warm process finds the
+  executable from the key alone, without tracing, lowering or computing a module digest.
 JAX's own persistent compilation cache is left off (``platform.py``): it does not check what it loads.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import pickle
 import time
@@ -125,31 +127,65 @@ def _load_module_entry(disk_key: str):
     return prog
 
 
+def _alias_payload(module_key: str, checks) -> bytes:
+    return json.dumps({"module": module_key, "checks": list(checks)}).encode()
+
+
 def _load_alias(alias: str):
-    target = disk_cache.load(alias)
-    if target is None:
+    """(program, its device-check messages) stored under a structural disk key, or None."""
+    raw = disk_cache.load(alias)
+    if raw is None:
         return None
-    prog = _load_module_entry(target.decode())
+    try:
+        entry = json.loads(raw)
+        target, checks = entry["module"], tuple(entry["checks"])
+        if type(target) is not str or not all(type(m) is str for m in checks):
+            raise TypeError("not an alias")
+    except (ValueError, KeyError, TypeError):  # verified bytes we cannot read: rebuild
+        counters.add("cache_rejects", 1)
+        disk_cache.forget(alias)
+        return None
+    prog = _load_module_entry(target)
     if prog is None:
         disk_cache.forget(alias)
-    return prog
+        return None
+    return prog, checks
 
 
 def load_by_key(key, device=None, donate: tuple = ()):
-    """The program of a persistent structural key from disk (no tracing), or None."""
+    """(program, its device-check messages) of a persistent structural key from disk (no tracing), or
+    None."""
     alias = structural_disk_key(key, device, donate)
     if alias is None:
         return None
     prefetch.seen(alias)
-    prog = prefetch.take(alias)
-    if prog is None:
-        prog = _load_alias(alias)
-    return prog
+    found = prefetch.take(alias)
+    if found is None:
+        found = _load_alias(alias)
+    return found
 
 
-def compile_program(key, fn: Callable, example_args: tuple, device=None, donate: tuple = ()):
+def _usable(found, checks) -> bool:
+    """Whether a program found by key can serve a caller that passed ``checks`` (see compile_program);
+    fills ``checks`` from it."""
+    stored = found[1]
+    if checks is None:
+        return not stored  # this caller learns checks by tracing only
+    if checks and tuple(checks) != stored:
+        return False  # the caller knows other checks (from an op description): trace it again
+    if not checks:
+        checks.extend(stored)
+    return True
+
+
+def compile_program(key, fn: Callable, example_args: tuple, device=None, donate: tuple = (), checks=None):
     """The program of ``fn`` for ``example_args`` (arrays, ShapeDtypeStructs or Python numbers): from
-    memory, from disk, or traced and compiled now (so failures surface here, with the op's name)."""
+    memory, from disk, or traced and compiled now (so failures surface here, with the op's name).
+
+    ``checks`` says how the caller learns the program's device-side checks: None, by tracing ``fn`` only
+    (a program holding checks is then found by its module, traced in every process); or a list of their
+    messages, which tracing ``fn`` fills (or the caller already knows): they are kept with the program's
+    key, and a program found by key fills an empty list (one that holds other messages is not used)."""
     jax = platform.jax()
     _counters["cache_misses"] += 1
     disk = disk_cache.enabled()
@@ -157,9 +193,9 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         prefetch.start_early()
     if disk:
         token = compile_log.start()
-        prog = load_by_key(key, device, donate)
-        if prog is not None:
-            _PROGRAMS[key] = prog
+        found = load_by_key(key, device, donate)
+        if found is not None and _usable(found, checks):
+            prog = _PROGRAMS[key] = found[0]
             compile_log.done(token, key, compile_log.program_name(fn, key), example_args)
             return prog
     kwargs = {}
@@ -185,12 +221,12 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
             prog = lowered.compile()
             if disk:
                 disk_cache.store(module_key, lambda compiled=prog: _serialize(compiled))
-    # a program with device-side checks is found by its module only: its caller learns which checks
-    # it holds while tracing it (a program found by key alone is never traced)
-    if disk and _counters["device_checks_traced"] == checks_before:
+    # a caller that learns checks by tracing only finds a program with checks by its module (a program
+    # found by key alone is never traced); the others find it by key, with the checks' messages
+    if disk and (checks is not None or _counters["device_checks_traced"] == checks_before):
         alias = structural_disk_key(key, device, donate)
         if alias is not None:
-            disk_cache.store(alias, module_key.encode())
+            disk_cache.store(alias, _alias_payload(module_key, () if checks is None else checks))
             prefetch.seen(alias)
     compile_log.done(token, key, name, example_args)
     _PROGRAMS[key] = prog
