@@ -283,6 +283,7 @@ def refresh_layout(t: TpuTensor) -> None:
     t._tpu_full = t._tpu_is_full()
     t._tpu_cache = None
     t._tpu_cache_version = -1
+    t.__dict__.pop("_tpu_meta_inner", None)  # torch.compile's stand-in has the old layout
 
 
 def write(t: TpuTensor, array) -> None:
