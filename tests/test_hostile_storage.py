@@ -292,7 +292,6 @@ def isolated_results(request):
 
 # Known gaps, stated (strict: a fix makes these fail until the entry is removed).
 KNOWN_GAPS = {
-    "channels_last_op": "elementwise results are contiguous, where CPU keeps the input's channels_last strides",
 }
 
 

@@ -18,7 +18,7 @@ from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..runtime.stable_keys import ProcessLocal
 from . import op_store
 from ..tensor import strided
-from ..tensor.tensor import TpuTensor, new_full, write
+from ..tensor.tensor import TpuTensor, new_full, new_strided, write
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
 
@@ -31,7 +31,7 @@ class LoweredEntry:
     the arguments it writes back."""
 
     __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
-                 "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks")
+                 "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks", "layouts")
 
     def __call__(self, args, kwargs, arrays):
         if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
@@ -62,6 +62,10 @@ class LoweredEntry:
             if self.n_out == 0:
                 return targets[0] if len(targets) == 1 else tuple(targets)
         dts = self.out_dtypes
+        if self.layouts is not None:  # results torch lays out densely in another order (channels_last)
+            results = [new_full(o, d) if lay is None else new_strided(o, lay[0], lay[1], d)
+                       for o, d, lay in zip(outs[: self.n_out], dts, self.layouts)]
+            return results[0] if self.rebuild is None else self.rebuild(results)
         if self.rebuild is None:
             return new_full(outs[0], dts[0])
         return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
@@ -150,7 +154,7 @@ def _build_entry(func, args, kwargs, key, arrays):
         _ENTRIES[key] = entry
         return entry
 
-    fn, out_leaves, write_metas, meta_out, in_place, device_checks = _plan(
+    fn, out_leaves, write_metas, meta_out, in_place, device_checks, layouts = _plan(
         func, low, target_func, args, kwargs, example)
     writes = registry.mutated_arguments(func)
     returns_scalar = (len(out_leaves) == 1 and out_leaves[0] is not None
@@ -163,8 +167,11 @@ def _build_entry(func, args, kwargs, key, arrays):
     entry.recipe = None
     entry.loaded = False
     entry.compiled = None
-    entry.avals = tuple((tuple(m.shape), dtypes.to_jax_dtype(m.dtype))
-                        for m in tensor_leaves + [w for w in write_metas if isinstance(w, torch.Tensor)])
+    entry.layouts = layouts
+    entry.avals = tuple((tuple(m.shape) if layouts is None or layouts[k] is None else (m.numel(),),
+                         dtypes.to_jax_dtype(m.dtype)) for k, m in enumerate(tensor_leaves))
+    entry.avals += tuple((tuple(m.shape), dtypes.to_jax_dtype(m.dtype))
+                         for m in write_metas if isinstance(m, torch.Tensor))
     entry.random = low.random
     entry.writes = writes
     entry.returns_scalar = returns_scalar
@@ -209,6 +216,7 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.n_out = len(desc.out_dtypes)
     entry.out_dtypes = desc.out_dtypes
     entry.rebuild = None if desc.structure is None else _rebuilder(desc.structure)
+    entry.layouts = desc.layouts
     check_meta = None if desc.check_dtype is None else torch.empty((), dtype=desc.check_dtype, device="meta")
     entry.check = _fill_check(func, registry.resolve(func)[1], check_meta)
     entry.device_checks = ()  # saved only without checks (the checks setting is part of its disk key)
@@ -219,8 +227,10 @@ def _load_entry(func, low, args, kwargs, program_key, example):
 def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
     """What torch says ``func`` returns for these arguments (its meta kernel, which also raises torch's
     errors for bad input), and the traceable function computing it with the op table's lowering:
-    (fn, out_leaves, write_metas, meta_out, in_place, device_checks); device_checks (the messages of the
-    lowering's ``require`` calls) is filled when fn is first traced."""
+    (fn, out_leaves, write_metas, meta_out, in_place, device_checks, layouts); device_checks (the
+    messages of the lowering's ``require`` calls) is filled when fn is first traced; layouts is None, or
+    per tensor output None or the (size, stride) torch gives a result laid out densely in another order
+    than contiguous (channels_last, the order of transposed inputs): fn returns those in memory order."""
     writes = registry.mutated_arguments(func)
     meta_args = to_meta(list(args))
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
@@ -277,6 +287,14 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
                       for s in leaves(shapes)]
         meta_out = out_leaves if len(out_leaves) != 1 else out_leaves[0]
 
+    orders = [strided.memory_order(tuple(m.shape), m.stride()) if isinstance(m, torch.Tensor) else None
+              for m in out_leaves] if has_meta else []
+    layouts = None
+    if any(o is not None for o in orders):
+        layouts = tuple(None if o is None else (tuple(m.shape), tuple(m.stride()))
+                        for m, o in zip(out_leaves, orders) if isinstance(m, torch.Tensor))
+    else:
+        orders = None
     device_checks: list = []
 
     def fn(*arrs):
@@ -290,7 +308,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
             result, updates = result
         else:
             updates = ()
-        outs = _conform_all(func, result, out_leaves)
+        outs = _conform_all(func, result, out_leaves, orders)
         if writes:
             outs += _conform_all(func, updates, write_metas)
         if found:
@@ -298,7 +316,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
         return outs
 
     fn.__name__ = fn.__qualname__ = str(func)  # the program's name in traces and the compile log
-    return fn, out_leaves, write_metas, meta_out, in_place, device_checks
+    return fn, out_leaves, write_metas, meta_out, in_place, device_checks, layouts
 
 
 def _fill_check(func, target_func, out_meta):
@@ -341,16 +359,18 @@ def _is_inplace_or_out(func) -> bool:
     return name.endswith("_") or any(a.is_out for a in func._schema.arguments)
 
 
-def _conform_all(func, result, metas):
-    """Flatten a lowering's result against torch's expected leaves, each conformed to its meta."""
+def _conform_all(func, result, metas, orders=None):
+    """Flatten a lowering's result against torch's expected leaves, each conformed to its meta (and
+    put in memory order where ``orders`` names one)."""
     jnp = platform.jax().numpy
     res_leaves = list(leaves(result)) if isinstance(result, (tuple, list)) else [result]
     if len(res_leaves) != len(metas):
         raise OpError(f"lowering of {func} returned {len(res_leaves)} outputs, torch expects {len(metas)}")
     outs = []
-    for r, m in zip(res_leaves, metas):
+    for k, (r, m) in enumerate(zip(res_leaves, metas)):
         if isinstance(m, torch.Tensor):
-            outs.append(calling.conform(func, r, m))
+            out = calling.conform(func, r, m)
+            outs.append(out if orders is None or orders[k] is None else strided.to_memory_order(out, orders[k]))
         elif m is not None and r is not None:  # a Python scalar result (e.g. .item()-like ops)
             outs.append(jnp.asarray(r))
     return tuple(outs)

@@ -103,6 +103,10 @@ def to_copy(func, args, kwargs):
     if not isinstance(x, TpuTensor):  # CPU tensor -> tpu (some paths call _to_copy directly)
         arr = dtypes.host_to_device(x, platform.jax_device())
         return wrap(convert(arr, x.shape, dtype), dtype)
+    fmt = kwargs.get("memory_format")
+    if fmt not in (None, torch.preserve_format) or not x.is_contiguous():
+        # x.to(dtype) keeps a dense non-contiguous layout (channels_last ...), as on CPU; .to(memory_format=)
+        return copy_into(empty_like(None, (x,), {"dtype": dtype, "memory_format": fmt}), x)
     # _to_copy must not alias: arrays are immutable, so a new storage is enough
     arr = convert(value_of(x), x.shape, dtype)
     return TpuTensor(TpuStorage(arr, arr.shape, dtype), arr.shape, dtype=dtype)

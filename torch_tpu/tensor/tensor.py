@@ -255,6 +255,12 @@ def new_full(array, dtype: torch.dtype, _make=torch.Tensor._make_wrapper_subclas
     return t
 
 
+def new_strided(array, size, stride, dtype: torch.dtype) -> "TpuTensor":
+    """Wrap a fresh flat device array holding a dense layout's memory (an op result torch lays out in
+    another order than contiguous, see ``strided.memory_order``) as a tensor of that size and stride."""
+    return TpuTensor(TpuStorage(array, array.shape, dtype), size, stride, 0, dtype)
+
+
 def value_of(t: TpuTensor):
     """The device array holding t's logical value (computing a view's value if needed)."""
     storage = t._tpu_storage
