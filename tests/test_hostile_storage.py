@@ -95,6 +95,57 @@ def test_view_metadata(eager_mode, case, request):
 
 
 # ---------------------------------------------------------------------------------------------------
+# results keep torch's dense layout (TensorIterator's order: channels_last, a transposed input's order)
+
+
+def _cl(x, shape=(1, 2, 3, 4)):
+    return x.reshape(shape).contiguous(memory_format=torch.channels_last)
+
+
+LAYOUTS = {
+    "cl_add_scalar": lambda x: _cl(x) + 1,
+    "cl_unary": lambda x: (_cl(x).neg(), _cl(x).exp(), torch.relu(_cl(x) - 5)),
+    "cl_binary_both": lambda x: _cl(x) * _cl(x),
+    "cl_mixed_contiguous_first": lambda x: x.reshape(1, 2, 3, 4) + _cl(x),
+    "cl_mixed_cl_first": lambda x: _cl(x) + x.reshape(1, 2, 3, 4),
+    "cl_broadcast_bias": lambda x: _cl(x) + torch.arange(2.0, device=x.device).reshape(1, 2, 1, 1),
+    "cl_batch2": lambda x: _cl(x, (2, 3, 2, 2)) * 2,
+    "cl_3d": lambda x: x.reshape(1, 2, 3, 2, 2).contiguous(memory_format=torch.channels_last_3d) - 1,
+    "cl_empty_like": lambda x: torch.empty_like(_cl(x)).stride(),
+    "cl_zeros_like": lambda x: (torch.zeros_like(_cl(x)), torch.full_like(_cl(x), 3.0)),
+    "cl_clone": lambda x: (_cl(x).clone(), _cl(x).clone(memory_format=torch.contiguous_format)),
+    "cl_to_dtype": lambda x: (_cl(x).to(torch.float64), _cl(x).half()),
+    "to_channels_last": lambda x: x.reshape(1, 2, 3, 4).to(memory_format=torch.channels_last),
+    "cl_inplace_on_result": lambda x: (_cl(x) + 1).mul_(2).sub_(1),
+    "cl_result_views": lambda x: (lambda y: (y.permute(0, 2, 3, 1).reshape(-1), y[:, 1], y.transpose(1, 3)))(
+        _cl(x) * 2),
+    "cl_result_storage": lambda x: (lambda y: (y.untyped_storage().nbytes(), y.storage_offset(),
+                                               torch.empty(0, device=x.device).set_(y.untyped_storage())))(
+        _cl(x) * 2),
+    "cl_where": lambda x: torch.where(_cl(x) > 5, _cl(x), 0.0),
+    "cl_softmax": lambda x: _cl(x).softmax(1),
+    "cl_reductions": lambda x: (_cl(x).sum(1, keepdim=True), _cl(x).amax((2, 3)), _cl(x).max(1)),
+    "cl_chain": lambda x: ((_cl(x) + 1) * 3).clamp(0, 40).reshape(1, 2, 12),
+    "cl_cat": lambda x: torch.cat([_cl(x), _cl(x)], 1),
+    "transposed_add": lambda x: (x.t() + 1, x.t() * x.t(), (x.t() + 1).exp()),
+    "permuted_3d": lambda x: x.reshape(2, 3, 4).permute(2, 0, 1).neg(),
+    "transposed_then_read": lambda x: (lambda y: (y[1:3], y.sum(0), y.reshape(-1)))(x.t() - 2),
+    "sliced_not_dense": lambda x: x[:, ::2] + 1,
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUTS))
+def test_result_layout(eager_mode, case):
+    D.check(LAYOUTS[case], X.clone(), check_stride=True)
+
+
+@pytest.mark.parametrize("case", ["cl_add_scalar", "cl_mixed_contiguous_first", "cl_where", "transposed_add",
+                                  "cl_clone"])
+def test_result_layout_compiled(case):
+    D.check(LAYOUTS[case], X.clone(), check_stride=True, modes=["compiled"])
+
+
+# ---------------------------------------------------------------------------------------------------
 # set_ re-points a tensor at another tensor's or storage's memory; TypedStorage element access uses it
 
 
