@@ -196,6 +196,11 @@ SET_CASES = {
     "typed_getitem": lambda x: (x.storage()[5], x[1].storage()[23], len(x.t().storage())),
     "typed_setitem": _typed_setitem,
     "typed_tolist": lambda x: (x.add_(1), x.t().storage().tolist()),
+    "typed_fill_slice_copy": lambda x: (x.storage()[2:5].tolist(), x.storage().__setitem__(slice(1, 3), 7.0),
+                                        x[2].storage().fill_(-2.0)[0], x.clone(),
+                                        x.storage().copy_(torch.ones(24).storage()).tolist()),
+    "typed_other_dtypes": lambda x: (x.long().storage()[4], (x > 2).storage().tolist()[:5],
+                                     x.bfloat16().storage()[3]),
 }
 
 
