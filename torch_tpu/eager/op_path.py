@@ -18,7 +18,7 @@ from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..runtime.stable_keys import ProcessLocal
 from . import op_store
 from ..tensor import strided
-from ..tensor.tensor import TpuTensor, new_full, new_strided, write
+from ..tensor.tensor import TpuTensor, new_full, new_strided, write, write_storage
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
 
@@ -31,7 +31,8 @@ class LoweredEntry:
     the arguments it writes back."""
 
     __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
-                 "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks", "layouts")
+                 "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks", "layouts",
+                 "write_orders")
 
     def __call__(self, args, kwargs, arrays):
         if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
@@ -57,8 +58,7 @@ class LoweredEntry:
         if writes:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in writes]
             if not written:
-                for t, arr in zip(targets, outs[self.n_out:]):
-                    write(t, arr)
+                self._write(targets, outs[self.n_out:])
             if self.n_out == 0:
                 return targets[0] if len(targets) == 1 else tuple(targets)
         dts = self.out_dtypes
@@ -73,8 +73,18 @@ class LoweredEntry:
     def _write_back(self, args, kwargs, outs) -> None:
         if self.writes:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in self.writes]
-            for t, arr in zip(targets, outs[self.n_out:]):
+            self._write(targets, outs[self.n_out:])
+
+    def _write(self, targets, arrays) -> None:
+        if self.write_orders is None:
+            for t, arr in zip(targets, arrays):
                 write(t, arr)
+            return
+        for t, arr, order in zip(targets, arrays, self.write_orders):
+            if order is None:
+                write(t, arr)
+            else:  # the program returned the storage's new memory (see _write_orders)
+                write_storage(t, arr)
 
     def describe_inputs(self) -> str:
         """The op and its inputs' shapes and dtypes, from the program key (no tensor is kept alive)."""
@@ -89,7 +99,8 @@ class LoweredEntry:
         if fn is None:
             func, meta_args, meta_kwargs, example, tmpl = self.recipe
             low, target_func = registry.resolve(func)
-            fn = self.fn = _plan(func, low, target_func, meta_args, meta_kwargs, example, tmpl)[0]
+            fn = self.fn = _plan(func, low, target_func, meta_args, meta_kwargs, example, tmpl,
+                                 self.write_orders)[0]
         return fn(*arrs)
 
     def compile(self, arrays, args, kwargs):
@@ -154,8 +165,9 @@ def _build_entry(func, args, kwargs, key, arrays):
         _ENTRIES[key] = entry
         return entry
 
+    write_orders = _write_orders(func, args, kwargs)
     fn, out_leaves, write_metas, meta_out, in_place, device_checks, layouts = _plan(
-        func, low, target_func, args, kwargs, example)
+        func, low, target_func, args, kwargs, example, None, write_orders)
     writes = registry.mutated_arguments(func)
     returns_scalar = (len(out_leaves) == 1 and out_leaves[0] is not None
                       and not isinstance(out_leaves[0], torch.Tensor))
@@ -170,8 +182,10 @@ def _build_entry(func, args, kwargs, key, arrays):
     entry.layouts = layouts
     entry.avals = tuple((tuple(m.shape) if layouts is None or layouts[k] is None else (m.numel(),),
                          dtypes.to_jax_dtype(m.dtype)) for k, m in enumerate(tensor_leaves))
-    entry.avals += tuple((tuple(m.shape), dtypes.to_jax_dtype(m.dtype))
-                         for m in write_metas if isinstance(m, torch.Tensor))
+    entry.write_orders = write_orders
+    entry.avals += tuple((tuple(m.shape) if write_orders is None or write_orders[k] is None
+                          else write_orders[k][1], dtypes.to_jax_dtype(m.dtype))
+                         for k, m in enumerate(write_metas) if isinstance(m, torch.Tensor))
     entry.random = low.random
     entry.writes = writes
     entry.returns_scalar = returns_scalar
@@ -212,6 +226,7 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.avals = tuple((shape, dtypes.to_jax_dtype(dt)) for shape, dt in desc.avals)
     entry.random = low.random
     entry.writes = registry.mutated_arguments(func)
+    entry.write_orders = _write_orders(func, args, kwargs)
     entry.returns_scalar = desc.returns_scalar
     entry.n_out = len(desc.out_dtypes)
     entry.out_dtypes = desc.out_dtypes
@@ -224,7 +239,27 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     return entry
 
 
-def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
+def _write_orders(func, args, kwargs):
+    """Per argument an op writes, None or (memory order, storage shape) when it is a whole storage seen
+    in another order than its memory (``x.t().add_(1)``, a channels_last tensor): the program then returns
+    the storage's new memory itself, so the write needs no program of its own. Everything this depends on
+    (view geometry, storage shape and dtype) is part of the op's key."""
+    writes = registry.mutated_arguments(func)
+    if not writes:
+        return None
+    orders = []
+    for pos, name in writes:
+        t = kwargs[name] if name in kwargs else args[pos] if pos < len(args) else None
+        order = None
+        if isinstance(t, TpuTensor) and not t._tpu_full and t.storage_offset() == 0:
+            storage = t._tpu_storage
+            if t.dtype == storage.dtype and t.numel() * t.dtype.itemsize == storage.nbytes:
+                order = strided.memory_order(tuple(t.shape), t.stride())
+        orders.append(None if order is None else (order, storage.shape))
+    return tuple(orders) if any(o is not None for o in orders) else None
+
+
+def _plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders=None):
     """What torch says ``func`` returns for these arguments (its meta kernel, which also raises torch's
     errors for bad input), and the traceable function computing it with the op table's lowering:
     (fn, out_leaves, write_metas, meta_out, in_place, device_checks, layouts); device_checks (the
@@ -289,6 +324,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
 
     orders = [strided.memory_order(tuple(m.shape), m.stride()) if isinstance(m, torch.Tensor) else None
               for m in out_leaves] if has_meta else []
+    orders = [None if o is None else (o, (m.numel(),)) for o, m in zip(orders, out_leaves)]
     layouts = None
     if any(o is not None for o in orders):
         layouts = tuple(None if o is None else (tuple(m.shape), tuple(m.stride()))
@@ -310,7 +346,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None):
             updates = ()
         outs = _conform_all(func, result, out_leaves, orders)
         if writes:
-            outs += _conform_all(func, updates, write_metas)
+            outs += _conform_all(func, updates, write_metas, write_orders)
         if found:
             outs += (checks.first_failure(found),)
         return outs
@@ -370,7 +406,10 @@ def _conform_all(func, result, metas, orders=None):
     for k, (r, m) in enumerate(zip(res_leaves, metas)):
         if isinstance(m, torch.Tensor):
             out = calling.conform(func, r, m)
-            outs.append(out if orders is None or orders[k] is None else strided.to_memory_order(out, orders[k]))
+            order = None if orders is None else orders[k]
+            if order is not None:  # (permutation, shape of the memory): a result's or a storage's
+                out = strided.to_memory_order(out, *order)
+            outs.append(out)
         elif m is not None and r is not None:  # a Python scalar result (e.g. .item()-like ops)
             outs.append(jnp.asarray(r))
     return tuple(outs)

@@ -211,9 +211,10 @@ def memory_order(size, stride):
     return tuple(order)
 
 
-def to_memory_order(array, order):
-    """Inside a program: a result in logical shape, as the flat array of its memory (see memory_order)."""
-    return platform.jax().numpy.transpose(array, order).reshape(-1)
+def to_memory_order(array, order, shape=(-1,)):
+    """Inside a program: a value in logical shape as its memory (see memory_order), in ``shape`` (flat,
+    or the shape of the storage it fills)."""
+    return platform.jax().numpy.transpose(array, order).reshape(shape)
 
 
 _OVERLAP_MSG = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "

@@ -304,6 +304,13 @@ def write(t: TpuTensor, array) -> None:
     t._tpu_cache_version = storage.version
 
 
+def write_storage(t: TpuTensor, array) -> None:
+    """Make ``array`` (the new value of t's whole storage, in its shape) the storage's value: t is the
+    whole storage seen in another order than its memory, and the op's program already put its new value
+    in memory order."""
+    t._tpu_storage.set(array)
+
+
 def wrap(array, dtype: torch.dtype | None = None, device_index: int = 0) -> TpuTensor:
     """A new tensor owning a fresh storage that holds ``array``."""
     if dtype is None:
