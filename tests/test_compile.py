@@ -270,11 +270,34 @@ def test_regional_compilation_pipelines(tiny, kind, offload):
     assert _graph_compiles() == 0 and torch_tpu.stats()["compiles"] == 0
 
 
-def test_inductor_with_tpu_tensors_fails_clearly():
-    # torch 2.13's inductor routes "tpu" tensors to its Pallas generator (written for Google's
-    # TorchTPU); without a backend argument torch.compile means inductor, so both get the same error.
-    x = torch.randn(3, 4).to("tpu")
-    for kwargs in ({"backend": "inductor"}, {}):
+def test_default_backend_compiles_tpu_graphs():
+    """torch.compile(model) without a backend (inductor, which has no tpu code generator) compiles a graph
+    of tpu tensors with backend "tpu", as torch.compile(model) works on other devices; an extern-kernel-only
+    graph (Linear) and a graph needing generated code (elementwise) alike, with backend="inductor" too."""
+    torch.manual_seed(0)
+    ref = MLP()
+    m = copy.deepcopy(ref).to("tpu")
+    x = torch.randn(3, 8)
+    for kwargs in ({}, {"backend": "inductor"}):
         torch._dynamo.reset()
-        with pytest.raises(Exception, match="backend='tpu'"):
-            torch.compile(lambda t: (t * 2).sin() + 1, **kwargs)(x)
+        torch_tpu.reset_caches()
+        torch_tpu.reset_stats()
+        with torch.no_grad():
+            _close(torch.compile(m, **kwargs)(x.to("tpu")), ref(x))
+            _close(torch.compile(m.fc1, **kwargs)(x.to("tpu")), ref.fc1(x))
+            y = torch.compile(lambda t: (t * 2).sin() + 1, **kwargs)(x.to("tpu"))
+        _close(y, (x * 2).sin() + 1)
+        assert _graph_compiles() >= 3, torch_tpu.stats()
+
+
+def test_default_backend_mixed_devices_fail_clearly():
+    x = torch.randn(3, 4)
+    with pytest.raises(Exception, match="backend='tpu'"):
+        torch.compile(lambda a, b: a.sum() + b.to("tpu").sum())(x.to("tpu"), x)
+
+
+def test_default_backend_leaves_cpu_graphs_to_inductor():
+    x = torch.randn(3, 4)
+    torch_tpu.reset_stats()
+    torch.testing.assert_close(torch.compile(lambda t: t.cos() * 3)(x), x.cos() * 3)
+    assert _graph_compiles() == 0

@@ -95,6 +95,140 @@ def test_view_metadata(eager_mode, case, request):
 
 
 # ---------------------------------------------------------------------------------------------------
+# results keep torch's dense layout (TensorIterator's order: channels_last, a transposed input's order)
+
+
+def _cl(x, shape=(1, 2, 3, 4)):
+    return x.reshape(shape).contiguous(memory_format=torch.channels_last)
+
+
+LAYOUTS = {
+    "cl_add_scalar": lambda x: _cl(x) + 1,
+    "cl_unary": lambda x: (_cl(x).neg(), _cl(x).exp(), torch.relu(_cl(x) - 5)),
+    "cl_binary_both": lambda x: _cl(x) * _cl(x),
+    "cl_mixed_contiguous_first": lambda x: x.reshape(1, 2, 3, 4) + _cl(x),
+    "cl_mixed_cl_first": lambda x: _cl(x) + x.reshape(1, 2, 3, 4),
+    "cl_broadcast_bias": lambda x: _cl(x) + torch.arange(2.0, device=x.device).reshape(1, 2, 1, 1),
+    "cl_batch2": lambda x: _cl(x, (2, 3, 2, 2)) * 2,
+    "cl_3d": lambda x: x.reshape(1, 2, 3, 2, 2).contiguous(memory_format=torch.channels_last_3d) - 1,
+    "cl_empty_like": lambda x: torch.empty_like(_cl(x)).stride(),
+    "cl_zeros_like": lambda x: (torch.zeros_like(_cl(x)), torch.full_like(_cl(x), 3.0)),
+    "cl_clone": lambda x: (_cl(x).clone(), _cl(x).clone(memory_format=torch.contiguous_format)),
+    "cl_to_dtype": lambda x: (_cl(x).to(torch.float64), _cl(x).half()),
+    "to_channels_last": lambda x: x.reshape(1, 2, 3, 4).to(memory_format=torch.channels_last),
+    "cl_inplace_on_result": lambda x: (_cl(x) + 1).mul_(2).sub_(1),
+    "cl_result_views": lambda x: (lambda y: (y.permute(0, 2, 3, 1).reshape(-1), y[:, 1], y.transpose(1, 3)))(
+        _cl(x) * 2),
+    "cl_result_storage": lambda x: (lambda y: (y.untyped_storage().nbytes(), y.storage_offset(),
+                                               torch.empty(0, device=x.device).set_(y.untyped_storage())))(
+        _cl(x) * 2),
+    "cl_where": lambda x: torch.where(_cl(x) > 5, _cl(x), 0.0),
+    "cl_softmax": lambda x: _cl(x).softmax(1),
+    "cl_reductions": lambda x: (_cl(x).sum(1, keepdim=True), _cl(x).amax((2, 3)), _cl(x).max(1)),
+    "cl_chain": lambda x: ((_cl(x) + 1) * 3).clamp(0, 40).reshape(1, 2, 12),
+    "cl_cat": lambda x: torch.cat([_cl(x), _cl(x)], 1),
+    "transposed_add": lambda x: (x.t() + 1, x.t() * x.t(), (x.t() + 1).exp()),
+    "permuted_3d": lambda x: x.reshape(2, 3, 4).permute(2, 0, 1).neg(),
+    "transposed_then_read": lambda x: (lambda y: (y[1:3], y.sum(0), y.reshape(-1)))(x.t() - 2),
+    "sliced_not_dense": lambda x: x[:, ::2] + 1,
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUTS))
+def test_result_layout(eager_mode, case):
+    D.check(LAYOUTS[case], X.clone(), check_stride=True)
+
+
+@pytest.mark.parametrize("case", ["cl_add_scalar", "cl_mixed_contiguous_first", "cl_where", "transposed_add",
+                                  "cl_clone"])
+def test_result_layout_compiled(case):
+    D.check(LAYOUTS[case], X.clone(), check_stride=True, modes=["compiled"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# set_ re-points a tensor at another tensor's or storage's memory; TypedStorage element access uses it
+
+
+def _empty_like_dev(x, dtype=None):
+    return torch.empty(0, dtype=dtype or x.dtype, device=x.device)
+
+
+def _old_view_keeps_old_storage(x):
+    y = x[0].clone()
+    v = y[1:]
+    y.set_(x)
+    y.zero_()
+    v.add_(1)
+    return v, y, v.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+
+
+def _typed_setitem(x):
+    ts = x[1].storage()
+    ts[3] = -1.0
+    ts[23] = 99.0
+    return x
+
+
+SET_CASES = {
+    "tensor_other_shape": lambda x: (lambda y: (y.set_(x.t()), y.add_(1), y.stride(), y.storage_offset()))(
+        _empty_like_dev(x)),
+    "tensor_view_offset": lambda x: (lambda y: (y.set_(x[1, 2:]), y.mul_(2), y.storage_offset(),
+                                                y.untyped_storage().nbytes()))(_empty_like_dev(x)),
+    "tensor_write_source_seen": lambda x: (lambda y: (y.set_(x[:, 1:]), x.add_(5), y))(_empty_like_dev(x)),
+    "tensor_old_view_keeps_old_storage": _old_view_keeps_old_storage,
+    "tensor_shares_storage": lambda x: (lambda y: (y.set_(x.view(2, 12)),
+                                                   y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr(),
+                                                   y.data_ptr() == x.data_ptr()))(_empty_like_dev(x)),
+    "tensor_same_shape": lambda x: (lambda y: (y.set_(x), y[2].fill_(0), y))(torch.ones_like(x)),
+    "tensor_then_views": lambda x: (lambda y: (y.set_(x.t()), y[1:3, ::2].neg_(), y.reshape(-1)[::5]))(
+        _empty_like_dev(x)),
+    "tensor_other_dtype_op": lambda x: (lambda y: (torch.ops.aten.set_.source_Tensor(y, x[1]), y))(
+        _empty_like_dev(x, torch.int32)),
+    "empty": lambda x: (x.set_(), x.shape, x.stride(), x.untyped_storage().nbytes()),
+    "storage_offset_size_stride": lambda x: (lambda y: (y.set_(x.untyped_storage(), 2, (2, 3), (1, 2)),
+                                                        y.fill_(9), y.stride()))(_empty_like_dev(x)),
+    "storage_whole": lambda x: (lambda y: (y.set_(x[2].untyped_storage()), y[7].fill_(-1), y))(
+        _empty_like_dev(x)),
+    "storage_other_dtype": lambda x: _empty_like_dev(x, torch.int32).set_(x.untyped_storage(), 3, (2, 2)),
+    "storage_of_clone": lambda x: (lambda y: (y.set_(x.untyped_storage().clone(), 0, (4, 6), (6, 1)),
+                                              y.add_(1)))(_empty_like_dev(x)),
+    "typed_storage": lambda x: (lambda y: (y.set_(x.storage()), y.mul_(3)))(_empty_like_dev(x)),
+    "typed_getitem": lambda x: (x.storage()[5], x[1].storage()[23], len(x.t().storage())),
+    "typed_setitem": _typed_setitem,
+    "typed_tolist": lambda x: (x.add_(1), x.t().storage().tolist()),
+    "typed_fill_slice_copy": lambda x: (x.storage()[2:5].tolist(), x.storage().__setitem__(slice(1, 3), 7.0),
+                                        x[2].storage().fill_(-2.0)[0], x.clone(),
+                                        x.storage().copy_(torch.ones(24).storage()).tolist()),
+    "typed_other_dtypes": lambda x: (x.long().storage()[4], (x > 2).storage().tolist()[:5],
+                                     x.bfloat16().storage()[3]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SET_CASES))
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
+def test_set_(eager_mode, case):
+    D.check(SET_CASES[case], X.clone(), check_stride=True)
+
+
+def test_set_cpu_source_raises(eager_mode):
+    """CPU torch refuses a source on another device; so does tpu, naming both devices."""
+    y = torch.empty(0, device=D.DEV)
+    with pytest.raises(RuntimeError, match="cpu"):
+        y.set_(torch.ones(2))
+    with pytest.raises(RuntimeError, match="different device"):
+        y.set_(torch.ones(2).untyped_storage())
+    assert y.shape == (0,)
+
+
+def test_set_storage_cannot_grow(eager_mode):
+    """CPU grows a storage too small for set_'s sizes; a tpu storage cannot grow, so it says so."""
+    x = X.clone().to(D.DEV)
+    with pytest.raises(RuntimeError, match="cannot grow"):
+        torch.empty(0, device=D.DEV).set_(x.untyped_storage(), 1, (24,))
+    D.assert_same(X, D.read(x), where="tensor after the refused set_")
+
+
+# ---------------------------------------------------------------------------------------------------
 # deepcopy and storage clone: in one crash-tolerant child process (segfaults today)
 
 
@@ -212,13 +346,8 @@ def isolated_results(request):
     return D.isolated_results(request, __file__, _case_of_item, timeout_per_case=90)
 
 
-# Known gaps, stated (strict: a fix makes these fail until the entry is removed). A tpu tensor is a
-# wrapper whose own storage torch sees as empty, so torch's set_ and as_strided_ refuse any size over it.
+# Known gaps, stated (strict: a fix makes these fail until the entry is removed).
 KNOWN_GAPS = {
-    "set_source_tensor": "tensor.set_(other) with another shape: tpu tensors cannot change their sizes in place",
-    "typed_storage": "TypedStorage element access goes through set_(storage), which tpu tensors refuse",
-    "untyped_storage_clone": "a tensor cannot be re-pointed at an untyped storage (set_(storage, offset, size))",
-    "channels_last_op": "elementwise results are contiguous, where CPU keeps the input's channels_last strides",
 }
 
 

@@ -58,8 +58,11 @@ def test_untyped_storage_operations_work_or_raise_clearly():
     for bad in (lambda: s.resize_(4), lambda: s.fill_(0), lambda: s.share_memory_(), lambda: s.float()):
         with pytest.raises(RuntimeError, match="tpu storage"):
             bad()
-    with pytest.raises(RuntimeError, match="untyped storage"):
-        torch.empty(0, device="tpu").set_(s)
+    # a tensor re-pointed at the storage (as on CPU) shares it
+    y = torch.empty(0, device="tpu").set_(s)
+    assert y.shape == (12,) and y.untyped_storage() is s
+    y[0] = -1.0
+    assert x.cpu()[0, 0].item() == -1.0
 
 
 def test_untyped_storage_allocated_on_tpu():

@@ -85,6 +85,30 @@ def test_in_place_through_views(eager_mode):
     torch.testing.assert_close(t.cpu(), x)
 
 
+WHOLE_STORAGE_WRITES = {  # (how the tensor is made, the in-place op)
+    "transposed add_": (lambda x: x.reshape(6, 8), lambda a: a.t().add_(1)),
+    "channels_last mul_": (lambda x: x.contiguous(memory_format=torch.channels_last), lambda a: a.mul_(2)),
+    "transposed out=": (lambda x: x.reshape(6, 8), lambda a: torch.add(a.t(), 1, out=a.t())),
+    "permuted result sub_": (lambda x: x.transpose(0, 1) * 3, lambda a: a.sub_(1)),
+}
+
+
+@pytest.mark.parametrize("case", list(WHOLE_STORAGE_WRITES))
+def test_whole_storage_seen_permuted_is_written_by_the_op(case, eager_mode):
+    """An in-place op on a whole storage seen in another order than its memory (a transposed tensor, a
+    channels_last one, a permuted result) writes the storage from its own program: no write program."""
+    make, op = WHOLE_STORAGE_WRITES[case]
+    x = make(torch.arange(48.0).reshape(2, 3, 2, 4))
+    t = make(torch.arange(48.0).reshape(2, 3, 2, 4).to("tpu"))
+    assert t.stride() == x.stride()
+    ref = op(x)
+    got, n = _programs(lambda: op(t))
+    assert n == 1
+    torch.testing.assert_close(got.cpu(), ref)
+    assert got.stride() == ref.stride()
+    torch.testing.assert_close(t.cpu(), x)
+
+
 def test_device_checks_on_view_inputs():
     x = torch.arange(20.0).reshape(4, 5)
     t = x.to("tpu")

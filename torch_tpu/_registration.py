@@ -1,5 +1,6 @@
 """Wiring: registers PrivateUse1 as the "tpu" device (name, device module, guard, hooks), the factory
-kernels, ``__torch_dispatch__``, autocast, serialization, the c10d backend and its collectives.
+kernels, ``__torch_dispatch__``, autocast, serialization, the c10d backend and its collectives, and
+``torch.compile``'s default backend for tpu graphs.
 
 Light on purpose: runs at ``import torch`` through the ``torch.backends`` entry point, so it must
 not import JAX (that happens on first device use), and it never fails ``import torch`` over a
@@ -15,6 +16,7 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
+from .compile import default_backend
 from .eager import amp, attention, derived_backward, factories, router, whole_ops
 from .engine import modes
 from .runtime import dynamo_frames
@@ -70,6 +72,7 @@ def register() -> None:
     untyped.install()
     interop.install()
     _register_distributed()
+    default_backend.install()  # torch.compile(model) on tpu tensors: backend "tpu" (inductor cannot)
     _keep_callbacks_out_of_dynamo()
     try:
         modes.init_from_settings()

@@ -8,7 +8,8 @@ import torch
 from ..engine import deferred_errors, fused
 from ..ops import calling, checks, registry
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
-from ..tensor.tensor import TpuTensor, new_full, value_of
+from ..tensor import strided
+from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of
 
 _counters = counters.counters
 _DECOMPS = None
@@ -203,24 +204,26 @@ def graph_compiler(kind: str):
             specs.append(jax.ShapeDtypeStruct(key_data.shape, key_data.dtype))
         # identical graphs (repeated blocks) share one program: the key is the graph's code + inputs
         code_key = gm.code if not plan.constants else (gm.code, id(gm))
-        key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision, plan.mesh)
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        out_vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in out_node.args[0]]
+        layouts = _user_output_layouts(kind, out_vals)
+        key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision, plan.mesh, layouts)
+        program = plan.program if layouts is None else _in_memory_order(plan.program, layouts)
         prog = program_cache.lookup(key)
         if prog is None:
             if len(tensor_pos) != len([x for x in example_inputs if not _is_opaque(x)]):
                 raise RuntimeError("torch.compile(backend='tpu'): non-tensor graph inputs are not supported "
                                    "with static shapes")
             if plan.mesh is None:
-                prog = program_cache.compile_program(key, _named(plan.program, kind), tuple(specs))
+                prog = program_cache.compile_program(key, _named(program, kind), tuple(specs))
             else:  # functional collectives: one SPMD program over the group's devices
-                prog = spmd.compile_program(key, _named(plan.program, kind), tuple(specs), plan.mesh,
+                prog = spmd.compile_program(key, _named(program, kind), tuple(specs), plan.mesh,
                                             what=f"a compiled {kind} graph with collectives")
             counters.add("graph_compiles", 1)
             _DEVICE_CHECKS[key] = plan.device_checks
 
-        out_node = next(n for n in gm.graph.nodes if n.op == "output")
-        out_vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in out_node.args[0]]
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in out_vals]
-        run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []))
+        run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []), layouts)
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
         return run
 
@@ -246,7 +249,39 @@ def _named(program, kind: str):
     return fn
 
 
-def _runner(prog, out_dtypes, random: bool, device_checks: list):
+def _user_output_layouts(kind: str, out_vals):
+    """Per graph output, None or the (size, stride) of a user-visible result torch lays out densely in
+    another order than contiguous (channels_last ...), as eager mode keeps it (``strided.memory_order``);
+    None when there is none. Mutated inputs' new values and tensors saved for backward keep the logical
+    order (the runtime copies or reads them back)."""
+    if kind == "backward":
+        return None
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None:
+        return None
+    first = meta.num_mutated_inp_runtime_indices
+    end = first + meta.num_outputs + meta.num_intermediate_bases
+    layouts = [None] * len(out_vals)
+    for k in range(first, min(end, len(out_vals))):
+        v = out_vals[k]
+        if isinstance(v, torch.Tensor) and strided.memory_order(tuple(v.shape), v.stride()) is not None:
+            layouts[k] = (tuple(v.shape), tuple(v.stride()))
+    return tuple(layouts) if any(layouts) else None
+
+
+def _in_memory_order(program, layouts):
+    def fn(*arrays):
+        outs = program(*arrays)
+        return tuple(o if lay is None else strided.to_memory_order(o, strided.memory_order(*lay))
+                     for o, lay in zip(outs, layouts)) + tuple(outs[len(layouts):])
+
+    return fn
+
+
+def _runner(prog, out_dtypes, random: bool, device_checks: list, layouts=None):
     device = None
 
     @platform.with_x64
@@ -270,8 +305,11 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list):
             deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")
             outs = outs[:-1]
         result = []
-        for o, dt in zip(outs, out_dtypes):
-            result.append(new_full(o, dt) if dt is not None and o is not None else o)
+        for o, dt, lay in zip(outs, out_dtypes, layouts or [None] * len(out_dtypes)):
+            if dt is None or o is None:
+                result.append(o)
+            else:
+                result.append(new_full(o, dt) if lay is None else new_strided(o, lay[0], lay[1], dt))
         return result
 
     return run

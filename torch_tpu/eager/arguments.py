@@ -297,9 +297,10 @@ def fill(x, arrays):
 
 
 def to_meta(x):
-    """Arguments for torch's meta kernel: tensors as meta tensors, the tpu device as meta."""
+    """Arguments for torch's meta kernel: tensors as meta tensors of their strides (torch lays results
+    out after them: channels_last stays channels_last), the tpu device as meta."""
     if isinstance(x, torch.Tensor):
-        return torch.empty(x.shape, dtype=x.dtype, device="meta")
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
     if isinstance(x, torch.device) and x.type == "tpu":
         return torch.device("meta")
     if type(x) in (list, tuple):

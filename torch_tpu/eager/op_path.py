@@ -20,7 +20,7 @@ from ..runtime import caches, counters, dtypes, platform, program_cache, rng
 from ..runtime.stable_keys import ProcessLocal
 from . import op_store
 from ..tensor import kernels, strided
-from ..tensor.tensor import TpuTensor, new_full, write
+from ..tensor.tensor import TpuTensor, new_full, new_strided, write, write_storage
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
 
@@ -33,7 +33,8 @@ class LoweredEntry:
     the arguments it writes back."""
 
     __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
-                 "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks")
+                 "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks", "layouts",
+                 "write_orders")
 
     def __call__(self, args, kwargs, arrays):
         if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
@@ -59,11 +60,14 @@ class LoweredEntry:
         if writes:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in writes]
             if not written:
-                for t, arr in zip(targets, outs[self.n_out:]):
-                    _store(t, arr)
+                self._write(targets, outs[self.n_out:])
             if self.n_out == 0:
                 return targets[0] if len(targets) == 1 else tuple(targets)
         dts = self.out_dtypes
+        if self.layouts is not None:  # results torch lays out densely in another order (channels_last)
+            results = [new_full(o, d) if lay is None else new_strided(o, lay[0], lay[1], d)
+                       for o, d, lay in zip(outs[: self.n_out], dts, self.layouts)]
+            return results[0] if self.rebuild is None else self.rebuild(results)
         if self.rebuild is None:
             return new_full(outs[0], dts[0])
         return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
@@ -71,8 +75,18 @@ class LoweredEntry:
     def _write_back(self, args, kwargs, outs) -> None:
         if self.writes:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in self.writes]
-            for t, arr in zip(targets, outs[self.n_out:]):
+            self._write(targets, outs[self.n_out:])
+
+    def _write(self, targets, arrays) -> None:
+        if self.write_orders is None:
+            for t, arr in zip(targets, arrays):
                 _store(t, arr)
+            return
+        for t, arr, order in zip(targets, arrays, self.write_orders):
+            if order is None:
+                _store(t, arr)
+            else:  # the program returned the storage's new memory (see _write_orders)
+                write_storage(t, arr)
 
     def describe_inputs(self) -> str:
         """The op and its inputs' shapes and dtypes, from the program key (no tensor is kept alive)."""
@@ -88,7 +102,7 @@ class LoweredEntry:
             func, meta_args, meta_kwargs, example, tmpl = self.recipe
             low, target_func = registry.resolve(func)
             fn = self.fn = _plan(func, low, target_func, meta_args, meta_kwargs, example, tmpl,
-                                 self.device_checks)[0]
+                                 self.write_orders, self.device_checks)[0]
         return fn(*arrs)
 
     def compile(self, arrays, args, kwargs):
@@ -188,8 +202,9 @@ def _build_entry(func, args, kwargs, key, arrays):
         _ENTRIES[key] = entry
         return entry
 
-    fn, out_leaves, write_metas, meta_out, in_place, device_checks = _plan(
-        func, low, target_func, args, kwargs, example)
+    write_orders = _write_orders(func, args, kwargs)
+    fn, out_leaves, write_metas, meta_out, in_place, device_checks, layouts = _plan(
+        func, low, target_func, args, kwargs, example, None, write_orders)
     writes = registry.mutated_arguments(func)
     returns_scalar = (len(out_leaves) == 1 and out_leaves[0] is not None
                       and not isinstance(out_leaves[0], torch.Tensor))
@@ -201,8 +216,13 @@ def _build_entry(func, args, kwargs, key, arrays):
     entry.recipe = None
     entry.loaded = False
     entry.compiled = None
-    entry.avals = tuple((tuple(m.shape), dtypes.to_jax_dtype(m.dtype))
-                        for m in tensor_leaves + [w for w in write_metas if isinstance(w, torch.Tensor)])
+    entry.layouts = layouts
+    entry.avals = tuple((tuple(m.shape) if layouts is None or layouts[k] is None else (m.numel(),),
+                         dtypes.to_jax_dtype(m.dtype)) for k, m in enumerate(tensor_leaves))
+    entry.write_orders = write_orders
+    entry.avals += tuple((tuple(m.shape) if write_orders is None or write_orders[k] is None
+                          else write_orders[k][1], dtypes.to_jax_dtype(m.dtype))
+                         for k, m in enumerate(write_metas) if isinstance(m, torch.Tensor))
     entry.random = low.random
     entry.writes = writes
     entry.returns_scalar = returns_scalar
@@ -242,10 +262,12 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.avals = tuple((shape, dtypes.to_jax_dtype(dt)) for shape, dt in desc.avals)
     entry.random = low.random
     entry.writes = registry.mutated_arguments(func)
+    entry.write_orders = _write_orders(func, args, kwargs)
     entry.returns_scalar = desc.returns_scalar
     entry.n_out = len(desc.out_dtypes)
     entry.out_dtypes = desc.out_dtypes
     entry.rebuild = None if desc.structure is None else _rebuilder(desc.structure)
+    entry.layouts = desc.layouts
     check_meta = None if desc.check_dtype is None else torch.empty((), dtype=desc.check_dtype, device="meta")
     entry.check = _fill_check(func, registry.resolve(func)[1], check_meta)
     entry.device_checks = list(desc.device_checks)  # (the checks setting is part of its disk key)
@@ -253,11 +275,34 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     return entry
 
 
-def _plan(func, low, target_func, args, kwargs, example, tmpl=None, device_checks=None):
+def _write_orders(func, args, kwargs):
+    """Per argument an op writes, None or (memory order, storage shape) when it is a whole storage seen
+    in another order than its memory (``x.t().add_(1)``, a channels_last tensor): the program then returns
+    the storage's new memory itself, so the write needs no program of its own. Everything this depends on
+    (view geometry, storage shape and dtype) is part of the op's key."""
+    writes = registry.mutated_arguments(func)
+    if not writes:
+        return None
+    orders = []
+    for pos, name in writes:
+        t = kwargs[name] if name in kwargs else args[pos] if pos < len(args) else None
+        order = None
+        if isinstance(t, TpuTensor) and not t._tpu_full and t.storage_offset() == 0:
+            storage = t._tpu_storage
+            if t.dtype == storage.dtype and t.numel() * t.dtype.itemsize == storage.nbytes:
+                order = strided.memory_order(tuple(t.shape), t.stride())
+        orders.append(None if order is None else (order, storage.shape))
+    return tuple(orders) if any(o is not None for o in orders) else None
+
+
+def _plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders=None, device_checks=None):
     """What torch says ``func`` returns for these arguments (its meta kernel, which also raises torch's
     errors for bad input), and the traceable function computing it with the op table's lowering:
-    (fn, out_leaves, write_metas, meta_out, in_place, device_checks); device_checks (the messages of the
-    lowering's ``require`` calls; the given list, when known already) is filled when fn is first traced."""
+    (fn, out_leaves, write_metas, meta_out, in_place, device_checks, layouts); device_checks (the
+    messages of the lowering's ``require`` calls; the given list, when known already) is filled when fn is
+    first traced; layouts is None, or per tensor output None or the (size, stride) torch gives a result
+    laid out densely in another order than contiguous (channels_last, the order of transposed inputs): fn
+    returns those in memory order."""
     writes = registry.mutated_arguments(func)
     meta_args = to_meta(list(args))
     meta_kwargs = {k: to_meta(v) for k, v in kwargs.items()}
@@ -317,6 +362,15 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None, device_check
                       for s in leaves(shapes)]
         meta_out = out_leaves if len(out_leaves) != 1 else out_leaves[0]
 
+    orders = [strided.memory_order(tuple(m.shape), m.stride()) if isinstance(m, torch.Tensor) else None
+              for m in out_leaves] if has_meta else []
+    orders = [None if o is None else (o, (m.numel(),)) for o, m in zip(orders, out_leaves)]
+    layouts = None
+    if any(o is not None for o in orders):
+        layouts = tuple(None if o is None else (tuple(m.shape), tuple(m.stride()))
+                        for m, o in zip(out_leaves, orders) if isinstance(m, torch.Tensor))
+    else:
+        orders = None
     device_checks = [] if device_checks is None else device_checks
 
     def fn(*arrs):
@@ -330,15 +384,15 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None, device_check
             result, updates = result
         else:
             updates = ()
-        outs = _conform_all(func, result, out_leaves)
+        outs = _conform_all(func, result, out_leaves, orders)
         if writes:
-            outs += _conform_all(func, updates, write_metas)
+            outs += _conform_all(func, updates, write_metas, write_orders)
         if found:
             outs += (checks.first_failure(found),)
         return outs
 
     fn.__name__ = fn.__qualname__ = str(func)  # the program's name in traces and the compile log
-    return fn, out_leaves, write_metas, meta_out, in_place, device_checks
+    return fn, out_leaves, write_metas, meta_out, in_place, device_checks, layouts
 
 
 def _out_dtype_computes(target_func, call_args, call_kwargs, write_metas) -> None:
@@ -396,16 +450,21 @@ def _is_inplace_or_out(func) -> bool:
     return name.endswith("_") or any(a.is_out for a in func._schema.arguments)
 
 
-def _conform_all(func, result, metas):
-    """Flatten a lowering's result against torch's expected leaves, each conformed to its meta."""
+def _conform_all(func, result, metas, orders=None):
+    """Flatten a lowering's result against torch's expected leaves, each conformed to its meta (and
+    put in memory order where ``orders`` names one)."""
     jnp = platform.jax().numpy
     res_leaves = list(leaves(result)) if isinstance(result, (tuple, list)) else [result]
     if len(res_leaves) != len(metas):
         raise OpError(f"lowering of {func} returned {len(res_leaves)} outputs, torch expects {len(metas)}")
     outs = []
-    for r, m in zip(res_leaves, metas):
+    for k, (r, m) in enumerate(zip(res_leaves, metas)):
         if isinstance(m, torch.Tensor):
-            outs.append(calling.conform(func, r, m))
+            out = calling.conform(func, r, m)
+            order = None if orders is None else orders[k]
+            if order is not None:  # (permutation, shape of the memory): a result's or a storage's
+                out = strided.to_memory_order(out, *order)
+            outs.append(out)
         elif m is not None and r is not None:  # a Python scalar result (e.g. .item()-like ops)
             outs.append(jnp.asarray(r))
     return tuple(outs)

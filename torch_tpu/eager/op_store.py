@@ -2,9 +2,9 @@
 signature it has seen before without running torch's meta kernel or tracing the lowering.
 
 An op's description (output shapes and dtypes, the structure of its result, whether it returns a Python
-scalar, the dtype its fill value must fit, the messages of its device-side checks) is a function of its
-program key (the op by name, input shapes and dtypes, static arguments) and the versions in
-``stable_keys.environment``. It is stored as JSON in a
+scalar, the dtype its fill value must fit, the messages of its device-side checks, the layout of results
+torch does not lay out contiguously) is a function of its program key (the op by name, input shapes and
+dtypes, static arguments) and the versions in ``stable_keys.environment``. It is stored as JSON in a
 verified disk entry (``runtime.disk_cache``: full key and checksum checked on load).
 """
 from __future__ import annotations
@@ -94,6 +94,8 @@ def save(program_key, entry, meta_out, in_place: bool, check_meta) -> None:
             "structure": None if entry.rebuild is None else _structure(meta_out),
             "check_dtype": _dtype_name(check_meta.dtype) if isinstance(check_meta, torch.Tensor) else None,
             "device_checks": [str(m) for m in entry.device_checks],
+            "layouts": None if entry.layouts is None else [None if lay is None else [list(lay[0]), list(lay[1])]
+                                                          for lay in entry.layouts],
         }
         if len(tensors) != entry.n_out:
             return
@@ -121,6 +123,9 @@ def load(program_key):
             structure=None if d["structure"] is None else _template(d["structure"]),
             check_dtype=None if d["check_dtype"] is None else _dtype(d["check_dtype"]),
             device_checks=tuple(_message(m) for m in d["device_checks"]),
+            layouts=None if d["layouts"] is None else tuple(
+                None if lay is None else (tuple(int(n) for n in lay[0]), tuple(int(n) for n in lay[1]))
+                for lay in d["layouts"]),
         )
     except (ValueError, KeyError, TypeError) as exc:  # verified bytes we cannot read: rebuild
         counters.add("cache_rejects", 1)

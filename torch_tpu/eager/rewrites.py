@@ -2,8 +2,7 @@
 
 Boolean-mask indexing: a mask's positions depend on its values, so XLA cannot trace it. A single leading
 mask with a broadcastable value is a static select (torch.where); otherwise the mask becomes long
-indices through nonzero (a data-dependent op, which waits for the mask). ``*_like`` and ``clone`` of
-non-contiguous tensors keep their layout, as on CPU. ``_unsafe_view`` is a view (no program);
+indices through nonzero (a data-dependent op, which waits for the mask). ``_unsafe_view`` is a view (no program);
 ``scaled_dot_product_attention`` without autograd (inference_mode) goes to its one lowering
 (``attention.py``).
 """
@@ -95,27 +94,6 @@ def index_put_with_masks(func, args, kwargs):
     return run_op(func, (x, _long_indices(indices), *args[2:]), kwargs)
 
 
-def like(func, args, kwargs):
-    # zeros_like & co. of a non-contiguous tensor keep its layout: torch's composite kernel
-    # (empty_like + fill) does that; the contiguous case runs the op table.
-    x = args[0]
-    if isinstance(x, TpuTensor) and not x.is_contiguous() and \
-            kwargs.get("memory_format") in (None, torch.preserve_format):
-        return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
-    return run_op(func, args, kwargs)
-
-
-def clone(func, args, kwargs):
-    # clone keeps a non-contiguous dense layout (preserve_format), as on CPU; an explicit channels_last
-    # format (x.contiguous(memory_format=torch.channels_last)) gets that layout
-    x = args[0]
-    fmt = kwargs.get("memory_format")
-    if isinstance(x, TpuTensor) and ((not x.is_contiguous() and fmt in (None, torch.preserve_format))
-                                     or fmt in (torch.channels_last, torch.channels_last_3d)):
-        return kernels.copy_into(kernels.empty_like(None, (x,), {"memory_format": fmt}), x)
-    return run_op(func, args, kwargs)
-
-
 def equal(func, args, kwargs):
     a, b = args
     if a.shape != b.shape:
@@ -145,12 +123,6 @@ def fill_expanded(func, args, kwargs):
 REWRITES = {
     aten.fill_.Scalar: fill_expanded,
     aten.zero_.default: fill_expanded,
-    aten.clone.default: clone,
-    aten.zeros_like.default: like,
-    aten.ones_like.default: like,
-    aten.full_like.default: like,
-    aten.rand_like.default: like,
-    aten.randn_like.default: like,
     aten.index.Tensor: index_with_masks,
     aten.index_put.default: index_put_with_masks,
     aten.index_put_.default: index_put_with_masks,

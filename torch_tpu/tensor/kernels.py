@@ -15,6 +15,7 @@ from . import strided
 from .tensor import TpuStorage, TpuTensor, empty, refresh_layout, value_of, wrap, write
 
 aten = torch.ops.aten
+_META = torch._C.DispatchKey.Meta
 _CONVERT_FNS: dict = caches.register("cast programs", {})
 stable_keys.register_kind("convert")  # (source shape and dtype, target shape and dtype)
 
@@ -102,6 +103,10 @@ def to_copy(func, args, kwargs):
     if not isinstance(x, TpuTensor):  # CPU tensor -> tpu (some paths call _to_copy directly)
         arr = dtypes.host_to_device(x, platform.jax_device())
         return wrap(convert(arr, x.shape, dtype), dtype)
+    fmt = kwargs.get("memory_format")
+    if fmt not in (None, torch.preserve_format) or not x.is_contiguous():
+        # x.to(dtype) keeps a dense non-contiguous layout (channels_last ...), as on CPU; .to(memory_format=)
+        return copy_into(empty_like(None, (x,), {"dtype": dtype, "memory_format": fmt}), x)
     # _to_copy must not alias: arrays are immutable, so a new storage is enough
     arr = convert(value_of(x), x.shape, dtype)
     return TpuTensor(TpuStorage(arr, arr.shape, dtype), arr.shape, dtype=dtype)
@@ -142,23 +147,72 @@ def is_pinned(func, args, kwargs):
     return False
 
 
-def set_source_tensor(func, args, kwargs):
-    dst, src = args[0], args[1]
-    if not isinstance(src, TpuTensor):
-        raise device_mismatch(func, src)
-    if dst.shape != src.shape or dst.dtype != src.dtype:
-        raise RuntimeError("tpu: set_() needs a source of the same shape and dtype")
-    dst._tpu_storage = src._tpu_storage
-    dst._tpu_full = src._tpu_full
-    dst._tpu_cache = None
-    dst._tpu_cache_version = -1
+def _set_sizes(dst: TpuTensor, offset: int, size, stride, source=None) -> None:
+    """Give the wrapper ``dst`` new sizes, strides and offset in place, with torch's own meta kernel of
+    ``set_`` (its checks: negative sizes ...). A wrapper's torch-level storage is a null-data, resizable
+    one whose byte count that kernel just records. With ``source`` (a tpu tensor) the wrapper also takes
+    the source's torch-level storage, as ``set_(tensor)`` does on CPU."""
+    holder = torch._C.TensorBase.untyped_storage(dst if source is None else source)
+    aten.set_.source_Storage_storage_offset._op_dk(_META, dst, holder, offset, size, stride)
+
+
+def _retarget(dst: TpuTensor, storage: TpuStorage) -> TpuTensor:
+    dst._tpu_storage = storage
+    refresh_layout(dst)
     return dst
 
 
+def set_source_tensor(func, args, kwargs):
+    """``dst.set_(src)``: dst takes src's storage, sizes, strides and offset (they share it afterwards);
+    views taken of dst before keep the old storage."""
+    dst, src = args[0], args[1]
+    if not isinstance(src, TpuTensor):
+        raise device_mismatch(func, src)
+    _set_sizes(dst, src.storage_offset(), src.shape, src.stride(), source=src)
+    return _retarget(dst, src._tpu_storage)
+
+
+def set_empty(func, args, kwargs):
+    """``t.set_()``: an empty tensor on a new empty storage."""
+    dst = args[0]
+    _set_sizes(dst, 0, (0,), (1,))
+    return _retarget(dst, TpuStorage(None, (0,), dst.dtype, dst._tpu_storage.device_index))
+
+
+def _tpu_storage_of(func, dst: TpuTensor, source) -> TpuStorage:
+    if isinstance(source, torch.TypedStorage):
+        source = source._untyped_storage
+    storage = getattr(source, "_tpu", None)
+    if storage is None:
+        where = getattr(source, "device", "cpu")
+        raise RuntimeError(
+            f"{func}: Attempted to set the storage of a tensor on device \"{dst.device}\" to a storage on "
+            f"different device \"{where}\".  This is no longer allowed; the devices must match.")
+    return storage
+
+
 def set_source_storage(func, args, kwargs):
-    raise RuntimeError(
-        f"tpu: {func}: a tpu tensor cannot be re-pointed at an untyped storage (TypedStorage element "
-        "access, tensor.set_(storage)); use tensors (tensor.view, tensor.clone), or storage.cpu() for its bytes")
+    """``dst.set_(storage[, offset, size, stride])`` with a tpu untyped (or typed) storage: dst becomes a
+    view of that storage in dst's dtype (TypedStorage element access goes through here)."""
+    dst, source = args[0], args[1]
+    storage = _tpu_storage_of(func, dst, source)
+    itemsize = dst.dtype.itemsize
+    if len(args) > 2:
+        offset, size = int(args[2]), tuple(args[3])
+        stride = tuple(args[4]) if len(args) > 4 and args[4] is not None and len(args[4]) else None
+    else:
+        offset, size, stride = 0, (storage.nbytes // itemsize,), None
+    if stride is None:
+        stride = tuple(torch.empty(size, device="meta").stride())
+    if 0 not in size:
+        need = (offset + 1 + sum((s - 1) * st for s, st in zip(size, stride))) * itemsize
+        if need > storage.nbytes:
+            raise RuntimeError(
+                f"{func}: sizes {list(size)}, strides {list(stride)}, storage offset {offset} and itemsize "
+                f"{itemsize} need a storage of {need} bytes, but the tpu storage has {storage.nbytes} "
+                "(a tpu storage cannot grow; set_ a larger storage)")
+    _set_sizes(dst, offset, size, stride)
+    return _retarget(dst, storage)
 
 
 def empty_like(func, args, kwargs):
@@ -203,6 +257,7 @@ KERNELS = {
     aten.resize_.default: resize_,
     aten.is_pinned.default: is_pinned,
     aten.set_.source_Tensor: set_source_tensor,
+    aten.set_.default: set_empty,
     aten.set_.source_Storage: set_source_storage,
     aten.set_.source_Storage_storage_offset: set_source_storage,
     aten.empty_like.default: empty_like,

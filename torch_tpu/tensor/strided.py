@@ -9,6 +9,8 @@ argument so that ``x[i]`` for many ``i`` shares one program. Anything else (diag
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -188,6 +190,31 @@ def read(storage, t):
     fn = read_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
     return launch(key, fn, (storage.value(), _offset_arg(offset)),
                   (size, dtypes.to_jax_dtype(t.dtype)), "view read")
+
+
+def memory_order(size, stride):
+    """For an op result torch lays out densely but not contiguously (channels_last, a transposed
+    input's order): the permutation of its dims from outermost to innermost in memory. None when the
+    layout is contiguous (the common case), has gaps or overlaps, or holds at most one element."""
+    if len(size) < 2 or math.prod(size) <= 1:
+        return None
+    expected = 1
+    for st, sz in sorted((st, sz) for sz, st in zip(size, stride) if sz != 1):
+        if st != expected:
+            return None
+        expected *= sz
+    # outermost first; size-1 dims (no extent in memory) last
+    order = sorted(range(len(size)), key=lambda k: (-stride[k] if size[k] != 1 else 0, k))
+    real = [k for k in order if size[k] != 1]
+    if real == sorted(real):  # the dims of extent > 1 already in order: contiguous memory
+        return None
+    return tuple(order)
+
+
+def to_memory_order(array, order, shape=(-1,)):
+    """Inside a program: a value in logical shape as its memory (see memory_order), in ``shape`` (flat,
+    or the shape of the storage it fills)."""
+    return platform.jax().numpy.transpose(array, order).reshape(shape)
 
 
 _OVERLAP_MSG = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "

@@ -255,6 +255,12 @@ def new_full(array, dtype: torch.dtype, _make=torch.Tensor._make_wrapper_subclas
     return t
 
 
+def new_strided(array, size, stride, dtype: torch.dtype) -> "TpuTensor":
+    """Wrap a fresh flat device array holding a dense layout's memory (an op result torch lays out in
+    another order than contiguous, see ``strided.memory_order``) as a tensor of that size and stride."""
+    return TpuTensor(TpuStorage(array, array.shape, dtype), size, stride, 0, dtype)
+
+
 def value_of(t: TpuTensor):
     """The device array holding t's logical value (computing a view's value if needed)."""
     storage = t._tpu_storage
@@ -283,6 +289,7 @@ def refresh_layout(t: TpuTensor) -> None:
     t._tpu_full = t._tpu_is_full()
     t._tpu_cache = None
     t._tpu_cache_version = -1
+    t.__dict__.pop("_tpu_meta_inner", None)  # torch.compile's stand-in has the old layout
 
 
 def write(t: TpuTensor, array) -> None:
@@ -295,6 +302,13 @@ def write(t: TpuTensor, array) -> None:
     storage.set(strided.write(storage, t, array))
     t._tpu_cache = array
     t._tpu_cache_version = storage.version
+
+
+def write_storage(t: TpuTensor, array) -> None:
+    """Make ``array`` (the new value of t's whole storage, in its shape) the storage's value: t is the
+    whole storage seen in another order than its memory, and the op's program already put its new value
+    in memory order."""
+    t._tpu_storage.set(array)
 
 
 def wrap(array, dtype: torch.dtype | None = None, device_index: int = 0) -> TpuTensor:
