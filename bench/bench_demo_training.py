@@ -5,7 +5,8 @@ run a few steps on each device in one process; the first ``--warm`` steps of eac
 out of the steady-state rate.  The result is a ratio against CPU torch measured in the same run (before
 and after the tpu runs).  Modes: eager (strict), fused, compiled (``compile=True``: loss forward +
 backward and the optimizer step under torch.compile(backend="tpu"), the rest strict eager),
-compiled_fused (the same with fused eager around the compiled parts).
+compiled_fused (the same with fused eager around the compiled parts), compiled_optimizer (only the
+optimizer step compiled, forward and backward in strict eager).
 
     python bench/bench_demo_training.py --steps 8 --warm 3 [--modes eager,fused,compiled] [--stages vae,transformer] [--threads 1]
 """
@@ -21,12 +22,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import _common  # noqa: E402
 
-# mode -> (eager mode of everything not compiled, torch.compile of the loss (forward + backward))
-_MODES = {"eager": ("DEFER_NEVER", False), "fused": ("DEFER_AND_FUSE", False),
-          "compiled": ("DEFER_NEVER", True), "compiled_fused": ("DEFER_AND_FUSE", True)}
+# mode -> (eager mode of everything not compiled, torch.compile of the loss (forward + backward),
+# torch.compile of the optimizer step)
+_MODES = {"eager": ("DEFER_NEVER", False, False), "fused": ("DEFER_AND_FUSE", False, False),
+          "compiled": ("DEFER_NEVER", True, True), "compiled_fused": ("DEFER_AND_FUSE", True, True),
+          "compiled_optimizer": ("DEFER_NEVER", False, True)}
 
 
-def _run_stage(stage: str, device: str, steps: int, warm: int, compile: bool = False) -> dict:
+def _run_stage(stage: str, device: str, steps: int, warm: int, compile: bool = False,
+               compile_update: bool = False) -> dict:
     import torch
 
     from torch_tpu.demo import model, train
@@ -51,10 +55,12 @@ def _run_stage(stage: str, device: str, steps: int, warm: int, compile: bool = F
 
     t0 = time.perf_counter()
     if stage == "vae":
-        train.train_vae(pipe.vae, cfg, device, progress=False, on_step=on_step, compile=compile)
+        train.train_vae(pipe.vae, cfg, device, progress=False, on_step=on_step, compile=compile,
+                        compile_update=compile_update)
     else:
         train.fit_latent_stats(pipe.vae, device, seed=5, n=64)
-        train.train_transformer(pipe, mcfg, cfg, device, progress=False, on_step=on_step, compile=compile)
+        train.train_transformer(pipe, mcfg, cfg, device, progress=False, on_step=on_step, compile=compile,
+                        compile_update=compile_update)
     steady = (marks[-1] - marks[warm - 1]) / (len(marks) - warm) if len(marks) > warm else float("nan")
     row = {"first_step_s": marks[0] - t0 if marks else float("nan"), "steady_s_per_step": steady,
            "steps_per_s": 1.0 / steady}
@@ -86,9 +92,9 @@ def main() -> int:
         before = _run_stage(stage, "cpu", args.steps, args.warm)
         tpus = []
         for mode in modes:
-            eager, compile = _MODES[mode]
+            eager, compile, compile_update = _MODES[mode]
             with torch.tpu.set_eager_mode(getattr(torch_tpu.EagerMode, eager)):
-                tpus.append(_run_stage(stage, "tpu", args.steps, args.warm, compile))
+                tpus.append(_run_stage(stage, "tpu", args.steps, args.warm, compile, compile_update))
         after = _run_stage(stage, "cpu", args.steps, args.warm)
         s_cpu = (before["steady_s_per_step"] + after["steady_s_per_step"]) / 2
         rows.append({"stage": stage, "device": "cpu", **before, "steady_s_per_step": s_cpu,

@@ -182,3 +182,17 @@ def test_compiled_training_matches_cpu_torch(stage):
             assert (tpu[k] - cpu[k]).abs().max() <= bound, f"{stage} {k} after {steps} steps"
             continue
         torch.testing.assert_close(tpu[k], cpu[k], rtol=1e-3, atol=2e-4, msg=f"{stage} {k} after {steps} steps")
+
+
+def test_train_modes_on_the_command_line():
+    """--mode of ``train``: auto compiles the transformer's step and the VAE's optimizer step, compiled
+    both stages' steps; eager/fused leave the eager mode to
+    _setup; ``compiled`` is a training mode only."""
+    from torch_tpu.demo import __main__ as cli
+
+    assert cli._stage_modes("auto") == {"vae": train.COMPILED_OPTIMIZER, "transformer": train.COMPILED}
+    assert cli._stage_modes("compiled") == {"vae": train.COMPILED, "transformer": train.COMPILED}
+    assert cli._stage_modes("fused") is None and cli._stage_modes("eager") is None
+    assert cli._parser().parse_args(["train", "--out", "x", "--mode", "compiled"]).mode == "compiled"
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["eval", "--model", "x", "--mode", "compiled"])

@@ -32,10 +32,13 @@ import torch.nn.functional as F
 from . import model as _model
 from . import shapes as _shapes
 
-__all__ = ["COMPILED", "TrainConfig", "fit_latent_stats", "images_to_tensor", "train", "train_transformer", "train_vae", "encode_latent_cache"]
+__all__ = ["COMPILED", "COMPILED_OPTIMIZER", "TrainConfig", "fit_latent_stats", "images_to_tensor", "train", "train_transformer", "train_vae", "encode_latent_cache"]
 
 
-COMPILED = "COMPILED"  # a stage mode of ``train``: torch.compile(backend="tpu") of loss and optimizer step
+# stage modes of ``train`` besides the eager modes: torch.compile(backend="tpu") of the loss (forward and
+# backward) and of the optimizer step, or of the optimizer step only (the loss in strict eager)
+COMPILED = "COMPILED"
+COMPILED_OPTIMIZER = "COMPILED_OPTIMIZER"
 
 
 @dataclasses.dataclass
@@ -164,11 +167,16 @@ class _Update:
 
 
 def train_vae(vae, cfg: TrainConfig, device: str, progress: bool = True,
-              on_step: Callable[[int], None] | None = None, compile: bool = False) -> dict:
-    """Train ``vae`` (already on ``device``) in place; returns timing and loss statistics."""
+              on_step: Callable[[int], None] | None = None, compile: bool = False,
+              compile_update: bool | None = None) -> dict:
+    """Train ``vae`` (already on ``device``) in place; returns timing and loss statistics.
+
+    ``compile``: the loss's forward and backward under torch.compile; ``compile_update``: the optimizer
+    step (default: as ``compile``)."""
     vae.train()
     vae.requires_grad_(True)
-    update = _Update(list(vae.parameters()), cfg.vae_lr, cfg.warmup, cfg.vae_steps, device, compile)
+    update = _Update(list(vae.parameters()), cfg.vae_lr, cfg.warmup, cfg.vae_steps, device,
+                     compile if compile_update is None else compile_update)
     data = _shapes.batches(cfg.seed * 1000 + 1, cfg.vae_batch)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + 2)
     side = vae.config.sample_size // 2 ** (len(vae.config.block_out_channels) - 1)
@@ -267,8 +275,11 @@ def flow_matching_loss(transformer, text, cache, idx, eps, noise, sigma, latent_
 
 def train_transformer(pipe, mcfg: _model.DemoConfig, cfg: TrainConfig, device: str,
                       progress: bool = True, on_step: Callable[[int], None] | None = None,
-                      compile: bool = False) -> dict:
-    """Train ``pipe.transformer`` (pipeline already on ``device``) in place; the EMA weights end up in it."""
+                      compile: bool = False, compile_update: bool | None = None) -> dict:
+    """Train ``pipe.transformer`` (pipeline already on ``device``) in place; the EMA weights end up in it.
+
+    ``compile``: the loss's forward and backward under torch.compile; ``compile_update``: the optimizer
+    step and the EMA (default: as ``compile``)."""
     from diffusers import FluxPipeline
 
     vae, transformer = pipe.vae, pipe.transformer
@@ -296,7 +307,8 @@ def train_transformer(pipe, mcfg: _model.DemoConfig, cfg: TrainConfig, device: s
     transformer.train()
     transformer.requires_grad_(True)
     params = [p for p in transformer.parameters()]
-    update = _Update(params, cfg.transformer_lr, cfg.warmup, cfg.transformer_steps, device, compile,
+    update = _Update(params, cfg.transformer_lr, cfg.warmup, cfg.transformer_steps, device,
+                     compile if compile_update is None else compile_update,
                      ema_decay=cfg.ema_decay)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + 4)
     text = (prompt_embeds, pooled, text_ids, img_ids)
@@ -346,7 +358,8 @@ def train(out: str, device: str = "cpu", mcfg: _model.DemoConfig = _model.DemoCo
 
     ``modes`` (tpu only): how each stage runs, by name: an eager mode ("DEFER_NEVER", "DEFER_AND_FUSE")
     or "COMPILED" (the loss's forward and backward and the optimizer step under ``torch.compile``,
-    the few ops around them in strict eager), e.g. {"vae": "COMPILED", "transformer": "COMPILED"};
+    the few ops around them in strict eager) or "COMPILED_OPTIMIZER" (only the optimizer step compiled,
+    the rest strict eager), e.g. {"vae": "COMPILED_OPTIMIZER", "transformer": "COMPILED"};
     a stage not named runs in the current mode.
 
     With ``resume`` (a folder saved by an earlier run), the components of the stages not trained now
@@ -382,18 +395,20 @@ def train(out: str, device: str = "cpu", mcfg: _model.DemoConfig = _model.DemoCo
     pipe.to(device)
     if "vae" in stages:
         with _stage_mode(device, modes, "vae"):
-            stats = train_vae(pipe.vae, cfg, device, progress, compile=_compiled(device, modes, "vae"))
+            loss, step = _compiled(device, modes, "vae")
+            stats = train_vae(pipe.vae, cfg, device, progress, compile=loss, compile_update=step)
             shift, scale = fit_latent_stats(pipe.vae, device, cfg.seed * 1000 + 5)
         stats.update(shift_factor=shift, scaling_factor=scale, config=_stage_cfg(cfg, "vae"), device=device,
-                     mode=(modes or {}).get("vae"))
+                     mode=(modes or {}).get("vae") if device == "tpu" else None)
         info["stages"]["vae"] = stats
         _print_stage("vae", stats)
         _save(pipe, out_path, info)
     if "transformer" in stages:
         with _stage_mode(device, modes, "transformer"):
-            stats = train_transformer(pipe, mcfg, cfg, device, progress,
-                                      compile=_compiled(device, modes, "transformer"))
-        stats.update(config=_stage_cfg(cfg, "transformer"), device=device, mode=(modes or {}).get("transformer"))
+            loss, step = _compiled(device, modes, "transformer")
+            stats = train_transformer(pipe, mcfg, cfg, device, progress, compile=loss, compile_update=step)
+        stats.update(config=_stage_cfg(cfg, "transformer"), device=device,
+                     mode=(modes or {}).get("transformer") if device == "tpu" else None)
         info["stages"]["transformer"] = stats
         _print_stage("transformer", stats)
         _save(pipe, out_path, info)
@@ -409,13 +424,15 @@ def _stage_mode(device: str, modes: dict[str, str] | None, stage: str):
         return contextlib.nullcontext()
     import torch_tpu
 
-    if name == COMPILED:
+    if name in (COMPILED, COMPILED_OPTIMIZER):
         name = "DEFER_NEVER"  # what runs outside the compiled programs
     return torch.tpu.set_eager_mode(getattr(torch_tpu.EagerMode, name))
 
 
-def _compiled(device: str, modes: dict[str, str] | None, stage: str) -> bool:
-    return device == "tpu" and (modes or {}).get(stage) == COMPILED
+def _compiled(device: str, modes: dict[str, str] | None, stage: str) -> tuple[bool, bool]:
+    """(compile the loss, compile the optimizer step) of ``stage``."""
+    name = (modes or {}).get(stage) if device == "tpu" else None
+    return name == COMPILED, name in (COMPILED, COMPILED_OPTIMIZER)
 
 
 def _stage_cfg(cfg: TrainConfig, stage: str) -> dict:
