@@ -109,6 +109,49 @@ def test_mutations_are_written_back():
         _close(m.count, ref.count)
 
 
+def _optimizer_like_step(params, states, big_view, counts, decay):
+    """In-place updates of many inputs under no_grad (an optimizer step): AOTAutograd's inference graph."""
+    with torch.no_grad():
+        torch._foreach_mul_(states, decay)
+        torch._foreach_add_(states, params)
+        torch._foreach_add_(params, torch._foreach_mul(states, -0.1))
+        big_view.mul_(decay).add_(1.0)  # a view of a larger tensor
+        counts.copy_(counts + 1.5)  # an integer input written from a float value
+    return params[0].sum()
+
+
+def test_inference_graph_writes_its_inputs_in_the_program(monkeypatch):
+    """The new values of the inputs an inference graph writes come out of its program and go straight into
+    the input tensors (views and casts as in CPU torch): no eager ``copy_`` per written input after it."""
+    from torch_tpu.tensor import kernels
+
+    def inputs(device):
+        g = torch.Generator().manual_seed(0)
+        params = [torch.randn(3, 4, generator=g).to(device) for _ in range(5)]
+        states = [torch.randn(3, 4, generator=g).to(device) for _ in range(5)]
+        big = torch.randn(6, 4, generator=g).to(device)
+        return params, states, big, torch.tensor([1, 2, 3]).to(device), torch.tensor(0.5).to(device)
+
+    ref = inputs("cpu")
+    tpu = inputs("tpu")
+    c = torch.compile(_optimizer_like_step, backend="tpu", dynamic=False)
+    eager_copies = []
+    real = kernels.copy_into
+    monkeypatch.setattr(kernels, "copy_into", lambda dst, src: eager_copies.append(dst.shape) or real(dst, src))
+    for step in range(3):
+        out_ref = _optimizer_like_step(ref[0], ref[1], ref[2][2:5], ref[3], ref[4])
+        if step == 1:
+            eager_copies.clear()  # compiled on the first call
+        out = c(tpu[0], tpu[1], tpu[2][2:5], tpu[3], tpu[4])
+        _close(out, out_ref)
+        for name, a, b in zip(("params", "states"), tpu[:2], ref[:2]):
+            for x, y in zip(a, b):
+                _close(x, y)
+        _close(tpu[2], ref[2])
+        assert tpu[3].dtype == ref[3].dtype and tpu[3].cpu().tolist() == ref[3].tolist()
+    assert eager_copies == []
+
+
 def test_dynamic_shapes_are_refused_clearly():
     m = MLP().to("tpu")
     with pytest.raises(Exception, match="static shapes"):

@@ -140,6 +140,8 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
         bw_compiler=_graph_compiler(lowering.graph_compiler("backward")),
         inference_compiler=_graph_compiler(lowering.graph_compiler("inference")),
         decompositions={**lowering.decompositions(), **composites.decompositions()},
+        # an inference graph's writes to its inputs stay in the graph (the program writes them back)
+        keep_inference_input_mutations=True,
     )
 
 

@@ -9,7 +9,7 @@ from ..engine import deferred_errors, fused
 from ..ops import calling, checks, registry
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
-from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of
+from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
 
 _counters = counters.counters
 _DECOMPS = None
@@ -43,6 +43,11 @@ class _Plan:
         self.random = False
         self.device_checks: list = []  # messages of the ops' device-side checks, filled when traced
         self.constants = {}
+        # AOTAutograd keeps an inference graph's writes to its inputs in the graph (the last uses:
+        # ``copy_(input, new value)``): the program returns the new values, the runner writes them into
+        # the input tensors (one storage update each instead of an eager ``copy_`` per input)
+        self.writebacks: list[tuple[int, torch.fx.Node]] = []  # (placeholder position, copy_ node)
+        placeholders = [n for n in self.nodes if n.op == "placeholder"]
         missing = []
         for node in self.nodes:
             if node.op == "get_attr":
@@ -58,6 +63,9 @@ class _Plan:
             func = node.target
             if not isinstance(func, torch._ops.OpOverload):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unexpected call {func} in the aten graph")
+            if func is torch.ops.aten.copy_.default and node.args[0] in placeholders and not node.users:
+                self.writebacks.append((placeholders.index(node.args[0]), node))
+                continue
             if func.namespace in _COLLECTIVE_NAMESPACES:
                 self._add_collective(node)
                 continue
@@ -78,6 +86,7 @@ class _Plan:
             raise NotImplementedError(
                 "torch.compile(backend='tpu'): no tpu lowering for aten op(s) "
                 + ", ".join(sorted(set(missing))) + " (strict eager has the same op table)")
+        self.written = {node for _, node in self.writebacks}
         self.precision = torch.get_float32_matmul_precision()
 
     def _add_collective(self, node) -> None:
@@ -113,6 +122,10 @@ class _Plan:
         result = None
         with checks.collecting() as found:
             result = self._interpret(jax, env, load, key, found)
+        if self.writebacks:  # the inputs' new values, after the graph's outputs
+            result = tuple(result) + tuple(
+                calling.conform(node.target, load(node.args[1]), node.args[0].meta["val"])
+                for _, node in self.writebacks)
         if found:  # device-side checks of the graph's ops: one more output
             self.device_checks = [message for _, message in found]
             result = tuple(result) + (checks.first_failure(found),)
@@ -127,6 +140,8 @@ class _Plan:
                     env[node] = dtypes.host_to_device(c, platform.jax_device())
                 continue
             if node.op == "call_function":
+                if node in self.written:
+                    continue  # an input's new value: returned after the outputs (``program``)
                 if node.target is operator.getitem:
                     env[node] = load(node.args[0])[node.args[1]]
                     continue
@@ -223,7 +238,8 @@ def graph_compiler(kind: str):
             _DEVICE_CHECKS[key] = plan.device_checks
 
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in out_vals]
-        run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []), layouts)
+        run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
+                      [i for i, _ in plan.writebacks], layouts)
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
         return run
 
@@ -281,12 +297,13 @@ def _in_memory_order(program, layouts):
     return fn
 
 
-def _runner(prog, out_dtypes, random: bool, device_checks: list, layouts=None):
+def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None):
     device = None
 
     @platform.with_x64
     def run(args):
         nonlocal device
+        targets = [args[i] for i in written]  # inputs the graph writes (their new values come last)
         arrays = []
         for x in args:
             if isinstance(x, TpuTensor):
@@ -304,6 +321,14 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, layouts=None):
         if device_checks:
             deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")
             outs = outs[:-1]
+        if targets:
+            news = outs[len(outs) - len(targets):]
+            outs = outs[:len(outs) - len(targets)]
+            for t, new in zip(targets, news):
+                if isinstance(t, TpuTensor):
+                    write(t, new)
+                else:  # a host tensor input
+                    t.copy_(new_full(new, t.dtype).cpu())
         result = []
         for o, dt, lay in zip(outs, out_dtypes, layouts or [None] * len(out_dtypes)):
             if dt is None or o is None:

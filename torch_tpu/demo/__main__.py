@@ -1,7 +1,7 @@
 """``python -m torch_tpu.demo``: train and evaluate the demo model (coloured shapes, 64x64).
 
     python -m torch_tpu.demo train --device cpu --out DIR
-    python -m torch_tpu.demo train --device tpu --out DIR       # VAE strict eager, transformer fused
+    python -m torch_tpu.demo train --device tpu --out DIR       # --mode auto: compiled training steps
     python -m torch_tpu.demo eval --model DIR --device cpu --seeds 4
     python -m torch_tpu.demo data --out grid.png          # a look at the data set
 """
@@ -14,9 +14,11 @@ import sys
 import time
 
 _MODES = {"eager": "DEFER_NEVER", "fused": "DEFER_AND_FUSE"}
-# The fastest tpu mode of each training stage (bench/bench_demo_training.py: the VAE's convolutions run
-# faster op by op, the transformer step faster as fused graphs).
-_AUTO = {"vae": "DEFER_NEVER", "transformer": "DEFER_AND_FUSE"}
+# The fastest tpu mode of each training stage (bench/bench_demo_training.py): the transformer with its
+# loss (forward and backward) and optimizer step under torch.compile (a few XLA programs a step instead of
+# thousands of ops); the VAE with only its optimizer step compiled (its compiled convolution backward is
+# no faster than strict eager's, and slower on a busy machine).
+_AUTO = {"vae": "COMPILED_OPTIMIZER", "transformer": "COMPILED"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,16 +29,22 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
-    def common(q):
+    def common(q, train=False):
         q.add_argument("--device", choices=("cpu", "tpu"), default="cpu")
-        q.add_argument("--mode", choices=tuple(_MODES) + ("auto",), default="auto",
-                       help="tpu eager mode: eager = DEFER_NEVER, fused = DEFER_AND_FUSE; auto: training "
-                            "stages in their fastest mode (VAE eager, transformer fused), else eager")
+        if train:
+            q.add_argument("--mode", choices=tuple(_MODES) + ("compiled", "auto"), default="auto",
+                           help="how the tpu trains: eager = DEFER_NEVER, fused = DEFER_AND_FUSE, compiled = "
+                                "torch.compile(backend='tpu') of the loss (forward + backward) and of the "
+                                "optimizer step; auto: each stage in its fastest mode (transformer compiled, "
+                                "VAE strict eager with its optimizer step compiled)")
+        else:
+            q.add_argument("--mode", choices=tuple(_MODES) + ("auto",), default="auto",
+                           help="tpu eager mode: eager = DEFER_NEVER, fused = DEFER_AND_FUSE; auto = eager")
         q.add_argument("--threads", type=int, default=None,
                        help="torch CPU threads (default: torch's; use 1 on a shared, busy machine)")
 
     t = sub.add_parser("train", help="train the VAE, then the transformer; save_pretrained to --out")
-    common(t)
+    common(t, train=True)
     t.add_argument("--out", required=True)
     t.add_argument("--stages", default="vae,transformer", help="comma-separated subset of vae,transformer")
     t.add_argument("--resume", default=None, help="take the components of stages not trained now from this saved demo folder")
@@ -93,11 +101,22 @@ def cmd_train(args) -> int:
     mcfg = DemoConfig(**mkw)
     t0 = time.perf_counter()
     stages = tuple(s for s in args.stages.split(",") if s)
-    modes = _AUTO if args.mode == "auto" else None
+    modes = _stage_modes(args.mode)
     train(args.out, device=args.device, mcfg=mcfg, cfg=tcfg, stages=stages, resume=args.resume,
           progress=not args.no_progress, modes=modes)
     print(f"trained in {time.perf_counter() - t0:.1f} s; saved to {args.out}")
     return 0
+
+
+def _stage_modes(mode: str) -> dict[str, str] | None:
+    """--mode of ``train`` -> train()'s per-stage modes (None: the eager mode ``_setup`` set)."""
+    from .train import COMPILED
+
+    if mode == "auto":
+        return dict(_AUTO)
+    if mode == "compiled":
+        return {"vae": COMPILED, "transformer": COMPILED}
+    return None
 
 
 def cmd_eval(args) -> int:

@@ -32,7 +32,13 @@ import torch.nn.functional as F
 from . import model as _model
 from . import shapes as _shapes
 
-__all__ = ["TrainConfig", "fit_latent_stats", "images_to_tensor", "train", "train_transformer", "train_vae", "encode_latent_cache"]
+__all__ = ["COMPILED", "COMPILED_OPTIMIZER", "TrainConfig", "fit_latent_stats", "images_to_tensor", "train", "train_transformer", "train_vae", "encode_latent_cache"]
+
+
+# stage modes of ``train`` besides the eager modes: torch.compile(backend="tpu") of the loss (forward and
+# backward) and of the optimizer step, or of the optimizer step only (the loss in strict eager)
+COMPILED = "COMPILED"
+COMPILED_OPTIMIZER = "COMPILED_OPTIMIZER"
 
 
 @dataclasses.dataclass
@@ -105,13 +111,72 @@ def _maybe_compile(fn, compile: bool):
     return torch.compile(fn, backend="tpu", fullgraph=True, dynamic=False)
 
 
+class _Update:
+    """AdamW under the warmup + cosine schedule (``_lr_lambda``), then optionally an EMA of the weights.
+
+    ``update()`` after ``loss.backward()`` does one optimizer step; step ``i`` uses the learning rate
+    ``lr * _lr_lambda(warmup, total)(i)`` (what ``LambdaLR`` would give) and the EMA decay
+    ``min(ema_decay, (1 + i) / (10 + i))``.
+
+    With ``compile`` the update is ``torch.compile``d (backend "tpu"): the optimizer's step (its state
+    updates) and the EMA become XLA programs instead of hundreds of eager ops.  What changes from step
+    to step must then be a tensor, not a Python float that dynamo would specialise (a recompile every
+    step): the learning rate is a device tensor filled before each step (AdamW with a tensor ``lr``
+    needs ``capturable=True``, which also keeps its step counts on the device), the EMA's step count a
+    device tensor the program advances.
+    """
+
+    def __init__(self, params: list, lr: float, warmup: int, total: int, device: str, compile: bool,
+                 ema_decay: float | None = None):
+        self.params, self.base_lr, self.lam = params, lr, _lr_lambda(warmup, total)
+        self.ema_decay, self.i, self.compile = ema_decay, 0, compile
+        self.ema = [p.detach().clone() for p in params] if ema_decay is not None else None
+        if compile:
+            self.lr = torch.tensor(lr * self.lam(0), device=device)
+            self.count = torch.zeros((), device=device)
+            self.opt = torch.optim.AdamW(params, lr=self.lr, weight_decay=0.0, foreach=True, capturable=True)
+            self._run = torch.compile(self._compiled_step, backend="tpu", dynamic=False)
+        else:
+            self.opt = torch.optim.AdamW(params, lr=lr * self.lam(0), weight_decay=0.0)
+
+    def zero_grad(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+
+    def __call__(self) -> None:
+        lr = self.base_lr * self.lam(self.i)
+        if self.compile:
+            self.lr.fill_(lr)
+            self._run()
+        else:
+            for g in self.opt.param_groups:
+                g["lr"] = lr
+            self.opt.step()
+            if self.ema is not None:
+                _ema_update(self.ema, self.params, min(self.ema_decay, (1.0 + self.i) / (10.0 + self.i)))
+        self.i += 1
+
+    def _compiled_step(self) -> None:
+        # AdamW.step breaks the graph around its body (torch.optim's no-grad guard): two programs
+        self.opt.step()
+        if self.ema is not None:
+            with torch.no_grad():
+                decay = torch.clamp((1.0 + self.count) / (10.0 + self.count), max=self.ema_decay)
+                torch._foreach_mul_(self.ema, decay)
+                torch._foreach_add_(self.ema, torch._foreach_mul(self.params, 1.0 - decay))
+                self.count.add_(1.0)
+
+
 def train_vae(vae, cfg: TrainConfig, device: str, progress: bool = True,
-              on_step: Callable[[int], None] | None = None, compile: bool = False) -> dict:
-    """Train ``vae`` (already on ``device``) in place; returns timing and loss statistics."""
+              on_step: Callable[[int], None] | None = None, compile: bool = False,
+              compile_update: bool | None = None) -> dict:
+    """Train ``vae`` (already on ``device``) in place; returns timing and loss statistics.
+
+    ``compile``: the loss's forward and backward under torch.compile; ``compile_update``: the optimizer
+    step (default: as ``compile``)."""
     vae.train()
     vae.requires_grad_(True)
-    opt = torch.optim.AdamW(vae.parameters(), lr=cfg.vae_lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup, cfg.vae_steps))
+    update = _Update(list(vae.parameters()), cfg.vae_lr, cfg.warmup, cfg.vae_steps, device,
+                     compile if compile_update is None else compile_update)
     data = _shapes.batches(cfg.seed * 1000 + 1, cfg.vae_batch)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + 2)
     side = vae.config.sample_size // 2 ** (len(vae.config.block_out_channels) - 1)
@@ -124,10 +189,9 @@ def train_vae(vae, cfg: TrainConfig, device: str, progress: bool = True,
         x = images_to_tensor(next(data).images).to(device)
         eps = torch.randn(latent_shape, generator=gen).to(device)
         loss = loss_fn(vae, x, eps, cfg.kl_weight)
-        opt.zero_grad(set_to_none=True)
+        update.zero_grad()
         loss.backward()
-        opt.step()
-        sched.step()
+        update()
         avg = meter.add(loss)
         if avg is not None:
             bar.set_postfix(loss=f"{avg:.5f}")
@@ -211,8 +275,11 @@ def flow_matching_loss(transformer, text, cache, idx, eps, noise, sigma, latent_
 
 def train_transformer(pipe, mcfg: _model.DemoConfig, cfg: TrainConfig, device: str,
                       progress: bool = True, on_step: Callable[[int], None] | None = None,
-                      compile: bool = False) -> dict:
-    """Train ``pipe.transformer`` (pipeline already on ``device``) in place; the EMA weights end up in it."""
+                      compile: bool = False, compile_update: bool | None = None) -> dict:
+    """Train ``pipe.transformer`` (pipeline already on ``device``) in place; the EMA weights end up in it.
+
+    ``compile``: the loss's forward and backward under torch.compile; ``compile_update``: the optimizer
+    step and the EMA (default: as ``compile``)."""
     from diffusers import FluxPipeline
 
     vae, transformer = pipe.vae, pipe.transformer
@@ -240,9 +307,9 @@ def train_transformer(pipe, mcfg: _model.DemoConfig, cfg: TrainConfig, device: s
     transformer.train()
     transformer.requires_grad_(True)
     params = [p for p in transformer.parameters()]
-    ema = [p.detach().clone() for p in params]
-    opt = torch.optim.AdamW(params, lr=cfg.transformer_lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(cfg.warmup, cfg.transformer_steps))
+    update = _Update(params, cfg.transformer_lr, cfg.warmup, cfg.transformer_steps, device,
+                     compile if compile_update is None else compile_update,
+                     ema_decay=cfg.ema_decay)
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + 4)
     text = (prompt_embeds, pooled, text_ids, img_ids)
     cache = (cache_mean, cache_std, cache_labels)
@@ -257,11 +324,9 @@ def train_transformer(pipe, mcfg: _model.DemoConfig, cfg: TrainConfig, device: s
         u = torch.sigmoid(torch.randn((b,), generator=gen))
         sigma = (s * u / (1.0 + (s - 1.0) * u)).to(device)
         loss = loss_fn(transformer, text, cache, idx, eps, noise, sigma, (shift_f, scale_f))
-        opt.zero_grad(set_to_none=True)
+        update.zero_grad()
         loss.backward()
-        opt.step()
-        sched.step()
-        _ema_update(ema, params, min(cfg.ema_decay, (1.0 + step) / (10.0 + step)))
+        update()
         avg = meter.add(loss)
         if avg is not None:
             bar.set_postfix(loss=f"{avg:.4f}")
@@ -272,7 +337,7 @@ def train_transformer(pipe, mcfg: _model.DemoConfig, cfg: TrainConfig, device: s
     seconds = time.perf_counter() - t0
     bar.close()
     with torch.no_grad():
-        for p, e in zip(params, ema):
+        for p, e in zip(params, update.ema):
             p.copy_(e)
     transformer.eval()
     transformer.requires_grad_(False)
@@ -291,8 +356,11 @@ def train(out: str, device: str = "cpu", mcfg: _model.DemoConfig = _model.DemoCo
           resume: str | None = None, progress: bool = True, modes: dict[str, str] | None = None) -> dict:
     """Build the pipeline, train ``stages`` on ``device``, save it to ``out``.
 
-    ``modes`` (tpu only): the eager mode of each stage by name, e.g. {"vae": "DEFER_NEVER",
-    "transformer": "DEFER_AND_FUSE"}; a stage not named runs in the current mode.
+    ``modes`` (tpu only): how each stage runs, by name: an eager mode ("DEFER_NEVER", "DEFER_AND_FUSE")
+    or "COMPILED" (the loss's forward and backward and the optimizer step under ``torch.compile``,
+    the few ops around them in strict eager) or "COMPILED_OPTIMIZER" (only the optimizer step compiled,
+    the rest strict eager), e.g. {"vae": "COMPILED_OPTIMIZER", "transformer": "COMPILED"};
+    a stage not named runs in the current mode.
 
     With ``resume`` (a folder saved by an earlier run), the components of the stages not trained now
     are taken from there (their config must agree with ``mcfg``).
@@ -327,17 +395,20 @@ def train(out: str, device: str = "cpu", mcfg: _model.DemoConfig = _model.DemoCo
     pipe.to(device)
     if "vae" in stages:
         with _stage_mode(device, modes, "vae"):
-            stats = train_vae(pipe.vae, cfg, device, progress)
+            loss, step = _compiled(device, modes, "vae")
+            stats = train_vae(pipe.vae, cfg, device, progress, compile=loss, compile_update=step)
             shift, scale = fit_latent_stats(pipe.vae, device, cfg.seed * 1000 + 5)
         stats.update(shift_factor=shift, scaling_factor=scale, config=_stage_cfg(cfg, "vae"), device=device,
-                     mode=(modes or {}).get("vae"))
+                     mode=(modes or {}).get("vae") if device == "tpu" else None)
         info["stages"]["vae"] = stats
         _print_stage("vae", stats)
         _save(pipe, out_path, info)
     if "transformer" in stages:
         with _stage_mode(device, modes, "transformer"):
-            stats = train_transformer(pipe, mcfg, cfg, device, progress)
-        stats.update(config=_stage_cfg(cfg, "transformer"), device=device, mode=(modes or {}).get("transformer"))
+            loss, step = _compiled(device, modes, "transformer")
+            stats = train_transformer(pipe, mcfg, cfg, device, progress, compile=loss, compile_update=step)
+        stats.update(config=_stage_cfg(cfg, "transformer"), device=device,
+                     mode=(modes or {}).get("transformer") if device == "tpu" else None)
         info["stages"]["transformer"] = stats
         _print_stage("transformer", stats)
         _save(pipe, out_path, info)
@@ -353,7 +424,15 @@ def _stage_mode(device: str, modes: dict[str, str] | None, stage: str):
         return contextlib.nullcontext()
     import torch_tpu
 
+    if name in (COMPILED, COMPILED_OPTIMIZER):
+        name = "DEFER_NEVER"  # what runs outside the compiled programs
     return torch.tpu.set_eager_mode(getattr(torch_tpu.EagerMode, name))
+
+
+def _compiled(device: str, modes: dict[str, str] | None, stage: str) -> tuple[bool, bool]:
+    """(compile the loss, compile the optimizer step) of ``stage``."""
+    name = (modes or {}).get(stage) if device == "tpu" else None
+    return name == COMPILED, name in (COMPILED, COMPILED_OPTIMIZER)
 
 
 def _stage_cfg(cfg: TrainConfig, stage: str) -> dict:
