@@ -868,6 +868,22 @@ def isolated_results(request, module_file: str, case_of_item: Callable, **kw) ->
     return run_cases_isolated(module_file, names, **kw)
 
 
+def case_and_mode(item):
+    """``case_of_item`` for tests parametrized by ``case`` and ``mode``: the case named "<case>:<mode>"."""
+    cs = getattr(item, "callspec", None)
+    if cs is None or "case" not in cs.params:
+        return None
+    return f"{cs.params['case']}:{cs.params['mode']}"
+
+
+def param_of(test_name: str, param: str = "name"):
+    """``case_of_item`` for one test function parametrized by ``param``: that parameter is the case."""
+    def case_of_item(item):
+        cs = getattr(item, "callspec", None)
+        return cs.params.get(param) if cs is not None and item.originalname == test_name else None
+    return case_of_item
+
+
 def assert_isolated_result(results: dict, name: str):
     status, msg = results.get(name, ("missing", "the case did not run"))
     if status != "pass":

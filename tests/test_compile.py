@@ -152,6 +152,23 @@ def test_inference_graph_writes_its_inputs_in_the_program(monkeypatch):
     assert eager_copies == []
 
 
+@pytest.mark.parametrize("case", ["returns_input", "through_a_view", "returns_a_view"])
+def test_inference_graph_returns_the_input_it_writes(case):
+    """A graph that writes an input and also returns it (``copy_``'s result is an output): the returned
+    tensor and the input hold the new values, as on CPU."""
+    fns = {"returns_input": lambda x: x.mul_(2).add_(1),
+           "through_a_view": lambda x: (x.t().__setitem__(x.t() > 0, 1.0), x)[1],
+           "returns_a_view": lambda x: x.t().sub_(3)}
+    fn = fns[case]
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(1))
+    for _ in range(2):  # compiled call, then the cached program
+        ref, t = x.clone(), x.clone().to("tpu")
+        out_ref = fn(ref)
+        out = torch.compile(fn, backend="tpu", dynamic=False)(t)
+        _close(out, out_ref)
+        _close(t, ref)
+
+
 def test_dynamic_shapes_are_refused_clearly():
     m = MLP().to("tpu")
     with pytest.raises(Exception, match="static shapes"):

@@ -330,16 +330,9 @@ for _n in sorted(FUSED_TOO):
     ISOLATED_CASES[f"extra:{_n}:fused"] = _make_case("extra", _n, "fused")
 
 
-def _case_of_item(item):
-    cs = getattr(item, "callspec", None)
-    if cs is None or "case" not in cs.params:
-        return None
-    return f"{cs.params['case']}:{cs.params['mode']}"
-
-
 @pytest.fixture(scope="module")
 def results(request):
-    return D.isolated_results(request, __file__, _case_of_item, timeout_per_case=120)
+    return D.isolated_results(request, __file__, D.case_and_mode, timeout_per_case=120)
 
 
 @pytest.mark.parametrize("mode", ["strict"])

@@ -846,16 +846,9 @@ for _n, _fn in DEVICE_RULES.items():
         ISOLATED_CASES[f"rule:{_n}:{_m}"] = _in_mode_case(_fn, _m)
 
 
-def _case_of_item(item):
-    cs = getattr(item, "callspec", None)
-    if cs is None or "case" not in cs.params:
-        return None
-    return f"{cs.params['case']}:{cs.params['mode']}"
-
-
 @pytest.fixture(scope="module")
 def results(request):
-    return D.isolated_results(request, __file__, _case_of_item, timeout_per_case=120)
+    return D.isolated_results(request, __file__, D.case_and_mode, timeout_per_case=120)
 
 
 # gaps left open, each a strict xfail with its reason

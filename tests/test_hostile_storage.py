@@ -336,14 +336,9 @@ def _iso_pickle_tensor():
 ISOLATED_CASES = {name[len("_iso_"):]: fn for name, fn in dict(globals()).items() if name.startswith("_iso_")}
 
 
-def _case_of_item(item):
-    cs = getattr(item, "callspec", None)
-    return cs.params.get("name") if cs is not None and item.originalname == "test_isolated_storage" else None
-
-
 @pytest.fixture(scope="module")
 def isolated_results(request):
-    return D.isolated_results(request, __file__, _case_of_item, timeout_per_case=90)
+    return D.isolated_results(request, __file__, D.param_of("test_isolated_storage"), timeout_per_case=90)
 
 
 # Known gaps, stated (strict: a fix makes these fail until the entry is removed).

@@ -822,14 +822,9 @@ KNOWN_GAPS: dict[str, str] = {
 }
 
 
-def _case_of_item(item):
-    cs = getattr(item, "callspec", None)
-    return cs.params.get("name") if cs is not None and item.originalname == "test_case" else None
-
-
 @pytest.fixture(scope="module")
 def results(request):
-    return D.isolated_results(request, __file__, _case_of_item, timeout_per_case=120)
+    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=120)
 
 
 @pytest.mark.parametrize("name", list(ISOLATED_CASES))

@@ -63,7 +63,7 @@ class _Plan:
             func = node.target
             if not isinstance(func, torch._ops.OpOverload):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unexpected call {func} in the aten graph")
-            if func is torch.ops.aten.copy_.default and node.args[0] in placeholders and not node.users:
+            if func is torch.ops.aten.copy_.default and node.args[0] in placeholders:
                 self.writebacks.append((placeholders.index(node.args[0]), node))
                 continue
             if func.namespace in _COLLECTIVE_NAMESPACES:
@@ -140,8 +140,9 @@ class _Plan:
                     env[node] = dtypes.host_to_device(c, platform.jax_device())
                 continue
             if node.op == "call_function":
-                if node in self.written:
-                    continue  # an input's new value: returned after the outputs (``program``)
+                if node in self.written:  # an input's new value: returned after the outputs (``program``)
+                    env[node] = load(node.args[1])  # the graph may also return it (``copy_``'s result)
+                    continue
                 if node.target is operator.getitem:
                     env[node] = load(node.args[0])[node.args[1]]
                     continue
