@@ -38,6 +38,7 @@ class _State:
     source: list | None = None  # the sequence being prefetched
     guess: list | None = None   # the last run's sequence, read at the first device use
     stop: threading.Event | None = None
+    threads: list = []          # loader threads started (joined at exit)
 
 
 def set_loader(fn) -> None:
@@ -92,7 +93,9 @@ def _launch(keys: list) -> None:
         st.stop.set()
     st.source = keys
     st.stop = stop = threading.Event()
-    threading.Thread(target=_run, args=(keys, stop), name="torch_tpu-prefetch", daemon=True).start()
+    thread = threading.Thread(target=_run, args=(keys, stop), name="torch_tpu-prefetch", daemon=True)
+    st.threads = [t for t in st.threads if t.is_alive()] + [thread]
+    thread.start()
 
 
 def seen(key: str) -> None:
@@ -164,6 +167,10 @@ def save() -> None:
     st = _State
     if st.stop is not None:
         st.stop.set()
+    # a loader thread still inside XLA when the interpreter finalizes is unwound from C++ and aborts
+    # the process ("terminate called ... exception not rethrown"): let it finish the program it loads
+    for thread in st.threads:
+        thread.join(timeout=30.0)
     with st.lock:
         order = list(st.order)
     if len(order) < _FIRST or not disk_cache.enabled():
