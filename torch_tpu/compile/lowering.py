@@ -6,7 +6,7 @@ import operator
 import torch
 
 from ..engine import deferred_errors, fused
-from ..ops import calling, checks, registry
+from ..ops import calling, checks, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
@@ -25,7 +25,28 @@ def decompositions() -> dict:
 
         ops.load()
         _DECOMPS = {op: fn for op, fn in core_aten_decompositions().items() if registry.lookup(op) is None}
+        _DECOMPS.update(_functional_decompositions(_DECOMPS))
     return _DECOMPS
+
+
+_NOT_DECOMPOSED = {"lift", "sym_numel", "is_same_size", "new_empty_strided"}
+
+
+def _functional_decompositions(taken: dict) -> dict:
+    """torch's other decompositions of functional, non-random ops the op table does not lower (training
+    batch norm's ``_native_batch_norm_legit_functional``, ``grid_sampler_2d``, ...): eager mode falls back
+    to the same table, so the compiled program computes what eager computes."""
+    from torch._decomp import decomposition_table
+
+    def functional(op) -> bool:
+        s = op._schema
+        return not (s.is_mutable or any(r.alias_info is not None for r in s.returns)
+                    or any(a.alias_info is not None for a in s.arguments)
+                    or torch.Tag.nondeterministic_seeded in op.tags)
+
+    return {op: fn for op, fn in decomposition_table.items()
+            if isinstance(op, torch._ops.OpOverload) and op not in taken and registry.lookup(op) is None
+            and op._opname not in _NOT_DECOMPOSED and functional(op)}
 
 
 class _Plan:
@@ -82,6 +103,7 @@ class _Plan:
                     "be part of a static-shape program; run it eagerly (a graph break) instead")
             self.random |= low.random
             self.lowerings[node] = low
+            _check_like_eager(node, func, target)
         if missing:
             raise NotImplementedError(
                 "torch.compile(backend='tpu'): no tpu lowering for aten op(s) "
@@ -169,6 +191,21 @@ class _Plan:
             elif node.op == "output":
                 result = load(node.args[0])
         return result
+
+
+def _check_like_eager(node, func, target) -> None:
+    """Eager mode's argument checks for this call (torch's CPU kernels make them, its meta kernels don't:
+    ``float32 @ float64``, ``int ** -1``), on the nodes' fake values: a compiled program refuses what
+    eager refuses, at compile time."""
+    def fake(a):
+        if isinstance(a, torch.fx.Node):
+            return a.meta.get("val")
+        if isinstance(a, (list, tuple)):
+            return type(a)(fake(e) for e in a) if isinstance(a, tuple) else [fake(e) for e in a]
+        return a
+
+    validate.check_graph_call(func, target, fake(node.args), {k: fake(v) for k, v in node.kwargs.items()},
+                              node.meta.get("val"))
 
 
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd")

@@ -230,7 +230,7 @@ def _build_entry(func, args, kwargs, key, arrays):
     entry.out_dtypes = tuple(m.dtype for m in tensor_leaves)
     entry.rebuild = None if (in_place or isinstance(meta_out, torch.Tensor)) else _rebuilder(meta_out)
     check_meta = (tensor_leaves + write_metas)[0] if writes or tensor_leaves else None
-    entry.check = _fill_check(func, target_func, check_meta)
+    entry.check = validate.per_call_check(func, target_func, check_meta)
     entry.device_checks = device_checks
     try:
         launchers.current.prepare(entry, example, args, kwargs)
@@ -269,7 +269,7 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.rebuild = None if desc.structure is None else _rebuilder(desc.structure)
     entry.layouts = desc.layouts
     check_meta = None if desc.check_dtype is None else torch.empty((), dtype=desc.check_dtype, device="meta")
-    entry.check = _fill_check(func, registry.resolve(func)[1], check_meta)
+    entry.check = validate.per_call_check(func, registry.resolve(func)[1], check_meta)
     entry.device_checks = list(desc.device_checks)  # (the checks setting is part of its disk key)
     launchers.current.prepare(entry, example, args, kwargs)
     return entry
@@ -358,8 +358,9 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders
             raise OpError(f"tpu: lowering {func} failed ({describe(args, kwargs)}): {exc}") from exc
         if writes:
             shapes = shapes[0]
-        out_leaves = [torch.empty(s.shape, dtype=dtypes.to_torch_dtype(s.dtype), device="meta")
-                      for s in leaves(shapes)]
+        out_leaves = [None if s is None else torch.empty(s.shape, dtype=dtypes.to_torch_dtype(s.dtype),
+                                                         device="meta")
+                      for s in leaves(shapes)]  # None: an undefined output (a gradient with no input)
         meta_out = out_leaves if len(out_leaves) != 1 else out_leaves[0]
 
     orders = [strided.memory_order(tuple(m.shape), m.stride()) if isinstance(m, torch.Tensor) else None
@@ -408,28 +409,6 @@ def _out_dtype_computes(target_func, call_args, call_kwargs, write_metas) -> Non
             call_args[at] = write_metas[0].dtype
     elif call_kwargs.get("dtype") is None:
         call_kwargs["dtype"] = write_metas[0].dtype
-
-
-def _fill_check(func, target_func, out_meta):
-    """Checks of dynamic Scalars' values, run on every call: a stored Scalar (full, fill_, masked_fill ...)
-    must fit the output dtype, and the op's own per-call validators (``validate.validates_each_call``)."""
-    if not isinstance(out_meta, torch.Tensor):
-        return None
-    dtype = out_meta.dtype
-    each = validate.each_call(target_func, dtype)
-    name = validate.FILL_VALUE_ARGUMENT.get(target_func)
-    if name is None:
-        return each
-    position = [a.name for a in func._schema.arguments].index(name)
-
-    def check(args, kwargs):
-        value = kwargs[name] if name in kwargs else args[position] if position < len(args) else None
-        if type(value) in (int, float, complex):
-            validate.check_fits(value, dtype)
-        if each is not None:
-            each(args, kwargs)
-
-    return check
 
 
 class _StaticScalarsNeeded(Exception):

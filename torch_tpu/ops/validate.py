@@ -57,6 +57,38 @@ def each_call(func, dtype):
     return check
 
 
+def per_call_check(func, target_func, out_meta):
+    """The checks of dynamic Scalars' values, run on every call (None when there are none): a stored
+    Scalar (full, fill_, masked_fill ...) must fit the output dtype, and the op's own per-call validators
+    (``validates_each_call``). ``out_meta``: the result's meta or fake tensor."""
+    if not isinstance(out_meta, torch.Tensor):
+        return None
+    dtype = out_meta.dtype
+    each = each_call(target_func, dtype)
+    name = FILL_VALUE_ARGUMENT.get(target_func)
+    if name is None:
+        return each
+    position = [a.name for a in func._schema.arguments].index(name)
+
+    def check(args, kwargs):
+        value = kwargs[name] if name in kwargs else args[position] if position < len(args) else None
+        if type(value) in (int, float, complex):
+            check_fits(value, dtype)
+        if each is not None:
+            each(args, kwargs)
+
+    return check
+
+
+def check_graph_call(func, target_func, args, kwargs, out_meta) -> None:
+    """Every check eager mode makes of one call, for a call in a compiled graph (``args``: the nodes'
+    fake values and the graph's constant Scalars), so a compiled program refuses what eager refuses."""
+    run(target_func, args, kwargs)
+    check = per_call_check(func, target_func, out_meta)
+    if check is not None:
+        check(args, kwargs)
+
+
 def corrected_meta(func, args, kwargs, meta_out):
     """torch's meta kernel's result where it disagrees with the CPU kernel: ``bool_tensor ** True`` is
     bool on CPU (the meta kernel says int64)."""
