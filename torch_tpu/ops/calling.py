@@ -27,6 +27,11 @@ def matmul_precision(low: Lowering):
     return torch.get_float32_matmul_precision() if low.matmul else None
 
 
+# ops whose CPU kernel returns empty tensors where the meta kernel promises shaped ones (inference batch
+# norm's saved statistics); graphs traced with the meta shapes get zeros of that shape (nothing reads them)
+_EMPTY_ON_CPU = {torch.ops.aten._native_batch_norm_legit_no_training.default}
+
+
 def conform(func, result, meta: torch.Tensor):
     """One output of ``func``'s lowering, cast to ``meta``'s dtype and broadcast to its shape."""
     jnp = platform.jax().numpy
@@ -36,6 +41,8 @@ def conform(func, result, meta: torch.Tensor):
         result = result.astype(want)
     shape = tuple(meta.shape)
     if tuple(result.shape) != shape:
+        if result.size == 0 and func in _EMPTY_ON_CPU:
+            return jnp.zeros(shape, want)
         try:  # in-place results broadcast to their target (x.add_(scalar-shaped y))
             result = jnp.broadcast_to(result, shape)
         except ValueError:

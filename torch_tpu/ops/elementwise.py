@@ -569,6 +569,11 @@ def identity_copy(x):
     return x
 
 
+# the math-bit views (x.conj(), its .imag's negation) as values: what a compiled graph's ``_conj`` computes
+register(aten._conj_copy.default, aten._conj_physical.default)(_same_unary(jnp.conj))
+register(aten._neg_view_copy.default)(_same_unary(jnp.negative))
+
+
 @register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def masked_fill(x, mask, value):
     return jnp.where(mask, jnp.asarray(value).astype(x.dtype), x)
