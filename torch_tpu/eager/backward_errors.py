@@ -9,6 +9,8 @@ callback that re-raises the error when the graph task finishes, on the thread th
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ..tensor.tensor import empty
@@ -26,8 +28,14 @@ def defer(func, args, kwargs, exc: BaseException):
     the outputs cannot be described (the caller then raises)."""
     try:
         meta_out = func(*to_meta(list(args)), **{k: to_meta(v) for k, v in kwargs.items()})
-    except Exception:  # noqa: BLE001 - no shapes to stand in: let the original error through
-        return None
+    except Exception:  # noqa: BLE001 - no meta kernel: no shapes to stand in
+        # Raising would still abort the process. Empty stand-ins make autograd fail this backward
+        # with "invalid gradient" at once (the queued callback never runs), so say the cause now.
+        meta_out = _schema_stand_ins(func)
+        if meta_out is None:
+            return None
+        warnings.warn(f"tpu: {func} failed in a backward pass ({type(exc).__name__}: {exc}); autograd "
+                      f"reports it as an invalid gradient", RuntimeWarning, stacklevel=2)
     task = torch._C._current_graph_task_id()
     if task not in _QUEUED:
         _QUEUED.add(task)
@@ -38,6 +46,16 @@ def defer(func, args, kwargs, exc: BaseException):
 
         torch.autograd.Variable._execution_engine.queue_callback(reraise)
     return _placeholders(meta_out)
+
+
+def _schema_stand_ins(func):
+    """Empty tensors in the places of ``func``'s tensor returns; None when it returns anything else."""
+    outs = []
+    for r in func._schema.returns:
+        if not isinstance(r.type, torch.TensorType):
+            return None
+        outs.append(torch.empty((0,), device="meta"))
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def _placeholders(x):

@@ -120,6 +120,29 @@ def fill_expanded(func, args, kwargs):
     return x
 
 
+def rnn_cell_with_zero_biases(func, args, kwargs):
+    """The fused LSTM/GRU cell of a layer without biases (``bias=False``): torch's meta kernel reads the
+    missing biases' device and fails, so run it with zero biases (the same values; autograd, above this
+    layer, already knows there are none)."""
+    names = ("input_gates", "hidden_gates", "state", "input_bias", "hidden_bias")
+    call = dict(zip(names, args), **kwargs)
+    gates = call["input_gates"]
+    if call.get("input_bias") is None or call.get("hidden_bias") is None:
+        zeros = gates.new_zeros(gates.shape[1])
+        call["input_bias"] = zeros if call.get("input_bias") is None else call["input_bias"]
+        call["hidden_bias"] = zeros if call.get("hidden_bias") is None else call["hidden_bias"]
+    return run_op(func, [call[n] for n in names], {})
+
+
+def attention_weights_undefined(func, args, kwargs):
+    """``_native_multi_head_attention`` without ``need_weights``: CPU and CUDA return no weights (None);
+    the meta kernel, which the op path follows, an empty tensor."""
+    out, weights = run_op(func, args, kwargs)
+    names = [a.name for a in func._schema.arguments]
+    need = dict(zip(names, args), **kwargs).get("need_weights", True)
+    return out, (weights if need else None)
+
+
 REWRITES = {
     aten.fill_.Scalar: fill_expanded,
     aten.zero_.default: fill_expanded,
@@ -130,4 +153,7 @@ REWRITES = {
     aten.equal.default: equal,
     aten._unsafe_view.default: unsafe_view,
     aten.scaled_dot_product_attention.default: attention.sdpa_without_autograd,
+    aten._thnn_fused_lstm_cell.default: rnn_cell_with_zero_biases,
+    aten._thnn_fused_gru_cell.default: rnn_cell_with_zero_biases,
+    aten._native_multi_head_attention.default: attention_weights_undefined,
 }
