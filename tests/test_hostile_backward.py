@@ -272,6 +272,35 @@ RAISING_BACKWARD = {
             print("RAISED", type(e).__name__, e)
         print("OK" if (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0] else "BROKEN")
     """,
+    # a built-in backward whose tpu kernel fails AND whose meta kernel fails (no shapes to stand in):
+    # aborted the process ("terminate called without an active exception")
+    "builtin_backward_no_meta": """
+        import dataclasses, warnings
+        from torch_tpu.ops import load, registry
+        load()
+        op = torch.ops.aten._thnn_fused_gru_cell_backward.default
+        def broken(*a, **k):
+            raise ValueError("boom in the gru backward lowering")
+        registry.LOWERINGS[op] = dataclasses.replace(registry.lookup(op), fn=broken)
+        def no_meta(*a, **k):
+            raise RuntimeError("no meta kernel")
+        lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lib.impl("_thnn_fused_gru_cell_backward", no_meta, "Meta")
+        cell = torch.nn.GRUCell(3, 2).to("tpu")
+        x = torch.ones(2, 3, device="tpu", requires_grad=True)
+        try:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                cell(x).sum().backward()
+                x.grad.cpu()
+            print("NO-RAISE")
+        except Exception as e:
+            print("RAISED", type(e).__name__, e)
+            assert any("_thnn_fused_gru_cell_backward" in str(m.message) for m in w), [str(m.message) for m in w]
+        print("OK" if (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0] else "BROKEN")
+    """,
     "builtin_backward_no_lowering": """
         import torch.nn.functional as F
         x = torch.rand(1, 1, 3, 3, device="tpu", requires_grad=True)
