@@ -852,10 +852,7 @@ def results(request):
 
 
 # gaps left open, each a strict xfail with its reason
-XFAIL = {
-    "out:out_noncontig_wrong_shape": "a view of a tpu tensor cannot be resized in place (CPU resizes the view "
-                                     "over its base's memory); the tpu raises a clear error instead",
-}
+XFAIL: dict[str, str] = {}
 
 
 def _ids(fam, cases):

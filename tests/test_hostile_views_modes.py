@@ -270,6 +270,16 @@ def _resize_view_smaller(x):
     return v, x
 
 
+def _resize_view_then_write(x):
+    v = x.t()[1:]
+    v.resize_(3, 4)  # a contiguous view at the same offset: its writes reach x
+    v.mul_(-1)
+    w = x[2]
+    w.resize_(2, 3)
+    w.add_(100)
+    return v, w, x, v.stride(), w.storage_offset()
+
+
 def _resize_view_bigger(x):
     v = x[1]
     v.resize_(40)
@@ -328,6 +338,7 @@ VIEW_CASES = {
     "copy_from_strided_self": (_copy_from_strided_self, X),
     "mul_out_alias_view": (_mul_out_alias_view, X),
     "resize_view_smaller": (_resize_view_smaller, X),
+    "resize_view_then_write": (_resize_view_then_write, X),
     "resize_view_bigger": (_resize_view_bigger, X),
     "resize_t": (_resize_t, X),
     "inplace_on_view_of_pending": (_inplace_on_view_of_pending, X),
@@ -812,10 +823,8 @@ ISOLATED_CASES.update({f"rng:{k}": v for k, v in RNG_CASES.items()})
 
 # Known gaps, stated (strict xfail: a fix makes the test fail until the entry goes).
 KNOWN_GAPS: dict[str, str] = {
-    "view:resize_view_smaller": "resize_ of a view: tpu tensors have fixed sizes (a clear error; CPU re-views "
-                                "the storage)",
-    "view:resize_view_bigger": "resize_ of a view: tpu tensors have fixed sizes (a clear error; CPU re-views "
-                               "the storage)",
+    "view:resize_view_bigger": "resize_ of a view past its base's storage: CPU grows the shared storage in "
+                               "place; a tpu storage cannot grow (a clear error naming the sizes)",
     "dyn:compiled_tensor_constant": "torch.tensor(data, device='tpu') inside a compiled function: torch builds "
                                     "the constant as a real tpu tensor that dynamo's fake mode declines (a "
                                     "clear dynamo error)",

@@ -130,7 +130,10 @@ def _store(t, arr) -> None:
                 "a future PyTorch release outputs will not be resized unless they have zero elements. You can "
                 "explicitly reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
                 UserWarning, stacklevel=4)
-        kernels.resize_whole(t, shape)
+        if t._tpu_full:
+            kernels.resize_whole(t, shape)
+        else:  # a view: a contiguous view of the new shape at its offset (_plan checked it fits)
+            kernels.resize_view(t, shape)
     write(t, arr)
 
 
@@ -322,11 +325,13 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders
     if has_meta:  # torch's meta kernel resized a wrongly shaped out= tensor: a view cannot be resized
         for (pos, name), m in zip(writes, write_metas):
             target = kwargs[name] if name in kwargs else args[pos]
-            if isinstance(m, torch.Tensor) and tuple(m.shape) != tuple(target.shape) and not target._tpu_full:
+            if isinstance(m, torch.Tensor) and tuple(m.shape) != tuple(target.shape) and not target._tpu_full \
+                    and not kernels.view_resizable(target, tuple(m.shape)):
                 raise RuntimeError(
                     f"tpu: {func}: the out= tensor is a view of shape {tuple(target.shape)} but the result "
-                    f"has shape {tuple(m.shape)}; a view of a tpu tensor cannot be resized in place, pass an "
-                    f"out= tensor of the result's shape ({describe(args, kwargs)})")
+                    f"has shape {tuple(m.shape)}, which does not fit in its base's storage from its offset (a tpu "
+                    f"storage cannot grow in place); pass an out= tensor of the result's shape "
+                    f"({describe(args, kwargs)})")
 
     # The functional call of an in-place/out= op drops the out= arguments.
     call_args, call_kwargs = tmpl_args, dict(tmpl_kwargs)

@@ -5,6 +5,8 @@ Everything here reads or writes whole storages or views; ops that compute go thr
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..engine import deferred_errors
@@ -121,11 +123,32 @@ def resize_(func, args, kwargs):
     if tuple(x.shape) == size:
         return x
     if not x._tpu_full:
-        raise RuntimeError(
-            f"tpu: cannot resize a view of shape {tuple(x.shape)} to {size} in place (a view's storage is "
-            "its base's; allocate a new tensor, or pass an out= tensor of the right shape)")
+        resize_view(x, size)
+        return x
     resize_whole(x, size)
     return x
+
+
+def view_resizable(x: TpuTensor, size) -> bool:
+    """A view resized to ``size`` (contiguous, at its offset) stays inside its base's storage."""
+    st = x._tpu_storage
+    return x.storage_offset() + math.prod(size) <= math.prod(st.shape)
+
+
+def resize_view(x: TpuTensor, size) -> None:
+    """``x`` (a view) becomes a contiguous view of ``size`` at its offset in the same storage, as CPU's
+    resize_ of a view does; growing past the storage's end (which CPU does by growing the base's
+    storage in place) is refused."""
+    size = tuple(size)
+    if not view_resizable(x, size):
+        raise RuntimeError(
+            f"tpu: cannot resize a view of shape {tuple(x.shape)} at storage offset {x.storage_offset()} to "
+            f"{size}: it would need {x.storage_offset() + math.prod(size)} elements and its base's storage "
+            f"has {math.prod(x._tpu_storage.shape)} (a tpu storage cannot grow in place; allocate a new "
+            "tensor)")
+    stride = tuple(torch.empty(size, device="meta").stride())
+    _set_sizes(x, x.storage_offset(), size, stride)
+    _retarget(x, x._tpu_storage)
 
 
 def resize_whole(x: TpuTensor, size) -> None:
