@@ -246,7 +246,16 @@ def _int_pow_tensor_exponent():
 
 Z = torch.complex(D.rand(3, 2), D.rand(3, 2, seed=3))
 
+def _tensor_constants(x, t):
+    """``torch.tensor(..., device=x.device)`` inside a compiled function (diffusers' UNet builds its
+    timestep tensor so): one-element, 0-dim, empty and wider constants, int and float."""
+    return (x * torch.tensor([t], dtype=torch.long, device=x.device), torch.tensor(2.5, device=x.device) * x,
+            torch.tensor([], device=x.device), x + torch.tensor([1.0, -2.0, 3.0], device=x.device),
+            torch.tensor([[t, 1], [2, 3]], device=x.device).sum())
+
+
 MISC_CASES = {
+    "tensor_constants": lambda: [D.check(_tensor_constants, D.rand(3), t, modes=ALL) for t in (3, 4)],
     "conj_compiled": lambda: D.check(lambda z: z.conj() * 2, Z.clone(), modes=ALL),
     "conj_physical_compiled": lambda: D.check(lambda z: torch.conj_physical(z) + z, Z.clone(), modes=ALL),
     "imag_of_conj_compiled": lambda: D.check(lambda z: z.conj().imag * 1, Z.clone(), modes=ALL),

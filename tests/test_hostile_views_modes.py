@@ -825,9 +825,6 @@ ISOLATED_CASES.update({f"rng:{k}": v for k, v in RNG_CASES.items()})
 KNOWN_GAPS: dict[str, str] = {
     "view:resize_view_bigger": "resize_ of a view past its base's storage: CPU grows the shared storage in "
                                "place; a tpu storage cannot grow (a clear error naming the sizes)",
-    "dyn:compiled_tensor_constant": "torch.tensor(data, device='tpu') inside a compiled function: torch builds "
-                                    "the constant as a real tpu tensor that dynamo's fake mode declines (a "
-                                    "clear dynamo error)",
 }
 
 

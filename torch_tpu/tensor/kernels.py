@@ -271,7 +271,28 @@ def has_compatible_shallow_copy_type(func, args, kwargs):
     return isinstance(a, TpuTensor) and isinstance(b, TpuTensor)
 
 
+def lift_fresh(func, args, kwargs):
+    """A fresh constant (``torch.tensor(data, device="tpu")``): the tensor itself. While a tracing mode
+    runs (dynamo's fake mode, AOTAutograd's functional one: ``torch.tensor`` inside a compiled function)
+    the modes decline a real tpu tensor, so the constant is lifted as the CPU tensor it was built from
+    and moved to the device by a traced copy (the compiled program holds the constant)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    x = args[0]
+    if not _get_current_dispatch_mode_stack():
+        return x
+    host = to_host(x)
+    if host.numel() > 1:
+        return aten._to_copy.default(aten.lift_fresh.default(host), device=x.device)
+    # The fake mode computes ops of one-element constants for real (constant propagation) and cannot
+    # make a fake of the real tpu result: move a two-element constant instead and take its first
+    padded = torch.cat([host.reshape(-1), torch.zeros(2 - host.numel(), dtype=host.dtype)])
+    moved = aten._to_copy.default(aten.lift_fresh.default(padded), device=x.device)
+    return aten.view.default(aten.slice.Tensor(moved, 0, 0, host.numel()), list(host.shape))
+
+
 KERNELS = {
+    aten.lift_fresh.default: lift_fresh,
     aten.copy_.default: copy_,
     aten._copy_from.default: copy_from,
     aten._copy_from_and_resize.default: copy_from,
