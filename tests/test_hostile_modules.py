@@ -254,7 +254,25 @@ def _tensor_constants(x, t):
             torch.tensor([[t, 1], [2, 3]], device=x.device).sum())
 
 
+def _captured_cpu_mask(x):
+    """A CPU tensor captured by the compiled function and moved to x's device inside it."""
+    return x.masked_fill(KPM.to(x.device), -1.0) * 2
+
+
+def _captured_cpu_compute_refused():
+    """CPU work inside a compiled tpu graph would run on the device: refused, naming the op."""
+    import torch._dynamo
+
+    w = torch.arange(3.0)
+    fn = torch.compile(lambda x: x + (w * 2).to(x.device), backend="tpu", dynamic=False)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"graph input \d+ is a cpu tensor \(3,\) that aten.mul.Tensor uses"):
+        fn(torch.ones(3, device="tpu"))
+
+
 MISC_CASES = {
+    "captured_cpu_mask": lambda: D.check(_captured_cpu_mask, D.rand(2, 3), modes=ALL),
+    "captured_cpu_compute_refused": _captured_cpu_compute_refused,
     "tensor_constants": lambda: [D.check(_tensor_constants, D.rand(3), t, modes=ALL) for t in (3, 4)],
     "conj_compiled": lambda: D.check(lambda z: z.conj() * 2, Z.clone(), modes=ALL),
     "conj_physical_compiled": lambda: D.check(lambda z: torch.conj_physical(z) + z, Z.clone(), modes=ALL),

@@ -48,17 +48,6 @@ def _check_static(gm: torch.fx.GraphModule) -> None:
                                                        "automatic dynamic shapes after a shape change)."))
 
 
-def _check_inputs(example_inputs) -> None:
-    from ..tensor.tensor import TpuTensor
-
-    for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.Tensor) and not isinstance(x, TpuTensor) and x.dim() > 0 \
-                and x.device.type not in ("tpu", "meta"):
-            raise RuntimeError(
-                f"torch.compile(backend='tpu'): graph input {i} is a {x.device} tensor "
-                f"{tuple(x.shape)}; move the module and its inputs to 'tpu' first")
-
-
 def _is_dtensor(x) -> bool:
     return type(x).__name__ == "DTensor" and hasattr(x, "_local_tensor") and hasattr(x, "_spec")
 
@@ -70,7 +59,6 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from . import aliasing, specialize
 
     _refuse_requested_dynamism(example_inputs, options)
-    _check_inputs(example_inputs)
     if specialize.has_symbolic_inputs(example_inputs):
         # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
         # compiled per concrete signature when called

@@ -104,6 +104,7 @@ class _Plan:
             self.random |= low.random
             self.lowerings[node] = low
             _check_like_eager(node, func, target)
+        _check_host_tensors(placeholders, self.nodes[-1])
         if missing:
             raise NotImplementedError(
                 "torch.compile(backend='tpu'): no tpu lowering for aten op(s) "
@@ -191,6 +192,31 @@ class _Plan:
             elif node.op == "output":
                 result = load(node.args[0])
         return result
+
+
+def _is_host(val) -> bool:
+    return isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() > 0
+
+
+def _check_host_tensors(placeholders, output) -> None:
+    """CPU tensors may enter the program only to be moved to the device (a CPU mask captured by a
+    compiled function and moved with ``.to(x.device)``: the runner uploads it with the call); CPU
+    computation inside the graph, or a CPU result, would run on the device and come back on it."""
+    for i, p in enumerate(placeholders):
+        if not _is_host(p.meta.get("val")):
+            continue
+        for user in p.users:
+            device = user.kwargs.get("device") if user.target is torch.ops.aten._to_copy.default else None
+            if device is None or torch.device(device).type != "tpu":
+                raise RuntimeError(
+                    f"torch.compile(backend='tpu'): graph input {i} is a cpu tensor "
+                    f"{tuple(p.meta['val'].shape)} that {user.target} uses on the CPU; move it (and the "
+                    "module) to 'tpu' first, or compute it outside the compiled function")
+    for val in torch.utils._pytree.tree_leaves([a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+                                               for a in torch.utils._pytree.tree_leaves(output.args)]):
+        if _is_host(val):
+            raise RuntimeError(f"torch.compile(backend='tpu'): the graph returns a cpu tensor "
+                               f"{tuple(val.shape)} computed inside it; compute it outside the compiled function")
 
 
 def _check_like_eager(node, func, target) -> None:
