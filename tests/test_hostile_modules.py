@@ -270,7 +270,25 @@ def _captured_cpu_compute_refused():
         fn(torch.ones(3, device="tpu"))
 
 
+def _encoder_nested_refused():
+    """nn.TransformerEncoder's nested-tensor fast path (eval, no autograd, a padding mask): a clear
+    refusal that names the way out; with enable_nested_tensor=False the unpadded positions match CPU."""
+    def encoder(nested):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=nested).eval()
+
+    x, kpm = D.rand(2, 3, 8), KPM.clone()
+    with torch.no_grad():
+        ref = encoder(True)(x, src_key_padding_mask=kpm)
+        with pytest.raises(NotImplementedError, match="enable_nested_tensor=False"):
+            encoder(True).to("tpu")(x.to("tpu"), src_key_padding_mask=kpm.to("tpu"))
+        out = encoder(False).to("tpu")(x.to("tpu"), src_key_padding_mask=kpm.to("tpu")).cpu()
+    torch.testing.assert_close(out[~kpm], ref[~kpm], atol=1e-5, rtol=1e-5)
+
+
 MISC_CASES = {
+    "encoder_nested_refused": _encoder_nested_refused,
     "captured_cpu_mask": lambda: D.check(_captured_cpu_mask, D.rand(2, 3), modes=ALL),
     "captured_cpu_compute_refused": _captured_cpu_compute_refused,
     "tensor_constants": lambda: [D.check(_tensor_constants, D.rand(3), t, modes=ALL) for t in (3, 4)],

@@ -143,7 +143,19 @@ def attention_weights_undefined(func, args, kwargs):
     return out, (weights if need else None)
 
 
+def nested_tensors_refused(func, args, kwargs):
+    """Nested tensors have no tpu layout. ``nn.TransformerEncoder`` makes one from its padding mask in
+    inference (its "sparsity fast path"): say how to avoid it."""
+    raise NotImplementedError(
+        f"tpu: {func} would make a nested tensor, which the tpu device does not support; "
+        "nn.TransformerEncoder makes one from src_key_padding_mask in eval mode without autograd: build "
+        "it with enable_nested_tensor=False (the same values; padded positions are then computed rather "
+        "than zero)")
+
+
 REWRITES = {
+    aten._nested_tensor_from_mask_left_aligned.default: nested_tensors_refused,
+    aten._nested_tensor_from_mask.default: nested_tensors_refused,
     aten.fill_.Scalar: fill_expanded,
     aten.zero_.default: fill_expanded,
     aten.index.Tensor: index_with_masks,
