@@ -88,6 +88,11 @@ NORM_CASES = {
     "instancenorm2d_track_stats": (_instnorm_stats,
                                    lambda: torch.nn.InstanceNorm2d(3, affine=True, track_running_stats=True),
                                    (2, 3, 4, 4), ALL),
+    "weight_norm_grad": (lambda m, x: [m(x)] + _grads(m, x, m(x)),
+                         lambda: torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(4, 3)), (2, 4), ALL),
+    "weight_norm_conv_dim1": (lambda m, x: [m(x)] + _grads(m, x, m(x)),
+                              lambda: torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(2, 3, 2), dim=1),
+                              (2, 2, 5), EAGER),
     "groupnorm_grad": (lambda m, x: [m(x)] + _grads(m, x, m(x)), lambda: torch.nn.GroupNorm(2, 4),
                        (2, 4, 3, 3), ALL),
 }

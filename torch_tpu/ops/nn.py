@@ -326,3 +326,18 @@ def embedding_renorm(weight, indices, max_norm, norm_type):
     hit = jnp.zeros((weight.shape[0],), jnp.bool_).at[indices.reshape(-1)].set(True)
     scale = jnp.where(hit & (norms > max_norm), max_norm / (norms + 1e-7), 1.0)
     return (w * scale[:, None]).astype(weight.dtype)
+
+
+def _weight_norm(v, g, dim):
+    """w = v * g / ||v|| (the norm over every dim but ``dim``; over all of v for dim = -1)."""
+    axes = tuple(a for a in range(v.ndim) if dim == -1 or a != dim % v.ndim)
+    norm = jnp.sqrt(jnp.sum(jnp.square(v), axis=axes, keepdims=True))
+    return v * (g / norm)
+
+
+@register(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    # autograd of the forward formula, in float32 for half types (as torch's kernel accumulates)
+    _, pull = jax.vjp(lambda v, g: _weight_norm(v, g, dim), upcast(saved_v), upcast(saved_g))
+    grad_v, grad_g = pull(upcast(grad_w))
+    return grad_v.astype(saved_v.dtype), grad_g.astype(saved_g.dtype)
