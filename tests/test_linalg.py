@@ -167,3 +167,17 @@ def test_info_without_raising():
                 torch.linalg.det(a), *torch.linalg.slogdet(a), torch.linalg.cholesky_ex(p.float())[1]]
 
     D.check(fn, SINGULAR.clone(), NOT_PD.clone(), modes=ALL)
+
+
+def test_programs_loaded_from_disk_run(tmp_path):
+    """A warm process runs linalg programs loaded from the persistent cache: jaxlib initializes its LAPACK
+    kernels only while lowering, so such a program crashed the process (SIGSEGV) before any was lowered."""
+    code = """
+        import torch
+        a = torch.tensor([[4.0, 1.0], [2.0, 3.0]], dtype=torch.float64)
+        got, want = torch.linalg.det(a.to("tpu")).cpu(), torch.linalg.det(a)
+        print("OK" if torch.allclose(got, want) else f"WRONG {got} {want}")
+    """
+    env = {"TORCH_TPU_CACHE_DIR": str(tmp_path)}
+    D.assert_isolated_ok(D.run_isolated(code, env=env))  # cold: compiles and stores the programs
+    D.assert_isolated_ok(D.run_isolated(code, env=env))  # warm: loads them from disk
