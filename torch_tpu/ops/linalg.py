@@ -5,9 +5,10 @@ torch's conventions are kept exactly, because torch's backward formulas read the
 LAPACK's sequential row swaps, 1-based int32; ``LU`` packs L (unit diagonal, below) and U; ``info`` is
 LAPACK's (0, or the 1-based index of the first zero pivot of U / of the leading minor that is not positive
 definite), and ``_linalg_check_errors`` turns a nonzero ``info`` into torch's error (eagerly: torch's own
-kernel; compiled: a device-side check, ``compile/lowering.py``). ``_linalg_det``, ``_linalg_slogdet`` and
-``_linalg_solve_ex`` of a real input factor A^T (torch does so for a contiguous A, and its backward then
-solves with ``adjoint=False``); a real non-contiguous A goes through ``linalg_lu.composites`` instead.
+kernel; compiled: a device-side check, ``compile/lowering.py``). ``_linalg_det`` and ``_linalg_slogdet``
+of a real input factor A^T (torch does so for a contiguous A, and its backward then solves with
+``adjoint=False``); for a real non-contiguous A torch keeps LU(A), so eager's ``rewrites.det_of_strided``
+and compile's ``_det_of_strided`` call the lowering on A.mT. ``_linalg_solve_ex`` always keeps LU(A).
 """
 from __future__ import annotations
 
