@@ -26,7 +26,20 @@ def decompositions() -> dict:
         ops.load()
         _DECOMPS = {op: fn for op, fn in core_aten_decompositions().items() if registry.lookup(op) is None}
         _DECOMPS.update(_functional_decompositions(_DECOMPS))
+        for op in (torch.ops.aten._linalg_det.default, torch.ops.aten._linalg_slogdet.default):
+            _DECOMPS[op] = _det_of_strided(op)
     return _DECOMPS
+
+
+def _det_of_strided(op):
+    """As eager's ``rewrites.det_of_strided``: a real non-contiguous A is factored as itself (the lowering
+    factors the transpose of its input), because torch's backward then solves with ``adjoint=True``."""
+    def decomposition(A):
+        if A.is_complex() or A.is_contiguous():
+            return NotImplemented
+        return op(A.mT.contiguous())
+
+    return decomposition
 
 
 _NOT_DECOMPOSED = {"lift", "sym_numel", "is_same_size", "new_empty_strided"}
@@ -59,6 +72,8 @@ class _Plan:
         self.gm = gm
         self.nodes = list(gm.graph.nodes)
         self.lowerings = {}
+        self.effects: set = set()  # with_effects(_linalg_check_errors) nodes: device-side checks
+        self.tokens: set = set()   # their effect-token placeholders
         self.collectives = {}  # functional-collective node -> fn(args, kwargs) (distributed/compiled.py)
         self.mesh = None       # device ids of their group: the graph is then one SPMD program over it
         self.random = False
@@ -82,6 +97,9 @@ class _Plan:
             if node.op != "call_function" or node.target is operator.getitem:
                 continue
             func = node.target
+            if func is torch.ops.higher_order.with_effects:
+                self._add_effect(node)
+                continue
             if not isinstance(func, torch._ops.OpOverload):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unexpected call {func} in the aten graph")
             if func is torch.ops.aten.copy_.default and node.args[0] in placeholders:
@@ -112,6 +130,17 @@ class _Plan:
         self.written = {node for _, node in self.writebacks}
         self.precision = torch.get_float32_matmul_precision()
 
+    def _add_effect(self, node) -> None:
+        """An ordered side effect AOTAutograd threads a token through: ``_linalg_check_errors`` (a
+        device-side check of ``info``); nothing else is supported."""
+        op = node.args[1]
+        if op is not torch.ops.aten._linalg_check_errors.default:
+            raise NotImplementedError(f"torch.compile(backend='tpu'): the side-effecting op {op} "
+                                      "(with_effects) is not supported in compiled graphs")
+        self.effects.add(node)
+        if node.args[0].op == "placeholder":  # the effect token: an input without a value (None at run time)
+            self.tokens.add(node.args[0])
+
     def _add_collective(self, node) -> None:
         from ..distributed import compiled
 
@@ -131,7 +160,7 @@ class _Plan:
         key = None
         placeholders = [n for n in self.nodes if n.op == "placeholder"]
         for n in placeholders:
-            env[n] = None if _is_opaque(n.meta.get("val")) else next(it)
+            env[n] = None if _is_opaque(n.meta.get("val")) or n in self.tokens else next(it)
         if self.random:
             key = rng.make_key(next(it))
 
@@ -171,6 +200,12 @@ class _Plan:
                     continue
                 args = load(node.args)
                 kwargs = {k: load(v) for k, v in node.kwargs.items()}
+                if node in self.effects:  # with_effects(token, _linalg_check_errors, info, api_name, ...)
+                    from ..ops import linalg  # (JAX: never imported at ``import torch``)
+
+                    linalg.check_errors(args[2], args[3] if len(args) > 3 else node.kwargs["api_name"])
+                    env[node] = (args[0],)
+                    continue
                 collective = self.collectives.get(node)
                 if collective is not None:
                     env[node] = collective(args, kwargs)
@@ -195,7 +230,8 @@ class _Plan:
 
 
 def _is_host(val) -> bool:
-    return isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() > 0
+    """A CPU tensor with elements (0-dim ones are scalars; an empty one is, e.g., an effect token)."""
+    return isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() > 0 and val.numel() > 0
 
 
 def _check_host_tensors(placeholders, output) -> None:
@@ -275,7 +311,8 @@ def graph_compiler(kind: str):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unsupported graph input {type(x)}")
         plan = _Plan(gm)
         jax = platform.jax()
-        tensor_pos = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+        tokens = {i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if n in plan.tokens}
+        tensor_pos = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and i not in tokens]
         specs = [jax.ShapeDtypeStruct(tuple(example_inputs[i].shape), dtypes.to_jax_dtype(example_inputs[i].dtype))
                  for i in tensor_pos]
         if plan.random:
@@ -290,7 +327,7 @@ def graph_compiler(kind: str):
         program = plan.program if layouts is None else _in_memory_order(plan.program, layouts)
         prog = program_cache.lookup(key)
         if prog is None:
-            if len(tensor_pos) != len([x for x in example_inputs if not _is_opaque(x)]):
+            if len(tensor_pos) + len(tokens) != len([x for x in example_inputs if not _is_opaque(x)]):
                 raise RuntimeError("torch.compile(backend='tpu'): non-tensor graph inputs are not supported "
                                    "with static shapes")
             if plan.mesh is None:
@@ -303,7 +340,7 @@ def graph_compiler(kind: str):
 
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in out_vals]
         run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
-                      [i for i, _ in plan.writebacks], layouts)
+                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens))
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
         return run
 
@@ -361,7 +398,8 @@ def _in_memory_order(program, layouts):
     return fn
 
 
-def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None):
+def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
+            tokens=frozenset()):
     device = None
 
     @platform.with_x64
@@ -369,7 +407,9 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
         nonlocal device
         targets = [args[i] for i in written]  # inputs the graph writes (their new values come last)
         arrays = []
-        for x in args:
+        for i, x in enumerate(args):
+            if i in tokens:  # an effect token (None, or an empty tensor): no value in the program
+                continue
             if isinstance(x, TpuTensor):
                 arrays.append(fused.materialize(value_of(x)))  # a value deferred by fused mode runs first
             elif isinstance(x, torch.Tensor):

@@ -153,6 +153,16 @@ def nested_tensors_refused(func, args, kwargs):
         "than zero)")
 
 
+def det_of_strided(func, args, kwargs):
+    """``_linalg_det``/``_linalg_slogdet`` keep the LU factorization torch's backward solves with: of A^T
+    for a contiguous real A (the lowering's), of A itself otherwise (then torch's backward solves with
+    ``adjoint=True``): a real non-contiguous A runs the lowering on A.mT, whose transpose is A."""
+    a = args[0] if args else kwargs["A"]
+    if isinstance(a, TpuTensor) and not a.is_complex() and not a.is_contiguous():
+        return run_op(func, [a.mT], {})
+    return run_op(func, args, kwargs)
+
+
 REWRITES = {
     aten._nested_tensor_from_mask_left_aligned.default: nested_tensors_refused,
     aten._nested_tensor_from_mask.default: nested_tensors_refused,
@@ -168,4 +178,6 @@ REWRITES = {
     aten._thnn_fused_lstm_cell.default: rnn_cell_with_zero_biases,
     aten._thnn_fused_gru_cell.default: rnn_cell_with_zero_biases,
     aten._native_multi_head_attention.default: attention_weights_undefined,
+    aten._linalg_det.default: det_of_strided,
+    aten._linalg_slogdet.default: det_of_strided,
 }

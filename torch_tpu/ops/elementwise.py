@@ -490,64 +490,6 @@ def prelu(x, weight):
     return jnp.where(x > 0, x, w * x)
 
 
-# backward of common activations (autograd on tpu)
-@register(aten.sigmoid_backward.default)
-def sigmoid_backward(grad, out):
-    return grad * out * (1 - out)
-
-
-@register(aten.tanh_backward.default)
-def tanh_backward(grad, out):
-    return grad * (1 - out * out)
-
-
-@register(aten.gelu_backward.default)
-def gelu_backward(grad, x, approximate="none"):
-    _, pull = jax.vjp(lambda v: gelu(v, approximate), x)
-    return pull(grad)[0]
-
-
-@register(aten.silu_backward.default)
-def silu_backward(grad, x):
-    _, pull = jax.vjp(silu, x)
-    return pull(grad)[0]
-
-
-@register(aten.softplus_backward.default)
-def softplus_backward(grad, x, beta, threshold):
-    _, pull = jax.vjp(lambda v: softplus(v, beta, threshold), x)
-    return pull(grad)[0]
-
-
-@register(aten.elu_backward.default)
-def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
-    x = self_or_result
-    if is_result:
-        return jnp.where(x > 0, grad * scale, grad * (x + alpha * scale) * input_scale)
-    return jnp.where(x > 0, grad * scale, grad * alpha * scale * input_scale * jnp.exp(x * input_scale))
-
-
-@register(aten.leaky_relu_backward.default)
-def leaky_relu_backward(grad, x, negative_slope, self_is_result):
-    return jnp.where(x > 0, grad, grad * negative_slope)
-
-
-@register(aten.hardtanh_backward.default)
-def hardtanh_backward(grad, x, min_val, max_val):
-    return jnp.where((x > min_val) & (x < max_val), grad, 0)
-
-
-@register(aten.mish_backward.default)
-def mish_backward(grad, x):
-    _, pull = jax.vjp(mish, x)
-    return pull(grad)[0]
-
-
-@register(aten.log_sigmoid_backward.default)
-def log_sigmoid_backward(grad, x, buffer):
-    return grad * jax.nn.sigmoid(-upcast(x)).astype(grad.dtype)
-
-
 # --- dtype / fill -------------------------------------------------------------------------------
 @register(aten.fill.Scalar, aten.fill.Tensor)
 def fill(x, value):

@@ -15,6 +15,7 @@ JAX's own persistent compilation cache is left off (``platform.py``): it does no
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -106,11 +107,26 @@ def _serialize(compiled) -> bytes | None:
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def _initialize_cpu_kernels() -> None:
+    """jaxlib fills in its LAPACK kernels' function pointers (the CPU custom calls of lu, cholesky,
+    triangular_solve, eigh, svd, qr) only while it *lowers* a linear algebra primitive: an executable loaded
+    from disk in a process that lowered none of them crashed (SIGSEGV) when run. Initialize them first."""
+    try:
+        from jax._src.lax import linalg as jax_linalg
+
+        jax_linalg.initialize_lapack()
+    except Exception as exc:  # another jaxlib layout: nothing to do, or nothing we can do
+        _log.debug("torch_tpu: could not initialize jaxlib's LAPACK kernels: %r", exc)
+
+
 def _load_module_entry(disk_key: str):
     payload = disk_cache.load(disk_key)
     if payload is None:
         return None
     from jax.experimental import serialize_executable
+
+    _initialize_cpu_kernels()
 
     t0 = time.perf_counter()
     try:

@@ -1,0 +1,346 @@
+"""torch.linalg: LU (det, slogdet, inv, solve, lu_factor, lu, lu_solve, lu_unpack), Cholesky, triangular
+solves, QR, eigh, SVD, pinv, Householder products, as JAX's linear algebra.
+
+torch's conventions are kept exactly, because torch's backward formulas read the saved factors: pivots are
+LAPACK's sequential row swaps, 1-based int32; ``LU`` packs L (unit diagonal, below) and U; ``info`` is
+LAPACK's (0, or the 1-based index of the first zero pivot of U / of the leading minor that is not positive
+definite), and ``_linalg_check_errors`` turns a nonzero ``info`` into torch's error (eagerly: torch's own
+kernel; compiled: a device-side check, ``compile/lowering.py``). ``_linalg_det`` and ``_linalg_slogdet``
+of a real input factor A^T (torch does so for a contiguous A, and its backward then solves with
+``adjoint=False``); for a real non-contiguous A torch keeps LU(A), so eager's ``rewrites.det_of_strided``
+and compile's ``_det_of_strided`` call the lowering on A.mT. ``_linalg_solve_ex`` always keeps LU(A).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .registry import aten, register
+
+_lax = jax.lax.linalg
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def _mT(x):
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _mH(x):
+    return jnp.conj(_mT(x)) if jnp.iscomplexobj(x) else _mT(x)
+
+
+def _batch_broadcast(a, b):
+    """``a`` and ``b`` (both batches of matrices) broadcast to common batch dimensions."""
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return jnp.broadcast_to(a, batch + a.shape[-2:]), jnp.broadcast_to(b, batch + b.shape[-2:])
+
+
+def _first_index(bad):
+    """LAPACK's info: 1 + the index of the first True along the last axis, 0 if none (int32)."""
+    if bad.shape[-1] == 0:
+        return jnp.zeros(bad.shape[:-1], jnp.int32)
+    return jnp.where(bad.any(-1), jnp.argmax(bad, -1) + 1, 0).astype(jnp.int32)
+
+
+# ---------------------------------------------------------------------------------------------------
+# LU
+
+
+def _lu(a):
+    """(LU, 1-based int32 pivots, permutation, info) of a batch of m x n matrices."""
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    if a.size == 0:
+        piv = jnp.broadcast_to(jnp.arange(1, k + 1, dtype=jnp.int32), a.shape[:-2] + (k,))
+        perm = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), a.shape[:-2] + (m,))
+        return a, piv, perm, jnp.zeros(a.shape[:-2], jnp.int32)
+    lu, piv, perm = _lax.lu(a)
+    info = _first_index(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0)
+    return lu, piv.astype(jnp.int32) + 1, perm, info
+
+
+def _perm_from_pivots(piv, m):
+    """The row permutation (A[perm] = L U) of torch's 1-based pivots."""
+    if piv.shape[-1] == 0:
+        return jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), piv.shape[:-1] + (m,))
+    return _lax.lu_pivots_to_permutation(piv.astype(jnp.int32) - 1, m)
+
+
+def _rows(x, perm):
+    """x[..., perm, :] per batch."""
+    perm = jnp.broadcast_to(perm, x.shape[:-1])
+    return jnp.take_along_axis(x, perm[..., None], axis=-2)
+
+
+def _tri(a, b, lower, *, adjoint=False, unit=False):
+    """op(a) x = b for triangular ``a`` (op: identity or conjugate transpose), batches broadcast."""
+    a, b = _batch_broadcast(a, b)
+    if b.size == 0 or a.size == 0:
+        return jnp.zeros(b.shape, jnp.result_type(a, b))
+    return _lax.triangular_solve(a, b, left_side=True, lower=lower, transpose_a=adjoint,
+                                 conjugate_a=adjoint and jnp.iscomplexobj(a), unit_diagonal=unit)
+
+
+def _lu_solve_left(lu, piv, b, adjoint):
+    """A x = b (or A^H x = b) where P L U = A is given by (lu, piv)."""
+    lu, b = _batch_broadcast(lu, b)
+    piv = jnp.broadcast_to(piv, lu.shape[:-1])
+    perm = _perm_from_pivots(piv, lu.shape[-1])
+    if not adjoint:  # x = U^-1 L^-1 P^T b
+        y = _tri(lu, _rows(b, perm), True, unit=True)
+        return _tri(lu, y, False)
+    y = _tri(lu, b, False, adjoint=True)  # x = P L^-H U^-H b
+    y = _tri(lu, y, True, adjoint=True, unit=True)
+    return _rows(y, jnp.argsort(perm, axis=-1))
+
+
+def lu_solve(lu, piv, b, left=True, adjoint=False):
+    if left:
+        return _lu_solve_left(lu, piv, b, adjoint)
+    # x A = b  <=>  A^H x^H = b^H ;  x A^H = b  <=>  A x^H = b^H
+    return _mH(_lu_solve_left(lu, piv, _mH(b), not adjoint))
+
+
+@register(aten.linalg_lu_factor_ex.default)
+def linalg_lu_factor_ex(a, pivot=True, check_errors=False):
+    if not pivot:
+        raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the tpu "
+                           "(as on the CPU)")
+    lu, piv, _, info = _lu(a)
+    return lu, piv, info
+
+
+@register(aten.linalg_lu.default)
+def linalg_lu(a, pivot=True):
+    if not pivot:
+        raise RuntimeError("linalg.lu: LU without pivoting is not implemented on the tpu (as on the CPU)")
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    lu, _, perm, _ = _lu(a)
+    p = _mT(jax.nn.one_hot(perm, m, dtype=a.dtype))
+    low = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=a.dtype)
+    return p, low, jnp.triu(lu[..., :k, :])
+
+
+@register(aten.lu_unpack.default)
+def lu_unpack(lu, piv, unpack_data=True, unpack_pivots=True):
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    empty = jnp.zeros((0,), lu.dtype)
+    low = up = p = empty
+    if unpack_data:
+        low = jnp.tril(lu[..., :, :k], -1) + jnp.eye(m, k, dtype=lu.dtype)
+        up = jnp.triu(lu[..., :k, :])
+    if unpack_pivots:
+        p = _mT(jax.nn.one_hot(_perm_from_pivots(piv, m), m, dtype=lu.dtype))
+    return p, low, up
+
+
+@register(aten.linalg_lu_solve.default)
+def linalg_lu_solve(lu, piv, b, left=True, adjoint=False):
+    return lu_solve(lu, piv, b, left, adjoint)
+
+
+def _parity_sign(piv, dtype):
+    """(-1)^(number of row swaps) of 1-based pivots."""
+    swaps = jnp.sum(piv != jnp.arange(1, piv.shape[-1] + 1, dtype=piv.dtype), axis=-1)
+    return jnp.where(swaps % 2 == 1, -1, 1).astype(dtype)
+
+
+def _factor_for_det(a):
+    """The LU torch keeps for det/slogdet/solve: of A^T for a real A (see the module docstring)."""
+    return _lu(a if jnp.iscomplexobj(a) else _mT(a))
+
+
+@register(aten._linalg_det.default)
+def linalg_det(a):
+    lu, piv, _, _ = _factor_for_det(a)
+    d = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    return jnp.prod(d, axis=-1) * _parity_sign(piv, a.dtype), lu, piv
+
+
+def _sign_of(d):
+    if jnp.iscomplexobj(d):
+        mag = jnp.abs(d)
+        return jnp.where(mag == 0, 0, d / jnp.where(mag == 0, 1, mag))
+    return jnp.sign(d)
+
+
+@register(aten._linalg_slogdet.default)
+def linalg_slogdet(a):
+    lu, piv, _, _ = _factor_for_det(a)
+    d = jnp.diagonal(lu, axis1=-2, axis2=-1)
+    sign = jnp.prod(_sign_of(d), axis=-1) * _parity_sign(piv, a.dtype)
+    return sign, jnp.sum(jnp.log(jnp.abs(d)), axis=-1), lu, piv
+
+
+def is_vector_rhs(a_shape, b_shape) -> bool:
+    """torch's ``linalg_solve_is_vector_rhs``."""
+    return len(b_shape) == 1 or (len(a_shape) - 1 == len(b_shape) and tuple(b_shape) == tuple(a_shape[:-1]))
+
+
+@register(aten._linalg_solve_ex.default)
+def linalg_solve_ex(a, b, left=True, check_errors=False):
+    vector = is_vector_rhs(a.shape, b.shape)
+    b_ = b[..., None] if vector else b
+    lu, piv, _, info = _lu(a)
+    x = lu_solve(lu, piv, b_, left)
+    return (x[..., 0] if vector else x), lu, piv, info
+
+
+@register(aten.linalg_inv_ex.default)
+def linalg_inv_ex(a, check_errors=False):
+    lu, piv, _, info = _lu(a)
+    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    return lu_solve(lu, piv, eye), info
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cholesky and triangular solves
+
+
+def _hermitian_from(a, upper):
+    """The Hermitian matrix whose lower (upper) triangle ``a`` holds: what LAPACK reads of it."""
+    tri = jnp.triu(a) if upper else jnp.tril(a)
+    strict = jnp.triu(a, 1) if upper else jnp.tril(a, -1)
+    return tri + _mH(strict)
+
+
+def _cholesky_info(h):
+    """LAPACK potrf's info of Hermitian ``h``: the order of the first leading minor that is not positive
+    definite (0 if none), by an unblocked elimination (only run when the factorization failed)."""
+    n = h.shape[-1]
+    flat = h.reshape((-1, n, n))
+    idx = jnp.arange(n)
+
+    def one(m):
+        def step(k, state):
+            m, info = state
+            d = jnp.real(m[k, k])
+            bad = ~(d > 0)
+            info = jnp.where((info == 0) & bad, k + 1, info)
+            col = jnp.where(idx > k, m[:, k] / jnp.sqrt(jnp.where(bad, 1, d)), 0)
+            return m - jnp.outer(col, jnp.conj(col)), info
+
+        return jax.lax.fori_loop(0, n, step, (m, jnp.int32(0)))[1]
+
+    return jax.vmap(one)(flat).reshape(h.shape[:-2])
+
+
+@register(aten.linalg_cholesky_ex.default)
+def linalg_cholesky_ex(a, upper=False, check_errors=False):
+    h = _hermitian_from(a, upper)
+    if a.size == 0:
+        return a, jnp.zeros(a.shape[:-2], jnp.int32)
+    low = _lax.cholesky(h, symmetrize_input=False)
+    ok = jnp.all(jnp.isfinite(low))
+    info = jax.lax.cond(ok, lambda: jnp.zeros(a.shape[:-2], jnp.int32), lambda: _cholesky_info(h))
+    return (_mH(low) if upper else low), info
+
+
+@register(aten.cholesky_solve.default, aten._cholesky_solve_helper.default)
+def cholesky_solve(b, factor, upper=False):
+    if upper:  # A = U^H U
+        return _tri(factor, _tri(factor, b, False, adjoint=True), False)
+    return _tri(factor, _tri(factor, b, True), True, adjoint=True)  # A = L L^H
+
+
+@register(aten.linalg_solve_triangular.default)
+def linalg_solve_triangular(a, b, upper, left=True, unitriangular=False):
+    if left:
+        return _tri(a, b, not upper, unit=unitriangular)
+    # x A = b  <=>  A^H x^H = b^H
+    return _mH(_tri(a, _mH(b), not upper, adjoint=True, unit=unitriangular))
+
+
+@register(aten.triangular_solve.default)
+def triangular_solve(b, a, upper=True, transpose=False, unitriangular=False):
+    a_b, b_b = _batch_broadcast(a, b)
+    if b_b.size == 0 or a_b.size == 0:
+        x = jnp.zeros(b_b.shape, jnp.result_type(a, b))
+    else:
+        x = _lax.triangular_solve(a_b, b_b, left_side=True, lower=not upper, transpose_a=transpose,
+                                  unit_diagonal=unitriangular)
+    return x, a_b
+
+
+# ---------------------------------------------------------------------------------------------------
+# QR, eigh, SVD, pinv, Householder
+
+
+@register(aten.linalg_qr.default)
+def linalg_qr(a, mode="reduced"):
+    if mode == "r":
+        return jnp.zeros((0,), a.dtype), jnp.linalg.qr(a, mode="r")
+    return tuple(jnp.linalg.qr(a, mode=mode))
+
+
+@register(aten._linalg_eigh.default)
+def linalg_eigh(a, UPLO="L", compute_v=True):
+    if a.size == 0:
+        return jnp.zeros(a.shape[:-1], jnp.real(a).dtype), a
+    # the triangle UPLO names, made Hermitian explicitly (what LAPACK reads, on every backend)
+    vecs, vals = _lax.eigh(_hermitian_from(a, UPLO == "U"), symmetrize_input=False)
+    return vals, (vecs if compute_v else jnp.zeros((0,), a.dtype))
+
+
+@register(aten._linalg_svd.default)
+def linalg_svd(a, full_matrices=False, compute_uv=True, driver=None):
+    if not compute_uv:
+        return jnp.zeros((0,), a.dtype), jnp.linalg.svd(a, compute_uv=False), jnp.zeros((0,), a.dtype)
+    u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
+    return u, s, vh
+
+
+@register(aten.linalg_householder_product.default)
+def linalg_householder_product(a, tau):
+    return _lax.householder_product(a, tau)
+
+
+@register(aten.linalg_pinv.atol_rtol_tensor)
+def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
+    m, n = a.shape[-2:]
+    if a.size == 0:
+        return jnp.zeros(a.shape[:-2] + (n, m), a.dtype)
+    real = jnp.real(a).dtype
+    atol_ = jnp.zeros((), jnp.float64) if atol is None else jnp.asarray(atol, jnp.float64)
+    if rtol is not None:
+        rtol_ = jnp.asarray(rtol, jnp.float64)
+    else:
+        default = jnp.asarray(jnp.finfo(real).eps * max(m, n), jnp.float64)
+        rtol_ = default if atol is None else jnp.where(atol_ > 0, 0.0, default)
+    if hermitian:
+        vecs, vals = _lax.eigh(_hermitian_from(a, False), symmetrize_input=False)
+        mag = jnp.abs(vals)
+        tol = jnp.maximum(atol_[..., None], rtol_[..., None] * jnp.max(mag, axis=-1, keepdims=True))
+        inv = jnp.where(mag > tol, 1 / jnp.where(mag == 0, 1, vals), 0).astype(a.dtype)
+        return jnp.matmul(vecs * inv[..., None, :], _mH(vecs), precision=_HIGHEST)
+    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    tol = jnp.maximum(atol_[..., None], rtol_[..., None] * s[..., :1])
+    inv = jnp.where(s > tol, 1 / jnp.where(s == 0, 1, s), 0).astype(a.dtype)
+    return jnp.matmul(_mH(vh) * inv[..., None, :], _mH(u), precision=_HIGHEST)
+
+
+# ---------------------------------------------------------------------------------------------------
+# _linalg_check_errors in compiled graphs (eager runs torch's own kernel, which reads ``info``)
+
+_FAILURES = {  # what torch's _linalg_check_errors says, per API, for info > 0 (the index is not known)
+    "inv": "a diagonal element of U is zero, the inversion could not be completed because the input matrix "
+           "is singular",
+    "solve": "The solver failed because the input matrix is singular",
+    "cholesky": "The factorization could not be completed because the input is not positive-definite",
+    "lu_factor": "a diagonal element of U is zero: the matrix is singular, and using its LU factorization in "
+                 "lu_solve would divide by zero",
+    "eig": "The algorithm failed to converge because the input matrix is ill-conditioned or has too many "
+           "repeated eigenvalues",
+    "svd": "The algorithm failed to converge because the input matrix is ill-conditioned or has too many "
+           "repeated singular values",
+}
+
+
+def check_errors(info, api_name: str) -> None:
+    """A device-side check that every ``info`` is 0, with torch's message for ``api_name``."""
+    from .checks import require
+
+    what = next((m for key, m in _FAILURES.items() if key in api_name), "the operation failed (info > 0)")
+    require(info == 0, f"{api_name}: {what} (torch._C._LinAlgError on the CPU)")
