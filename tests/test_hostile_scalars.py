@@ -389,3 +389,36 @@ def test_tensor_pair_promotion(a, b):
         D.named("cat", lambda x, y, z: torch.cat([x, y])),
     ]
     D.check_sequence(calls, _pair_input(a), _pair_input(b), _pair_input(b, shape=None))
+
+
+# --------------------------------------------------------------------------------------------------
+# pow across dtype kinds, and dtypes the device cannot hold
+
+POW_BASES = {"float": D.t(0.0, 1.0, 2.0, -1.5), "int": D.t(0, 1, 2, -3), "uint8": D.t(0, 1, 2, 3, dtype=torch.uint8),
+             "complex": torch.tensor([0j, 1j, 2 + 0j, -1 + 1j]), "bool": D.t(True, False, True, True)}
+POW_EXPONENTS = {"complex_scalar": 2.5 + 1j, "complex_0dim": torch.tensor(2.5 + 1j),
+                 "complex_tensor": torch.tensor([2.5 + 1j, 1.5 + 0j, 1 + 0j, 0.5 - 2j]), "zero_complex": 0j,
+                 "bool_0dim": torch.tensor(True), "bool_tensor": D.t(True, False, False, True)}
+
+
+@pytest.mark.parametrize("e", sorted(POW_EXPONENTS))
+@pytest.mark.parametrize("base", sorted(POW_BASES))
+def test_pow_kinds(eager_mode, base, e):
+    """A zero base to a complex exponent with positive real part is 0 on CPU (JAX's exp(y log 0) is
+    NaN); bool ** bool tensors have no CPU kernel (it raised nothing on the tpu). Not compared: 0 ** 0j
+    inside a complex exponent tensor (CPU's vectorised kernel gives NaN, the tpu 1, as 0 ** 0j does on
+    CPU for a Python exponent)."""
+    exponent = POW_EXPONENTS[e]
+    D.check(lambda x, y: torch.pow(x, y), POW_BASES[base].clone(),
+            exponent.clone() if isinstance(exponent, torch.Tensor) else exponent)
+
+
+def test_unsupported_dtype_is_named_not_a_type_error():
+    """float16 + a complex64 0-dim tensor is complex32 (ComplexHalf), which the device cannot hold: a
+    RuntimeError naming the dtype (a TypeError inside a Python operator reads as "unsupported operand
+    type(s) for +: 'TpuTensor' and 'TpuTensor'")."""
+    a = torch.tensor([1.0, 2.0], dtype=torch.float16, device="tpu")
+    b = torch.tensor(1 + 2j, dtype=torch.complex64, device="tpu")
+    for fn in (lambda: a + b, lambda: a - b, lambda: torch.zeros(2, dtype=torch.complex32).to("tpu")):
+        with pytest.raises(RuntimeError, match="complex32 is not supported on the tpu device"):
+            fn()

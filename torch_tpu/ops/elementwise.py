@@ -170,7 +170,7 @@ def pow_(x, y):
     if kind is None:
         if x_int and y_int:
             return _integer_power(jnp.asarray(x), jnp.asarray(y))
-        return jnp.power(x, y)
+        return _complex_safe_power(x, y)
     dt = _pow_result_type(x, kind)
     if dt == jnp.bool_:  # bool ** bool: x ** True is x, x ** False is True
         return x | jnp.logical_not(y)
@@ -185,12 +185,21 @@ def pow_(x, y):
     if kind is int and not jnp.issubdtype(dt, jnp.inexact):
         return _integer_power(x, jnp.asarray(y, dt))
     if kind is complex:
-        return jnp.power(x, y)
+        return _complex_safe_power(x, y)
     y = jnp.asarray(y, dt)
     if is_float(x):  # a traced exponent: torch's sqrt/rsqrt forms for +-0.5
         # (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where pow gives 0.0 and inf)
         return jnp.where(y == 0.5, jnp.sqrt(x), jnp.where(y == -0.5, jax.lax.rsqrt(x), jnp.power(x, y)))
-    return jnp.power(x, y)
+    return _complex_safe_power(x, y)
+
+
+def _complex_safe_power(x, y):
+    """jnp.power, and for a complex result at a zero base with an exponent of positive real part the 0
+    that C++'s std::pow (torch's CPU kernel) gives, where exp(y * log(0)) is NaN."""
+    out = jnp.power(x, y)
+    if not jnp.iscomplexobj(out):
+        return out
+    return jnp.where((jnp.asarray(x) == 0) & (jnp.real(jnp.asarray(y)) > 0), jnp.zeros_like(out), out)
 
 
 def _integer_power(x, y):

@@ -47,7 +47,8 @@ def to_jax_dtype(dtype: torch.dtype):
     try:
         return _tables()[0][dtype]
     except KeyError:
-        raise TypeError(f"torch dtype {dtype} is not supported on the tpu device") from None
+        # not a TypeError: Python turns one raised inside a binary operator into "unsupported operand type(s)"
+        raise RuntimeError(f"torch dtype {dtype} is not supported on the tpu device") from None
 
 
 def to_torch_dtype(jax_dtype) -> torch.dtype:
@@ -60,6 +61,7 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
     if not prefetch.started():
         prefetch.start_early()  # a warm process loads its programs while the weights move
     t = cpu_tensor.detach()
+    to_jax_dtype(t.dtype)  # a dtype the device cannot hold is refused by name (not by numpy)
     if t.is_conj():
         t = t.resolve_conj()
     if t.is_neg():
