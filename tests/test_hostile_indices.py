@@ -267,3 +267,24 @@ def test_masked_scatter_too_few_source_elements(eager_mode):
 def test_bool_mask_compiled():
     m = torch.tensor([True, False, True, True])
     D.check(lambda x, m: x[m] * 2, X, m, modes=["compiled"])
+
+
+BINCOUNT = {
+    "counts": (D.t(0, 1, 1, 3), None, 0),
+    "weights_minlength": (D.t(0, 1, 1, 3), D.t(0.5, 1.0, 2.0, 3.0), 6),
+    "int_weights_are_double": (D.t(2, 0), D.t(1, 4), 0),
+    "half_weights_are_double": (D.t(2, 0), D.t(1.5, 4.0, dtype=torch.float16), 0),
+    "empty": (torch.zeros(0, dtype=torch.int64), None, 3),
+    "negative": (D.t(0, -1), None, 0),
+    "two_dim": (D.t(0, 1).reshape(1, 2), None, 0),
+    "float_input": (D.t(0.5), None, 0),
+    "weights_length": (D.t(0, 1), D.t(1.0), 0),
+    "negative_minlength": (D.t(0, 1), None, -1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BINCOUNT))
+def test_bincount(eager_mode, case):
+    """bincount had no lowering; its length is the largest value + 1 (a value read on the host)."""
+    x, w, m = BINCOUNT[case]
+    D.check(lambda x, w: torch.bincount(x, w, minlength=m), x, w)
