@@ -292,7 +292,31 @@ def _encoder_nested_refused():
     torch.testing.assert_close(out[~kpm], ref[~kpm], atol=1e-5, rtol=1e-5)
 
 
+def _cdist_all_p(a, b):
+    return [torch.cdist(a, b, p=p) for p in (0, 1, 2, 3.5, float("inf"))]
+
+
+def _cdist_grads(a, b):
+    out = torch.cdist(a, b, p=2) + torch.cdist(a, b, p=1) * 0.5
+    (out * torch.linspace(-1, 1, out.numel(), device=a.device).reshape(out.shape)).sum().backward()
+    return out, a.grad, b.grad
+
+
+SCATTER_SHAPES = {
+    "diagonal": lambda x: torch.diagonal_scatter(x, torch.ones(3, device=x.device), 2),
+    "select": lambda x: torch.select_scatter(x, torch.zeros(5, device=x.device), 0, -1),
+    "select_broadcastable": lambda x: torch.select_scatter(x, torch.zeros(1, device=x.device), 0, -1),
+    "slice": lambda x: torch.slice_scatter(x, torch.zeros(4, 3, device=x.device), 1, 1, 5, 2),
+}
+
+
 MISC_CASES = {
+    "cdist": lambda: D.check(_cdist_all_p, D.rand(2, 5), D.rand(3, 5, seed=2), modes=ALL, atol=1e-5, rtol=1e-5),
+    "cdist_batched_mm_path_grads": lambda: D.check(_cdist_grads, _leaf(2, 30, 4), _leaf(2, 27, 4, seed=3),
+                                                    modes=EAGER, atol=1e-4, rtol=1e-4),
+    # torch's meta kernels broadcast src into the view: CPU refuses any other shape (the tpu returned values)
+    "scatter_src_shapes": lambda: [D.check(f, D.rand(4, 6), modes=ALL, expect_raise=True)
+                                   for f in SCATTER_SHAPES.values()],
     "encoder_nested_refused": _encoder_nested_refused,
     "captured_cpu_mask": lambda: D.check(_captured_cpu_mask, D.rand(2, 3), modes=ALL),
     "captured_cpu_compute_refused": _captured_cpu_compute_refused,

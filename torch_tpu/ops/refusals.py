@@ -165,3 +165,18 @@ def _refuse_integral(what):
 for _name, _what in (("var", "std and var"), ("std", "std and var"), ("var_mean", "var_mean"),
                      ("std_mean", "std_mean")):
     validates(*_functional_overloads(_name))(_refuse_integral(_what))
+
+
+# --- *_scatter ops: src must have the shape of the view it fills (torch's meta kernels broadcast) ---
+def _view_scatter(view_op):
+    def check(x, src, *args, **kwargs):
+        view = view_op(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta"), *args, **kwargs)
+        if tuple(src.shape) != tuple(view.shape):
+            raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = "
+                               f"{list(src.shape)}, slice size = {list(view.shape)}")
+    return check
+
+
+validates(aten.diagonal_scatter.default)(_view_scatter(aten.diagonal.default))
+validates(aten.select_scatter.default)(_view_scatter(aten.select.int))
+validates(aten.slice_scatter.default)(_view_scatter(aten.slice.Tensor))
