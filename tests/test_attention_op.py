@@ -89,6 +89,27 @@ def test_gradients_match_cpu(eager_mode, case):
         torch.testing.assert_close(a.grad.cpu(), b.grad, atol=GRAD_ATOL, rtol=GRAD_ATOL)
 
 
+@pytest.mark.parametrize("case", ["none", "causal", "bool", "gqa"])
+def test_double_backward_matches_cpu_math(eager_mode, case):
+    """create_graph=True (gradient penalties): the backward is differentiable (it was once_differentiable:
+    'trying to differentiate twice'). CPU reference: its math kernel (CPU's flash kernel has no double
+    backward)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = _qkv(hk=2 if case == "gqa" else None)
+    kw = {"enable_gqa": True} if case == "gqa" else _masks()[case]
+    results = []
+    for device, args in (("cpu", kw), ("tpu", _tpu(kw))):
+        leaves = [t.detach().to(device).requires_grad_() for t in (q, k, v)]
+        with sdpa_kernel(SDPBackend.MATH):
+            out = F.scaled_dot_product_attention(*leaves, **args)
+        gq, gk = torch.autograd.grad(out.pow(2).sum(), leaves[:2], create_graph=True)
+        (gq.pow(2).sum() + (gk * 0.5).sum()).backward()
+        results.append([gq.detach().cpu(), gk.detach().cpu()] + [t.grad.cpu() for t in leaves])
+    for got, ref in zip(results[1], results[0]):
+        torch.testing.assert_close(got, ref, atol=GRAD_ATOL, rtol=GRAD_ATOL)
+
+
 def test_strict_backward_is_one_program():
     q, k, v = (t.to("tpu").requires_grad_() for t in _qkv())
     out = F.scaled_dot_product_attention(q, k, v)

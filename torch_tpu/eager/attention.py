@@ -34,11 +34,21 @@ class _Attention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         q, k, v, attn_mask = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
+            return (*_differentiable_backward(grad_out, q, k, v, attn_mask, *ctx.static), None, None, None, None)
         gq, gk, gv = torch.ops.tpu.attention_backward.default(grad_out, q, k, v, attn_mask, *ctx.static)
         return gq, gk, gv, None, None, None, None
+
+
+def _differentiable_backward(grad_out, q, k, v, attn_mask, is_causal, scale, enable_gqa):
+    """The gradients through torch's decomposition of SDPA, recorded by autograd (double backward,
+    gradient penalties): the one-op backward above is a single program autograd cannot see into."""
+    qkv = [t if t.requires_grad else t.detach().requires_grad_() for t in (q, k, v)]
+    out = torch.ops.aten.scaled_dot_product_attention.default.decompose(
+        *qkv, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)
+    return torch.autograd.grad(out, qkv, grad_out, create_graph=True)
 
 
 def _attention_autograd(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
