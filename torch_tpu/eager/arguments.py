@@ -189,6 +189,8 @@ def _reshaped(storage, reads_only: bool):
     the storage's own shape, ``op_path._write_orders``, so a writing op's key keeps that shape)."""
     reshaped = storage.reshaped
     if reads_only and reshaped is not None and reshaped[0] == storage.version:
+        if type(reshaped[1]) is LazyArray and reshaped[1].error is not None:
+            return None  # the graph that read it failed: read the storage itself
         return reshaped
     return None
 
