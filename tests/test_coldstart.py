@@ -296,3 +296,124 @@ def test_repeated_blocks_are_found():
     mixed = torch.nn.Module()
     mixed.layers = torch.nn.ModuleList([_Block(4), _Block(8), _Block(4)])  # only the two alike
     assert fused.repeated_blocks(mixed) == [mixed.layers[0], mixed.layers[2]]
+
+
+class _PackedModel(torch.nn.Module):
+    """A transformer-like model called as a pipeline calls it: keyword arguments, a Linear over a 3-D
+    input (it flattens it with a view), a timestep embedding, one repeated block."""
+    _repeated_blocks = ["_Block"]
+
+    def __init__(self, width=16):
+        super().__init__()
+        self.x_embedder = torch.nn.Linear(width, width)
+        self.t_embedder = torch.nn.Linear(1, width)
+        self.blocks = torch.nn.ModuleList(_Block(width) for _ in range(2))
+        self.proj_out = torch.nn.Linear(width, width)
+
+    def forward(self, hidden_states, timestep):
+        h = self.x_embedder(hidden_states)
+        scale = torch.sigmoid(self.t_embedder(timestep[:, None]))[:, None]
+        for block in self.blocks:
+            h = block(h, scale)
+        return self.proj_out(h)
+
+
+def _pipeline(model, noise, steps, builds=None):
+    """A flow-matching denoising loop as diffusers writes it: packed latents (a reshape of a permuted
+    tensor, so a view at step 1 and a tensor of its own afterwards), a scheduler reading sigmas[i] and
+    sigmas[i + 1] (offset 0 at step 1 only), the first step's latents still referenced by the caller
+    when its update runs."""
+    b, c, h, w = noise.shape
+    latents = noise.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(b, h * w // 4, c * 4)
+    first = latents
+    sigmas = torch.linspace(1.0, 1.0 / steps, steps, device=noise.device)
+    sigmas = torch.cat([sigmas, sigmas.new_zeros(1)])
+    for i in range(steps):
+        before = torch_tpu.stats()["cache_misses"]
+        timestep = sigmas[i].expand(b)
+        eps = model(hidden_states=latents, timestep=timestep)
+        latents = latents + (sigmas[i + 1] - sigmas[i]) * eps
+        if builds is not None:
+            builds.append(torch_tpu.stats()["cache_misses"] - before)
+    return latents, first
+
+
+def test_a_pipeline_denoising_step_compiles_nothing_new_after_the_first():
+    # The first step's packed latents are a view (later steps pass the scheduler's output), its
+    # scheduler update reads sigmas at offset 0 (later steps at another), and the buffers free to reuse
+    # differ; none of this may make a model graph or the scheduler's graph of later steps new.
+    torch.manual_seed(0)
+    noise = torch.randn(1, 4, 8, 8)
+    model = _PackedModel()
+    with torch.no_grad():
+        ref, _ = _pipeline(model, noise, 5)
+    model.to("tpu")
+    torch_tpu.reset_caches()
+    builds = []
+    with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
+        torch_tpu.reset_stats()
+        out, first = _pipeline(model, noise.to("tpu"), 5, builds)
+        out = out.cpu()
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert builds[0] >= 4, builds  # the glue, the model before its blocks, the block, after the blocks
+    # step 2 builds the scheduler update of step 1 (recorded after step 1's model call, flushed when
+    # step 2's call starts) and nothing else; then every step reuses every program
+    assert builds[1] == 1, builds
+    assert builds[2:] == [0, 0, 0], builds
+    del first
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_an_indexed_read_shares_one_program_at_every_index_zero_included(mode):
+    # x[i] takes its offset as a program input; only a view reading its whole storage (offset 0
+    # necessarily) is specialised. A loop over i must not build one program for i == 0 and another for
+    # the rest.
+    sig = torch.linspace(1.0, 0.0, 6)
+    x = torch.randn(6, 3)
+    with torch.tpu.set_eager_mode(EagerMode[mode]):
+        torch_tpu.reset_caches()
+        sig_t, x_t = sig.to("tpu"), x.to("tpu")
+        builds, outs = [], []
+        for i in range(5):
+            before = torch_tpu.stats()["cache_misses"]
+            outs.append(((sig_t[i + 1] - sig_t[i]) * x_t[i]).cpu())
+            builds.append(torch_tpu.stats()["cache_misses"] - before)
+    for i in range(5):
+        torch.testing.assert_close(outs[i], (sig[i + 1] - sig[i]) * x[i])
+    assert builds[0] >= 1 and builds[1:] == [0, 0, 0, 0], builds
+
+
+class _WritesItsInput(torch.nn.Module):
+    def forward(self, hidden_states):
+        before = self.lin_in(hidden_states)  # read through the value taken at the call's start
+        flat = hidden_states.view(-1, hidden_states.shape[-1])
+        flat.mul_(2)  # a write into another view of the same storage: later reads must see it
+        after = hidden_states.reshape(hidden_states.shape[-1], -1)[1:3] + flat.t()[:2]
+        return before, after
+
+    def __init__(self):
+        super().__init__()
+        self.lin_in = torch.nn.Linear(16, 4)
+
+
+def test_a_model_call_on_a_reshaped_view_sees_writes_through_other_views():
+    # A model call's argument that is all of its storage in another shape is read once when the call
+    # starts, and the call's views of it read that value: a write through one of them must still reach
+    # the storage, the argument, its base and every later read.
+    torch.manual_seed(0)
+    model = _WritesItsInput()
+    noise = torch.randn(1, 4, 8, 8)
+
+    def run(m, n):
+        packed = n.view(1, 4, 4, 2, 4, 2).permute(0, 2, 4, 1, 3, 5).reshape(1, 16, 16)
+        before, after = m(hidden_states=packed)
+        return before, after, packed, packed.view(-1)
+
+    with torch.no_grad():
+        ref = run(model, noise)
+    model.to("tpu")
+    with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
+        got = [[t.cpu() for t in run(model, noise.to("tpu"))] for _ in range(2)]
+    for outs in got:
+        for g, r in zip(outs, ref):
+            torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-5)

@@ -13,8 +13,9 @@ The key holds everything that changes the program and nothing that changes betwe
 
 A view input (a reshape, transpose, slice, expand or dtype view: any tensor that is not its whole
 storage) is *folded*: the key holds its geometry (storage shape and dtype, its dtype, size, stride,
-whether its offset is 0), the inputs its storage's array (and its offset when not 0), and the op's
-program reads the view itself (``ViewSlot``). So a view costs no program and no copy of its own: XLA
+whether its program is specialised on offset 0, which only a view reading its whole storage is), the
+inputs its storage's array (and its offset, 0 included, otherwise), and the op's program reads the view
+itself (``ViewSlot``). So a view costs no program and no copy of its own: XLA
 fuses the read into the op or turns it into a bitcast, and ``x[i]`` loops share one program.
 """
 from __future__ import annotations
@@ -172,14 +173,61 @@ def _has_read_value(x) -> bool:
     return x._tpu_cache_version == x._tpu_storage.version
 
 
-def _fold_view(x, sig, arrays):
-    """A view input: its geometry in the key, its storage's array (and offset when not 0) as inputs."""
+_WRITES: dict = {}  # id(op overload) -> whether it writes an argument
+
+
+def _reads_only(func) -> bool:
+    writes = _WRITES.get(id(func))
+    if writes is None:
+        writes = _WRITES[id(func)] = bool(registry.mutated_arguments(func))
+    return not writes
+
+
+def _reshaped(storage, reads_only: bool):
+    """The storage's whole value in another shape, when one was read for its current version (only
+    for ops that write no argument: a write into a whole-storage view returns the storage's memory in
+    the storage's own shape, ``op_path._write_orders``, so a writing op's key keeps that shape)."""
+    reshaped = storage.reshaped
+    if reads_only and reshaped is not None and reshaped[0] == storage.version:
+        if type(reshaped[1]) is LazyArray and reshaped[1].error is not None:
+            return None  # the graph that read it failed: read the storage itself
+        return reshaped
+    return None
+
+
+def _base_shape(storage, reads_only: bool) -> tuple:
+    """The shape of the array a view of ``storage`` is read from (see _fold_view)."""
+    reshaped = _reshaped(storage, reads_only)
+    return storage.shape if reshaped is None else tuple(reshaped[1].shape)
+
+
+def _static_zero(x, storage) -> bool:
+    """Whether a view's program is specialised on its offset being 0 (no offset input); see
+    ``strided.static_zero_offset``."""
+    return strided.static_zero_offset(tuple(x.shape), tuple(x.stride()), x.storage_offset(),
+                                      storage.nbytes // storage.dtype.itemsize, storage.dtype, x.dtype)
+
+
+def _fold_view(func, x, sig, arrays):
+    """A view input: its geometry in the key, its storage's array (and its offset, unless the program is
+    specialised on offset 0) as inputs."""
     storage = x._tpu_storage
-    offset = x.storage_offset()
-    sig.append(("view", storage.shape, storage.dtype, x.dtype, x.shape, x.stride(), offset == 0))
-    arrays.append(_storage_array(storage))
-    if offset:
-        arrays.append(np.int64(offset))  # a runtime input: x[i] for every i shares one program
+    reads_only = _reads_only(func)
+    if _reshaped(storage, reads_only) is not None:
+        # the storage's value in another shape, read at a fused graph boundary (tensor._read_view):
+        # a view's geometry counts elements of the flat storage, so it reads the same from either
+        arr = storage.reshaped[1]
+        if type(arr) is LazyArray:
+            arr = launchers.current.take(arr)
+            storage.reshaped = (storage.version, arr)
+    else:
+        arr = _storage_array(storage)
+    zero = _static_zero(x, storage)
+    sig.append(("view", _base_shape(storage, reads_only), storage.dtype, x.dtype, x.shape, x.stride(), zero))
+    arrays.append(arr)
+    if not zero:
+        # a runtime input: x[i] for every i (0 included) shares one program
+        arrays.append(np.int64(x.storage_offset()))
 
 
 def _walk(func, x, sig, arrays, allow_cpu):
@@ -194,7 +242,7 @@ def _walk(func, x, sig, arrays, allow_cpu):
                 arr = x._tpu_cache = launchers.current.take(arr)
             arrays.append(arr)
         else:
-            _fold_view(x, sig, arrays)
+            _fold_view(func, x, sig, arrays)
     elif isinstance(x, torch.Tensor):
         if x.device.type == "meta":
             raise RuntimeError(f"{func}: cannot mix meta and tpu tensors")
@@ -256,14 +304,15 @@ def key_and_inputs(func, args, kwargs):
     return tuple(sig), arrays
 
 
-def template(x, counter, dynamic: bool = False):
+def template(x, counter, dynamic: bool = False, reads_only: bool = False):
     """``x`` with every dynamic input replaced by a Slot numbered in walk order (``counter[0]`` counts):
     tensors (a ViewSlot for a folded view), and the number itself when ``dynamic`` (a Scalar slot whose
-    value is an input)."""
+    value is an input). ``reads_only``: the op writes no argument (see _reshaped)."""
     if isinstance(x, TpuTensor) and not x._tpu_full and not _has_read_value(x):
         storage = x._tpu_storage
-        zero = x.storage_offset() == 0
-        read = strided.read_fn(storage.shape, storage.dtype, tuple(x.shape), tuple(x.stride()), x.dtype, zero)
+        zero = _static_zero(x, storage)
+        read = strided.read_fn(_base_shape(storage, reads_only), storage.dtype, tuple(x.shape),
+                               tuple(x.stride()), x.dtype, zero)
         s = ViewSlot(counter[0], read, not zero)
         counter[0] += 1 if zero else 2
         return s
@@ -272,7 +321,7 @@ def template(x, counter, dynamic: bool = False):
         counter[0] += 1
         return s
     if type(x) in (list, tuple):
-        return type(x)(template(e, counter) for e in x)
+        return type(x)(template(e, counter, reads_only=reads_only) for e in x)
     return x
 
 
@@ -280,9 +329,10 @@ def templates(func, args, kwargs):
     """Templates of ``args`` and ``kwargs`` matching ``key_and_inputs``'s input order, and the count."""
     slots = _scalar_slots(func)
     counter = [0]
-    tmpl_args = [template(a, counter, type(a) in _NUMBERS and _dynamic_position(slots, i, a))
+    reads_only = _reads_only(func)
+    tmpl_args = [template(a, counter, type(a) in _NUMBERS and _dynamic_position(slots, i, a), reads_only)
                  for i, a in enumerate(args)]
-    tmpl_kwargs = {k: template(v, counter, type(v) in _NUMBERS and _dynamic_name(slots, k, v))
+    tmpl_kwargs = {k: template(v, counter, type(v) in _NUMBERS and _dynamic_name(slots, k, v), reads_only)
                    for k, v in kwargs.items()}
     return tmpl_args, tmpl_kwargs, counter[0]
 

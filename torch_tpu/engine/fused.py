@@ -32,6 +32,8 @@ _counters = counters.counters
 _AVALS: dict = caches.register("fused output avals", {})
 # graph key less its outputs -> the outputs its program returns (see _outputs_for)
 _OUTPUT_SETS: dict = caches.register("fused output sets", {})
+# graph key less its donation and outputs -> the inputs its program donates (see _donation_for)
+_DONATIONS: dict = caches.register("fused donation sets", {})
 # A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
 stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(k) for k, _ in key[1]))
 
@@ -268,7 +270,10 @@ def _flush() -> None:
     in_sig = tuple(_input_signature(a) for a in inputs)
     structure = tuple((n.key, n.inputs) for n in g.nodes)
     live_sig = tuple((i, j) for i, j, _ in live)
-    donate = _donatable(inputs, [la for _, _, la in live], g.writes)
+    donate = _donation_for(("fused", structure, in_sig, g.mesh),
+                           _donatable(inputs, [la for _, _, la in live], g.writes))
+    for i in donate:
+        _counters["donated_bytes"] += inputs[i].nbytes
     out_sig = _outputs_for(("fused", structure, in_sig, donate, g.mesh), live_sig)
     key = ("fused", structure, in_sig, out_sig, donate, g.mesh)
     nodes = g.nodes
@@ -335,6 +340,24 @@ def _outputs_for(base, live_sig: tuple) -> tuple:
     return out
 
 
+def _donation_for(base, donatable: tuple) -> tuple:
+    """The inputs the program of graph ``base`` (its key less donation and outputs) donates: which
+    buffers are free to reuse changes between otherwise identical steps (the first denoising step's
+    latents are still referenced when its scheduler update runs, the next steps' are not), and a program
+    per donation set would compile the same graph again. A program donating a subset of what may be
+    donated now is reused (the others are simply not donated); else the graph donates what both allow,
+    so the set only shrinks and a graph compiles at most a few times."""
+    known = _DONATIONS.get(base)
+    if known is None:
+        out = donatable
+    elif set(known) <= set(donatable):
+        out = known
+    else:
+        out = tuple(i for i in known if i in donatable)
+    _DONATIONS[base] = out
+    return out
+
+
 def _collectives_of(nodes) -> str:
     names = [n.where[0] for n in nodes if isinstance(n.key, tuple) and n.key[:1] == ("collective",)]
     return f"a fused graph of {len(nodes)} ops with collectives {', '.join(names[:6])}"
@@ -367,7 +390,6 @@ def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
             if wanted.get(k, 0) > 0:
                 wanted[k] -= 1
                 donate.append(i)
-                _counters["donated_bytes"] += inputs[i].nbytes
     return tuple(donate)
 
 
@@ -469,9 +491,24 @@ def _pre_hook(module, args):
         calls.block = None
     if calls.depth == 0:
         calls.outer = sys._getframe(1)  # the outermost module call's frame
+        # read the views among its arguments with the glue: the first denoising step passes the packed
+        # latents (a reshape of a permuted view), later steps the scheduler's whole output, and a view
+        # read inside the call would make the first step's graph differ from the others'
+        _read_views((args, _call_kwargs(calls.outer)))
         _cut()  # the glue recorded before this model call is a graph of its own
         _enter_root(module)
     calls.depth += 1
+
+
+def _call_kwargs(frame):
+    """The keyword arguments of the module call whose frame (torch's ``_call_impl``, or its ``inner``)
+    runs a global pre-hook: such hooks get the positional arguments only, and a pipeline calls its
+    model with keywords."""
+    try:
+        kwargs = frame.f_locals.get("kwargs")
+    except Exception:  # not the frame we expect: the positional arguments only
+        return None
+    return kwargs if type(kwargs) is dict else None
 
 
 def _executing(frame) -> bool:

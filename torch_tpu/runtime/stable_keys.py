@@ -25,9 +25,13 @@ import numpy as np
 import torch
 
 from .. import config
-from . import platform
+from . import caches, platform
 
 _KINDS: dict = {}
+# id(key) -> (key, its text): a fused graph's key holds its ops' keys, the same objects whose text was
+# made for their op descriptions, so a warm process makes each op's text once. By identity, not
+# equality: 1, 1.0 and True are equal as tuple items but have different texts.
+_TEXTS = caches.register("key texts", caches.Bounded(lambda: 50_000))
 
 
 def register_kind(kind: str, check=None) -> None:
@@ -69,6 +73,11 @@ def _float(x: float) -> str:
 
 def _part(x, out: list) -> None:
     t = type(x)
+    if t is tuple and x and type(x[0]) is str:  # a key of its own (an op in a graph): text made before?
+        found = _TEXTS.get(id(x))
+        if found is not None and found[0] is x:
+            out.append(found[1])
+            return
     if t is tuple or t is torch.Size or t is list:
         out.append("[" if t is list else "(")  # a list and a tuple of the same items are different keys
         for e in x:
@@ -120,6 +129,9 @@ def is_stable(key) -> bool:
 
 def text(key) -> str | None:
     """The canonical text of a persistent key, or None when it is not one."""
+    found = _TEXTS.get(id(key))
+    if found is not None and found[0] is key:
+        return found[1]
     if not is_stable(key):
         return None
     out: list[str] = []
@@ -127,7 +139,9 @@ def text(key) -> str | None:
         _part(key, out)
     except _NotStable:
         return None
-    return "".join(out)
+    result = "".join(out)
+    _TEXTS[id(key)] = (key, result)
+    return result
 
 
 # -------------------------------------------------------------------------------------------------

@@ -168,6 +168,25 @@ stable_keys.register_kind("view-write")
 _FNS: dict = caches.register("view programs", {})  # program functions by key (traced again only when a fused graph needs them)
 
 
+_STATIC_ZERO: dict = caches.register("view offset specialisation", {})
+
+
+def static_zero_offset(size, stride, offset: int, storage_numel: int, storage_dtype, view_dtype) -> bool:
+    """Whether a view's read or write program is specialised on its storage offset being 0: only a view
+    at offset 0 whose window is its whole storage (read without padding or slicing, often a bitcast).
+    Every other view takes its offset as a runtime input, so ``x[0]`` and ``x[i]`` share one program (a
+    scheduler reading ``sigmas[step]`` makes the same graph at the first denoising step as at the next)."""
+    if offset != 0:
+        return False
+    key = (size, stride, storage_numel, storage_dtype, view_dtype)
+    found = _STATIC_ZERO.get(key)
+    if found is None:
+        real = _layout(size, stride)
+        n_flat = int(storage_numel * _units(storage_dtype, view_dtype))
+        found = _STATIC_ZERO[key] = bool(real) and 0 not in size and real[0][1] * real[0][2] == n_flat
+    return found
+
+
 def _offset_arg(offset: int):
     return np.int64(offset)
 
@@ -186,8 +205,9 @@ def read(storage, t):
     size = tuple(t.shape)
     stride = tuple(t.stride())
     offset = t.storage_offset()
-    key = ("view-read", storage.shape, storage.dtype, t.dtype, size, stride, offset == 0)
-    fn = read_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
+    zero = static_zero_offset(size, stride, offset, math.prod(storage.shape), storage.dtype, t.dtype)
+    key = ("view-read", storage.shape, storage.dtype, t.dtype, size, stride, zero)
+    fn = read_fn(storage.shape, storage.dtype, size, stride, t.dtype, zero)
     return launch(key, fn, (storage.value(), _offset_arg(offset)),
                   (size, dtypes.to_jax_dtype(t.dtype)), "view read")
 
@@ -311,10 +331,11 @@ def write(storage, t, value):
     size = tuple(t.shape)
     stride = tuple(t.stride())
     offset = t.storage_offset()
-    key = ("view-write", storage.shape, storage.dtype, t.dtype, size, stride, offset == 0)
+    zero = static_zero_offset(size, stride, offset, math.prod(storage.shape), storage.dtype, t.dtype)
+    key = ("view-write", storage.shape, storage.dtype, t.dtype, size, stride, zero)
     fn = _FNS.get(key)
     if fn is None:
-        fn = _FNS[key] = _write_fn(storage.shape, storage.dtype, size, stride, t.dtype, offset == 0)
+        fn = _FNS[key] = _write_fn(storage.shape, storage.dtype, size, stride, t.dtype, zero)
     return launch(key, fn, (storage.value(), value, _offset_arg(offset)),
                   (storage.shape, dtypes.to_jax_dtype(storage.dtype)), "view write")
 

@@ -35,7 +35,7 @@ class TpuStorage:
 
     # _ptr (its address) and _py (a weak ref to its untyped storage object) are set only on request
     # (tensor/untyped.py), never on the hot path
-    __slots__ = ("array", "shape", "dtype", "version", "nbytes", "device_index", "_ptr", "_py",
+    __slots__ = ("array", "shape", "dtype", "version", "nbytes", "device_index", "reshaped", "_ptr", "_py",
                  "__weakref__")
 
     def __init__(self, array, shape, dtype: torch.dtype, device_index: int = 0):
@@ -44,6 +44,9 @@ class TpuStorage:
         self.dtype = dtype
         self.version = 0
         self.device_index = device_index
+        # (version, array): the whole value in another shape, read by fused mode at a graph boundary
+        # (``_read_view``); views of this storage read from it while the version is current
+        self.reshaped = None
         self.nbytes = nbytes = math.prod(shape) * dtype.itemsize
         memory.allocated(nbytes)
 
@@ -276,9 +279,17 @@ def value_of(t: TpuTensor):
 
 
 def _read_view(x) -> None:
-    """Fused mode's block boundaries: compute (and cache on the tensor) the value of a tpu view."""
+    """Fused mode's graph boundaries (a model call, a repeated block): compute (and cache on the tensor)
+    the value of a tpu view. A view that is all of its storage in another shape (diffusers' packed
+    latents: a permuted tensor's contiguous copy, reshaped) leaves its value on the storage too, so the
+    views the call takes of it (a Linear flattens its input) read that value: the graph then sees the
+    same input shape as when it gets a tensor of its own (the next denoising step's latents)."""
     if type(x) is TpuTensor and not x._tpu_full:
-        value_of(x)
+        arr = value_of(x)
+        storage = x._tpu_storage
+        if (x.dtype == storage.dtype and x.storage_offset() == 0 and x.numel() == math.prod(storage.shape)
+                and x.stride() == _contiguous_strides(x.shape)):
+            storage.reshaped = (storage.version, arr)
 
 
 fused.set_view_reader(_read_view)
