@@ -288,3 +288,21 @@ def test_bincount(eager_mode, case):
     """bincount had no lowering; its length is the largest value + 1 (a value read on the host)."""
     x, w, m = BINCOUNT[case]
     D.check(lambda x, w: torch.bincount(x, w, minlength=m), x, w)
+
+
+UNIQUE_CONSECUTIVE = {
+    "rows": (D.t(1, 1, 2, 2, 1, 3, 3, 4, 4, 3, 3, 3, 4, 4, 3).reshape(3, 5), 0),
+    "cols": (D.t(1, 1, 2, 2, 1, 3, 3, 4, 4, 3, 3, 3, 4, 4, 3).reshape(3, 5), 1),
+    "last_dim": (D.t(1, 1, 1, 1, 2, 2).reshape(3, 2), -1),
+    "empty_selected": (torch.zeros(0, 3, dtype=torch.int64), 0),
+    "empty_not_selected": (torch.zeros(0, 3, dtype=torch.int64), 1),
+    "dim_out_of_range": (D.t(1, 2).reshape(1, 2), 2),
+    "zero_dim": (D.t(5).reshape(()), 0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNIQUE_CONSECUTIVE))
+def test_unique_consecutive_dim(eager_mode, case):
+    """unique_consecutive along a dim was refused on the tpu; CPU's errors for empty and 0-dim inputs."""
+    x, dim = UNIQUE_CONSECUTIVE[case]
+    D.check(lambda x: torch.unique_consecutive(x, return_inverse=True, return_counts=True, dim=dim), x)

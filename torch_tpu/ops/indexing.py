@@ -281,7 +281,23 @@ def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
         inv = np.cumsum(change) - 1
         counts = np.diff(np.append(np.nonzero(change)[0], flat.size))
         return jnp.asarray(flat[change]), jnp.asarray(inv.reshape(a.shape)), jnp.asarray(counts.astype(np.int64))
-    raise NotImplementedError("unique_consecutive with dim on tpu")
+    # along a dim: slices equal to the one before collapse (a 0-length dim keeps everything as it is)
+    if not -a.ndim <= dim < a.ndim or a.ndim == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions" if a.ndim == 0 else
+                         f"Dimension out of range (expected to be in range of [{-a.ndim}, {a.ndim - 1}], "
+                         f"but got {dim})")
+    dim = dim % a.ndim
+    if a.size == 0 and a.shape[dim] != 0:
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    moved = np.moveaxis(a, dim, 0)
+    if moved.shape[0] == 0:
+        return jnp.asarray(a), jnp.zeros((0,), jnp.int64), jnp.zeros((0,), jnp.int64)
+    rows = moved.reshape(moved.shape[0], -1)
+    change = np.concatenate([[True], np.any(rows[1:] != rows[:-1], axis=1)])
+    inv = np.cumsum(change) - 1
+    counts = np.diff(np.append(np.nonzero(change)[0], rows.shape[0]))
+    return (jnp.asarray(np.moveaxis(moved[change], 0, dim)), jnp.asarray(inv.astype(np.int64)),
+            jnp.asarray(counts.astype(np.int64)))
 
 
 @register(aten.repeat_interleave.Tensor, data_dependent=True)
