@@ -181,3 +181,23 @@ def test_programs_loaded_from_disk_run(tmp_path):
     env = {"TORCH_TPU_CACHE_DIR": str(tmp_path)}
     D.assert_isolated_ok(D.run_isolated(code, env=env))  # cold: compiles and stores the programs
     D.assert_isolated_ok(D.run_isolated(code, env=env))  # warm: loads them from disk
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matrix_exp_and_orthogonal_parametrization(dtype):
+    """linalg.matrix_exp (no lowering before), batched and empty, its gradient, and the orthogonal
+    parametrization that uses it."""
+    def fn(a, b):
+        out = torch.linalg.matrix_exp(a)
+        (out * torch.linspace(-1, 1, out.numel(), device=a.device, dtype=a.dtype).reshape(out.shape)).sum().backward()
+        return out, a.grad, torch.linalg.matrix_exp(b)
+
+    a = D.per_device(lambda d: (D.rand(2, 3, 3, seed=3) * 0.5).to(dtype).to(d).requires_grad_())
+    D.check(fn, a, torch.zeros(0, 2, 2, dtype=dtype), modes=ALL, atol=TOL[dtype], rtol=TOL[dtype])
+
+    def orthogonal(d):
+        torch.manual_seed(0)
+        return torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(4, 4, dtype=dtype)).to(d)
+
+    D.check(lambda m, x: [m(x), m.weight], D.per_device(orthogonal), D.rand(2, 4).to(dtype), modes=["strict"],
+            atol=TOL[dtype], rtol=TOL[dtype])

@@ -344,3 +344,15 @@ def check_errors(info, api_name: str) -> None:
 
     what = next((m for key, m in _FAILURES.items() if key in api_name), "the operation failed (info > 0)")
     require(info == 0, f"{api_name}: {what} (torch._C._LinAlgError on the CPU)")
+
+
+@register(aten.linalg_matrix_exp.default)
+def matrix_exp(a):
+    """exp(A) by scaling and squaring with a Pade approximant (JAX's expm), batched; half types in
+    float32 (torch's backward reaches this too: the exponential of a 2n x 2n block matrix)."""
+    from jax.scipy.linalg import expm
+
+    x = a.astype(jnp.float32) if a.dtype in (jnp.bfloat16, jnp.float16) else a
+    flat = x.reshape((-1,) + x.shape[-2:])
+    out = jax.vmap(expm)(flat) if flat.shape[0] else flat
+    return out.reshape(x.shape).astype(a.dtype)
