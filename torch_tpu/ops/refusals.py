@@ -165,3 +165,54 @@ def _refuse_integral(what):
 for _name, _what in (("var", "std and var"), ("std", "std and var"), ("var_mean", "var_mean"),
                      ("std_mean", "std_mean")):
     validates(*_functional_overloads(_name))(_refuse_integral(_what))
+
+
+
+# --- softmax of integers, loss parameters, transposed convolution's output padding ------------------
+def _softmax_integral(name):
+    """CPU softmax kernels exist for floating dtypes only (``F.softmax(ints, dtype=...)`` converts first)."""
+    def check(x, dim, half_to_float=False):
+        if x.numel() and not (x.is_floating_point() or x.is_complex()):
+            last = x.dim() == 0 or dim % x.dim() == x.dim() - 1
+            raise NotImplementedError(f'"{name}{"_lastdim" if last else ""}_kernel_impl" not implemented for '
+                                      f"'{_TYPE_NAMES.get(x.dtype, x.dtype)}'")
+
+    return check
+
+
+validates(aten._softmax.default)(_softmax_integral("softmax"))
+validates(aten._log_softmax.default)(_softmax_integral("log_softmax"))
+
+
+@validates(aten.smooth_l1_loss.default)
+def _smooth_l1_beta(x, target, reduction=1, beta=1.0):
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+
+
+@validates(aten.convolution.default)
+def _output_padding(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if not transposed:
+        return
+    nd = len(output_padding)
+    names = ("depth", "height", "width")[3 - max(nd, 2):]
+    pad2 = lambda v, fill: ([fill] * (len(names) - nd)) + list(v)  # noqa: E731 - conv1d runs as 2-d on CPU
+    op, st, dl = pad2(output_padding, 0), pad2(stride, 1), pad2(dilation, 1)
+    if any(o >= s and o >= d for o, s, d in zip(op, st, dl)):
+        got = " ".join([f"output_padding_{n}: {v}" for n, v in zip(names, op)] +
+                       [f"stride_{n}: {v}" for n, v in zip(names, st)] +
+                       [f"dilation_{n}: {v}" for n, v in zip(names, dl)])
+        raise RuntimeError(f"output padding must be smaller than either stride or dilation, but got {got}")
+
+
+def _refuse_empty(name):
+    def check(x, *_, **__):
+        if x.numel() == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               f"Specify the reduction dim with the 'dim' argument.")
+
+    return check
+
+
+validates(aten.max.default)(_refuse_empty("max"))
+validates(aten.min.default)(_refuse_empty("min"))
