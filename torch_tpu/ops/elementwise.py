@@ -365,8 +365,17 @@ def _same_unary(fn):
 
 register(aten.neg.default)(_same_unary(jnp.negative))
 register(aten.abs.default)(_same_unary(jnp.abs))
-register(aten.sign.default)(_same_unary(jnp.sign))
-register(aten.sgn.default)(_same_unary(lambda x: jnp.sign(x) if not jnp.iscomplexobj(x) else
+
+
+def _sign(x):
+    """torch's (0 < x) - (x < 0): +0.0 for NaN and -0.0 (jnp.sign keeps both)."""
+    if not is_float(x) or jnp.iscomplexobj(x):
+        return jnp.sign(x)
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+register(aten.sign.default)(_same_unary(_sign))
+register(aten.sgn.default)(_same_unary(lambda x: _sign(x) if not jnp.iscomplexobj(x) else
                                        jnp.where(x == 0, 0, x / jnp.abs(x))))
 register(aten.square.default)(_same_unary(lambda x: x * x))
 register(aten.floor.default)(_same_unary(lambda x: jnp.floor(x) if is_float(x) else x))
@@ -395,13 +404,6 @@ def round_(x):
 def round_decimals(x, decimals=0):
     scale = 10.0 ** decimals
     return jnp.round(x * scale) / scale
-
-
-@register(aten.nan_to_num.default)
-def nan_to_num(x, nan=None, posinf=None, neginf=None):
-    if not is_float(x):
-        return x
-    return jnp.nan_to_num(x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)
 
 
 # --- activations --------------------------------------------------------------------------------
@@ -459,16 +461,6 @@ def hardsigmoid(x):
 @register(aten.hardswish.default)
 def hardswish(x):
     return x * jnp.clip(x / 6 + 0.5, 0, 1)
-
-
-@register(aten.threshold.default)
-def threshold(x, threshold, value):
-    return jnp.where(x > threshold, x, value)
-
-
-@register(aten.threshold_backward.default)
-def threshold_backward(grad, x, threshold):
-    return jnp.where(x > threshold, grad, jnp.zeros((), grad.dtype))
 
 
 @register(aten.glu.default)

@@ -271,6 +271,36 @@ def smooth_l1_loss(x, target, reduction=1, beta=1.0):
     return _reduce_loss(loss, reduction)
 
 
+@register(aten.multilabel_margin_loss_forward.default)
+def multilabel_margin_loss_forward(x, target, reduction):
+    """torch's kernel (its Python decomposition is wrong): a sample's targets are the classes listed before
+    its first -1; the loss sums max(0, 1 - (x[target] - x[other])) over targets and non-target classes,
+    over the number of classes."""
+    c = x.shape[-1]
+    require(index_in_range(target, c, True), f"multilabel_margin_loss: target out of range (classes: {c})")
+    listed = jnp.cumprod(target != -1, axis=-1).astype(bool)  # before the first -1
+    t = jnp.clip(target, 0, c - 1)
+    classes = jnp.arange(c)
+    is_target = jnp.any(listed[..., :, None] & (t[..., :, None] == classes), axis=-2)
+    y = upcast(x)
+    xt = jnp.take_along_axis(y, t, axis=-1)  # [..., k]
+    margin = jnp.maximum(0.0, 1.0 - (xt[..., :, None] - y[..., None, :]))  # [..., k, class]
+    margin = jnp.where(listed[..., :, None] & ~is_target[..., None, :], margin, 0.0)
+    loss = (jnp.sum(margin, axis=(-2, -1)) / c).astype(x.dtype)
+    return _reduce_loss(loss, reduction), is_target.astype(x.dtype)
+
+
+@register(aten.binary_cross_entropy.default)
+def binary_cross_entropy(x, target, weight=None, reduction=1):
+    require((x >= 0) & (x <= 1), "binary_cross_entropy: all elements of input should be between 0 and 1")
+    require((target >= 0) & (target <= 1), "binary_cross_entropy: all elements of target should be between 0 and 1")
+    p, y = upcast(x), upcast(target)
+    loss = -(y * jnp.maximum(jnp.log(p), -100.0) + (1 - y) * jnp.maximum(jnp.log1p(-p), -100.0))
+    if weight is not None:
+        loss = loss * upcast(weight)
+    return _reduce_loss(loss, reduction).astype(x.dtype)
+
+
 @register(aten.nll_loss_forward.default)
 def nll_loss_forward(x, target, weight, reduction, ignore_index):
     if x.ndim == 1 and reduction == 0:  # unbatched: a 0-d loss

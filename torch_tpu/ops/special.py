@@ -1,4 +1,5 @@
-"""Special functions (polygamma, Bessel i0e/i1/i1e) and the backward of replication padding.
+"""Special functions (polygamma, Bessel i0e/i1/i1e), the backward of replication padding, nan_to_num and
+threshold (NaN-exact forms).
 
 torch's autograd formulas reach these: digamma' is polygamma(1, x), i0' is i1 (through torch's
 decomposition into ``prims.bessel_i1``), and replication padding's backward sums the gradient of every
@@ -10,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from .registry import aten, register
+from .registry import aten, prims, register
 from .shape import _pad_mode
-from ._util import to_float, upcast
+from ._util import is_float, to_float, upcast
 
 _PRIMS = torch.ops.prims
 
@@ -53,3 +54,29 @@ _EDGE = _pad_mode("edge")
 def replication_pad_backward(grad, x, padding):
     _, vjp = jax.vjp(lambda v: _EDGE(v, padding), jnp.zeros(x.shape, grad.dtype))
     return vjp(grad)[0]
+
+
+@register(aten.nan_to_num.default)
+def nan_to_num(x, nan=None, posinf=None, neginf=None):
+    if not is_float(x):
+        return x
+    info = jnp.finfo(x.dtype)  # each replacement sees the input only (nan=inf stays inf, unlike jnp.nan_to_num)
+    big = info.max if posinf is None else posinf
+    small = info.min if neginf is None else neginf
+    y = jnp.where(x == jnp.inf, jnp.asarray(big, x.dtype), jnp.where(x == -jnp.inf, jnp.asarray(small, x.dtype), x))
+    return jnp.where(jnp.isnan(x), jnp.asarray(0.0 if nan is None else nan, x.dtype), y)
+
+
+@register(aten.threshold.default)
+def threshold(x, threshold, value):
+    return jnp.where(x <= threshold, value, x)  # torch's test: NaN is kept
+
+
+@register(aten.threshold_backward.default)
+def threshold_backward(grad, x, threshold):
+    return jnp.where(x <= threshold, jnp.zeros((), grad.dtype), grad)
+
+
+@register(prims.gcd.default, aten.gcd.default)
+def gcd(x, y):
+    return jnp.gcd(x, y)
