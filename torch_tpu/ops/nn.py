@@ -356,3 +356,64 @@ def embedding_renorm(weight, indices, max_norm, norm_type):
     hit = jnp.zeros((weight.shape[0],), jnp.bool_).at[indices.reshape(-1)].set(True)
     scale = jnp.where(hit & (norms > max_norm), max_norm / (norms + 1e-7), 1.0)
     return (w * scale[:, None]).astype(weight.dtype)
+
+
+@register(aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """Bags of rows: mode 0 sum (times per_sample_weights), 1 mean, 2 max; an empty bag and the rows at
+    ``padding_idx`` count nothing (an empty bag gives zeros). Returns (output, offset2bag, bag_size,
+    max_indices) as CPU's kernel: bag_size is 0 in sum mode, max_indices the row chosen in max mode."""
+    n, dim = indices.shape[0], weight.shape[1]
+    bags = offsets.shape[0] - (1 if include_last_offset else 0)
+    require(index_in_range(indices, weight.shape[0], False), "embedding_bag: index out of range in self")
+    pos = jnp.arange(n)
+    bag_of = (jnp.searchsorted(offsets[:bags], pos, side="right") - 1).astype(jnp.int64)
+    end = offsets[bags] if include_last_offset else n
+    valid = (pos < end) & (bag_of >= 0)
+    if padding_idx is not None and padding_idx >= 0:
+        valid = valid & (indices != padding_idx)
+    seg = jnp.where(valid, bag_of, bags)  # invalid rows go to an extra segment, dropped below
+    rows = upcast(weight)[jnp.clip(indices, 0, weight.shape[0] - 1)]
+    if per_sample_weights is not None:
+        rows = rows * upcast(per_sample_weights)[:, None]
+    count = jax.ops.segment_sum(valid.astype(jnp.int64), seg, bags + 1)[:bags]
+    max_indices = jnp.zeros((0,), jnp.int64)
+    if mode == 2:
+        best = jax.ops.segment_max(rows, seg, bags + 1)[:bags]
+        hit = valid[:, None] & (rows == best[jnp.clip(seg, 0, bags - 1)])
+        first = jax.ops.segment_min(jnp.where(hit, pos[:, None], n), seg, bags + 1)[:bags]
+        max_indices = jnp.where(count[:, None] > 0, indices[jnp.clip(first, 0, n - 1)], 0).astype(jnp.int64)
+        out = jnp.where(count[:, None] > 0, best, 0.0)
+    else:
+        out = jax.ops.segment_sum(rows, seg, bags + 1)[:bags]
+        if mode == 1:
+            out = out / jnp.maximum(count, 1)[:, None].astype(out.dtype)
+    bag_size = count if mode != 0 else jnp.zeros((bags,), jnp.int64)
+    bag_size = jnp.pad(bag_size, (0, offsets.shape[0] - bags))  # the meta kernel's length
+    return out.astype(weight.dtype).reshape(bags, dim), bag_of, bag_size, max_indices
+
+
+@register(aten._embedding_bag_backward.default)
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                           scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
+                           padding_idx=-1):
+    """The dense weight gradient of ``embedding_bag`` above (its offset2bag: each index's bag; bag_size:
+    the bag's row count in mean and max mode; maximum_indices: the row chosen in max mode)."""
+    dim = grad.shape[1]
+    g = upcast(grad)
+    out = jnp.zeros((num_weights, dim), g.dtype)
+    if mode == 2:
+        hit = (bag_size[: grad.shape[0], None] > 0)
+        cols = jnp.broadcast_to(jnp.arange(dim), maximum_indices.shape)
+        return out.at[maximum_indices, cols].add(jnp.where(hit, g, 0.0)).astype(grad.dtype)
+    valid = indices != padding_idx if padding_idx is not None and padding_idx >= 0 else jnp.ones(indices.shape, bool)
+    rows = g[offset2bag]
+    if mode == 1:
+        rows = rows / jnp.maximum(bag_size[offset2bag], 1)[:, None].astype(g.dtype)
+    if per_sample_weights is not None:
+        rows = rows * upcast(per_sample_weights)[:, None]
+    if scale_grad_by_freq:
+        freq = jnp.zeros((num_weights,), g.dtype).at[indices].add(valid.astype(g.dtype))
+        rows = rows / jnp.maximum(freq[indices], 1)[:, None]
+    return out.at[indices].add(jnp.where(valid[:, None], rows, 0.0)).astype(grad.dtype)
