@@ -615,6 +615,83 @@ INPLACE_CASES = {
 }
 
 # ---------------------------------------------------------------------------------------------------
+# backward through the special-value paths, and more tensor ops
+
+
+def _grad(fn):
+    """fn's input gradient for a fixed weighting of its output."""
+    def run(x, *rest):
+        out = fn(x, *rest)
+        w = torch.linspace(-1, 1, out.numel(), device=out.device).reshape(out.shape)
+        return [out, torch.autograd.grad((out * w).sum(), x)[0]]
+    return run
+
+
+def _leaf(t):
+    return t.clone().requires_grad_()
+
+
+MORE_CASES = {
+    "threshold_relu_grad_nan": _c(_grad(lambda x: F.threshold(x, 0.5, -1.0) + F.relu(x)), _leaf(SPECIAL_NO_NAN),
+                                  modes=ALL),
+    "max_pool_grad_neg_inf": _c(_grad(lambda x: F.max_pool2d(x, 2, padding=1)),
+                                _leaf(torch.tensor([[[[-INF, -INF, 1.0], [-INF, -INF, 2.0], [0.5, 3.0, 3.0]]]])),
+                                modes=ALL),
+    "adaptive_max_pool_grad": _c(_grad(lambda x: F.adaptive_max_pool2d(x, (4, 5))), _leaf(X4), modes=ALL),
+    "pad_negative_grad": _c(_grad(lambda x: F.pad(x, (-1, 2, 1, -2), mode="replicate") +
+                                  F.pad(x, (-1, 2, 2, -1), mode="reflect")), _leaf(X4)),
+    "multilabel_margin_grad": _c(_grad(lambda x, t: F.multilabel_margin_loss(x, t, reduction="none")), _leaf(X),
+                                 torch.tensor([[3, 0, -1, 1, 2], [1, 4, 3, 2, 0], [-1, 2, 3, 4, 0]])),
+    "bce_grad": _c(_grad(lambda p, y: F.binary_cross_entropy(p, y, reduction="none")),
+                   _leaf(torch.tensor([0.0, 1.0, 0.5, 0.3])), torch.tensor([1.0, 0.0, 1.0, 0.0])),
+    "median_grad_nan": _c(_grad(lambda x: x.median(1)[0]), _leaf(WITH_NAN)),
+    "var_grad_large_correction": _c(_grad(lambda x: x.var(1, correction=4)), _leaf(X)),
+    "sort_stable_duplicates": _c(lambda x: [x.sort(stable=True), x.sort(descending=True, stable=True),
+                                            x.argsort(stable=True), torch.unique_consecutive(x)],
+                                 torch.tensor([3, 1, 3, 2, 1, 3, 2, 2]), modes=ALL),
+    "argmax_ties_first": _c(lambda x: [x.argmax(1), x.argmin(1), x.max(1), x.min(0), torch.cummax(x, 1),
+                                       torch.cummin(x, 0)], torch.tensor([[1, 3, 3, 0], [2, 2, 0, 0]]), modes=ALL),
+    "cummax_nan_ties": _c(lambda x: [torch.cummax(x, 0), torch.cummin(x, 0)],
+                          torch.tensor([1.0, 1.0, NAN, 2.0, NAN, -1.0])),
+    "bincount_histc": _c(lambda i, w, x: [torch.bincount(i), torch.bincount(i, w), torch.bincount(i, minlength=9),
+                                          torch.histc(x, 4), torch.histc(x, 3, min=-1, max=1)],
+                         torch.tensor([1, 4, 4, 0, 7]), _r(5), X),
+    "bincount_negative": _c(lambda i: torch.bincount(i), torch.tensor([1, -1])),
+    "bincount_float_refused": _c(lambda i: torch.bincount(i), torch.tensor([1.0, 2.0])),
+    "bincount_weights_kinds": _c(lambda i, w: [torch.bincount(i, w.int()), torch.bincount(i, w.double()),
+                                               torch.bincount(i.to(torch.uint8)), torch.bincount(i[:0], minlength=3)],
+                                 torch.tensor([1, 4, 4, 0, 7]), torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])),
+    "scatter_reduce_modes": _c(lambda x, i, src: [x.scatter_reduce(0, i, src, r, include_self=s)
+                                                  for r in ("sum", "prod", "mean", "amax", "amin") for s in (True, False)],
+                               X[0], torch.tensor([0, 1, 0, 4, 4, 4]), _r(6, seed=3), atol=1e-5, rtol=1e-5),
+    "scatter_reduce_int_mean": _c(lambda x, i, src: [x.scatter_reduce(0, i, src, "mean", include_self=s)
+                                                     for s in (True, False)],
+                                  INTS, torch.tensor([0, 1, 0, 4, 4, 4]), torch.tensor([5, -7, 2, 1, 1, 2])),
+    "index_add_alpha_int": _c(lambda x, i, src: [x.index_add(0, i, src, alpha=3), x.index_add(0, i, src.to(x.dtype))],
+                              I8, torch.tensor([0, 0, 5]), torch.tensor([100, 100, 1], dtype=torch.int8)),
+    "int_matmul": _c(lambda a, b: [a @ b, torch.mm(a.to(torch.int8), b.to(torch.int8)), F.linear(a, b.t())],
+                     torch.tensor([[100, 2], [3, 4]]), torch.tensor([[2, 1], [1, 3]])),
+    "bool_reductions": _c(lambda x: [x.sum(), x.prod(), x.any(0), x.all(1), x.cumsum(0), x.max(), x.amin(1),
+                                     x.float().mean()], torch.tensor([[True, False], [True, True]])),
+    "bool_mean_refused": _c(lambda x: x.mean(), torch.tensor([True, False])),
+    "roll_flip_diff": _c(lambda x: [x.roll(-7, 1), x.roll((2, -1), (0, 1)), x.roll(3), x.flip(0, 1), x.diff(),
+                                    x.diff(2, dim=0), x.diff(prepend=x[:, :1], append=x[:, -1:])], X),
+    "masked_fill_int_float_refused": _c(lambda x, m: x.masked_fill(m, 1.5), INTS, INTS > 0),
+    "masked_fill_nan_bool_mask": _c(lambda x, m: [x.masked_fill(m, NAN), x.masked_fill(m, -INF)], X, X > 0),
+    "normalize_int_refused": _c(lambda x: F.normalize(x), INTS.view(2, 3)),
+    "searchsorted_sides": _c(lambda s, v: [torch.searchsorted(s, v), torch.searchsorted(s, v, right=True),
+                                           torch.bucketize(v, s), torch.bucketize(v, s, right=True, out_int32=True)],
+                             torch.tensor([-INF, -1.0, 0.0, 0.0, 2.0, INF]),
+                             torch.tensor([-INF, -1.0, -0.0, 0.5, 2.0, 5.0, INF])),
+    "std_mean_half": _c(lambda x: [torch.std_mean(x, 1), torch.var_mean(x, 0, correction=0), x.std()], X.half(),
+                        atol=2e-3, rtol=2e-3),
+    "logit_eps": _c(lambda x: [torch.logit(x), torch.logit(x, eps=0.1), torch.special.logit(x, 0.6)],
+                    torch.tensor([0.0, 1.0, 0.5, -0.5, 1.5, NAN])),
+    "clamp_min_greater_than_max_tensor": _c(lambda x, lo, hi: torch.clamp(x, lo, hi), X, torch.ones(5), -torch.ones(3, 1)),
+}
+
+
+# ---------------------------------------------------------------------------------------------------
 # sequences: one op again with another dtype, scalar type or argument (program-cache keys)
 
 
@@ -669,7 +746,7 @@ SEQ_CASES = {
 ISOLATED_CASES = {}
 for _prefix, _cases in (("loss", LOSS_CASES), ("norm", NORM_CASES), ("pad", PAD_CASES), ("emb", EMB_CASES),
                         ("conv", CONV_CASES), ("act", ACT_CASES), ("special", SPECIAL_CASES), ("int", INT_CASES),
-                        ("inplace", INPLACE_CASES), ("seq", SEQ_CASES)):
+                        ("inplace", INPLACE_CASES), ("more", MORE_CASES), ("seq", SEQ_CASES)):
     ISOLATED_CASES.update({f"{_prefix}:{k}": v for k, v in _cases.items()})
 
 _NO_LOWERING = "no tpu lowering and no torch decomposition: a clear NotImplementedError naming the op"

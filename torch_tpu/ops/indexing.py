@@ -284,6 +284,26 @@ def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
     raise NotImplementedError("unique_consecutive with dim on tpu")
 
 
+@register(aten.bincount.default, data_dependent=True)
+def bincount(x, weights=None, minlength=0):
+    """The output's length is the input's maximum + 1: computed on the host, as the CPU kernel."""
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{a.dtype}\'')
+    if a.ndim != 1 or (a.size and a.min() < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    w = None
+    if weights is not None:
+        w = np.asarray(weights)
+        if w.ndim != 1 or w.shape[0] != a.shape[0]:
+            raise RuntimeError("weights should be 1-d and have the same length as input")
+        w = w.astype(np.float32 if w.dtype == np.float32 else np.float64)
+    out = np.bincount(a, w, minlength)
+    return jnp.asarray(out.astype(np.int64) if w is None else out.astype(w.dtype))
+
+
 @register(aten.repeat_interleave.Tensor, data_dependent=True)
 def repeat_interleave_tensor(repeats, output_size=None):
     r = np.asarray(repeats)

@@ -290,6 +290,12 @@ def multilabel_margin_loss_forward(x, target, reduction):
     return _reduce_loss(loss, reduction), is_target.astype(x.dtype)
 
 
+@register(aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
+    _, pull = jax.vjp(lambda v: multilabel_margin_loss_forward(v, target, reduction)[0], upcast(x))
+    return pull(upcast(grad).reshape(jnp.shape(grad)))[0].astype(x.dtype)
+
+
 @register(aten.binary_cross_entropy.default)
 def binary_cross_entropy(x, target, weight=None, reduction=1):
     require((x >= 0) & (x <= 1), "binary_cross_entropy: all elements of input should be between 0 and 1")
