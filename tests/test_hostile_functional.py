@@ -30,6 +30,19 @@ def _r(*shape, dtype=torch.float32, seed=0, low=-2.0, high=2.0):
     return D.rand(*shape, dtype=dtype, seed=seed, low=low, high=high)
 
 
+def _grad(fn):
+    """fn's input gradient for a fixed weighting of its output."""
+    def run(x, *rest):
+        out = fn(x, *rest)
+        w = torch.linspace(-1, 1, out.numel(), device=out.device).reshape(out.shape)
+        return [out, torch.autograd.grad((out * w).sum(), x)[0]]
+    return run
+
+
+def _leaf(t):
+    return t.clone().requires_grad_()
+
+
 X = _r(3, 5)
 X4 = _r(2, 3, 6, 7, seed=1)
 SPECIAL = torch.tensor([1.0, NAN, -INF, INF, -0.0, 0.0, -3.5, 2.0])
@@ -156,6 +169,13 @@ NORM_CASES = {
     "pairwise_distance_p": _c(lambda a, b: [F.pairwise_distance(a, b, p=p, keepdim=k)
                                             for p in (1.0, 2.0, 3.0, float("inf"), 0.0) for k in (False, True)],
                               X, _r(3, 5, seed=2)),
+    # _pdist_forward/_pdist_backward had no lowering
+    "pdist_grad_duplicate_rows": _c(_grad(lambda x: F.pdist(x)), _leaf(torch.tensor([[1.0, 2.0], [1.0, 2.0], [0.0, -1.0]]))),
+    "cdist_grad_zero_distance": _c(lambda a, b: [torch.autograd.grad(torch.cdist(a, b, p).sum(), a)[0]
+                                                 for p in (0.5, 1.5, 2.0, 3.0)],
+                                   _leaf(torch.tensor([[1.0, 2.0, 0.0], [0.5, -1.0, 3.0]])),
+                                   torch.tensor([[1.0, 2.0, 0.0], [1.0, 2.5, 1.0], [0.0, 0.0, 0.0]]),
+                                   atol=1e-4, rtol=1e-4),
     "pairwise_distance_1d": _c(lambda a, b: F.pairwise_distance(a, b), _r(5), _r(5, seed=1)),
     "pdist_cdist": _c(lambda a, b: [F.pdist(a), F.pdist(a, p=1), torch.cdist(a, b), torch.cdist(a, b, p=0.5),
                                     torch.cdist(a, b, p=float("inf"))], X, _r(4, 5, seed=2), atol=1e-4, rtol=1e-4),
@@ -618,19 +638,6 @@ INPLACE_CASES = {
 # backward through the special-value paths, and more tensor ops
 
 
-def _grad(fn):
-    """fn's input gradient for a fixed weighting of its output."""
-    def run(x, *rest):
-        out = fn(x, *rest)
-        w = torch.linspace(-1, 1, out.numel(), device=out.device).reshape(out.shape)
-        return [out, torch.autograd.grad((out * w).sum(), x)[0]]
-    return run
-
-
-def _leaf(t):
-    return t.clone().requires_grad_()
-
-
 MORE_CASES = {
     "threshold_relu_grad_nan": _c(_grad(lambda x: F.threshold(x, 0.5, -1.0) + F.relu(x)), _leaf(SPECIAL_NO_NAN),
                                   modes=ALL),
@@ -753,7 +760,6 @@ _NO_LOWERING = "no tpu lowering and no torch decomposition: a clear NotImplement
 XFAIL = {
     "loss:ctc_loss": _NO_LOWERING + " (aten._ctc_loss)",
     "loss:ctc_loss_impossible": _NO_LOWERING + " (aten._ctc_loss)",
-    "norm:pdist_cdist": _NO_LOWERING + " (aten._pdist_forward)",
     "pad:interpolate_antialias": _NO_LOWERING + " (aten._upsample_bilinear2d_aa)",
     "pad:interpolate_antialias_upsample": _NO_LOWERING + " (aten._upsample_bilinear2d_aa)",
     "conv:fractional_max_pool": _NO_LOWERING + " (aten.fractional_max_pool2d)",

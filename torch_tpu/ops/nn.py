@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .checks import index_in_range, require
 from .registry import aten, register
@@ -423,3 +424,52 @@ def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum
         freq = jnp.zeros((num_weights,), g.dtype).at[indices].add(valid.astype(g.dtype))
         rows = rows / jnp.maximum(freq[indices], 1)[:, None]
     return out.at[indices].add(jnp.where(valid[:, None], rows, 0.0)).astype(grad.dtype)
+
+
+def _norm_last(d, p):
+    if p == 0:
+        return jnp.sum(d != 0, axis=-1).astype(d.dtype)
+    if p == float("inf"):
+        return jnp.max(d, axis=-1, initial=0.0)
+    if p == 1:
+        return jnp.sum(d, axis=-1)
+    if p == 2:  # a zero distance has a zero gradient (CPU's backward), not sqrt's NaN
+        sq = jnp.sum(d * d, axis=-1)
+        return jnp.where(sq > 0, jnp.sqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
+    s = jnp.sum(jnp.where(d > 0, jnp.where(d > 0, d, 1.0) ** p, 0.0), axis=-1)  # 0 ** p' is 0 on CPU (p < 1)
+    return jnp.where(s > 0, jnp.where(s > 0, s, 1.0) ** (1.0 / p), 0.0)
+
+
+def _pdist(x, p):
+    n = x.shape[0]
+    i, j = np.triu_indices(n, 1)  # row-major pairs i < j, torch's order
+    return _norm_last(jnp.abs(upcast(x)[i] - upcast(x)[j]), p).astype(x.dtype)
+
+
+@register(aten._pdist_forward.default)
+def pdist_forward(x, p=2.0):
+    """F.pdist: the p-norm distance of every pair of rows i < j (row-major)."""
+    return _pdist(x, p)
+
+
+@register(aten._pdist_backward.default)
+def pdist_backward(grad, x, p, pdist):
+    _, pull = jax.vjp(lambda v: _pdist(v, p), x)
+    return pull(grad)[0]
+
+
+def _cdist(x1, x2, p):
+    d = jnp.abs(upcast(x1)[..., :, None, :] - upcast(x2)[..., None, :, :])
+    return _norm_last(d, p).astype(x1.dtype)
+
+
+@register(aten._cdist_forward.default)
+def cdist_forward(x1, x2, p=2.0, compute_mode=None):
+    """torch.cdist: the p-norm distance of every row of x1 to every row of x2 (batched)."""
+    return _cdist(x1, x2, p)
+
+
+@register(aten._cdist_backward.default)
+def cdist_backward(grad, x1, x2, p, cdist):
+    _, pull = jax.vjp(lambda v: _cdist(v, x2, p), x1)
+    return pull(grad)[0]
