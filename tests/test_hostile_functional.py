@@ -511,6 +511,17 @@ SPECIAL_CASES = {
     "sign_signbit_copysign": _c(lambda x: [x.sign(), x.signbit(), x.sgn(), torch.copysign(torch.ones_like(x), x),
                                            x.abs(), -x, x.frac(), x.trunc(), x.round(), x.ceil(), x.floor()],
                                 SPECIAL, signed_zeros=True),
+    # digamma(±0) was NaN (CPU: ∓inf), angle(-0.0) was pi (CPU: 0)
+    "digamma_angle_zeros": _c(lambda x: [torch.digamma(x), torch.polygamma(0, x), torch.angle(x), torch.angle(x.half()),
+                                         torch.special.psi(x.double())], SPECIAL, modes=ALL),
+    "digamma_int_zero": _c(lambda x: torch.digamma(x), INTS),
+    # CPU has no bool kernel for these (no integer one for frac); sign of bool is bool
+    "abs_bool_refused": _c(lambda x: torch.abs(x), torch.tensor([True, False])),
+    "floor_bool_refused": _c(lambda x: torch.floor(x), torch.tensor([True, False])),
+    "round_bool_refused": _c(lambda x: torch.round(x), torch.tensor([True, False])),
+    "relu_bool_refused": _c(lambda x: F.relu(x), torch.tensor([True, False])),
+    "frac_int_refused": _c(lambda x: torch.frac(x), INTS),
+    "sign_bool": _c(lambda x: [torch.sign(x), torch.sgn(x)], torch.tensor([True, False])),
     "round_decimals_half_even": _c(lambda x: [x.round(), x.round(decimals=1), x.round(decimals=-1)],
                                    torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 0.25, 0.35, 15.0, 25.0, -35.0])),
     "isclose_isin": _c(lambda a, b: [torch.isclose(a, b, equal_nan=True), torch.isclose(a, b),

@@ -341,7 +341,8 @@ _FLOAT_UNARY = {
     aten.atanh: jnp.arctanh, aten.sigmoid: jax.nn.sigmoid, aten.erf: jax.scipy.special.erf,
     aten.erfc: jax.scipy.special.erfc, aten.erfinv: jax.scipy.special.erfinv,
     aten.reciprocal: jnp.reciprocal, aten.lgamma: jax.scipy.special.gammaln,
-    aten.digamma: jax.scipy.special.digamma, aten.i0: jax.scipy.special.i0,
+    aten.digamma: lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), jax.scipy.special.digamma(x)),
+    aten.i0: jax.scipy.special.i0,  # digamma(±0) is ∓inf on CPU (JAX: NaN)
     aten.sinc: jnp.sinc, aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg,
 }
 for _op, _fn in _FLOAT_UNARY.items():
@@ -369,6 +370,8 @@ register(aten.abs.default)(_same_unary(jnp.abs))
 
 def _sign(x):
     """torch's (0 < x) - (x < 0): +0.0 for NaN and -0.0 (jnp.sign keeps both)."""
+    if x.dtype == jnp.bool_:
+        return x
     if not is_float(x) or jnp.iscomplexobj(x):
         return jnp.sign(x)
     return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
@@ -391,8 +394,9 @@ register(aten.isneginf.default)(_same_unary(jnp.isneginf))
 register(aten.conj_physical.default)(_same_unary(jnp.conj))
 register(aten.real.default)(_same_unary(jnp.real))
 register(aten.imag.default)(_same_unary(jnp.imag))
-register(aten.angle.default)(_same_unary(lambda x: jnp.angle(x) if is_float(x) or jnp.iscomplexobj(x)
-                                         else jnp.where(x < 0, jnp.pi, 0.0)))
+register(aten.angle.default)(_same_unary(lambda x: jnp.angle(x) if jnp.iscomplexobj(x) else  # angle(-0.0) is 0
+                                         jnp.where(x < 0, jnp.pi, 0.0) if not is_float(x) else
+                                         jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.pi, 0.0).astype(x.dtype))))
 
 
 @register(aten.round.default)

@@ -216,3 +216,25 @@ def _refuse_empty(name):
 
 validates(aten.max.default)(_refuse_empty("max"))
 validates(aten.min.default)(_refuse_empty("min"))
+
+
+# --- unary kernels CPU has no bool (or integer) version of --------------------------------------------
+_NO_BOOL = {"abs": "abs_cpu", "ceil": "ceil_vml_cpu", "floor": "floor_vml_cpu", "round": "round_vml_cpu",
+            "trunc": "trunc_vml_cpu", "frac": "frac_cpu"}
+
+
+def _refuse_unary(name, kernel):
+    def check(x, *_, **__):
+        if not isinstance(x, torch.Tensor):
+            return
+        if x.dtype == torch.bool and name == "relu":
+            raise RuntimeError("Boolean inputs not supported for relu")
+        if x.dtype == torch.bool or (name == "frac" and not (x.is_floating_point() or x.is_complex())):
+            if kernel is not None:
+                raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+
+    return check
+
+
+for _name, _kernel in (*_NO_BOOL.items(), ("relu", None)):
+    validates(*_functional_overloads(_name))(_refuse_unary(_name, _kernel))
