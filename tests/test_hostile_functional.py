@@ -577,6 +577,19 @@ INT_CASES = {
     "bitwise_bool_int": _c(lambda a, b: [a & b, a | b, a ^ b, ~a, torch.bitwise_not(b), torch.logical_xor(a, b)],
                            torch.tensor([True, False, True]), torch.tensor([False, False, True])),
     "bitwise_float_refused": _c(lambda a: a & 1, X),
+    # CPU has these binary kernels for floating dtypes only (or not for bool): tpu computed them
+    "hypot_int_refused": _c(lambda a, b: torch.hypot(a, b), INTS, DIVS),
+    "nextafter_int_refused": _c(lambda a, b: torch.nextafter(a, b), INTS, DIVS),
+    "logaddexp_int_refused": _c(lambda a, b: torch.logaddexp(a, b), INTS, DIVS),
+    "logaddexp2_int8_refused": _c(lambda a, b: torch.logaddexp2(a, b), I8, I8),
+    "lerp_int_refused": _c(lambda a, b: torch.lerp(a, b, 0.5), INTS, DIVS),
+    "lerp_int_tensor_weight_refused": _c(lambda a, b: torch.lerp(a, b, b), INTS, DIVS),
+    "pow_bool_bool_refused": _c(lambda a, b: torch.pow(a, b), torch.tensor([True, False]), torch.tensor([True, True])),
+    "shift_bool_refused": _c(lambda a, b: a << b, torch.tensor([True, False]), torch.tensor([True, True])),
+    "shift_bool_int_scalar": _c(lambda a: [a << 1, a >> 1], torch.tensor([True, False])),
+    "pow_bool_scalar": _c(lambda a: [torch.pow(a, 2), torch.pow(a, True), torch.pow(2, a)], torch.tensor([True, False])),
+    "logaddexp_special": _c(lambda a, b: [torch.logaddexp(a, b), torch.logaddexp2(a, b), torch.logaddexp(a.half(), b.half())],
+                            SPECIAL, SPECIAL.flip(0), modes=ALL),
     "int_pow": _c(lambda a, b: [a ** 2, a ** b.abs(), torch.pow(2, b.abs()), torch.pow(a.to(torch.int8), 9),
                                 a ** 0, torch.pow(a, 63)], INTS, DIVS),
     "pow_float_special": _c(lambda x: [x ** 0, x ** 0.5, x ** -1, x ** INF, 1.0 ** x, (-x) ** 0.5, x ** -0.0,
@@ -777,6 +790,8 @@ XFAIL = {
     "act:glu_prelu_rrelu": _NO_LOWERING + " (aten.rrelu_with_noise, F.rrelu in eval mode)",
     # CPU's uint8 bilinear kernel is separable fixed-point arithmetic with an 8-bit intermediate rounding:
     # the float computation rounded once differs by one in some elements
+    "int:shift_bool_int_scalar": "torch's meta kernel of __lshift__/__rshift__ refuses a bool tensor (CPU promotes "
+                                 "bool << 1 to int64); the op path asks the meta kernel for the result first",
     "pad:interpolate_uint8_nearest": "uint8 bilinear interpolation differs by one from CPU's fixed-point kernel",
 }
 

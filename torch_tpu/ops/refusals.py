@@ -238,3 +238,37 @@ def _refuse_unary(name, kernel):
 
 for _name, _kernel in (*_NO_BOOL.items(), ("relu", None)):
     validates(*_functional_overloads(_name))(_refuse_unary(_name, _kernel))
+
+
+# --- binary kernels CPU has for floating dtypes only (or not for bool) --------------------------------
+_FLOAT_ONLY = {"hypot": "hypot_cpu", "nextafter": "nextafter_cpu", "logaddexp": "logaddexp_cpu",
+               "logaddexp2": "logaddexp2_cpu", "lerp": "lerp_kernel_scalar"}
+_NO_BOOL_BINARY = {"bitwise_left_shift": "lshift_cpu", "bitwise_right_shift": "rshift_cpu",
+                   "__lshift__": "lshift_cpu", "__rshift__": "rshift_cpu"}
+
+
+def _refuse_dtype(name, kernel, integers: bool):
+    def check(*args, **kwargs):
+        values = [a for a in (*args, *kwargs.values())
+                  if isinstance(a, torch.Tensor) or type(a) in (bool, int, float)]
+        tensors = [a for a in values if isinstance(a, torch.Tensor)]
+        if not tensors:
+            return
+        dtype = torch.result_type(values[0], values[1]) if len(values) > 1 else tensors[0].dtype
+        if name == "lerp":  # lerp's kernel is chosen by self's dtype (the weight may be a float Scalar)
+            dtype = tensors[0].dtype
+        refused = dtype == torch.bool or (integers and not (dtype.is_floating_point or dtype.is_complex))
+        if refused:
+            if name == "lerp" and len(tensors) > 2:
+                kernel_name = "lerp_kernel_tensor"
+            else:
+                kernel_name = kernel
+            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
+
+    return check
+
+
+for _name, _kernel in _FLOAT_ONLY.items():
+    validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, True))
+for _name, _kernel in _NO_BOOL_BINARY.items():
+    validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, False))

@@ -80,3 +80,13 @@ def threshold_backward(grad, x, threshold):
 @register(prims.gcd.default, aten.gcd.default)
 def gcd(x, y):
     return jnp.gcd(x, y)
+
+
+@register(aten.logaddexp.default)
+def logaddexp(x, y):  # a lowering (not torch's decomposition) so that integer inputs are refused as on CPU
+    return jnp.logaddexp(upcast(x), upcast(y))
+
+
+@register(aten.logaddexp2.default)
+def logaddexp2(x, y):
+    return jnp.logaddexp2(upcast(x), upcast(y))

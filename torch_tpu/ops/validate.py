@@ -237,7 +237,7 @@ _BOOL_KERNELS = {aten.clamp_min.default: "clamp_min_scalar_cpu", aten.clamp_max.
                  aten.fmod.Tensor: "fmod_cpu", aten.fmod.Scalar: "fmod_cpu", aten.remainder.Tensor: "remainder_cpu",
                  aten.remainder.Scalar: "remainder_cpu", aten.remainder.Scalar_Tensor: "remainder_cpu",
                  aten.floor_divide.default: "div_floor_cpu", aten.floor_divide.Scalar: "div_floor_cpu",
-                 aten.pow.Scalar: "pow"}
+                 aten.pow.Scalar: "pow", aten.pow.Tensor_Tensor: "pow"}
 
 
 def _refuse_bool(func):
