@@ -349,14 +349,6 @@ for _op, _fn in _FLOAT_UNARY.items():
     register(_op.default)(_float_unary(_fn))
 
 
-@register(aten.logit.default)
-def logit(x, eps=None):
-    x = to_float(x)
-    if eps is not None:  # CPU's x < lo ? lo : (x > hi ? hi : x): for eps > 0.5 not a clip
-        x = jnp.where(x < eps, jnp.asarray(eps, x.dtype), jnp.where(x > 1 - eps, jnp.asarray(1 - eps, x.dtype), x))
-    return jnp.log(x / (1 - x))
-
-
 def _same_unary(fn):
     def lower(x):
         return fn(x)

@@ -90,3 +90,11 @@ def logaddexp(x, y):  # a lowering (not torch's decomposition) so that integer i
 @register(aten.logaddexp2.default)
 def logaddexp2(x, y):
     return jnp.logaddexp2(upcast(x), upcast(y))
+
+
+@register(aten.logit.default)
+def logit(x, eps=None):
+    x = to_float(x)
+    if eps is not None:  # CPU's x < lo ? lo : (x > hi ? hi : x): for eps > 0.5 not a clip
+        x = jnp.where(x < eps, jnp.asarray(eps, x.dtype), jnp.where(x > 1 - eps, jnp.asarray(1 - eps, x.dtype), x))
+    return jnp.log(x / (1 - x))
