@@ -173,7 +173,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 
 @register(aten.native_group_norm.default)
 def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
-    y = upcast(x).reshape(N, group, -1)
+    y = upcast(x).reshape(N, group, (C // group) * HxW)  # explicit: N may be 0
     mean = jnp.mean(y, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(y - mean), axis=-1, keepdims=True)
     rstd = jax.lax.rsqrt(var + eps)
@@ -189,7 +189,7 @@ def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
 @register(aten.native_group_norm_backward.default)
 def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, output_mask):
     def fwd_saved(x_, w_):
-        y = upcast(x_).reshape(N, group, -1)
+        y = upcast(x_).reshape(N, group, (C // group) * HxW)
         out = ((y - mean[..., None]) * rstd[..., None]).reshape(x.shape)
         bshape = (1, C) + (1,) * (x.ndim - 2)
         if w_ is not None:
@@ -201,8 +201,8 @@ def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, ou
     # input gradient: mean and rstd depend on x too (treating them as constants is wrong)
     bshape = (1, C) + (1,) * (x.ndim - 2)
     g = upcast(grad) if weight is None else upcast(grad) * upcast(weight).reshape(bshape)
-    g = g.reshape(N, group, -1)
-    xhat = (upcast(x).reshape(N, group, -1) - mean[..., None]) * rstd[..., None]
+    g = g.reshape(N, group, (C // group) * HxW)
+    xhat = (upcast(x).reshape(N, group, (C // group) * HxW) - mean[..., None]) * rstd[..., None]
     gx = _normalized_input_grad(g, xhat, rstd[..., None], -1)
     gx = gx.reshape(x.shape).astype(x.dtype)
     gb = jnp.sum(upcast(grad), axis=(0,) + tuple(range(2, x.ndim))) if output_mask[2] else None
