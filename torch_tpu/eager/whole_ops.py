@@ -15,8 +15,10 @@ _LIBRARY = None
 
 
 def one_hot(x, num_classes=-1):
-    if x.dtype != torch.long or x.numel() == 0 or num_classes < -1:
-        return aten.one_hot.default.decompose(x, num_classes)  # torch's own errors and empty cases
+    if x.dtype != torch.long or num_classes < -1:
+        return aten.one_hot.default.decompose(x, num_classes)  # torch's own errors
+    if x.numel() == 0 and num_classes <= 0:  # CPU's check (the decomposition would reduce an empty tensor)
+        raise RuntimeError("Can not infer total number of classes from empty tensor.")
     if num_classes == -1:  # the class count comes from the data: one wait, as on CPU
         low, high = (int(v) for v in torch.aminmax(x))
         if low < 0:

@@ -350,19 +350,12 @@ _FLOAT_UNARY = {
     aten.atanh: jnp.arctanh, aten.sigmoid: jax.nn.sigmoid, aten.erf: jax.scipy.special.erf,
     aten.erfc: jax.scipy.special.erfc, aten.erfinv: jax.scipy.special.erfinv,
     aten.reciprocal: jnp.reciprocal, aten.lgamma: jax.scipy.special.gammaln,
-    aten.digamma: jax.scipy.special.digamma, aten.i0: jax.scipy.special.i0,
+    aten.digamma: lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), jax.scipy.special.digamma(x)),
+    aten.i0: jax.scipy.special.i0,  # digamma(±0) is ∓inf on CPU (JAX: NaN)
     aten.sinc: jnp.sinc, aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg,
 }
 for _op, _fn in _FLOAT_UNARY.items():
     register(_op.default)(_float_unary(_fn))
-
-
-@register(aten.logit.default)
-def logit(x, eps=None):
-    x = to_float(x)
-    if eps is not None:
-        x = jnp.clip(x, eps, 1 - eps)
-    return jnp.log(x / (1 - x))
 
 
 def _same_unary(fn):
@@ -374,8 +367,19 @@ def _same_unary(fn):
 
 register(aten.neg.default)(_same_unary(jnp.negative))
 register(aten.abs.default)(_same_unary(jnp.abs))
-register(aten.sign.default)(_same_unary(jnp.sign))
-register(aten.sgn.default)(_same_unary(lambda x: jnp.sign(x) if not jnp.iscomplexobj(x) else
+
+
+def _sign(x):
+    """torch's (0 < x) - (x < 0): +0.0 for NaN and -0.0 (jnp.sign keeps both)."""
+    if x.dtype == jnp.bool_:
+        return x
+    if not is_float(x) or jnp.iscomplexobj(x):
+        return jnp.sign(x)
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
+register(aten.sign.default)(_same_unary(_sign))
+register(aten.sgn.default)(_same_unary(lambda x: _sign(x) if not jnp.iscomplexobj(x) else
                                        jnp.where(x == 0, 0, x / jnp.abs(x))))
 register(aten.square.default)(_same_unary(lambda x: x * x))
 register(aten.floor.default)(_same_unary(lambda x: jnp.floor(x) if is_float(x) else x))
@@ -391,8 +395,9 @@ register(aten.isneginf.default)(_same_unary(jnp.isneginf))
 register(aten.conj_physical.default)(_same_unary(jnp.conj))
 register(aten.real.default)(_same_unary(jnp.real))
 register(aten.imag.default)(_same_unary(jnp.imag))
-register(aten.angle.default)(_same_unary(lambda x: jnp.angle(x) if is_float(x) or jnp.iscomplexobj(x)
-                                         else jnp.where(x < 0, jnp.pi, 0.0)))
+register(aten.angle.default)(_same_unary(lambda x: jnp.angle(x) if jnp.iscomplexobj(x) else  # angle(-0.0) is 0
+                                         jnp.where(x < 0, jnp.pi, 0.0) if not is_float(x) else
+                                         jnp.where(jnp.isnan(x), x, jnp.where(x < 0, jnp.pi, 0.0).astype(x.dtype))))
 
 
 @register(aten.round.default)
@@ -404,13 +409,6 @@ def round_(x):
 def round_decimals(x, decimals=0):
     scale = 10.0 ** decimals
     return jnp.round(x * scale) / scale
-
-
-@register(aten.nan_to_num.default)
-def nan_to_num(x, nan=None, posinf=None, neginf=None):
-    if not is_float(x):
-        return x
-    return jnp.nan_to_num(x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)
 
 
 # --- activations --------------------------------------------------------------------------------
@@ -468,16 +466,6 @@ def hardsigmoid(x):
 @register(aten.hardswish.default)
 def hardswish(x):
     return x * jnp.clip(x / 6 + 0.5, 0, 1)
-
-
-@register(aten.threshold.default)
-def threshold(x, threshold, value):
-    return jnp.where(x > threshold, x, value)
-
-
-@register(aten.threshold_backward.default)
-def threshold_backward(grad, x, threshold):
-    return jnp.where(x > threshold, grad, jnp.zeros((), grad.dtype))
 
 
 @register(aten.glu.default)

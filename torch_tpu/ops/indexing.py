@@ -300,34 +300,32 @@ def unique_consecutive(x, return_inverse=False, return_counts=False, dim=None):
             jnp.asarray(counts.astype(np.int64)))
 
 
+@register(aten.bincount.default, data_dependent=True)
+def bincount(x, weights=None, minlength=0):
+    """The output's length is the input's maximum + 1: computed on the host, as the CPU kernel."""
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{_TYPE_NAME.get(a.dtype, a.dtype)}\'')
+    if a.ndim != 1 or (a.size and a.min() < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    if minlength < 0:
+        raise RuntimeError("minlength should be >= 0")
+    w = None
+    if weights is not None:
+        w = np.asarray(weights)
+        if w.ndim != 1 or w.shape[0] != a.shape[0]:
+            raise RuntimeError("weights should be 1-d and have the same length as input")
+        w = w.astype(np.float32 if w.dtype == np.float32 else np.float64)
+    out = np.bincount(a, w, minlength)
+    return jnp.asarray(out.astype(np.int64) if w is None else out.astype(w.dtype))
+
+
 @register(aten.repeat_interleave.Tensor, data_dependent=True)
 def repeat_interleave_tensor(repeats, output_size=None):
     r = np.asarray(repeats)
     if r.size and r.min() < 0:
         raise RuntimeError("repeats can not be negative")
     return jnp.asarray(np.repeat(np.arange(r.shape[0]), r).astype(np.int64))
-
-
-@register(aten.bincount.default, data_dependent=True)
-def bincount(x, weights=None, minlength=0):
-    """Counts (or summed weights, float32 for float32 weights and float64 for any other, as on CPU) of
-    each value of a 1-d non-negative integer tensor; the length depends on its largest value."""
-    if x.ndim != 1 or not jnp.issubdtype(x.dtype, jnp.integer):
-        if not jnp.issubdtype(x.dtype, jnp.integer):
-            raise NotImplementedError(f'"bincount_cpu" not implemented for \'{_TYPE_NAME.get(x.dtype, x.dtype)}\'')
-        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
-    if minlength < 0:
-        raise RuntimeError("minlength should be >= 0")
-    if weights is not None and (weights.ndim != 1 or weights.shape[0] != x.shape[0]):
-        raise RuntimeError("weights should be 1-d and have the same length as input")
-    a = np.asarray(x)
-    if a.size and a.min() < 0:
-        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
-    length = max(int(a.max()) + 1 if a.size else 0, minlength)
-    if weights is None:
-        return jnp.bincount(jnp.asarray(a).astype(jnp.int64), length=length).astype(jnp.int64)
-    dt = jnp.float32 if weights.dtype == jnp.float32 else jnp.float64
-    return jnp.bincount(jnp.asarray(a), weights=weights.astype(dt), length=length).astype(dt)
 
 
 _TYPE_NAME = {jnp.dtype(jnp.float32): "Float", jnp.dtype(jnp.float64): "Double", jnp.dtype(jnp.float16): "Half",

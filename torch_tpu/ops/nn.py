@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .checks import index_in_range, require
 from .registry import aten, register
@@ -172,7 +173,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 
 @register(aten.native_group_norm.default)
 def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
-    y = upcast(x).reshape(N, group, -1)
+    y = upcast(x).reshape(N, group, (C // group) * HxW)  # explicit: N may be 0
     mean = jnp.mean(y, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(y - mean), axis=-1, keepdims=True)
     rstd = jax.lax.rsqrt(var + eps)
@@ -188,7 +189,7 @@ def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
 @register(aten.native_group_norm_backward.default)
 def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, output_mask):
     def fwd_saved(x_, w_):
-        y = upcast(x_).reshape(N, group, -1)
+        y = upcast(x_).reshape(N, group, (C // group) * HxW)
         out = ((y - mean[..., None]) * rstd[..., None]).reshape(x.shape)
         bshape = (1, C) + (1,) * (x.ndim - 2)
         if w_ is not None:
@@ -200,8 +201,8 @@ def native_group_norm_backward(grad, x, mean, rstd, weight, N, C, HxW, group, ou
     # input gradient: mean and rstd depend on x too (treating them as constants is wrong)
     bshape = (1, C) + (1,) * (x.ndim - 2)
     g = upcast(grad) if weight is None else upcast(grad) * upcast(weight).reshape(bshape)
-    g = g.reshape(N, group, -1)
-    xhat = (upcast(x).reshape(N, group, -1) - mean[..., None]) * rstd[..., None]
+    g = g.reshape(N, group, (C // group) * HxW)
+    xhat = (upcast(x).reshape(N, group, (C // group) * HxW) - mean[..., None]) * rstd[..., None]
     gx = _normalized_input_grad(g, xhat, rstd[..., None], -1)
     gx = gx.reshape(x.shape).astype(x.dtype)
     gb = jnp.sum(upcast(grad), axis=(0,) + tuple(range(2, x.ndim))) if output_mask[2] else None
@@ -269,6 +270,42 @@ def smooth_l1_loss(x, target, reduction=1, beta=1.0):
     d = jnp.abs(x - target)
     loss = jnp.where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta) if beta > 0 else d
     return _reduce_loss(loss, reduction)
+
+
+@register(aten.multilabel_margin_loss_forward.default)
+def multilabel_margin_loss_forward(x, target, reduction):
+    """torch's kernel (its Python decomposition is wrong): a sample's targets are the classes listed before
+    its first -1; the loss sums max(0, 1 - (x[target] - x[other])) over targets and non-target classes,
+    over the number of classes."""
+    c = x.shape[-1]
+    require(index_in_range(target, c, True), f"multilabel_margin_loss: target out of range (classes: {c})")
+    listed = jnp.cumprod(target != -1, axis=-1).astype(bool)  # before the first -1
+    t = jnp.clip(target, 0, c - 1)
+    classes = jnp.arange(c)
+    is_target = jnp.any(listed[..., :, None] & (t[..., :, None] == classes), axis=-2)
+    y = upcast(x)
+    xt = jnp.take_along_axis(y, t, axis=-1)  # [..., k]
+    margin = jnp.maximum(0.0, 1.0 - (xt[..., :, None] - y[..., None, :]))  # [..., k, class]
+    margin = jnp.where(listed[..., :, None] & ~is_target[..., None, :], margin, 0.0)
+    loss = (jnp.sum(margin, axis=(-2, -1)) / c).astype(x.dtype)
+    return _reduce_loss(loss, reduction), is_target.astype(x.dtype)
+
+
+@register(aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
+    _, pull = jax.vjp(lambda v: multilabel_margin_loss_forward(v, target, reduction)[0], upcast(x))
+    return pull(upcast(grad).reshape(jnp.shape(grad)))[0].astype(x.dtype)
+
+
+@register(aten.binary_cross_entropy.default)
+def binary_cross_entropy(x, target, weight=None, reduction=1):
+    require((x >= 0) & (x <= 1), "binary_cross_entropy: all elements of input should be between 0 and 1")
+    require((target >= 0) & (target <= 1), "binary_cross_entropy: all elements of target should be between 0 and 1")
+    p, y = upcast(x), upcast(target)
+    loss = -(y * jnp.maximum(jnp.log(p), -100.0) + (1 - y) * jnp.maximum(jnp.log1p(-p), -100.0))
+    if weight is not None:
+        loss = loss * upcast(weight)
+    return _reduce_loss(loss, reduction).astype(x.dtype)
 
 
 @register(aten.nll_loss_forward.default)
@@ -343,35 +380,111 @@ def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     return grad_v.astype(saved_v.dtype), grad_g.astype(saved_g.dtype)
 
 
-def _cdist(x1, x2, p):
-    """p-norm distances between the rows of x1 (..., P, M) and x2 (..., R, M), computed directly (no
-    matrix-product shortcut: exact at small distances); p = 0 counts differing coordinates."""
-    diff = jnp.abs(upcast(x1)[..., :, None, :] - upcast(x2)[..., None, :, :])
-    if p == 0:
-        out = jnp.sum((diff != 0).astype(diff.dtype), axis=-1)
-    elif p == float("inf"):
-        out = jnp.max(diff, axis=-1, initial=0.0)
-    elif p == 1:
-        out = jnp.sum(diff, axis=-1)
-    elif p == 2:
-        out = jnp.sqrt(jnp.sum(diff * diff, axis=-1))
+@register(aten._embedding_bag_forward_only.default, aten._embedding_bag.default)
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    """Bags of rows: mode 0 sum (times per_sample_weights), 1 mean, 2 max; an empty bag and the rows at
+    ``padding_idx`` count nothing (an empty bag gives zeros). Returns (output, offset2bag, bag_size,
+    max_indices) as CPU's kernel: bag_size is 0 in sum mode, max_indices the row chosen in max mode."""
+    n, dim = indices.shape[0], weight.shape[1]
+    bags = offsets.shape[0] - (1 if include_last_offset else 0)
+    require(index_in_range(indices, weight.shape[0], False), "embedding_bag: index out of range in self")
+    pos = jnp.arange(n)
+    bag_of = (jnp.searchsorted(offsets[:bags], pos, side="right") - 1).astype(jnp.int64)
+    end = offsets[bags] if include_last_offset else n
+    valid = (pos < end) & (bag_of >= 0)
+    if padding_idx is not None and padding_idx >= 0:
+        valid = valid & (indices != padding_idx)
+    seg = jnp.where(valid, bag_of, bags)  # invalid rows go to an extra segment, dropped below
+    rows = upcast(weight)[jnp.clip(indices, 0, weight.shape[0] - 1)]
+    if per_sample_weights is not None:
+        rows = rows * upcast(per_sample_weights)[:, None]
+    count = jax.ops.segment_sum(valid.astype(jnp.int64), seg, bags + 1)[:bags]
+    max_indices = jnp.zeros((0,), jnp.int64)
+    if mode == 2:
+        best = jax.ops.segment_max(rows, seg, bags + 1)[:bags]
+        hit = valid[:, None] & (rows == best[jnp.clip(seg, 0, bags - 1)])
+        first = jax.ops.segment_min(jnp.where(hit, pos[:, None], n), seg, bags + 1)[:bags]
+        max_indices = jnp.where(count[:, None] > 0, indices[jnp.clip(first, 0, n - 1)], 0).astype(jnp.int64)
+        out = jnp.where(count[:, None] > 0, best, 0.0)
     else:
-        out = jnp.sum(diff ** p, axis=-1) ** (1.0 / p)
-    return out.astype(x1.dtype)
+        out = jax.ops.segment_sum(rows, seg, bags + 1)[:bags]
+        if mode == 1:
+            out = out / jnp.maximum(count, 1)[:, None].astype(out.dtype)
+    bag_size = count if mode != 0 else jnp.zeros((bags,), jnp.int64)
+    bag_size = jnp.pad(bag_size, (0, offsets.shape[0] - bags))  # the meta kernel's length
+    return out.astype(weight.dtype).reshape(bags, dim), bag_of, bag_size, max_indices
 
 
-@register(aten._cdist_forward.default, static=("p",))
-def cdist_forward(x1, x2, p, compute_mode=None):
+@register(aten._embedding_bag_backward.default)
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights,
+                           scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None,
+                           padding_idx=-1):
+    """The dense weight gradient of ``embedding_bag`` above (its offset2bag: each index's bag; bag_size:
+    the bag's row count in mean and max mode; maximum_indices: the row chosen in max mode)."""
+    dim = grad.shape[1]
+    g = upcast(grad)
+    out = jnp.zeros((num_weights, dim), g.dtype)
+    if mode == 2:
+        hit = (bag_size[: grad.shape[0], None] > 0)
+        cols = jnp.broadcast_to(jnp.arange(dim), maximum_indices.shape)
+        return out.at[maximum_indices, cols].add(jnp.where(hit, g, 0.0)).astype(grad.dtype)
+    valid = indices != padding_idx if padding_idx is not None and padding_idx >= 0 else jnp.ones(indices.shape, bool)
+    rows = g[offset2bag]
+    if mode == 1:
+        rows = rows / jnp.maximum(bag_size[offset2bag], 1)[:, None].astype(g.dtype)
+    if per_sample_weights is not None:
+        rows = rows * upcast(per_sample_weights)[:, None]
+    if scale_grad_by_freq:
+        freq = jnp.zeros((num_weights,), g.dtype).at[indices].add(valid.astype(g.dtype))
+        rows = rows / jnp.maximum(freq[indices], 1)[:, None]
+    return out.at[indices].add(jnp.where(valid[:, None], rows, 0.0)).astype(grad.dtype)
+
+
+def _norm_last(d, p):
+    if p == 0:
+        return jnp.sum(d != 0, axis=-1).astype(d.dtype)
+    if p == float("inf"):
+        return jnp.max(d, axis=-1, initial=0.0)
+    if p == 1:
+        return jnp.sum(d, axis=-1)
+    if p == 2:  # a zero distance has a zero gradient (CPU's backward), not sqrt's NaN
+        sq = jnp.sum(d * d, axis=-1)
+        return jnp.where(sq > 0, jnp.sqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)
+    s = jnp.sum(jnp.where(d > 0, jnp.where(d > 0, d, 1.0) ** p, 0.0), axis=-1)  # 0 ** p' is 0 on CPU (p < 1)
+    return jnp.where(s > 0, jnp.where(s > 0, s, 1.0) ** (1.0 / p), 0.0)
+
+
+def _pdist(x, p):
+    n = x.shape[0]
+    i, j = np.triu_indices(n, 1)  # row-major pairs i < j, torch's order
+    return _norm_last(jnp.abs(upcast(x)[i] - upcast(x)[j]), p).astype(x.dtype)
+
+
+@register(aten._pdist_forward.default)
+def pdist_forward(x, p=2.0):
+    """F.pdist: the p-norm distance of every pair of rows i < j (row-major)."""
+    return _pdist(x, p)
+
+
+@register(aten._pdist_backward.default)
+def pdist_backward(grad, x, p, pdist):
+    _, pull = jax.vjp(lambda v: _pdist(v, p), x)
+    return pull(grad)[0]
+
+
+def _cdist(x1, x2, p):
+    d = jnp.abs(upcast(x1)[..., :, None, :] - upcast(x2)[..., None, :, :])
+    return _norm_last(d, p).astype(x1.dtype)
+
+
+@register(aten._cdist_forward.default)
+def cdist_forward(x1, x2, p=2.0, compute_mode=None):
+    """torch.cdist: the p-norm distance of every row of x1 to every row of x2 (batched)."""
     return _cdist(x1, x2, p)
 
 
-@register(aten._cdist_backward.default, static=("p",))
+@register(aten._cdist_backward.default)
 def cdist_backward(grad, x1, x2, p, cdist):
-    # torch's formula: a zero distance gives a zero gradient (where the norm's derivative is undefined)
-    def dist(a):
-        return _cdist(a, x2, p)
-
-    _, pull = jax.vjp(dist, x1)
-    g = jnp.where(cdist == 0, 0, grad) if p != 0 else jnp.zeros_like(grad)
-    out = pull(g.astype(x1.dtype))[0]
-    return jnp.nan_to_num(out, nan=0.0)
+    _, pull = jax.vjp(lambda v: _cdist(v, x2, p), x1)
+    return pull(grad)[0]

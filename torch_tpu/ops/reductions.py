@@ -1,6 +1,8 @@
 """Reductions, scans, sorting."""
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -143,11 +145,20 @@ def _correction(correction, unbiased=None):
     return 1 if unbiased else 0
 
 
+def _var(y, axis, correction, keepdim):
+    """torch's variance: the squared deviations' sum over max(0, N - correction) (inf or NaN when that is
+    0; jnp.var makes every N <= correction NaN)."""
+    n = math.prod(y.shape[a] for a in axis) if axis is not None else y.size
+    mean = jnp.mean(y, axis=axis, keepdims=True)
+    d = y - mean
+    sq = jnp.real(d * jnp.conj(d)) if jnp.iscomplexobj(d) else d * d
+    return jnp.sum(sq, axis=axis, keepdims=keepdim) / max(0, n - correction)
+
+
 @register(aten.var.correction)
 def var(x, dim=None, correction=None, keepdim=False):
     y = to_float(_acc(x) if is_low_precision(x) else x)
-    return jnp.var(y, axis=dims_tuple(dim, x.ndim) if dim is not None else None,
-                   ddof=_correction(correction), keepdims=keepdim)
+    return _var(y, dims_tuple(dim, x.ndim) if dim is not None else None, _correction(correction), keepdim)
 
 
 @register(aten.std.correction)
@@ -159,7 +170,7 @@ def std(x, dim=None, correction=None, keepdim=False):
 def var_mean(x, dim=None, correction=None, keepdim=False):
     y = to_float(_acc(x) if is_low_precision(x) else x)
     axis = dims_tuple(dim, x.ndim) if dim is not None else None
-    return jnp.var(y, axis=axis, ddof=_correction(correction), keepdims=keepdim), jnp.mean(y, axis=axis, keepdims=keepdim)
+    return _var(y, axis, _correction(correction), keepdim), jnp.mean(y, axis=axis, keepdims=keepdim)
 
 
 @register(aten.std_mean.correction)
@@ -287,23 +298,48 @@ def kthvalue(x, k, dim=-1, keepdim=False):
     return v, i
 
 
+def _median(x, d, keepdim, ignore_nan):
+    """The lower median along ``d`` and its index. median: a NaN anywhere gives NaN (the first NaN's
+    index), as on CPU; nanmedian: the median of the numbers (sort puts NaN last)."""
+    vals, idx = sort(x, d)
+    n = x.shape[d]
+    if ignore_nan and is_float(x):
+        k = jnp.maximum((jnp.sum(~jnp.isnan(x), axis=d, keepdims=True) - 1) // 2, 0)
+    else:
+        k = jnp.full(x.shape[:d] + (1,) + x.shape[d + 1:], (n - 1) // 2)
+    v = jnp.take_along_axis(vals, k, axis=d)
+    i = jnp.take_along_axis(idx, k, axis=d)
+    if is_float(x) and not ignore_nan:
+        nan = jnp.isnan(x)
+        has_nan = jnp.any(nan, axis=d, keepdims=True)
+        first = jnp.argmax(nan, axis=d, keepdims=True).astype(i.dtype)
+        v = jnp.where(has_nan, jnp.nan, v).astype(x.dtype)
+        i = jnp.where(has_nan, first, i)
+    if not keepdim:
+        v, i = jnp.squeeze(v, d), jnp.squeeze(i, d)
+    return v, i
+
+
 @register(aten.median.default)
-def median_all(x):
+def median_all(x, ignore_nan=False):
     if x.size == 0:  # torch: NaN for floats (integer inputs raise in validate.py)
         return jnp.full((), jnp.nan, x.dtype)
-    flat = jnp.sort(x.reshape(-1))
-    return flat[(flat.shape[0] - 1) // 2]
+    return _median(x.reshape(-1), 0, False, ignore_nan)[0]
 
 
 @register(aten.median.dim)
-def median_dim(x, dim, keepdim=False):
+def median_dim(x, dim, keepdim=False, ignore_nan=False):
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
-    d = dim % x.ndim
-    k = (x.shape[d] - 1) // 2
-    vals, idx = sort(x, d)
-    return (jax.lax.index_in_dim(vals, k, axis=d, keepdims=keepdim),
-            jax.lax.index_in_dim(idx, k, axis=d, keepdims=keepdim))
+    return _median(x, dim % x.ndim, keepdim, ignore_nan)
+
+
+@register(aten.nanmedian.dim)
+def nanmedian_dim(x, dim, keepdim=False):
+    return median_dim(x, dim, keepdim, ignore_nan=True)
+
+
+register(aten.nanmedian.default)(lambda x: median_all(x, ignore_nan=True))
 
 
 @register(aten.count_nonzero.dim_IntList, aten.count_nonzero.default)

@@ -180,3 +180,109 @@ def _view_scatter(view_op):
 validates(aten.diagonal_scatter.default)(_view_scatter(aten.diagonal.default))
 validates(aten.select_scatter.default)(_view_scatter(aten.select.int))
 validates(aten.slice_scatter.default)(_view_scatter(aten.slice.Tensor))
+
+
+# --- softmax of integers, loss parameters, transposed convolution's output padding ------------------
+def _softmax_integral(name):
+    """CPU softmax kernels exist for floating dtypes only (``F.softmax(ints, dtype=...)`` converts first)."""
+    def check(x, dim, half_to_float=False):
+        if x.numel() and not (x.is_floating_point() or x.is_complex()):
+            last = x.dim() == 0 or dim % x.dim() == x.dim() - 1
+            raise NotImplementedError(f'"{name}{"_lastdim" if last else ""}_kernel_impl" not implemented for '
+                                      f"'{_TYPE_NAMES.get(x.dtype, x.dtype)}'")
+
+    return check
+
+
+validates(aten._softmax.default)(_softmax_integral("softmax"))
+validates(aten._log_softmax.default)(_softmax_integral("log_softmax"))
+
+
+@validates(aten.smooth_l1_loss.default)
+def _smooth_l1_beta(x, target, reduction=1, beta=1.0):
+    if beta < 0:
+        raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+
+
+@validates(aten.convolution.default)
+def _output_padding(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    if not transposed:
+        return
+    nd = len(output_padding)
+    names = ("depth", "height", "width")[3 - max(nd, 2):]
+    pad2 = lambda v, fill: ([fill] * (len(names) - nd)) + list(v)  # noqa: E731 - conv1d runs as 2-d on CPU
+    op, st, dl = pad2(output_padding, 0), pad2(stride, 1), pad2(dilation, 1)
+    if any(o >= s and o >= d for o, s, d in zip(op, st, dl)):
+        got = " ".join([f"output_padding_{n}: {v}" for n, v in zip(names, op)] +
+                       [f"stride_{n}: {v}" for n, v in zip(names, st)] +
+                       [f"dilation_{n}: {v}" for n, v in zip(names, dl)])
+        raise RuntimeError(f"output padding must be smaller than either stride or dilation, but got {got}")
+
+
+def _refuse_empty(name):
+    def check(x, *_, **__):
+        if x.numel() == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                               f"Specify the reduction dim with the 'dim' argument.")
+
+    return check
+
+
+validates(aten.max.default)(_refuse_empty("max"))
+validates(aten.min.default)(_refuse_empty("min"))
+
+
+# --- unary kernels CPU has no bool (or integer) version of --------------------------------------------
+_NO_BOOL = {"abs": "abs_cpu", "ceil": "ceil_vml_cpu", "floor": "floor_vml_cpu", "round": "round_vml_cpu",
+            "trunc": "trunc_vml_cpu", "frac": "frac_cpu"}
+
+
+def _refuse_unary(name, kernel):
+    def check(x, *_, **__):
+        if not isinstance(x, torch.Tensor):
+            return
+        if x.dtype == torch.bool and name == "relu":
+            raise RuntimeError("Boolean inputs not supported for relu")
+        if x.dtype == torch.bool or (name == "frac" and not (x.is_floating_point() or x.is_complex())):
+            if kernel is not None:
+                raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+
+    return check
+
+
+for _name, _kernel in (*_NO_BOOL.items(), ("relu", None)):
+    validates(*_functional_overloads(_name))(_refuse_unary(_name, _kernel))
+
+
+# --- binary kernels CPU has for floating dtypes only (or not for bool) --------------------------------
+_FLOAT_ONLY = {"hypot": "hypot_cpu", "nextafter": "nextafter_cpu", "logaddexp": "logaddexp_cpu",
+               "logaddexp2": "logaddexp2_cpu", "lerp": "lerp_kernel_scalar"}
+_NO_BOOL_BINARY = {"bitwise_left_shift": "lshift_cpu", "bitwise_right_shift": "rshift_cpu",
+                   "__lshift__": "lshift_cpu", "__rshift__": "rshift_cpu"}
+
+
+def _refuse_dtype(name, kernel, integers: bool):
+    def check(*args, **kwargs):
+        values = [a for a in (*args, *kwargs.values())
+                  if isinstance(a, torch.Tensor) or type(a) in (bool, int, float)]
+        tensors = [a for a in values if isinstance(a, torch.Tensor)]
+        if not tensors:
+            return
+        dtype = torch.result_type(values[0], values[1]) if len(values) > 1 else tensors[0].dtype
+        if name == "lerp":  # lerp's kernel is chosen by self's dtype (the weight may be a float Scalar)
+            dtype = tensors[0].dtype
+        refused = dtype == torch.bool or (integers and not (dtype.is_floating_point or dtype.is_complex))
+        if refused:
+            if name == "lerp" and len(tensors) > 2:
+                kernel_name = "lerp_kernel_tensor"
+            else:
+                kernel_name = kernel
+            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
+
+    return check
+
+
+for _name, _kernel in _FLOAT_ONLY.items():
+    validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, True))
+for _name, _kernel in _NO_BOOL_BINARY.items():
+    validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, False))

@@ -109,8 +109,24 @@ def mutated_arguments(func) -> list[tuple[int, str]]:
     return out
 
 
+def _signature(args) -> list:
+    return [(a.name, str(a.type)) for a in args]
+
+
+def _overload_with(packet, wanted):
+    """The functional overload of ``packet`` whose (name, type) arguments are ``wanted``, or None."""
+    for ov_name in packet.overloads():
+        ov = getattr(packet, ov_name)
+        args = ov._schema.arguments
+        if not ov.is_view and not any(a.is_out for a in args) and _signature(args) == wanted:
+            return ov
+    return None
+
+
 def functional_variant(func):
-    """The functional overload computing what an in-place or out= overload writes, or None."""
+    """The functional overload computing what an in-place or out= overload writes, or None. Matched by
+    argument names and types: ``pow_.Scalar`` (a Scalar exponent) is ``pow.Tensor_Scalar``, not
+    ``pow.Scalar`` (a Scalar base), ``pow.Tensor_Scalar_out`` is not ``pow.Tensor_Tensor``."""
     if func in _FUNCTIONAL:
         return _FUNCTIONAL[func]
     schema = func._schema
@@ -119,20 +135,14 @@ def functional_variant(func):
     is_out = any(a.is_out for a in schema.arguments)
     if is_out:
         packet = getattr(aten, name, None)
-        wanted = [a.name for a in schema.arguments if not a.is_out]
         if packet is not None:
-            for ov_name in packet.overloads():
-                ov = getattr(packet, ov_name)
-                args = ov._schema.arguments
-                if any(a.is_out for a in args):
-                    continue
-                if [a.name for a in args] == wanted:
-                    result = ov
-                    break
+            result = _overload_with(packet, _signature([a for a in schema.arguments if not a.is_out]))
     elif name.endswith("_") and not name.endswith("__"):
         packet = getattr(aten, name[:-1], None)
         if packet is not None:
-            result = getattr(packet, func._overloadname, None)
+            result = _overload_with(packet, _signature(schema.arguments))
+            if result is None:
+                result = getattr(packet, func._overloadname, None)
             if result is None and func._overloadname == "default":
                 result = getattr(packet, "default", None)
     _FUNCTIONAL[func] = result

@@ -125,7 +125,9 @@ def _pad_mode(mode):
     def lower(x, padding):
         nd = len(padding) // 2
         pads = [(0, 0)] * (x.ndim - nd) + [(padding[2 * (nd - 1 - i)], padding[2 * (nd - 1 - i) + 1]) for i in range(nd)]
-        return jnp.pad(x, pads, mode=mode)
+        # a negative pad crops what the positive pads around the whole input give (torch's index map)
+        y = jnp.pad(x, [(max(a, 0), max(b, 0)) for a, b in pads], mode=mode)
+        return y[tuple(slice(-a if a < 0 else 0, y.shape[i] + b if b < 0 else None) for i, (a, b) in enumerate(pads))]
 
     return lower
 

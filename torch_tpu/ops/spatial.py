@@ -100,6 +100,45 @@ def _ceil_pad(size, k, s, p, d, ceil_mode):
     return out, (p, p + extra)
 
 
+def _max_select(a, b):
+    """The better of two (value, flat index) candidates, as torch's max-pool scan keeps it: the first
+    element of the window (padding, index -1, excluded) unless a later one is greater or NaN: the maximum,
+    ties to the lowest index (a window of -inf gives its first element, not the padding's -1), NaN over
+    numbers, the last NaN among NaNs. An order, so a reduction may combine in any order."""
+    va, ia = a
+    vb, ib = b
+    if jnp.issubdtype(va.dtype, jnp.inexact):
+        na, nb = jnp.isnan(va), jnp.isnan(vb)
+        better = jnp.where(na | nb, nb & (~na | (ib > ia)), (vb > va) | ((vb == va) & (ib < ia)))
+    else:
+        better = (vb > va) | ((vb == va) & (ib < ia))
+    take_b = (ib >= 0) & ((ia < 0) | better)
+    return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
+
+
+@register(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def adaptive_max_pool(x, output_size):
+    """Windows [floor(i*in/out), ceil((i+1)*in/out)) per axis, one axis at a time (the order of
+    ``_max_select`` is row-major, so reducing the last axes first keeps torch's choice among ties)."""
+    nd = len(output_size)
+    spatial = x.shape[-nd:]
+    vals = x
+    inds = jnp.broadcast_to(jnp.arange(math.prod(spatial), dtype=jnp.int64).reshape(spatial), x.shape)
+    for i in reversed(range(nd)):
+        axis = x.ndim - nd + i
+        insz, outsz = spatial[i], output_size[i]
+        starts = [(o * insz) // outsz for o in range(outsz)]
+        ends = [-(-((o + 1) * insz) // outsz) for o in range(outsz)]
+        length = max(e - b for b, e in zip(starts, ends))
+        best = None
+        for j in range(length):
+            idx = jnp.array([min(b + j, e - 1) for b, e in zip(starts, ends)])
+            cand = (jnp.take(vals, idx, axis=axis), jnp.take(inds, idx, axis=axis))
+            best = cand if best is None else _max_select(best, cand)
+        vals, inds = best
+    return vals, inds
+
+
 @register(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
 def max_pool_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,), ceil_mode=False):
     nd = 2 if len(x.shape) in (3, 4) and len(kernel_size) <= 2 else 3
@@ -119,12 +158,7 @@ def max_pool_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,)
     strides = (1, 1) + tuple(s)
     dil = (1, 1) + tuple(d)
 
-    def select(a, b):
-        va, ia = a
-        vb, ib = b
-        take_b = (vb > va) | jnp.isnan(vb) if jnp.issubdtype(va.dtype, jnp.inexact) else vb > va
-        return jnp.where(take_b, vb, va), jnp.where(take_b, ib, ia)
-
+    select = _max_select
     vals, inds = jax.lax.reduce_window((xp, idxp), (neg, jnp.array(-1, jnp.int64)), select, window, strides,
                                        "VALID", window_dilation=dil)
     if unbatched:

@@ -39,9 +39,15 @@ def validates_each_call(*ops) -> Callable:
     return deco
 
 
+def _own(func, kwargs) -> dict:
+    """``kwargs`` without what ``func`` (a functional overload) does not take: an out= form's ``out``."""
+    names = {a.name for a in func._schema.arguments}
+    return {k: v for k, v in kwargs.items() if k in names} if any(k not in names for k in kwargs) else kwargs
+
+
 def run(func, args, kwargs) -> None:
     for check in VALIDATORS.get(func, ()):
-        check(*args, **kwargs)
+        check(*args, **_own(func, kwargs))
 
 
 def each_call(func, dtype):
@@ -52,7 +58,7 @@ def each_call(func, dtype):
 
     def check(args, kwargs):
         for fn in fns:
-            fn(dtype, *args, **kwargs)
+            fn(dtype, *args, **_own(func, kwargs))
 
     return check
 
@@ -91,12 +97,16 @@ def check_graph_call(func, target_func, args, kwargs, out_meta) -> None:
 
 def corrected_meta(func, args, kwargs, meta_out):
     """torch's meta kernel's result where it disagrees with the CPU kernel: ``bool_tensor ** True`` is
-    bool on CPU (the meta kernel says int64)."""
+    bool on CPU (the meta kernel says int64); an unbatched multilabel_margin_loss without reduction is
+    0-d (the meta kernel says (1,))."""
     if func is aten.pow.Tensor_Scalar and isinstance(meta_out, torch.Tensor) and meta_out.dtype != torch.bool:
         x = args[0]
         y = args[1] if len(args) > 1 else kwargs.get("exponent")
         if isinstance(x, torch.Tensor) and x.dtype == torch.bool and type(y) is bool:
             return torch.empty(meta_out.shape, dtype=torch.bool, device="meta")
+    if func is aten.multilabel_margin_loss_forward.default and args[0].dim() <= 1 and \
+            (args[2] if len(args) > 2 else kwargs.get("reduction")) == 0:
+        return torch.empty((), dtype=meta_out[0].dtype, device="meta"), meta_out[1]  # meta says (1,)
     return meta_out
 
 
