@@ -248,11 +248,30 @@ def _check_host_tensors(placeholders, output) -> None:
                     f"torch.compile(backend='tpu'): graph input {i} is a cpu tensor "
                     f"{tuple(p.meta['val'].shape)} that {user.target} uses on the CPU; move it (and the "
                     "module) to 'tpu' first, or compute it outside the compiled function")
-    for val in torch.utils._pytree.tree_leaves([a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-                                               for a in torch.utils._pytree.tree_leaves(output.args)]):
-        if _is_host(val):
+    for node in torch.utils._pytree.tree_leaves(output.args):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+        if _is_host(val) and not _read_back(node):
             raise RuntimeError(f"torch.compile(backend='tpu'): the graph returns a cpu tensor "
                                f"{tuple(val.shape)} computed inside it; compute it outside the compiled function")
+
+
+def _read_back(node) -> bool:
+    """A CPU result that comes from a tpu value copied to the host inside the graph (``x.cpu()``,
+    ``x.tolist()``, ``.numpy()``: dynamo puts the copy in the graph), possibly viewed or computed on
+    after the copy: the program computes it on the device and the runner copies it to the host
+    (``compile._graph_compiler``), which gives what eager gives."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        if not isinstance(n, torch.fx.Node) or n in seen:
+            continue
+        seen.add(n)
+        if n.target is torch.ops.aten._to_copy.default and isinstance(n.args[0], torch.fx.Node):
+            src = n.args[0].meta.get("val")
+            if isinstance(src, torch.Tensor) and src.device.type != "cpu":
+                return True
+        todo.extend(n.all_input_nodes)
+    return False
 
 
 def _check_like_eager(node, func, target) -> None:
