@@ -638,6 +638,259 @@ def _dynamic_none_batches():
                      compiled(f), D.rand(4, 5), atol=1e-6, rtol=1e-6)
 
 
+# ---------------------------------------------------------------------------------------------------
+# captured state changed between calls (a stale program would keep the old value)
+
+
+def _captured_state_changes():
+    def make(d):
+        import torch._dynamo
+        torch._dynamo.reset()
+        st = {"scale": 2.0, "w": torch.arange(3.0, device=d), "mask": torch.tensor([True, False, True])}
+
+        def f(x):
+            return (x * st["scale"] + st["w"]).masked_fill(st["mask"].to(x.device), -1.0)
+
+        return st, (f if d == "cpu" else torch.compile(f, backend="tpu", dynamic=False))
+
+    def change(what):
+        def go(p, x):
+            st, c = p
+            if what == "scale":
+                st["scale"] = -0.5
+            elif what == "w replaced":
+                st["w"] = torch.full((3,), 7.0, device=x.device)
+            elif what == "w in place":
+                st["w"].mul_(3)
+            elif what == "cpu mask in place":
+                st["mask"][1] = True
+            elif what == "cpu mask replaced":
+                st["mask"] = torch.tensor([False, False, True])
+            return c(x)
+        return go
+
+    D.check_sequence([call("first", lambda p, x: p[1](x))]
+                     + [call(w, change(w)) for w in ("scale", "w replaced", "w in place", "cpu mask in place",
+                                                     "cpu mask replaced")],
+                     D.per_device(make), D.rand(3))
+
+
+def _default_dtype_and_grad_mode_changes():
+    def f(x):
+        return x + torch.ones(3, device=x.device), torch.arange(3, device=x.device) * 0.5
+
+    def with_default(dt):
+        def go(c, x):
+            old = torch.get_default_dtype()
+            torch.set_default_dtype(dt)
+            try:
+                return c(x)
+            finally:
+                torch.set_default_dtype(old)
+        return go
+
+    D.check_sequence([call("float32", with_default(torch.float32)), call("float64", with_default(torch.float64)),
+                      call("float32 again", with_default(torch.float32))], compiled(f, dynamic=False), D.rand(3))
+
+
+def _parameter_swaps_and_hooks():
+    def make(d):
+        import torch._dynamo
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = torch.nn.Linear(3, 2).to(d)
+        return m, (m if d == "cpu" else torch.compile(m, backend="tpu", dynamic=False))
+
+    def grads(p, x):
+        m, c = p
+        m.zero_grad(set_to_none=True)
+        out = c(x)
+        out.sum().backward()
+        return out, m.weight.grad, m.bias.grad
+
+    def new_weight(p, x):
+        p[0].weight = torch.nn.Parameter(torch.full((2, 3), 0.25, device=x.device))
+        return grads(p, x)
+
+    def freeze_bias(p, x):
+        p[0].bias.requires_grad_(False)
+        return grads(p, x)
+
+    def hook(p, x):
+        p[0].register_forward_hook(lambda mod, inp, out: out * 10)
+        return grads(p, x)
+
+    def pre_hook(p, x):
+        p[0].register_forward_pre_hook(lambda mod, inp: (inp[0] + 1,))
+        return grads(p, x)
+
+    D.check_sequence([call("first", grads), call("weight replaced", new_weight), call("bias frozen", freeze_bias),
+                      call("forward hook", hook), call("pre hook", pre_hook)],
+                     D.per_device(make), D.rand(4, 3), atol=1e-5, rtol=1e-5)
+
+
+def _aliased_inputs():
+    def f(a, b):
+        a.add_(1)
+        return b * 2, a.sum()
+
+    D.check_sequence([
+        call("distinct", lambda c, x: c(x[0].clone(), x[1])),
+        call("same tensor twice", lambda c, x: c(x[0], x[0])),
+        call("overlapping views", lambda c, x: c(x[:, 0:2], x[:, 1:3])),
+        call("view and base", lambda c, x: c(x[1], x)),
+        call("distinct again", lambda c, x: c(x[2], x[0])),
+    ], compiled(f, dynamic=False), D.rand(3, 3))
+
+
+def _views_of_outputs():
+    """Outputs that view another output (an inference graph returned each as its own array: writes
+    through ``a[0]`` were not seen in ``a``, a silent wrong result)."""
+    def f(x):
+        a = x * 2
+        return a, a[0], a.t(), a.view(-1)[1:]
+
+    def mutate(c, x):
+        a, row, t, tail = c(x)
+        row.add_(100)
+        t[1, 1] = -7
+        tail.mul_(2)
+        return a, row, t, tail
+
+    def inplace_returned(x):
+        x.add_(1)
+        return x, x[0]
+
+    def mutate_returned(c2, x):
+        out, row = c2(x)
+        row.zero_()
+        return out, row, out is x
+
+    def mutate_grad(c, x):
+        x = x.detach().clone().requires_grad_()
+        a, row, t, tail = c(x)
+        row.add_(100)
+        t[1, 1] = -7
+        (a * torch.arange(9.0, device=x.device).reshape(3, 3)).sum().backward()
+        return a, row, t, x.grad
+
+    D.check_sequence([call("views of an output mutated", mutate), call("again", mutate),
+                      call("with grad", mutate_grad), call("no grad again", mutate)],
+                     compiled(f, dynamic=False), D.rand(3, 3))
+    D.check_sequence([call("input returned", mutate_returned), call("input returned again", mutate_returned)],
+                     compiled(inplace_returned, dynamic=False), D.rand(3, 3))
+
+
+def _errors_between_calls():
+    def f(x, y):
+        if x.shape[0] > 3:
+            raise ValueError("too long")
+        return (x @ y).relu()
+
+    D.check_sequence([
+        call("ok", lambda c, x, y: c(x, y)),
+        call("shape mismatch", lambda c, x, y: c(x, y.t())),
+        call("python raise", lambda c, x, y: c(torch.cat([x, x]), y)),
+        call("ok again", lambda c, x, y: c(x, y)),
+        call("wrong dtype", lambda c, x, y: c(x, y.double())),
+        call("ok after all", lambda c, x, y: c(x * 2, y)),
+    ], compiled(f, dynamic=False), D.rand(2, 3), D.rand(3, 2, seed=2), atol=1e-5, rtol=1e-5)
+
+
+def _backward_errors_and_inner_backward():
+    def f(x, w):
+        return (x * w).sum()
+
+    def twice_no_retain(c, x, w):
+        w = w.detach().clone().requires_grad_()
+        out = c(x, w)
+        out.backward()
+        out.backward()  # raises like CPU: the graph was freed
+        return w.grad
+
+    def after(c, x, w):
+        w = w.detach().clone().requires_grad_()
+        out = c(x, w)
+        out.backward()
+        return w.grad
+
+    def inner(x, w):
+        w = w.detach().clone().requires_grad_()
+        loss = (x * w).sin().sum()
+        loss.backward()
+        return w.grad * 2
+
+    D.check_sequence([call("backward twice", twice_no_retain), call("after", after)],
+                     compiled(f, dynamic=False), D.rand(3), D.rand(3, seed=3), atol=1e-5, rtol=1e-5)
+    D.check_sequence([call("backward inside", lambda c, x, w: c(x, w)), call("again", lambda c, x, w: c(x, w))],
+                     compiled(inner, dynamic=False), D.rand(3), D.rand(3, seed=3), atol=1e-5, rtol=1e-5)
+
+
+def _grad_mode_inside():
+    def f(x, w):
+        with torch.no_grad():
+            s = (x * w).sum()
+        with torch.enable_grad():
+            t = (x * w).sum()
+        return s, t, s.requires_grad, t.requires_grad
+
+    def outer_no_grad(c, x, w):
+        w = w.detach().clone().requires_grad_()
+        with torch.no_grad():
+            return c(x, w)
+
+    def with_grad(c, x, w):
+        w = w.detach().clone().requires_grad_()
+        s, t, a, b = c(x, w)
+        t.backward()
+        return s, t, a, b, w.grad
+
+    D.check_sequence([call("grad", with_grad), call("outer no_grad", outer_no_grad), call("grad again", with_grad)],
+                     compiled(f, dynamic=False), D.rand(3), D.rand(3, seed=3), atol=1e-5, rtol=1e-5)
+
+
+def _structured_returns():
+    import collections
+    Pair = collections.namedtuple("Pair", "a b")
+
+    def f(x):
+        return {"sum": x.sum(), "list": [x * 2, (x.shape, x.dtype)], "pair": Pair(x - 1, x.numel()),
+                "none": None, "int": int(x.shape[0]) * 3}
+
+    D.check_sequence([call("dict", lambda c, x: c(x)), call("other shape", lambda c, x: c(x[:2]))],
+                     compiled(f), D.rand(3))
+
+
+def _vmap_and_double_compile():
+    def f(x):
+        return (x * x.sum()).sin()
+
+    def vm(c, x):
+        return torch.func.vmap(c)(x)
+
+    def compile_twice(d):
+        import torch._dynamo
+        torch._dynamo.reset()
+        if d == "cpu":
+            return f
+        return torch.compile(torch.compile(f, backend="tpu", dynamic=False), backend="tpu", dynamic=False)
+
+    D.check_sequence([call("vmap", vm), call("plain", lambda c, x: c(x[0]))], compiled(f, dynamic=False),
+                     D.rand(2, 3), atol=1e-5, rtol=1e-5)
+    D.check_sequence([call("compiled twice", lambda c, x: c(x)), call("again", lambda c, x: c(x * 2))],
+                     D.per_device(compile_twice), D.rand(2, 3), atol=1e-5, rtol=1e-5)
+
+
+def _int_overflow_and_promotion():
+    def f(x, s):
+        return x * s, x + 200, (x * 100).to(torch.int8), x // -2, x % 3
+
+    D.check_sequence([call("int8 * 3", lambda c, x: c(x, 3)), call("int8 * 3.5", lambda c, x: c(x, 3.5)),
+                      call("int8 * -1", lambda c, x: c(x, -1)),
+                      call("int8 * True", lambda c, x: c(x, True))],
+                     compiled(f, dynamic=False), torch.tensor([1, -7, 100, 127, -128], dtype=torch.int8))
+
+
 ISOLATED_CASES = {
     "recompile_dtype": _recompile_dtype,
     "recompile_requires_grad": _recompile_requires_grad,
@@ -670,6 +923,17 @@ ISOLATED_CASES = {
     "compile_method_nested_twice": _compile_method_nested_twice,
     "options_modes": _options_modes,
     "dynamic_none_batches": _dynamic_none_batches,
+    "captured_state_changes": _captured_state_changes,
+    "default_dtype_and_grad_mode_changes": _default_dtype_and_grad_mode_changes,
+    "parameter_swaps_and_hooks": _parameter_swaps_and_hooks,
+    "aliased_inputs": _aliased_inputs,
+    "views_of_outputs": _views_of_outputs,
+    "errors_between_calls": _errors_between_calls,
+    "backward_errors_and_inner_backward": _backward_errors_and_inner_backward,
+    "grad_mode_inside": _grad_mode_inside,
+    "structured_returns": _structured_returns,
+    "vmap_and_double_compile": _vmap_and_double_compile,
+    "int_overflow_and_promotion": _int_overflow_and_promotion,
 }
 
 
