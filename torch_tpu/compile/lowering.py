@@ -357,7 +357,7 @@ def graph_compiler(kind: str):
             counters.add("graph_compiles", 1)
             _DEVICE_CHECKS[key] = plan.device_checks
 
-        out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in out_vals]
+        out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else _scalar_type(v) for v in out_vals]
         run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
                       [i for i, _ in plan.writebacks], layouts, frozenset(tokens))
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
@@ -417,6 +417,18 @@ def _in_memory_order(program, layouts):
     return fn
 
 
+def _scalar_type(v):
+    """The Python type of a graph output that is a number (a size computed from a shape a per-shape
+    program fixed, ``specialize.py``): the program returns it as an array, the caller gets the number."""
+    if isinstance(v, (bool, torch.SymBool)):
+        return bool
+    if isinstance(v, (int, torch.SymInt)):
+        return int
+    if isinstance(v, (float, torch.SymFloat)):
+        return float
+    return None
+
+
 def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
             tokens=frozenset()):
     device = None
@@ -454,7 +466,9 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []
         for o, dt, lay in zip(outs, out_dtypes, layouts or [None] * len(out_dtypes)):
-            if dt is None or o is None:
+            if dt in (bool, int, float):  # a Python number the graph returns (x.shape[0] * 3)
+                result.append(o if o is None or type(o) is dt else dt(o))
+            elif dt is None or o is None:
                 result.append(o)
             else:
                 result.append(new_full(o, dt) if lay is None else new_strided(o, lay[0], lay[1], dt))
