@@ -535,7 +535,9 @@ def _compiled_optimizer_steps(opt_cls, **kw):
             step = opt.step if d == "cpu" else torch.compile(opt.step, backend="tpu", dynamic=False)
             x = D.rand(4, 3).to(d)
             outs = []
-            for i in range(3):
+            for i in range(4):
+                if i == 2:  # a changed hyperparameter: the step must not reuse the old lr
+                    opt.param_groups[0]["lr"] *= 0.1
                 opt.zero_grad()
                 (m(x) * (i + 1)).pow(2).sum().backward()
                 step()
@@ -905,6 +907,59 @@ def _int_overflow_and_promotion():
                      compiled(f, dynamic=False), torch.tensor([1, -7, 100, 127, -128], dtype=torch.int8))
 
 
+def _inference_tensors_and_mutated_nonleaf():
+    def f(x, w):
+        x.mul_(2)
+        return (x * w).sum()
+
+    def nonleaf(c, x, w):
+        w = w.detach().clone().requires_grad_()
+        leaf = x.detach().clone().requires_grad_()
+        y = leaf * 1
+        out = c(y, w)
+        out.backward()
+        return out, y, leaf.grad, w.grad
+
+    def inference_input(c, x, w):
+        with torch.inference_mode():
+            xi = x * 1
+        w = w.detach().clone().requires_grad_()
+        out = c(xi, w)  # in-place on an inference tensor outside inference mode: CPU raises
+        return out
+
+    def inference_input_no_write(c, x, w):
+        with torch.inference_mode():
+            xi = x * 1
+        return c(xi.clone(), w)
+
+    D.check_sequence([call("non-leaf input mutated, backward", nonleaf),
+                      call("inference tensor written", inference_input),
+                      call("inference tensor cloned", inference_input_no_write),
+                      call("non-leaf again", nonleaf)],
+                     compiled(f, cpu="eager", dynamic=False), D.rand(3), D.rand(3, seed=4), atol=1e-5, rtol=1e-5)
+
+
+def _cpu_inputs_to_tpu_compiled():
+    """A function compiled for the tpu called with CPU tensors: the same result as on CPU (or a clear
+    error), then tpu inputs still work."""
+    import torch._dynamo
+
+    def f(x):
+        return (x * 2).sum(0)
+
+    torch._dynamo.reset()
+    c = torch.compile(f, backend="tpu", dynamic=False)
+    x = D.rand(3, 2)
+    try:
+        got = c(x.clone())
+    except Exception as e:  # noqa: BLE001
+        assert D.is_clear(e), f"[unclear error] {type(e).__name__}: {e}"
+    else:
+        assert got.device.type == "cpu", f"[wrong device] {got.device}"
+        D.assert_same(f(x), D.read(got), where="cpu input")
+    D.assert_same(f(x), D.read(c(x.to(D.DEV))), where="tpu input after")
+
+
 ISOLATED_CASES = {
     "recompile_dtype": _recompile_dtype,
     "recompile_requires_grad": _recompile_requires_grad,
@@ -948,6 +1003,8 @@ ISOLATED_CASES = {
     "structured_returns": _structured_returns,
     "vmap_and_double_compile": _vmap_and_double_compile,
     "int_overflow_and_promotion": _int_overflow_and_promotion,
+    "inference_tensors_and_mutated_nonleaf": _inference_tensors_and_mutated_nonleaf,
+    "cpu_inputs_to_tpu_compiled": _cpu_inputs_to_tpu_compiled,
 }
 
 

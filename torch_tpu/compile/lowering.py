@@ -437,6 +437,13 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
     def run(args):
         nonlocal device
         targets = [args[i] for i in written]  # inputs the graph writes (their new values come last)
+        for t in targets:
+            if isinstance(t, torch.Tensor) and t.is_inference() and not torch.is_inference_mode_enabled():
+                # eager's in-place kernels refuse this; the program's write-back bypasses them
+                raise RuntimeError(
+                    "torch.compile(backend='tpu'): inplace update to inference tensor outside InferenceMode "
+                    f"is not allowed (a graph input {tuple(t.shape)}:{t.dtype} the graph writes). You can "
+                    "make a clone to get a normal tensor before doing inplace update.")
         arrays = []
         for i, x in enumerate(args):
             if i in tokens:  # an effect token (None, or an empty tensor): no value in the program
