@@ -126,18 +126,19 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
         gm, fakes,
         fw_compiler=_graph_compiler(lowering.graph_compiler("forward")),
         bw_compiler=_graph_compiler(lowering.graph_compiler("backward")),
-        inference_compiler=_graph_compiler(lowering.graph_compiler("inference")),
+        inference_compiler=_graph_compiler(lowering.graph_compiler("inference"), inference=True),
         decompositions={**lowering.decompositions(), **composites.decompositions()},
         # an inference graph's writes to its inputs stay in the graph (the program writes them back)
         keep_inference_input_mutations=True,
     )
 
 
-def _graph_compiler(graph_compiler):
+def _graph_compiler(graph_compiler, inference=False):
     """AOTAutograd's compiler for one aten graph (``lowering.graph_compiler``), run outside the fake mode
     AOTAutograd traced in (graph constants are real tensors). The program computes every output on the
     device; an output torch puts on the CPU (``x.cpu()`` inside the compiled region) is copied there, as
-    eager would return it."""
+    eager would return it; an inference graph's outputs that view another output are made views of it
+    (``_output_views``)."""
 
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -148,11 +149,16 @@ def _graph_compiler(graph_compiler):
         host = [i for i, o in enumerate(out_node.args[0])
                 if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
                 and o.meta["val"].device.type == "cpu"]
-        if not host:
+        views = _output_views(out_node) if inference else []
+        if not host and not views:
             return run
 
         def run_with_host_outputs(args):
             outs = run(args)
+            for k, b, size, stride, offset in views:
+                base = outs[b]
+                if base is not None and outs[k] is not None and base.is_contiguous():
+                    outs[k] = base.as_strided(size, stride, base.storage_offset() + offset)
             for i in host:
                 if outs[i] is not None:
                     outs[i] = outs[i].cpu()
@@ -162,6 +168,47 @@ def _graph_compiler(graph_compiler):
         return run_with_host_outputs
 
     return compile_graph
+
+
+def _output_views(out_node) -> list:
+    """Outputs of an inference graph that are views of another output (``a = x * 2; return a, a[0],
+    a.t()``): eager returns views of ``a``, so writing through one is seen through ``a``. AOTAutograd
+    regenerates such views only when they require grad (its ``alias_of_intermediate`` outputs); other
+    backends keep them views because their graphs run view ops on real storage, while the program
+    returns each output as its own array. Found on the traced values (one fake storage) and made views
+    of the base output with the same size, stride and offset: [(output, base output, size, stride,
+    offset)]. The base is an output that covers its whole storage, contiguous; outputs that only
+    overlap each other (no output is their base) stay separate arrays."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+    from torch._guards import TracingContext
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    ctx = TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    if meta is None:
+        return []
+    vals = out_node.args[0]
+    first = meta.num_mutated_inp_runtime_indices
+    groups: dict = {}
+    for j, info in enumerate(meta.output_info):
+        k = first + j
+        if info.output_type != OutputType.non_alias or k >= len(vals) or not isinstance(vals[k], torch.fx.Node):
+            continue
+        v = vals[k].meta.get("val")
+        if isinstance(v, torch.Tensor) and v.device.type != "cpu" and v.layout == torch.strided:
+            groups.setdefault(StorageWeakRef(v.untyped_storage()), []).append((k, v))
+    views = []
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        base = next(((k, v) for k, v in members if v.storage_offset() == 0 and v.is_contiguous()
+                     and v.numel() * v.element_size() == v.untyped_storage().nbytes()), None)
+        if base is None:
+            continue
+        for k, v in members:
+            if k != base[0] and v.dtype == base[1].dtype:
+                views.append((k, base[0], tuple(v.shape), tuple(v.stride()), v.storage_offset()))
+    return views
 
 
 def _static_unless_asked():

@@ -4,6 +4,10 @@
 the foreach devices) have no entry in torch's decomposition tables; their CompositeExplicitAutograd
 kernels are loops of per-tensor aten ops. Traced through that kernel, a compiled optimizer step becomes
 per-tensor ops the op table lowers, exactly as eager mode runs them (``eager/fallbacks.py``).
+
+Dynamo itself writes some in-place methods with inductor's ``prims.fma`` (``addcmul_``/``addcdiv_`` with
+``value=``, ``add_`` with a tensor ``alpha``: ``AdamW(foreach=False)``'s step): it decomposes to
+``a * b + c``, what the prim's own reference computes.
 """
 from __future__ import annotations
 
@@ -19,8 +23,14 @@ _TABLE = None
 def decompositions() -> dict:
     global _TABLE
     if _TABLE is None:
-        _TABLE = _foreach_composites()
+        _TABLE = {**_foreach_composites(), **_inductor_prims()}
     return _TABLE
+
+
+def _inductor_prims() -> dict:
+    from torch._inductor import inductor_prims  # noqa: F401  (defines torch.ops.prims.fma)
+
+    return {torch.ops.prims.fma.default: lambda a, b, c: a * b + c}
 
 
 def _foreach_composites() -> dict:

@@ -248,11 +248,30 @@ def _check_host_tensors(placeholders, output) -> None:
                     f"torch.compile(backend='tpu'): graph input {i} is a cpu tensor "
                     f"{tuple(p.meta['val'].shape)} that {user.target} uses on the CPU; move it (and the "
                     "module) to 'tpu' first, or compute it outside the compiled function")
-    for val in torch.utils._pytree.tree_leaves([a.meta.get("val") if isinstance(a, torch.fx.Node) else a
-                                               for a in torch.utils._pytree.tree_leaves(output.args)]):
-        if _is_host(val):
+    for node in torch.utils._pytree.tree_leaves(output.args):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+        if _is_host(val) and not _read_back(node):
             raise RuntimeError(f"torch.compile(backend='tpu'): the graph returns a cpu tensor "
                                f"{tuple(val.shape)} computed inside it; compute it outside the compiled function")
+
+
+def _read_back(node) -> bool:
+    """A CPU result that comes from a tpu value copied to the host inside the graph (``x.cpu()``,
+    ``x.tolist()``, ``.numpy()``: dynamo puts the copy in the graph), possibly viewed or computed on
+    after the copy: the program computes it on the device and the runner copies it to the host
+    (``compile._graph_compiler``), which gives what eager gives."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        if not isinstance(n, torch.fx.Node) or n in seen:
+            continue
+        seen.add(n)
+        if n.target is torch.ops.aten._to_copy.default and isinstance(n.args[0], torch.fx.Node):
+            src = n.args[0].meta.get("val")
+            if isinstance(src, torch.Tensor) and src.device.type != "cpu":
+                return True
+        todo.extend(n.all_input_nodes)
+    return False
 
 
 def _check_like_eager(node, func, target) -> None:
@@ -338,7 +357,7 @@ def graph_compiler(kind: str):
             counters.add("graph_compiles", 1)
             _DEVICE_CHECKS[key] = plan.device_checks
 
-        out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else None for v in out_vals]
+        out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else _scalar_type(v) for v in out_vals]
         run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
                       [i for i, _ in plan.writebacks], layouts, frozenset(tokens))
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
@@ -398,6 +417,18 @@ def _in_memory_order(program, layouts):
     return fn
 
 
+def _scalar_type(v):
+    """The Python type of a graph output that is a number (a size computed from a shape a per-shape
+    program fixed, ``specialize.py``): the program returns it as an array, the caller gets the number."""
+    if isinstance(v, (bool, torch.SymBool)):
+        return bool
+    if isinstance(v, (int, torch.SymInt)):
+        return int
+    if isinstance(v, (float, torch.SymFloat)):
+        return float
+    return None
+
+
 def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
             tokens=frozenset()):
     device = None
@@ -406,6 +437,13 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
     def run(args):
         nonlocal device
         targets = [args[i] for i in written]  # inputs the graph writes (their new values come last)
+        for t in targets:
+            if isinstance(t, torch.Tensor) and t.is_inference() and not torch.is_inference_mode_enabled():
+                # eager's in-place kernels refuse this; the program's write-back bypasses them
+                raise RuntimeError(
+                    "torch.compile(backend='tpu'): inplace update to inference tensor outside InferenceMode "
+                    f"is not allowed (a graph input {tuple(t.shape)}:{t.dtype} the graph writes). You can "
+                    "make a clone to get a normal tensor before doing inplace update.")
         arrays = []
         for i, x in enumerate(args):
             if i in tokens:  # an effect token (None, or an empty tensor): no value in the program
@@ -435,7 +473,9 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []
         for o, dt, lay in zip(outs, out_dtypes, layouts or [None] * len(out_dtypes)):
-            if dt is None or o is None:
+            if dt in (bool, int, float):  # a Python number the graph returns (x.shape[0] * 3)
+                result.append(o if o is None or type(o) is dt else dt(o))
+            elif dt is None or o is None:
                 result.append(o)
             else:
                 result.append(new_full(o, dt) if lay is None else new_strided(o, lay[0], lay[1], dt))
