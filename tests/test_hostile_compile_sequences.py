@@ -1039,9 +1039,6 @@ XFAIL = {
     "double_backward": "the second backward through a compiled graph fails with autograd's 'differentiated Tensor "
                        "... not used in the graph' (the compiled backward's graph hangs off a size-0 CPU leaf, not "
                        "the input) instead of AOTAutograd's 'does not currently support double backward'",
-    "overlapping_output_views": "outputs that overlap in an intermediate no output covers (a[0:2], a[1:3]) come "
-                                "back as separate arrays: a write through one is not seen through the other "
-                                "(only views of a whole output are rebuilt as views, compile._output_views)",
     "resize_input": "x.resize_(6) on a graph input: AOTAutograd's TpuTensor.__tensor_unflatten__ shape assertion "
                     "(CPU aot_eager resizes and returns)",
 }

@@ -143,13 +143,14 @@ def _graph_compiler(graph_compiler, inference=False):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        n_outputs = len(out_node.args[0])
+        views = _output_views(gm, out_node) if inference else []  # may add hidden base outputs
         with unset_fake_temporarily():
             run = graph_compiler(gm, example_inputs)
-        out_node = next(n for n in gm.graph.nodes if n.op == "output")
-        host = [i for i, o in enumerate(out_node.args[0])
+        host = [i for i, o in enumerate(out_node.args[0][:n_outputs])
                 if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
                 and o.meta["val"].device.type == "cpu"]
-        views = _output_views(out_node) if inference else []
         if not host and not views:
             return run
 
@@ -159,6 +160,7 @@ def _graph_compiler(graph_compiler, inference=False):
                 base = outs[b]
                 if base is not None and outs[k] is not None and base.is_contiguous():
                     outs[k] = base.as_strided(size, stride, base.storage_offset() + offset)
+            del outs[n_outputs:]  # the hidden bases
             for i in host:
                 if outs[i] is not None:
                     outs[i] = outs[i].cpu()
@@ -170,15 +172,16 @@ def _graph_compiler(graph_compiler, inference=False):
     return compile_graph
 
 
-def _output_views(out_node) -> list:
+def _output_views(gm, out_node) -> list:
     """Outputs of an inference graph that are views of another output (``a = x * 2; return a, a[0],
     a.t()``): eager returns views of ``a``, so writing through one is seen through ``a``. AOTAutograd
     regenerates such views only when they require grad (its ``alias_of_intermediate`` outputs); other
     backends keep them views because their graphs run view ops on real storage, while the program
     returns each output as its own array. Found on the traced values (one fake storage) and made views
     of the base output with the same size, stride and offset: [(output, base output, size, stride,
-    offset)]. The base is an output that covers its whole storage, contiguous; outputs that only
-    overlap each other (no output is their base) stay separate arrays."""
+    offset)]. The base is an output that covers its whole storage, contiguous; where no output does
+    (``return a[0:2], a[1:3]``), the graph node that made that storage becomes a hidden extra output
+    (the caller drops it after making the views)."""
     from torch._functorch._aot_autograd.schemas import OutputType
     from torch._guards import TracingContext
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -201,10 +204,19 @@ def _output_views(out_node) -> list:
     for members in groups.values():
         if len(members) < 2:
             continue
-        base = next(((k, v) for k, v in members if v.storage_offset() == 0 and v.is_contiguous()
-                     and v.numel() * v.element_size() == v.untyped_storage().nbytes()), None)
+        def whole(v):
+            return (isinstance(v, torch.Tensor) and v.storage_offset() == 0 and v.is_contiguous()
+                    and v.numel() * v.element_size() == v.untyped_storage().nbytes())
+
+        base = next(((k, v) for k, v in members if whole(v)), None)
         if base is None:
-            continue
+            storage = StorageWeakRef(members[0][1].untyped_storage())
+            node = next((n for n in gm.graph.nodes if n.op == "call_function" and whole(n.meta.get("val"))
+                         and StorageWeakRef(n.meta["val"].untyped_storage()) == storage), None)
+            if node is None:
+                continue
+            out_node.args = (tuple(out_node.args[0]) + (node,),) + tuple(out_node.args[1:])
+            base = (len(out_node.args[0]) - 1, node.meta["val"])
         for k, v in members:
             if k != base[0] and v.dtype == base[1].dtype:
                 views.append((k, base[0], tuple(v.shape), tuple(v.stride()), v.storage_offset()))
