@@ -5,7 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..runtime import dtypes
 from .checks import index_in_range, require
+from .refusals import _TYPE_NAMES
 from .registry import aten, register
 from ._util import is_value
 
@@ -305,7 +307,8 @@ def bincount(x, weights=None, minlength=0):
     """The output's length is the input's maximum + 1: computed on the host, as the CPU kernel."""
     a = np.asarray(x)
     if not np.issubdtype(a.dtype, np.integer):
-        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{_TYPE_NAME.get(a.dtype, a.dtype)}\'')
+        dtype = dtypes.to_torch_dtype(a.dtype)
+        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
     if a.ndim != 1 or (a.size and a.min() < 0):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:
@@ -326,8 +329,3 @@ def repeat_interleave_tensor(repeats, output_size=None):
     if r.size and r.min() < 0:
         raise RuntimeError("repeats can not be negative")
     return jnp.asarray(np.repeat(np.arange(r.shape[0]), r).astype(np.int64))
-
-
-_TYPE_NAME = {jnp.dtype(jnp.float32): "Float", jnp.dtype(jnp.float64): "Double", jnp.dtype(jnp.float16): "Half",
-              jnp.dtype(jnp.bfloat16): "BFloat16", jnp.dtype(jnp.bool_): "Bool"}
-
