@@ -74,3 +74,51 @@ def test_fftfreq_dtypes():
     D.check(lambda x: [torch.fft.fftfreq(7, 0.3, device=x.device), torch.fft.fftfreq(8, dtype=torch.float64, device=x.device),
                        torch.fft.rfftfreq(9, 2.0, device=x.device), torch.fft.rfftfreq(1, device=x.device)],
             D.rand(2), modes=ALL)
+
+
+# ---------------------------------------------------------------------------------------------------
+# torch.special: each raised NotImplementedError (prims.ndtri/erfcx/zeta/igamma/igammac/frexp, ...).
+# Inputs include 0, -0, ±inf, NaN and the tails; no subnormals (XLA flushes them to zero: README).
+_X = torch.cat([torch.tensor([0., -0., 1., -1., 0.5, float("inf"), -float("inf"), float("nan"), 30., -30., 1e5, -40.,
+                              9.2, 1e-30]), torch.linspace(-10, 10, 41)])
+_P = torch.cat([torch.tensor([0., 1., 0.5, -0.1, 1.1, 1e-30, 1 - 1e-7, float("nan")]), torch.linspace(0.001, 0.999, 50)])
+_A = torch.tensor([0.5, 1., 2., 3.5, 10., 0., -1., float("inf"), 1.0, 2.0, float("nan"), 5., float("inf")])
+_B = torch.tensor([0.3, 1., 5., 0., 9., 1., 1., 1., float("inf"), -1., 1., 0., float("inf")])
+_Q = torch.tensor([1., 2., 0.5, -1., -0.5, 0., -2.5, 3., 1., 1., 2.])
+_ZX = torch.tensor([float("inf")] * 8 + [2., 1., 0.5])
+
+SPECIAL_CASES = {
+    "normal_cdf_family": (lambda x, p: [torch.special.ndtri(p), torch.special.log_ndtr(x), torch.special.ndtr(x),
+                                        torch.special.erfcx(x), torch.special.ndtri(p.double()),
+                                        torch.special.erfcx(x.double()), torch.special.ndtri(torch.tensor(
+                                            [0, 1], device=x.device))], (_X, _P)),
+    "incomplete_gamma": (lambda a, b: [torch.igamma(a, b), torch.igammac(a, b), torch.igamma(a.double(), b.double()),
+                                       torch.special.gammainc(a, b), torch.special.gammaincc(b.abs(), a.abs())],
+                         (_A, _B)),
+    "hurwitz_zeta": (lambda x, q: [torch.special.zeta(x, q), torch.special.zeta(2.0, q.abs() + 0.5),
+                                   torch.special.zeta(x[-3:].abs() + 1.5, 2.0), torch.special.zeta(x.double(), q)],
+                     (_ZX, _Q)),
+    "bessel": (lambda x: [torch.special.modified_bessel_i0(x), torch.special.modified_bessel_i1(x),
+                          torch.special.spherical_bessel_j0(x), torch.special.spherical_bessel_j0(x * 1e-3)], (_X,)),
+    "frexp": (lambda x: [*torch.frexp(x), *torch.frexp(x.double()), *torch.frexp(x.half())], (_X,)),
+    "half_refused_as_cpu": (lambda x: torch.special.erfcx(x.half()), (_X,)),
+    "bfloat16_refused_as_cpu": (lambda x: torch.special.zeta(x.bfloat16(), x.bfloat16()), (_X,)),
+    "integer_inputs": (lambda x: [torch.special.zeta(x.long() + 2, x.long()), torch.special.log_ndtr(x.long())], (_X[8:],)),
+    "integer_refused_as_cpu": (lambda x: torch.igammac(x.long(), x.long() + 1), (_X[8:],)),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECIAL_CASES))
+def test_special(name):
+    fn, inputs = SPECIAL_CASES[name]
+    D.check(fn, *inputs, modes=ALL, atol=1e-6, rtol=2e-5)
+
+
+def test_special_backward():
+    def loss(x):
+        x = x.clone().requires_grad_()
+        y = torch.special.ndtri(torch.sigmoid(x)).sum() + torch.special.log_ndtr(x).sum() + torch.special.erfcx(x).sum()
+        y.backward()
+        return y, x.grad
+
+    D.check(loss, torch.linspace(-3, 3, 13), modes=ALL, atol=1e-5, rtol=1e-4)

@@ -286,3 +286,28 @@ for _name, _kernel in _FLOAT_ONLY.items():
     validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, True))
 for _name, _kernel in _NO_BOOL_BINARY.items():
     validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, False))
+
+
+# --- special functions whose CPU kernels take some dtypes only -----------------------------------------
+_HALF = (torch.float16, torch.bfloat16)
+_INTEGRAL = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+_KERNEL_DTYPES_REFUSED = {"special_ndtri": ("ndtri_cpu", _HALF), "special_erfcx": ("erfcx_cpu", _HALF),
+                          "special_log_ndtr": ("log_ndtr_cpu", _HALF),
+                          "special_modified_bessel_i0": ("modified_bessel_i0_cpu", _HALF),
+                          "special_modified_bessel_i1": ("modified_bessel_i1_cpu", _HALF),
+                          "special_spherical_bessel_j0": ("spherical_bessel_j0_cpu", _HALF),
+                          "special_zeta": ("zeta_cpu", _HALF), "igamma": ("igamma_cpu", _INTEGRAL),
+                          "igammac": ("igammac_cpu", _INTEGRAL)}
+
+
+def _refuse_dtypes(kernel, refused):
+    def check(*args, **kwargs):
+        for a in (*args, *kwargs.values()):
+            if isinstance(a, torch.Tensor) and a.dtype in refused:
+                raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES[a.dtype]}\'')
+
+    return check
+
+
+for _name, (_kernel, _refused) in _KERNEL_DTYPES_REFUSED.items():
+    validates(*_functional_overloads(_name))(_refuse_dtypes(_kernel, _refused))

@@ -98,3 +98,73 @@ def logit(x, eps=None):
     if eps is not None:  # CPU's x < lo ? lo : (x > hi ? hi : x): for eps > 0.5 not a clip
         x = jnp.where(x < eps, jnp.asarray(eps, x.dtype), jnp.where(x > 1 - eps, jnp.asarray(1 - eps, x.dtype), x))
     return jnp.log(x / (1 - x))
+
+
+def _in_float64_for_float32(fn):
+    """JAX's float32 forms lose range torch keeps (erfcx(9.2) is 0, ndtri of a subnormal is -inf): compute
+    float32 in float64 and round once."""
+    def lower(x):
+        x = upcast(to_float(jnp.asarray(x)))
+        return fn(x.astype(jnp.float64) if x.dtype == jnp.float32 else x).astype(x.dtype)
+
+    return lower
+
+
+register(aten.special_ndtri.default, _PRIMS.ndtri.default)(_in_float64_for_float32(jax.scipy.special.ndtri))
+register(aten.special_erfcx.default, _PRIMS.erfcx.default)(_in_float64_for_float32(jax.scipy.special.erfcx))
+register(aten.special_log_ndtr.default)(_float(jax.scipy.special.log_ndtr))
+register(aten.special_ndtr.default)(_float(jax.scipy.special.ndtr))
+register(aten.special_modified_bessel_i0.default)(_float(jax.scipy.special.i0))
+register(aten.special_modified_bessel_i1.default)(_float(jax.scipy.special.i1))
+
+
+@register(aten.special_spherical_bessel_j0.default, _PRIMS.spherical_bessel_j0.default)
+def spherical_bessel_j0(x):
+    x = upcast(to_float(jnp.asarray(x)))
+    small = jnp.abs(x) < 0.5  # the series: sin(x)/x loses digits near 0
+    x2 = x * x
+    series = 1 - x2 / 6 * (1 - x2 / 20 * (1 - x2 / 42 * (1 - x2 / 72 * (1 - x2 / 110 * (1 - x2 / 156)))))
+    safe = jnp.where(small, jnp.ones_like(x), x)
+    return jnp.where(jnp.isinf(x), jnp.zeros_like(x), jnp.where(small, series, jnp.sin(safe) / safe))
+
+
+def _two_float(x, y):
+    x, y = upcast(to_float(jnp.asarray(x))), upcast(to_float(jnp.asarray(y)))
+    dt = jnp.result_type(x, y)
+    return x.astype(dt), y.astype(dt)
+
+
+@register(aten.igamma.default, _PRIMS.igamma.default)
+def igamma(a, x):
+    a, x = _two_float(a, x)
+    return _at_infinite_a(a, x, 0.0, jax.scipy.special.gammainc(a, x))
+
+
+def _at_infinite_a(a, x, finite_x_value, y):
+    # CPU: P(inf, x) is 0 and Q(inf, x) 1 for a finite x, NaN for x = inf (JAX: NaN, and 1 / 0 at x = inf)
+    y = jnp.where(jnp.isposinf(a) & jnp.isfinite(x), jnp.full_like(a, finite_x_value), y)
+    return jnp.where(jnp.isposinf(a) & jnp.isposinf(x), jnp.full_like(a, jnp.nan), y)
+
+
+@register(aten.igammac.default, _PRIMS.igammac.default)
+def igammac(a, x):
+    a, x = _two_float(a, x)
+    return _at_infinite_a(a, x, 1.0, jax.scipy.special.gammaincc(a, x))
+
+
+@register(aten.special_zeta, _PRIMS.zeta.default)
+def zeta(x, q):
+    x, q = _two_float(x, q)
+    # zeta(inf, q) = q ** -inf on CPU: 1 at q == 1, inf below, NaN above (JAX: NaN everywhere)
+    at_inf = jnp.where(q == 1, jnp.ones_like(q), jnp.where(q < 1, jnp.full_like(q, jnp.inf), jnp.full_like(q, jnp.nan)))
+    y = jnp.where(jnp.isposinf(x), at_inf, jax.scipy.special.zeta(x, q))
+    # CPU's (Cephes') domain tests, in its order: x == 1 -> inf, x < 1 -> NaN, q a non-positive integer -> inf
+    y = jnp.where((q <= 0) & (q == jnp.floor(q)), jnp.full_like(y, jnp.inf), y)
+    y = jnp.where(x < 1, jnp.full_like(y, jnp.nan), y)
+    return jnp.where(x == 1, jnp.full_like(y, jnp.inf), y)
+
+
+@register(aten.frexp.Tensor, _PRIMS.frexp.default)
+def frexp(x):
+    mantissa, exponent = jnp.frexp(x)
+    return mantissa, exponent.astype(jnp.int32)
