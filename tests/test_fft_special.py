@@ -1,4 +1,4 @@
-"""torch.fft and torch.special on the tpu device, in strict, fused and compiled mode, against CPU torch.
+"""torch.fft, torch.special and other numeric ops (mode, histogram, kaiser_window, rrelu) on the tpu device, in strict, fused and compiled mode, against CPU torch.
 
 Every ``torch.fft`` function raised NotImplementedError (``_fft_r2c``/``_fft_c2r``/``_fft_c2c`` had no
 lowering), which also broke ``torch.stft`` and diffusers' FreeU (``fourier_filter``: fftn, fftshift, ifftn).
@@ -122,3 +122,58 @@ def test_special_backward():
         return y, x.grad
 
     D.check(loss, torch.linspace(-3, 3, 13), modes=ALL, atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------
+# mode, histogram, kaiser_window (an INTERNAL ASSERT "DispatchStub: missing kernel for tpu"), rrelu
+_G = torch.Generator().manual_seed(0)
+_INTS = torch.randint(0, 4, (3, 5, 6), generator=_G)
+_NORMAL = torch.randn(2000, generator=_G)
+
+OTHER_CASES = {
+    # CPU: the smallest of the most frequent values, the index of its last occurrence (small sizes)
+    "mode": (lambda i: [torch.mode(i, d, k) for d in (-1, 0, 1) for k in (False, True)]
+             + [torch.mode(i.float() - 1.5), torch.mode(i.bool(), 0), torch.mode(i[0, 0, 0]), torch.mode(i[:, :0], 0)],
+             (_INTS,)),
+    "mode_empty_dim_refused": (lambda i: torch.mode(i[:, :0], 1), (_INTS,)),
+    "histogram_bins": (lambda x: [*torch.histogram(x, 37), *torch.histogram(x * 3, 100, range=(-2., 2.)),
+                                  *torch.histogram(x[:7], 5, density=True), *torch.histogram(x[:2] * 0 + 1, 3),
+                                  *torch.histogram(x[:0], 2), *torch.histogram(x.double() * 0.37, 11, weight=x.double().abs())],
+                       (_NORMAL,)),
+    "histogram_edges_tensor": (lambda x: [*torch.histogram(x, torch.linspace(-3, 3, 9, device=x.device),
+                                                           weight=x.abs()),
+                                          *torch.histogram(x, torch.tensor([0., 1.5, 2.5, 10.], device=x.device),
+                                                           density=True)], (_NORMAL,)),
+    "histogram_nan_outside": (lambda x: torch.histogram(torch.cat([x, x.new_tensor([float("nan"), 7.])]), 4,
+                                                        range=(-1., 1.)), (_NORMAL[:50],)),
+    "histogram_inf_refused": (lambda x: torch.histogram(torch.cat([x, x.new_tensor([float("inf")])]), 4),
+                              (_NORMAL[:50],)),
+    "kaiser_window": (lambda x: [torch.kaiser_window(5, device=x.device),
+                                 torch.kaiser_window(6, periodic=False, beta=8.0, device=x.device, dtype=torch.float64),
+                                 torch.kaiser_window(1, device=x.device), torch.kaiser_window(0, device=x.device),
+                                 torch.kaiser_window(2, False, device=x.device)], (_NORMAL[:1],)),
+    "rrelu_eval": (lambda x: [torch.nn.functional.rrelu(x), torch.nn.functional.rrelu(x, 0.1, 0.3),
+                              torch.nn.functional.rrelu(x.clone(), inplace=True), torch.nn.RReLU().eval()(x.double())],
+                   (_NORMAL[:40],)),
+}
+
+
+@pytest.mark.parametrize("name", list(OTHER_CASES))
+def test_other_numeric(name):
+    fn, inputs = OTHER_CASES[name]
+    D.check(fn, *inputs, modes=ALL, atol=1e-5, rtol=1e-5)
+
+
+def _rrelu_train(x):
+    """The slopes are random (they cannot match CPU's): each output is x where x > 0, x times a slope in
+    [lower, upper] elsewhere, and the gradient is that slope (it checks both on each device)."""
+    a = x.clone().requires_grad_()
+    out = torch.nn.functional.rrelu(a, 0.1, 0.3, training=True)
+    out.sum().backward()
+    slope = torch.where(x > 0, torch.ones_like(x), out.detach() / x)
+    ok = ((x > 0) & (out == x)) | ((x <= 0) & (slope >= 0.1 - 1e-6) & (slope <= 0.3 + 1e-6))
+    return bool(ok.all()), bool(torch.allclose(a.grad, slope))
+
+
+def test_rrelu_training_slopes():
+    D.check(_rrelu_train, _NORMAL[:40], modes=ALL)

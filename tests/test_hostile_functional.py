@@ -810,7 +810,6 @@ XFAIL = {
     "pad:interpolate_antialias": _NO_LOWERING + " (aten._upsample_bilinear2d_aa)",
     "pad:interpolate_antialias_upsample": _NO_LOWERING + " (aten._upsample_bilinear2d_aa)",
     "conv:fractional_max_pool": _NO_LOWERING + " (aten.fractional_max_pool2d)",
-    "act:glu_prelu_rrelu": _NO_LOWERING + " (aten.rrelu_with_noise, F.rrelu in eval mode)",
     # CPU's uint8 bilinear kernel is separable fixed-point arithmetic with an 8-bit intermediate rounding:
     # the float computation rounded once differs by one in some elements
     "int:shift_bool_int_scalar": "torch's meta kernel of __lshift__/__rshift__ refuses a bool tensor (CPU promotes "

@@ -61,8 +61,8 @@ class LoweredEntry:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in writes]
             if not written:
                 self._write(targets, outs[self.n_out:])
-            if self.n_out == 0:
-                return targets[0] if len(targets) == 1 else tuple(targets)
+            if self.n_out == 0:  # (rrelu_with_noise_ writes self and noise, returns self)
+                return targets[0] if len(targets) == 1 or len(self.func._schema.returns) == 1 else tuple(targets)
         dts = self.out_dtypes
         if self.layouts is not None:  # results torch lays out densely in another order (channels_last)
             results = [new_full(o, d) if lay is None else new_strided(o, lay[0], lay[1], d)

@@ -95,3 +95,19 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
 @register(aten.empty_permuted.default)
 def empty_permuted(size, physical_layout, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.zeros(tuple(size), jdtype(dtype) or jnp.float32)
+
+
+@register(aten.kaiser_window)
+def kaiser_window(window_length, periodic=True, beta=12.0, dtype=None, layout=None, device=None, pin_memory=None):
+    import jax.scipy.special
+
+    dt = jdtype(dtype) or jnp.float32
+    if window_length <= 1:
+        return jnp.ones((window_length,), dt)
+    n = window_length + 1 if periodic else window_length  # periodic: the symmetric window one longer, cut
+    alpha = (n - 1) / 2.0
+    k = jnp.arange(n, dtype=dt)
+    ratio = (k - jnp.asarray(alpha, dt)) / jnp.asarray(alpha, dt)
+    beta = jnp.asarray(beta, dt)
+    w = jax.scipy.special.i0(beta * jnp.sqrt(jnp.maximum(1 - ratio * ratio, 0))) / jax.scipy.special.i0(beta)
+    return w[:window_length]

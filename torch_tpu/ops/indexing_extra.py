@@ -88,3 +88,52 @@ def histc(x, bins=100, min=0, max=0):
     keep = (v >= lo) & (v <= hi)
     counts = jnp.zeros((bins,), ft).at[jnp.where(keep, pos, bins)].add(1, mode="drop")
     return counts.astype(x.dtype)
+
+
+def _histogram_counts(v, w, edges, pos):
+    """Counts (or summed weights) of ``v`` in the bins ``edges`` given each value's bin ``pos``; values
+    outside [edges[0], edges[-1]] and NaN are left out, the last edge is inclusive (as torch.histogram)."""
+    n_bins = edges.shape[0] - 1
+    pos = jnp.where(pos >= n_bins, n_bins - 1, pos)
+    keep = (v >= edges[0]) & (v <= edges[-1])
+    add = jnp.ones_like(v) if w is None else w.reshape(-1).astype(v.dtype)
+    return jnp.zeros((n_bins,), v.dtype).at[jnp.where(keep, pos, n_bins)].add(add, mode="drop")
+
+
+def _histogram_result(hist, edges, density):
+    if density:
+        hist = hist / (hist.sum() * (edges[1:] - edges[:-1]))
+    return hist, edges
+
+
+@register(aten.histogram.bin_ct)
+def histogram(x, bins=100, range=None, weight=None, density=False):
+    v = x.reshape(-1)
+    if range is not None:
+        lo, hi = jnp.asarray(range[0], v.dtype), jnp.asarray(range[1], v.dtype)
+    elif v.size == 0:
+        lo, hi = jnp.asarray(0, v.dtype), jnp.asarray(1, v.dtype)
+    else:
+        lo, hi = jnp.min(v), jnp.max(v)
+        require(jnp.isfinite(lo) & jnp.isfinite(hi), "torch.histogram: the range of the values is not finite")
+    same = lo == hi  # an empty range widens by 0.5 on each side
+    lo, hi = jnp.where(same, lo - 0.5, lo), jnp.where(same, hi + 0.5, hi)
+    # the edges as torch.linspace computes them: the first half from lo, the second from hi
+    i = jnp.arange(bins + 1)
+    step = (hi - lo) / bins
+    edges = jnp.where(i < (bins + 1) // 2, lo + step * i.astype(v.dtype), hi - step * (bins - i).astype(v.dtype))
+    # CPU: the bin by interpolation, then corrected against the neighbouring edges (its local search)
+    guess = jnp.floor((v - edges[0]) * bins / (edges[-1] - edges[0]))
+    guess = jnp.clip(jnp.nan_to_num(guess), -1, bins + 1).astype(jnp.int32)
+    window = jnp.clip(guess[:, None] + jnp.arange(-1, 2)[None, :], 0, bins)
+    low = jnp.maximum(guess - 1, 0)
+    in_window = (guess[:, None] + jnp.arange(-1, 2)[None, :] >= 0) & (guess[:, None] + jnp.arange(-1, 2)[None, :] <= bins)
+    pos = low + jnp.sum(in_window & (edges[window] <= v[:, None]), axis=1) - 1
+    return _histogram_result(_histogram_counts(v, weight, edges, pos), edges, density)
+
+
+@register(aten.histogram.bins_tensor)
+def histogram_bins(x, bins, weight=None, density=False):
+    v = x.reshape(-1)
+    pos = jnp.searchsorted(bins, v, side="right") - 1
+    return _histogram_result(_histogram_counts(v, weight, bins, pos), bins, density)

@@ -488,3 +488,29 @@ def cdist_forward(x1, x2, p=2.0, compute_mode=None):
 def cdist_backward(grad, x1, x2, p, cdist):
     _, pull = jax.vjp(lambda v: _cdist(v, x2, p), x1)
     return pull(grad)[0]
+
+
+def _rrelu(x, lower, upper, training, rng_key):
+    if not training:  # CPU: leaky_relu with the mean slope
+        return jnp.where(x > 0, x, x * ((lower + upper) / 2)).astype(x.dtype), None
+    slopes = jax.random.uniform(rng_key, x.shape, jnp.float32, lower, upper).astype(x.dtype)
+    noise = jnp.where(x <= 0, slopes, jnp.ones_like(x))
+    return x * noise, noise
+
+
+@register(aten.rrelu_with_noise.default, random=True)
+def rrelu_with_noise(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None, *, rng_key):
+    out, new_noise = _rrelu(x, lower, upper, training, rng_key)
+    return out, (noise if new_noise is None else new_noise.astype(noise.dtype),)
+
+
+@register(aten.rrelu_with_noise_functional.default, random=True)
+def rrelu_with_noise_functional(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None, *, rng_key):
+    out, new_noise = _rrelu(x, lower, upper, training, rng_key)
+    return out, (noise if new_noise is None else new_noise.astype(noise.dtype))
+
+
+@register(aten.rrelu_with_noise_.default, random=True)
+def rrelu_with_noise_(x, noise, lower=0.125, upper=1.0 / 3.0, training=False, generator=None, *, rng_key):
+    out, new_noise = _rrelu(x, lower, upper, training, rng_key)  # both written: self, then noise
+    return out, (noise if new_noise is None else new_noise.astype(noise.dtype))

@@ -352,3 +352,37 @@ def count_nonzero(x, dim=None):
 def nansum(x, dim=None, keepdim=False, dtype=None):
     axis = None if dim is None else dims_tuple(dim, x.ndim)
     return jnp.nansum(_acc(x, dtype), axis=axis, keepdims=keepdim)
+
+
+def _mode_1d(v):
+    # CPU: sort, take the first longest run of equal values (so the smallest of the most frequent), and the
+    # position of its last occurrence in the input
+    n = v.shape[0]
+    s = jnp.sort(v)
+    starts = jnp.concatenate([jnp.ones((1,), bool), s[1:] != s[:-1]])
+    run = jnp.cumsum(starts) - 1
+    length = jax.ops.segment_sum(jnp.ones((n,), jnp.int32), run, num_segments=n)
+    value = s[jnp.argmax(length[run])]
+    last = n - 1 - jnp.argmax((v == value)[::-1])
+    return value, last.astype(jnp.int64)
+
+
+@register(aten.mode.default)
+def mode(x, dim=-1, keepdim=False):
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = dim % x.ndim
+    moved = jnp.moveaxis(x, d, -1)
+    batch = moved.shape[:-1]
+    if moved.shape[-1] == 0 or math.prod(batch) == 0:
+        out_shape = list(x.shape)
+        if keepdim:
+            out_shape[d] = 1
+        else:
+            del out_shape[d]
+        return jnp.zeros(out_shape, x.dtype), jnp.zeros(out_shape, jnp.int64)
+    values, index = jax.vmap(_mode_1d)(moved.reshape(-1, moved.shape[-1]))
+    values, index = values.reshape(batch), index.reshape(batch)
+    if keepdim:
+        values, index = jnp.expand_dims(values, d), jnp.expand_dims(index, d)
+    return values, index

@@ -282,6 +282,12 @@ def _median_dim(x, dim, keepdim=False):
         raise IndexError(f"median(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
 
 
+@validates(aten.mode.default)
+def _mode(x, dim=-1, keepdim=False):
+    if x.dim() and x.shape[dim % x.dim()] == 0:
+        raise IndexError(f"mode(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
+
+
 @validates(aten.median.default, aten.nanmedian.default)
 def _median_all(x):
     if x.numel() == 0 and not (x.dtype.is_floating_point or x.dtype.is_complex):
