@@ -152,6 +152,15 @@ OTHER_CASES = {
                                  torch.kaiser_window(6, periodic=False, beta=8.0, device=x.device, dtype=torch.float64),
                                  torch.kaiser_window(1, device=x.device), torch.kaiser_window(0, device=x.device),
                                  torch.kaiser_window(2, False, device=x.device)], (_NORMAL[:1],)),
+    # interpolate(antialias=True): torch's separable filter (triangle / bicubic a=-0.5) stretched when shrinking
+    "interpolate_antialias": (lambda x: [torch.nn.functional.interpolate(x, size=size, mode=m, align_corners=ac,
+                                                                         antialias=True)
+                                         for m in ("bilinear", "bicubic") for ac in (False, True)
+                                         for size in ((5, 4), (30, 40), (3, 29), (1, 1))]
+                              + [torch.nn.functional.interpolate(x, scale_factor=sf, mode=m, antialias=True,
+                                                                 recompute_scale_factor=r)
+                                 for m in ("bilinear", "bicubic") for sf in (0.3, (0.7, 1.3)) for r in (False, True)],
+                              (D.rand(2, 3, 17, 13, seed=7),)),
     "rrelu_eval": (lambda x: [torch.nn.functional.rrelu(x), torch.nn.functional.rrelu(x, 0.1, 0.3),
                               torch.nn.functional.rrelu(x.clone(), inplace=True), torch.nn.RReLU().eval()(x.double())],
                    (_NORMAL[:40],)),
@@ -162,6 +171,19 @@ OTHER_CASES = {
 def test_other_numeric(name):
     fn, inputs = OTHER_CASES[name]
     D.check(fn, *inputs, modes=ALL, atol=1e-5, rtol=1e-5)
+
+
+def _aa_grads(x):
+    x = x.clone().requires_grad_()
+    y = torch.nn.functional.interpolate(x, size=(5, 9), mode="bicubic", antialias=True)
+    z = torch.nn.functional.interpolate(x, scale_factor=0.4, mode="bilinear", antialias=True)
+    loss = (y * torch.linspace(-1, 1, 45, device=x.device).view(5, 9)).sum() + (z ** 2).sum()
+    loss.backward()
+    return loss, x.grad
+
+
+def test_interpolate_antialias_backward():
+    D.check(_aa_grads, D.rand(2, 3, 17, 13, seed=8), modes=ALL, atol=1e-4, rtol=1e-4)
 
 
 def _rrelu_train(x):

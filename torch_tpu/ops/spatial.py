@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .registry import aten, register
-from ._util import is_low_precision, precision_of, upcast
+from ._util import is_float, is_low_precision, precision_of, upcast
 
 # --- convolution --------------------------------------------------------------------------------
 def _conv_dims(nd):
@@ -353,3 +353,70 @@ def _scatter_to_indices(grad, x, indices, spatial: int):
     out = jnp.zeros((planes, int(np.prod(x.shape[-spatial:]))), flat_grad.dtype)
     out = out.at[jnp.arange(planes)[:, None], flat_idx].add(flat_grad)
     return out.reshape(x.shape).astype(grad.dtype)
+
+
+# --- antialiased resize (interpolate(..., antialias=True)): a separable weight matrix per axis ---------
+def _aa_filter(interp_size):
+    if interp_size == 2:  # triangle
+        return lambda t: np.maximum(1.0 - np.abs(t), 0.0)
+    a = -0.5  # the bicubic filter of PIL and torch's antialias path (not the -0.75 of plain bicubic)
+
+    def cubic(t):
+        t = np.abs(t)
+        return np.where(t < 1, ((a + 2) * t - (a + 3)) * t * t + 1,
+                        np.where(t < 2, (((t - 5) * t + 8) * t - 4) * a, 0.0))
+    return cubic
+
+
+def _aa_weights(in_size, out_size, align_corners, scale, interp_size):
+    """(out_size, in_size) float32 weights, as torch's CPU kernel computes them: each output's window
+    centred at scale * (i + 0.5), the filter stretched by the scale when shrinking, normalised to sum 1."""
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    else:
+        ratio = (1.0 / scale) if (scale is not None and scale > 0) else in_size / out_size
+    ratio = np.float32(ratio)
+    support = np.float32((interp_size * 0.5) * ratio if ratio >= 1.0 else interp_size * 0.5)
+    invscale = np.float32(1.0 / ratio if ratio >= 1.0 else 1.0)
+    filt = _aa_filter(interp_size)
+    w = np.zeros((out_size, in_size), np.float32)
+    for i in range(out_size):
+        center = ratio * np.float32(i + 0.5)
+        xmin = max(int(center - support + np.float32(0.5)), 0)
+        xsize = min(int(center + support + np.float32(0.5)), in_size) - xmin
+        j = np.arange(xsize, dtype=np.float32)
+        k = filt((j + xmin - center + np.float32(0.5)) * invscale).astype(np.float32)
+        total = k.sum(dtype=np.float32)
+        w[i, xmin:xmin + xsize] = k / total if total != 0 else k
+    return w
+
+
+def _aa_resize(x, output_size, align_corners, scales, interp_size):
+    y = upcast(x) if is_float(x) else x.astype(jnp.float32)
+    for i, axis in enumerate((x.ndim - 2, x.ndim - 1)):
+        scale = scales[i] if scales and i < len(scales) else None
+        w = jnp.asarray(_aa_weights(x.shape[axis], output_size[i], align_corners, scale, interp_size))
+        y = jnp.moveaxis(jnp.tensordot(y, w, axes=[[axis], [1]], precision=jax.lax.Precision.HIGHEST), -1, axis)
+    if not is_float(x):
+        y = jnp.clip(jnp.round(y), jnp.iinfo(x.dtype).min, jnp.iinfo(x.dtype).max)
+    return y.astype(x.dtype)
+
+
+@register(aten._upsample_bilinear2d_aa.default)
+def upsample_bilinear2d_aa(x, output_size, align_corners, *scales):
+    return _aa_resize(x, output_size, align_corners, scales, 2)
+
+
+@register(aten._upsample_bicubic2d_aa.default)
+def upsample_bicubic2d_aa(x, output_size, align_corners, *scales):
+    return _aa_resize(x, output_size, align_corners, scales, 4)
+
+
+@register(aten._upsample_bilinear2d_aa_backward.default)
+def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners, *scales):
+    return _transpose_of(lambda v: _aa_resize(v, output_size, align_corners, scales, 2), grad, tuple(input_size))
+
+
+@register(aten._upsample_bicubic2d_aa_backward.default)
+def upsample_bicubic2d_aa_backward(grad, output_size, input_size, align_corners, *scales):
+    return _transpose_of(lambda v: _aa_resize(v, output_size, align_corners, scales, 4), grad, tuple(input_size))
