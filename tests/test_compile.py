@@ -361,3 +361,20 @@ def test_default_backend_leaves_cpu_graphs_to_inductor():
     torch_tpu.reset_stats()
     torch.testing.assert_close(torch.compile(lambda t: t.cos() * 3)(x), x.cos() * 3)
     assert _graph_compiles() == 0
+
+
+def test_every_lowered_op_has_a_shape_rule_for_fake_tensors():
+    """torch.compile traces with fake tensors: an op without a meta kernel (or composite/decomposition)
+    runs its real kernel on fake-device zeros, which fails for tpu, and inside a traced backward that
+    aborted the process (fractional_max_pool3d's backward). Ops whose output shape depends on values
+    have torch's own fake kernels."""
+    from torch_tpu.ops import load, registry
+
+    load()
+    keys = ("Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+            "CompositeExplicitAutogradNonFunctional")
+    missing = [str(op) for op, low in registry.LOWERINGS.items()
+               if op.name().startswith("aten::") and not low.data_dependent
+               and not any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), k) for k in keys)
+               and op not in torch._decomp.meta_table]
+    assert not missing, f"lowered ops without a meta kernel (add one in ops/meta_kernels.py): {missing}"

@@ -6,6 +6,7 @@ The gradients go through torch's own autograd formulas, which call the same thre
 """
 import pytest
 import torch
+import torch.nn.functional as F
 
 import differential as D
 from differential import watchdog  # noqa: F401
@@ -161,6 +162,20 @@ OTHER_CASES = {
                                                                  recompute_scale_factor=r)
                                  for m in ("bilinear", "bicubic") for sf in (0.3, (0.7, 1.3)) for r in (False, True)],
                               (D.rand(2, 3, 17, 13, seed=7),)),
+    # fractional max pooling with given samples (CPU's window starts, first maximum, a NaN wins)
+    "fractional_max_pool": (lambda x, u, x3, u3: [
+        F.fractional_max_pool2d(x, k, output_size=o, return_indices=True, _random_samples=u)
+        for k, o in (((2, 2), (5, 4)), ((3, 2), (4, 7)), ((2, 3), (1, 1)), ((3, 3), (9, 7)))]
+        + [F.fractional_max_pool2d(x[0], 2, output_size=(5, 4), return_indices=True, _random_samples=u[:1]),
+           F.fractional_max_pool2d(x.round(), 3, output_ratio=0.5, return_indices=True, _random_samples=u),
+           F.fractional_max_pool2d(x.where(x > 1.5, torch.nan), 3, output_size=(4, 3), return_indices=True,
+                                   _random_samples=u),
+           F.fractional_max_pool2d((x * 5).long(), 2, output_size=(5, 4), return_indices=True, _random_samples=u),
+           F.fractional_max_pool3d(x3, (2, 3, 2), output_size=(4, 3, 5), return_indices=True, _random_samples=u3)],
+        (D.rand(2, 3, 11, 9, seed=9), D.rand(2, 3, 2, seed=10, low=0, high=1), D.rand(2, 2, 7, 8, 9, seed=11),
+         D.rand(2, 2, 3, seed=12, low=0, high=1))),
+    "fractional_max_pool_too_large": (lambda x, u: F.fractional_max_pool2d(x, 2, output_size=(11, 9), _random_samples=u),
+                                      (D.rand(2, 3, 11, 9, seed=9), D.rand(2, 3, 2, seed=10, low=0, high=1))),
     "rrelu_eval": (lambda x: [torch.nn.functional.rrelu(x), torch.nn.functional.rrelu(x, 0.1, 0.3),
                               torch.nn.functional.rrelu(x.clone(), inplace=True), torch.nn.RReLU().eval()(x.double())],
                    (_NORMAL[:40],)),
@@ -184,6 +199,20 @@ def _aa_grads(x):
 
 def test_interpolate_antialias_backward():
     D.check(_aa_grads, D.rand(2, 3, 17, 13, seed=8), modes=ALL, atol=1e-4, rtol=1e-4)
+
+
+def _fmp_grads(x, u, x3, u3):
+    x, x3 = x.clone().requires_grad_(), x3.clone().requires_grad_()
+    y = F.fractional_max_pool2d(x, 2, output_size=(5, 4), _random_samples=u)
+    z = F.fractional_max_pool3d(x3, 2, output_size=(3, 4, 5), _random_samples=u3)
+    loss = (y * torch.linspace(-1, 1, 20, device=x.device).view(5, 4)).sum() + (z ** 2).sum()
+    loss.backward()
+    return loss, x.grad, x3.grad
+
+
+def test_fractional_max_pool_backward():
+    D.check(_fmp_grads, D.rand(2, 3, 11, 9, seed=9), D.rand(2, 3, 2, seed=10, low=0, high=1),
+            D.rand(2, 2, 7, 8, 9, seed=11), D.rand(2, 2, 3, seed=12, low=0, high=1), modes=ALL, atol=1e-5, rtol=1e-5)
 
 
 def _rrelu_train(x):

@@ -807,7 +807,6 @@ _NO_LOWERING = "no tpu lowering and no torch decomposition: a clear NotImplement
 XFAIL = {
     "loss:ctc_loss": _NO_LOWERING + " (aten._ctc_loss)",
     "loss:ctc_loss_impossible": _NO_LOWERING + " (aten._ctc_loss)",
-    "conv:fractional_max_pool": _NO_LOWERING + " (aten.fractional_max_pool2d)",
     # CPU's uint8 bilinear kernel is separable fixed-point arithmetic with an 8-bit intermediate rounding:
     # the float computation rounded once differs by one in some elements
     "int:shift_bool_int_scalar": "torch's meta kernel of __lshift__/__rshift__ refuses a bool tensor (CPU promotes "

@@ -11,3 +11,6 @@ def load() -> None:
     from . import elementwise, reductions, nn, attention, spatial, shape, indexing, random, factories  # noqa: F401
     from . import activation_backward, amp, fft, indexing_extra, linalg, nn_fastpaths, refusals, rnn, special  # noqa: F401
     from . import validate  # noqa: F401
+    from . import meta_kernels
+
+    meta_kernels.register()

@@ -420,3 +420,62 @@ def upsample_bilinear2d_aa_backward(grad, output_size, input_size, align_corners
 @register(aten._upsample_bicubic2d_aa_backward.default)
 def upsample_bicubic2d_aa_backward(grad, output_size, input_size, align_corners, *scales):
     return _transpose_of(lambda v: _aa_resize(v, output_size, align_corners, scales, 4), grad, tuple(input_size))
+
+
+# --- fractional max pooling: pseudo-random window starts from the given samples (one per plane, axis) ----
+def _fractional_starts(sample, in_size, out_size, pool):
+    """CPU's interval sequence: int((i + u) * alpha) - int(u * alpha) for i < out - 1, then in - pool."""
+    if out_size == 1:
+        return jnp.full(sample.shape + (1,), in_size - pool, jnp.int32)
+    alpha = jnp.asarray((in_size - pool) / (out_size - 1), sample.dtype)
+    i = jnp.arange(out_size - 1, dtype=sample.dtype)
+    starts = (jnp.floor((i + sample[..., None]) * alpha) - jnp.floor(sample[..., None] * alpha)).astype(jnp.int32)
+    return jnp.concatenate([starts, jnp.full(sample.shape + (1,), in_size - pool, jnp.int32)], axis=-1)
+
+
+def _fractional_max_pool(x, kernel_size, output_size, samples):
+    nd = len(kernel_size)
+    batched = x.ndim == nd + 2
+    xb = x if batched else x[None]
+    samples = samples if batched else samples.reshape((1,) + samples.shape[-2:])
+    n, c = xb.shape[:2]
+    spatial = xb.shape[2:]
+    flat = xb.reshape(n, c, -1)
+    # the flat input position of every (output position, window offset) pair, per plane
+    pos = jnp.zeros((n, c) + tuple(output_size) + tuple(kernel_size), jnp.int32)
+    stride = 1
+    for axis in reversed(range(nd)):
+        # CPU's sample order: 2d (width, height); 3d (time, height, width)
+        which = nd - 1 - axis if nd == 2 else axis
+        starts = _fractional_starts(samples[..., which].astype(jnp.promote_types(x.dtype, jnp.float32)),
+                                    spatial[axis], output_size[axis], kernel_size[axis])
+        coord = starts[..., :, None] + jnp.arange(kernel_size[axis], dtype=jnp.int32)  # (n, c, out, k)
+        shape = [n, c] + [1] * (2 * nd)
+        shape[2 + axis], shape[2 + nd + axis] = output_size[axis], kernel_size[axis]
+        pos = pos + coord.reshape(shape) * stride
+        stride *= spatial[axis]
+    windows = pos.reshape((n, c) + tuple(output_size) + (-1,))
+    vals = jnp.take_along_axis(flat, windows.reshape(n, c, -1), axis=2).reshape(windows.shape)
+    # CPU keeps the first maximum, and any NaN replaces it (so the last NaN wins)
+    is_nan = jnp.isnan(vals) if is_float(vals) else jnp.zeros(vals.shape, bool)
+    k = vals.shape[-1]
+    last_nan = k - 1 - jnp.argmax(is_nan[..., ::-1], axis=-1)
+    pick = jnp.where(is_nan.any(-1), last_nan, jnp.argmax(vals, axis=-1))
+    out = jnp.take_along_axis(vals, pick[..., None], -1)[..., 0]
+    index = jnp.take_along_axis(windows, pick[..., None], -1)[..., 0].astype(jnp.int64)
+    return (out, index) if batched else (out[0], index[0])
+
+
+@register(aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default)
+def fractional_max_pool(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(x, kernel_size, output_size, random_samples)
+
+
+@register(aten.fractional_max_pool2d_backward.default)
+def fractional_max_pool2d_backward(grad, x, kernel_size, output_size, indices):
+    return _scatter_to_indices(grad, x, indices, 2)
+
+
+@register(aten.fractional_max_pool3d_backward.default)
+def fractional_max_pool3d_backward(grad, x, kernel_size, output_size, indices):
+    return _scatter_to_indices(grad, x, indices, 3)
