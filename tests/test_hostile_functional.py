@@ -198,7 +198,11 @@ NORM_CASES = {
     "empty_batch_layers": _c(lambda x, w: [F.layer_norm(x, (4, 4)), F.conv2d(x, w), F.max_pool2d(x, 2),
                                            F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, 3), F.softmax(x, 1)],
                              torch.zeros(0, 3, 4, 4), _r(2, 3, 3, 3)),
-    "interpolate_empty_batch": _c(lambda x: F.interpolate(x, scale_factor=2), torch.zeros(0, 3, 4, 4)),
+    "interpolate_empty_batch": _c(lambda x: [F.interpolate(x, scale_factor=2), F.interpolate(x, size=(3, 5)),
+                                             F.interpolate(x, scale_factor=1.5, mode="nearest-exact"),
+                                             F.interpolate(x[:, :, 0], scale_factor=2), F.interpolate(x[..., None], 2)],
+                                  torch.zeros(0, 3, 4, 4)),
+    "interpolate_empty_channels_refused": _c(lambda x: F.interpolate(x, scale_factor=2), torch.zeros(2, 0, 4, 4)),
     "rms_norm": _c(lambda x, w: [F.rms_norm(x, (7,)), F.rms_norm(x, (7,), weight=w), F.rms_norm(x, (6, 7), eps=1.0),
                                  F.rms_norm(x, (7,), eps=None)], X4, _r(7, seed=5), modes=EAGER),
     "rms_norm_half": _c(lambda x, w: [F.rms_norm(x, (7,), w), F.rms_norm(x, (7,))], X4.half(), _r(7, seed=5).half()),
@@ -594,7 +598,9 @@ INT_CASES = {
     "lerp_int_tensor_weight_refused": _c(lambda a, b: torch.lerp(a, b, b), INTS, DIVS),
     "pow_bool_bool_refused": _c(lambda a, b: torch.pow(a, b), torch.tensor([True, False]), torch.tensor([True, True])),
     "shift_bool_refused": _c(lambda a, b: a << b, torch.tensor([True, False]), torch.tensor([True, True])),
-    "shift_bool_int_scalar": _c(lambda a: [a << 1, a >> 1], torch.tensor([True, False])),
+    "shift_bool_int_scalar": _c(lambda a: [a << 1, a >> 1, torch.bitwise_left_shift(a, 2), a << torch.tensor(1)],
+                                torch.tensor([True, False])),
+    "shift_bool_bool_refused": _c(lambda a: a << True, torch.tensor([True, False])),
     "pow_bool_scalar": _c(lambda a: [torch.pow(a, 2), torch.pow(a, True), torch.pow(2, a)], torch.tensor([True, False])),
     "logaddexp_special": _c(lambda a, b: [torch.logaddexp(a, b), torch.logaddexp2(a, b), torch.logaddexp(a.half(), b.half())],
                             SPECIAL, SPECIAL.flip(0), modes=EAGER),
@@ -809,10 +815,6 @@ XFAIL = {
     "loss:ctc_loss_impossible": _NO_LOWERING + " (aten._ctc_loss)",
     # CPU's uint8 bilinear kernel is separable fixed-point arithmetic with an 8-bit intermediate rounding:
     # the float computation rounded once differs by one in some elements
-    "int:shift_bool_int_scalar": "torch's meta kernel of __lshift__/__rshift__ refuses a bool tensor (CPU promotes "
-                                 "bool << 1 to int64); the op path asks the meta kernel for the result first",
-    "norm:interpolate_empty_batch": "torch's meta kernel of upsample_nearest2d fails on an empty batch (TypeError "
-                                    "'cond must be a bool': its torch._check gets an int); CPU returns an empty result",
     "pad:interpolate_uint8_nearest": "uint8 bilinear interpolation differs by one from CPU's fixed-point kernel",
 }
 

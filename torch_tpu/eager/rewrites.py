@@ -8,6 +8,8 @@ indices through nonzero (a data-dependent op, which waits for the mask). ``_unsa
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..tensor import kernels
@@ -163,7 +165,36 @@ def det_of_strided(func, args, kwargs):
     return run_op(func, args, kwargs)
 
 
+def shift_of_bool(func, args, kwargs):
+    """``bool_tensor << 1``: CPU promotes to int64, but the meta kernel of ``__lshift__.Scalar`` refuses a
+    bool tensor; ``bitwise_left_shift`` computes the same with a meta kernel that promotes."""
+    x = args[0] if args else kwargs.get("self")
+    if isinstance(x, torch.Tensor) and x.dtype == torch.bool:
+        left = func in (aten.__lshift__.Scalar, aten.__lshift__.Tensor)
+        target = aten.bitwise_left_shift if left else aten.bitwise_right_shift
+        return run_op(target.Tensor_Scalar if func._overloadname == "Scalar" else target.Tensor, list(args), kwargs)
+    return run_op(func, args, kwargs)
+
+
+def nearest_of_empty_batch(func, args, kwargs):
+    """Nearest upsampling of an empty batch: CPU returns an empty result; torch's meta kernel fails on it
+    ("cond must be a bool": its check gets an int), so the shape comes from a batch of one."""
+    x = args[0] if args else kwargs.get("input", kwargs.get("self"))
+    if isinstance(x, TpuTensor) and x.dim() >= 3 and x.shape[0] == 0 and math.prod(x.shape[1:]) != 0:
+        one = torch.empty((1,) + tuple(x.shape[1:]), dtype=x.dtype, device="meta")
+        shape = func(one, *args[1:], **kwargs).shape
+        return x.new_empty((0,) + tuple(shape[1:]))
+    return run_op(func, args, kwargs)
+
+
 REWRITES = {
+    **{getattr(getattr(aten, name), overload): nearest_of_empty_batch
+       for name in ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+                    "_upsample_nearest_exact2d", "_upsample_nearest_exact3d") for overload in ("default", "vec")},
+    aten.__lshift__.Scalar: shift_of_bool,
+    aten.__rshift__.Scalar: shift_of_bool,
+    aten.__lshift__.Tensor: shift_of_bool,
+    aten.__rshift__.Tensor: shift_of_bool,
     aten._nested_tensor_from_mask_left_aligned.default: nested_tensors_refused,
     aten._nested_tensor_from_mask.default: nested_tensors_refused,
     aten.fill_.Scalar: fill_expanded,
