@@ -1,4 +1,5 @@
-"""torch.fft, torch.special and other numeric ops (mode, histogram, kaiser_window, rrelu) on the tpu device, in strict, fused and compiled mode, against CPU torch.
+"""torch.fft, torch.special and other numeric ops (mode, histogram, kaiser_window, rrelu, fractional max
+pooling, antialiased interpolate, CTC loss) on the tpu device, in strict, fused and compiled mode, against CPU torch.
 
 Every ``torch.fft`` function raised NotImplementedError (``_fft_r2c``/``_fft_c2r``/``_fft_c2c`` had no
 lowering), which also broke ``torch.stft`` and diffusers' FreeU (``fourier_filter``: fftn, fftshift, ifftn).
@@ -228,3 +229,42 @@ def _rrelu_train(x):
 
 def test_rrelu_training_slopes():
     D.check(_rrelu_train, _NORMAL[:40], modes=ALL)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CTC loss (no lowering before): padded and concatenated targets, reductions, impossible alignments,
+# zero_infinity, unbatched, another blank, tensor lengths; the gradient is torch's formula (w.r.t. logits)
+def _ctc(lp, tg, il, tl, **kw):
+    x = lp.clone().requires_grad_()
+    loss = F.ctc_loss(x.log_softmax(-1), tg, il, tl, **kw)
+    (loss * torch.linspace(1, 2, loss.numel(), device=lp.device).reshape(loss.shape)).sum().backward()
+    return loss, x.grad
+
+
+CTC_CASES = {
+    "padded_mean": (D.rand(6, 2, 5, seed=20), torch.tensor([[1, 2, 1], [3, 1, 0]]), [6, 6], [3, 2], {}),
+    "concatenated_sum": (D.rand(8, 3, 4, seed=21), torch.tensor([1, 2, 2, 3, 1, 1]), [8, 7, 5], [2, 3, 1],
+                         {"reduction": "sum"}),
+    "empty_target_none": (D.rand(8, 3, 4, seed=22), torch.tensor([[1, 1, 1], [2, 2, 0], [3, 0, 0]]), [8, 4, 5],
+                          [3, 2, 0], {"reduction": "none"}),
+    "impossible": (D.rand(3, 2, 4, seed=23), torch.tensor([[1, 1, 1, 1], [2, 0, 0, 0]]), [3, 3], [4, 1],
+                   {"reduction": "none"}),
+    "impossible_zero_infinity": (D.rand(3, 2, 4, seed=23), torch.tensor([[1, 1, 1, 1], [2, 0, 0, 0]]), [3, 3],
+                                 [4, 1], {"zero_infinity": True}),
+    "unbatched_blank_last": (D.rand(7, 5, seed=24), torch.tensor([1, 3, 2]), [7], [3], {"blank": 4}),
+    "double": (D.rand(10, 4, 6, seed=25).double(), torch.tensor([[1, 2, 3, 4, 5], [5, 5, 1, 2, 0], [3, 3, 3, 0, 0],
+                                                                 [1, 2, 0, 0, 0]]), [10, 9, 8, 10], [5, 4, 3, 2], {}),
+}
+
+
+@pytest.mark.parametrize("name", list(CTC_CASES))
+def test_ctc_loss(name):
+    lp, tg, il, tl, kw = CTC_CASES[name]
+    D.check(lambda lp, tg: _ctc(lp, tg, il, tl, **kw), lp, tg, modes=ALL, atol=1e-4, rtol=1e-4)
+
+
+def test_ctc_loss_tensor_lengths():
+    D.check(lambda lp, tg, il, tl: _ctc(lp, tg, il, tl), D.rand(7, 2, 5, seed=26), torch.tensor([[1, 3, 2], [0, 0, 1]]),
+            torch.tensor([7, 6]), torch.tensor([3, 3]), modes=["strict", "fused"], atol=1e-4, rtol=1e-4)
+    D.check(lambda lp, tg, il, tl: F.ctc_loss(lp, tg, il, tl), D.rand(7, 2, 5, seed=26),
+            torch.tensor([[1, 3, 2], [0, 0, 1]]), torch.tensor([7., 6.]), torch.tensor([3, 3]), modes=["strict"])

@@ -811,8 +811,6 @@ for _prefix, _cases in (("loss", LOSS_CASES), ("norm", NORM_CASES), ("pad", PAD_
 
 _NO_LOWERING = "no tpu lowering and no torch decomposition: a clear NotImplementedError naming the op"
 XFAIL = {
-    "loss:ctc_loss": _NO_LOWERING + " (aten._ctc_loss)",
-    "loss:ctc_loss_impossible": _NO_LOWERING + " (aten._ctc_loss)",
     # CPU's uint8 bilinear kernel is separable fixed-point arithmetic with an 8-bit intermediate rounding:
     # the float computation rounded once differs by one in some elements
     "pad:interpolate_uint8_nearest": "uint8 bilinear interpolation differs by one from CPU's fixed-point kernel",

@@ -187,7 +187,23 @@ def nearest_of_empty_batch(func, args, kwargs):
     return run_op(func, args, kwargs)
 
 
+def ctc_with_tensor_lengths(func, args, kwargs):
+    """``_ctc_loss.Tensor`` (and its backward): the lengths are read to the host, as CUDA's kernel does,
+    and the ``int[]`` overload runs (its shapes and indices are static). Lengths may be CPU tensors."""
+    names = [a.name for a in func._schema.arguments]
+    call = dict(zip(names, args), **kwargs)
+    for name in ("input_lengths", "target_lengths"):
+        lengths = call[name]
+        if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+            raise RuntimeError(f"{name} must be integral")
+        call[name] = [int(v) for v in lengths.tolist()]
+    target = aten._ctc_loss.default if func is aten._ctc_loss.Tensor else aten._ctc_loss_backward.default
+    return run_op(target, [call[n] for n in names if n in call], {})
+
+
 REWRITES = {
+    aten._ctc_loss.Tensor: ctc_with_tensor_lengths,
+    aten._ctc_loss_backward.Tensor: ctc_with_tensor_lengths,
     **{getattr(getattr(aten, name), overload): nearest_of_empty_batch
        for name in ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
                     "_upsample_nearest_exact2d", "_upsample_nearest_exact3d") for overload in ("default", "vec")},
