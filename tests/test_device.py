@@ -312,3 +312,24 @@ def test_module_to_and_views_under_inference_mode():
         v = base[1:4]
     assert not v.is_inference()
     assert v.cpu().tolist() == [1.0, 2.0, 3.0]
+
+
+def test_pin_memory_and_dataloader_pinning():
+    """With tpu as the accelerator, DataLoader(pin_memory=True) and tensor.pin_memory() asked torch for a
+    pinned allocator only C++ hooks provide and raised NotImplementedError (a CPU-only torch skips
+    pinning). Pinning for tpu is a host copy: same values and strides, not aliased with the source."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    a = torch.arange(6.).reshape(2, 3)
+    pinned = a.pin_memory()
+    assert pinned.data_ptr() != a.data_ptr() and torch.equal(pinned, a)
+    a.add_(1)
+    assert torch.equal(pinned, torch.arange(6.).reshape(2, 3))
+    assert a.t().pin_memory().stride() == a.t().stride()
+    data = torch.arange(8.)
+    for workers in (0, 1):
+        batches = [b[0] for b in DataLoader(TensorDataset(data), batch_size=4, pin_memory=True, num_workers=workers)]
+        assert torch.equal(torch.cat(batches), data)
+    assert torch.equal(torch.cat(batches).to("tpu").cpu(), data)
+    with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+        torch.ones(2, device="tpu").pin_memory()

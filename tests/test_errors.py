@@ -150,3 +150,37 @@ def test_device_in_a_forked_child_raises_instead_of_hanging():
     assert ("['op ForkedProcessError names spawn', 'read ForkedProcessError names spawn', "
             "'new ForkedProcessError names spawn', 'bad_fork=True cpu=2.0']") in out.stdout, out.stdout
     assert "exit 0 [6.0, 6.0, 6.0]" in out.stdout
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE", "DEFER_NEVER_AND_LAUNCH_BLOCKING"])
+def test_out_of_memory_is_torchs_error_and_the_device_survives(mode):
+    """A program that cannot get its memory (1 PiB: no overcommit setting grants it) raised a raw
+    jax JaxRuntimeError at the read; it is torch.OutOfMemoryError (a RuntimeError), as on CUDA, and
+    the values that existed before stay readable."""
+    x = torch.ones(2 ** 24, device="tpu")
+    keep = torch.arange(4., device="tpu") * 2
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode[mode]):
+        if mode == "DEFER_NEVER_AND_LAUNCH_BLOCKING":  # raised at the op, as CUDA does
+            with pytest.raises(torch.OutOfMemoryError, match="tpu: out of memory running aten.mul"):
+                x[:, None] * x[None, :]
+            assert keep.cpu().tolist() == [0., 2., 4., 6.]
+            return
+        y = x[:, None] * x[None, :]
+        with pytest.raises(torch.OutOfMemoryError, match="tpu: out of memory"):
+            y[0, :4].cpu()
+        with pytest.raises(torch.OutOfMemoryError, match="tpu: out of memory"):
+            y[1, :4].cpu()  # still failed: every read of it raises
+        repr(y)  # no abort (reading a failed value whole crashed in PJRT)
+        z = x[:, None] * x[None, :]
+        with pytest.raises(torch.OutOfMemoryError, match="tpu: out of memory"):
+            torch.tpu.synchronize()
+        torch.tpu.synchronize()  # reported once, not at every synchronize
+        del y, z
+        assert keep.cpu().tolist() == [0., 2., 4., 6.]
+        assert (keep + 1).cpu().tolist() == [1., 3., 5., 7.]
+
+
+def test_copy_from_meta_is_cpus_error():
+    for copy in (lambda m: m.to("tpu"), lambda m: torch.zeros(3, device="tpu").copy_(m)):
+        with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor; no data!"):
+            copy(torch.empty(3, device="meta"))

@@ -20,7 +20,7 @@ from .compile import default_backend
 from .eager import amp, attention, derived_backward, factories, router, whole_ops
 from .engine import modes
 from .runtime import dynamo_frames
-from .tensor import interop, kernels, serialization, untyped
+from .tensor import interop, kernels, pinned, serialization, untyped
 
 _DONE = False
 _LIB = None
@@ -71,6 +71,7 @@ def register() -> None:
     serialization.install()
     untyped.install()
     interop.install()
+    pinned.install()
     _register_distributed()
     default_backend.install()  # torch.compile(model) on tpu tensors: backend "tpu" (inductor cannot)
     _keep_callbacks_out_of_dynamo()

@@ -44,3 +44,15 @@ def no_lowering(func, args, kwargs) -> NotImplementedError:
         f"torch_tpu: the aten op {func} has no tpu lowering (inputs: {describe(args, kwargs)}). "
         "Set TORCH_TPU_CPU_FALLBACK=1 to run such ops on the CPU (slow, counted in "
         "torch_tpu.stats()['cpu_fallbacks']), or report the op.")
+
+
+def out_of_memory(exc: BaseException, what: str):
+    """``torch.OutOfMemoryError`` naming ``what`` when ``exc`` (a JAX/PJRT runtime error) says the device
+    ran out of memory, as CUDA raises it; None otherwise. The JAX error stays chained as the cause."""
+    text = str(exc)
+    if "RESOURCE_EXHAUSTED" not in text and "ut of memory" not in text:
+        return None
+    detail = next((line.strip() for line in text.splitlines() if "memory" in line), text.splitlines()[0]).rstrip(".")
+    return torch.OutOfMemoryError(
+        f"tpu: out of memory {what}: {detail}. Free tensors that are no longer needed (del them, then "
+        "torch.tpu.empty_cache()), or use smaller batches or sizes.")

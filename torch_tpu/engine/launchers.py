@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from ..errors import OpError, describe
-from ..runtime import counters, multiprocess, platform, program_cache, spmd
+from ..errors import OpError, describe, out_of_memory
+from ..runtime import counters, failed_values, multiprocess, platform, program_cache, spmd
 from . import fused
 
 _counters = counters.counters
@@ -38,7 +38,8 @@ class Strict:
         try:
             outs = prog(*arrays)
         except Exception as exc:
-            raise OpError(f"tpu: {entry.func} failed to run ({describe(args, kwargs)}): {exc}") from exc
+            oom = out_of_memory(exc, f"running {entry.func} ({describe(args, kwargs)})")
+            raise (oom or OpError(f"tpu: {entry.func} failed to run ({describe(args, kwargs)}): {exc}")) from exc
         _counters["executions"] += 1
         if outs:
             _launched.last = outs[0]  # program_cache.note_launch, inlined (hot path)
@@ -51,7 +52,13 @@ class Strict:
         if prog is None:
             prog = program_cache.compile_program(key, fn, args)
         _counters["executions"] += 1
-        out = prog(*args)
+        try:
+            out = prog(*args)
+        except Exception as exc:
+            oom = out_of_memory(exc, f"running {what or key[0]}")
+            if oom is None:
+                raise
+            raise oom from exc
         _launched.last = out
         return out
 
@@ -77,7 +84,10 @@ class LaunchBlocking(Strict):
             for o in outs:
                 o.block_until_ready()
         except Exception as exc:
-            raise OpError(f"tpu: {entry.func} failed on the device ({describe(args, kwargs)}): {exc}") from exc
+            for o in outs:  # raised here: a later synchronize does not raise it again
+                failed_values.remember(o)
+            oom = out_of_memory(exc, f"running {entry.func} ({describe(args, kwargs)})")
+            raise (oom or OpError(f"tpu: {entry.func} failed on the device ({describe(args, kwargs)}): {exc}")) from exc
         return outs
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):

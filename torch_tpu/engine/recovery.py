@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import warnings
 
+from ..errors import out_of_memory
 from ..runtime import counters, program_cache
 
 
@@ -35,11 +36,11 @@ def _lost(value) -> bool:
     return getattr(value, "is_deleted", None) is not None and value.is_deleted()
 
 
-def replay(nodes, inputs, live, writes, exc) -> FusedGraphError | None:
+def replay(nodes, inputs, live, writes, exc) -> RuntimeError | None:
     """Fill ``live`` (node, output, LazyArray) op by op; undo failed writes; the error to raise, or None
     when every op succeeded alone."""
     env: list = []
-    failed: FusedGraphError | None = None
+    failed: RuntimeError | None = None
     for node in nodes:
         if failed is not None:  # on CPU torch the program would have stopped at the failing op
             env.append(failed)
@@ -56,15 +57,19 @@ def replay(nodes, inputs, live, writes, exc) -> FusedGraphError | None:
             vals.append(v)
         if failed is None:
             try:
-                env.append(_run_alone(node, vals))
+                res = _run_alone(node, vals)
+                for r in res:  # wait: a failure while running (out of memory) belongs to this op
+                    r.block_until_ready()
+                env.append(res)
                 continue
             except Exception as inner:  # noqa: BLE001 - reported with the op's name below
-                failed = FusedGraphError(f"tpu fused eager: {op} (created at {where}) failed: {inner}")
+                failed = out_of_memory(inner, f"running {op} (created at {where}) in a fused graph") or \
+                    FusedGraphError(f"tpu fused eager: {op} (created at {where}) failed: {inner}")
                 failed.__cause__ = inner
         env.append(failed)
     for i, j, la in live:
         out = env[i]
-        if isinstance(out, FusedGraphError):
+        if isinstance(out, BaseException):
             la.error = out
         else:
             la.concrete = out[j]

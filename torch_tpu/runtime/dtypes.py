@@ -6,7 +6,8 @@ import functools
 import numpy as np
 import torch
 
-from . import counters, multiprocess, platform, prefetch
+from ..errors import OpError, out_of_memory
+from . import counters, failed_values, multiprocess, platform, prefetch
 
 
 @functools.lru_cache(maxsize=None)
@@ -61,6 +62,10 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
     if not prefetch.started():
         prefetch.start_early()  # a warm process loads its programs while the weights move
     t = cpu_tensor.detach()
+    if t.device.type != "cpu":  # a meta tensor (or another device's) has no host data to copy
+        raise NotImplementedError("Cannot copy out of meta tensor; no data!" if t.device.type == "meta" else
+                                  f"tpu: cannot copy a {t.device} tensor to the tpu device directly; "
+                                  f"copy it to the CPU first with .cpu()")
     to_jax_dtype(t.dtype)  # a dtype the device cannot hold is refused by name (not by numpy)
     if t.is_conj():
         t = t.resolve_conj()
@@ -85,11 +90,21 @@ def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:
     """Copy a device array to a new CPU tensor of the given torch dtype (waits for the value)."""
     platform.jax()  # raises in a forked child, where reading would hang
     try:
+        # wait first: a value whose program failed (out of memory) raises here, while np.asarray of it
+        # aborts the process in PJRT's CPU client ("Check failed: buffer_.IsConcrete()")
+        array.block_until_ready()
         host = np.asarray(array)
     except Exception as exc:  # a collective that produced (or preceded) this value failed
+        failed_values.remember(array)  # raised here: a later synchronize does not raise it again
         err = multiprocess.collective_error(exc, "a collective this value waited for")
         if err is exc:
-            raise
+            err = out_of_memory(exc, "computing a value that was read (dispatch is asynchronous: the op that "
+                                "ran out is earlier; TORCH_TPU_LAUNCH_BLOCKING=1 names it)")
+            if err is None:
+                if not isinstance(exc, platform.jax().errors.JaxRuntimeError):
+                    raise  # already the backend's own error (a fused graph's, naming its op)
+                err = OpError(f"tpu: the program computing a value that was read failed on the device: {exc} "
+                              "(dispatch is asynchronous: TORCH_TPU_LAUNCH_BLOCKING=1 names the op)")
         raise err from exc
     counters.counters["device_to_host_bytes"] += host.nbytes
     view = _tables()[2].get(dtype)
