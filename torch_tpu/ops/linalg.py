@@ -297,6 +297,22 @@ def linalg_householder_product(a, tau):
     return _lax.householder_product(a, tau)
 
 
+@register(aten.geqrf.default)
+def geqrf(a):
+    """LAPACK's compact QR (reflectors below the diagonal, R on and above, the scalar factors): what
+    torch.geqrf returns, and what parametrizations.orthogonal's right_inverse reads (torch swallows a
+    NotImplementedError there, which left the parametrization broken)."""
+    h, tau = jnp.linalg.qr(a, mode="raw")  # h is LAPACK's factor transposed
+    return _mT(h), tau
+
+
+@register(aten.ormqr.default)
+def ormqr(a, tau, other, left=True, transpose=False):
+    a, other = _batch_broadcast(a, other)
+    tau = jnp.broadcast_to(tau, a.shape[:-2] + tau.shape[-1:])
+    return _lax.ormqr(a, tau, other, left=left, transpose=transpose)
+
+
 @register(aten.linalg_pinv.atol_rtol_tensor)
 def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
     m, n = a.shape[-2:]

@@ -286,3 +286,20 @@ for _name, _kernel in _FLOAT_ONLY.items():
     validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, True))
 for _name, _kernel in _NO_BOOL_BINARY.items():
     validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, False))
+
+
+# --- LAPACK kernels: float, double and their complex types only ---------------------------------------
+_LAPACK_ONLY = {"geqrf": "geqrf_cpu", "ormqr": "ormqr_cpu", "linalg_householder_product": "orgqr_cpu"}
+_LAPACK_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def _refuse_lapack_dtype(kernel):
+    def check(a, *args, **kwargs):
+        if isinstance(a, torch.Tensor) and a.dtype not in _LAPACK_DTYPES:
+            raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(a.dtype, a.dtype)}\'')
+
+    return check
+
+
+for _name, _kernel in _LAPACK_ONLY.items():
+    validates(*_functional_overloads(_name))(_refuse_lapack_dtype(_kernel))
