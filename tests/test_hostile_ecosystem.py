@@ -14,6 +14,9 @@ new mask on recompute and the gradient was silently wrong (use_reentrant True an
 ``parametrizations.orthogonal`` crashed at the first forward (``None @ Tensor``): its right_inverse calls
 ``torch.geqrf``, which had no lowering, and torch swallows that NotImplementedError; geqrf and ormqr are
 lowered now, and refuse the dtypes CPU's LAPACK kernels refuse (int, half: geqrf returned values).
+torch.distributions' Gamma, Chi2, StudentT, Beta, Dirichlet, Poisson and Binomial could not sample
+(``_standard_gamma``, ``_standard_gamma_grad``, ``_sample_dirichlet``, ``poisson``, ``binomial`` had no
+lowering; ``normal_functional``, StudentT's compiled sampler, neither): lowered, with CPU's dtype refusals.
 """
 import pytest
 import torch
@@ -179,6 +182,152 @@ def _ormqr_all(a, c, ct):
             for o, left in ((c, True), (ct, False)) for tr in (False, True)]
 
 
+# ---------------------------------------------------------------------------------------------------
+# torch.distributions: densities compared by value, samplers by device-independent statistics
+
+
+def _normal(mu, s):
+    import torch.distributions as dist
+
+    d = dist.Normal(mu, s.exp())
+    x = torch.linspace(-2, 2, 12, device=mu.device).reshape(3, 4)
+    return d.log_prob(x), d.entropy(), d.cdf(x), d.icdf(torch.full_like(x, 0.3)), d.mean, d.stddev
+
+
+def _rsample_normal(mu, s):
+    """The reparameterized sample's gradient: dz/dmu = 1, dz/ds = eps * exp(s), eps the sample's noise."""
+    import torch.distributions as dist
+
+    torch.manual_seed(0)
+    z = dist.Normal(mu, s.exp()).rsample((7,))
+    eps = ((z - mu) / s.exp()).detach()
+    z.sum().backward()
+    return z.shape, (mu.grad - 7).abs().max() < 1e-5, (s.grad - (eps * s.exp()).sum(0).detach()).abs().max() < 1e-4
+
+
+def _categorical_bernoulli(logits):
+    import torch.distributions as dist
+
+    c = dist.Categorical(logits=logits)
+    b = dist.Bernoulli(logits=logits)
+    v = torch.tensor([0, 3, 1], device=logits.device)
+    return (c.log_prob(v), c.entropy(), c.probs, c.sample((5,)).shape, c.enumerate_support().shape,
+            b.log_prob((logits > 0).float()), b.entropy(), b.mean)
+
+
+def _mvn(mu, lo):
+    import torch.distributions as dist
+
+    cov = lo @ lo.T + torch.eye(4, device=lo.device)
+    d = dist.MultivariateNormal(mu[0], covariance_matrix=cov)
+    lp = d.log_prob(torch.linspace(-1, 1, 8, device=mu.device).reshape(2, 4))
+    lp.sum().backward()
+    return lp, d.entropy(), d.scale_tril, mu.grad, lo.grad
+
+
+def _dirichlet_density(c):
+    import torch.distributions as dist
+
+    d = dist.Dirichlet(c.exp())
+    lp = d.log_prob(torch.softmax(torch.linspace(-1, 1, 12, device=c.device).reshape(3, 4), -1))
+    lp.sum().backward()
+    return lp, d.entropy(), d.mean, c.grad
+
+
+def _more_densities(mu, s, x):
+    import torch.distributions as dist
+
+    return [dist.Beta(mu.exp(), s.exp()).log_prob(torch.full_like(mu, 0.3)),
+            dist.Gamma(mu.exp(), s.exp()).log_prob(torch.full_like(mu, 0.7)),
+            dist.Poisson(mu.exp()).log_prob(torch.full_like(mu, 2.0)),
+            dist.Binomial(10, logits=mu).log_prob(torch.full_like(mu, 3.0)),
+            dist.Laplace(mu, s.exp()).log_prob(x), dist.StudentT(3.0, mu, s.exp()).log_prob(x),
+            dist.OneHotCategorical(logits=mu).log_prob(torch.eye(4, device=mu.device)[:3]),
+            dist.Independent(dist.Normal(mu, s.exp()), 1).log_prob(x),
+            dist.LowRankMultivariateNormal(mu, s[..., None] * 0.1, s.exp()).log_prob(x),
+            dist.VonMises(mu, s.exp()).log_prob(x),
+            dist.kl_divergence(dist.Normal(mu, s.exp()), dist.Normal(torch.zeros_like(mu), torch.ones_like(mu))),
+            dist.kl_divergence(dist.Categorical(logits=mu), dist.Categorical(logits=s)),
+            dist.TransformedDistribution(dist.Normal(mu, s.exp()), [dist.transforms.SigmoidTransform(),
+                                         dist.transforms.AffineTransform(1.0, 2.0)]).log_prob(torch.full_like(mu, 1.7))]
+
+
+SAMPLED = {
+    "normal": lambda p: __import__("torch").distributions.Normal(p, p.sqrt()),
+    "categorical": lambda p: __import__("torch").distributions.Categorical(probs=p / p.sum()),
+    "bernoulli": lambda p: __import__("torch").distributions.Bernoulli(probs=p / 8),
+    "gamma": lambda p: __import__("torch").distributions.Gamma(p, p / 2),
+    "beta": lambda p: __import__("torch").distributions.Beta(p, p.flip(0)),
+    "dirichlet": lambda p: __import__("torch").distributions.Dirichlet(p),
+    "poisson": lambda p: __import__("torch").distributions.Poisson(p),
+    "binomial": lambda p: __import__("torch").distributions.Binomial(torch.tensor([1.0, 5.0, 20.0, 60.0], device=p.device),
+                                                                     probs=p / 8),
+    "chi2": lambda p: __import__("torch").distributions.Chi2(p),
+    "studentt": lambda p: __import__("torch").distributions.StudentT(p + 4.5),
+    "mvn": lambda p: __import__("torch").distributions.MultivariateNormal(
+        p, scale_tril=torch.eye(4, device=p.device) + torch.ones(4, 4, device=p.device).tril(-1) * 0.5),
+}
+RATES = torch.tensor([0.5, 1.0, 2.5, 7.0])
+
+
+def _sample_stats(name):
+    """Shape, dtype, support, and the sample mean / variance within a few standard errors of the
+    distribution's own (on each device: the draws differ, the answers must not)."""
+    def fn(p):
+        torch.manual_seed(0)
+        d = SAMPLED[name](p)
+        s = d.sample((20000,))
+        var = d.variance if name != "categorical" else None
+        mean_ok = ((s.float().mean(0) - d.mean).abs() < 0.05 * (1 + d.mean.abs())).all() if var is not None else \
+            ((torch.bincount(s, minlength=4).float() / 20000 - d.probs).abs() < 0.02).all()
+        var_ok = ((s.var(0) / var - 1).abs() < 0.1).all() if var is not None else s.max() <= 3
+        return s.shape, s.dtype, mean_ok, var_ok, d.support.check(s).all()
+    return fn
+
+
+def _gamma_rsample_grad(p):
+    import torch.distributions as dist
+
+    torch.manual_seed(0)
+    s = dist.Gamma(p, torch.ones_like(p)).rsample((3,))
+    s.sum().backward()
+    return s.shape, (p.grad > 0).all(), torch.isfinite(p.grad).all()
+
+
+def _sampler_edges(p):
+    """CPU's gamma and Dirichlet samplers give the smallest normal number for alpha <= 0 or NaN."""
+    g = torch._standard_gamma(p * torch.tensor([0.0, -1.0, float("nan"), 1.0], device=p.device))
+    dr = torch._sample_dirichlet(torch.stack([p * 0, p]))
+    return g[:3], g[3] > 0, dr[0], (dr[1].sum() - 1).abs() < 1e-5
+
+
+def _validate(which):
+    def fn(x):
+        import torch.distributions as dist
+
+        dev = x.device
+        return {"normal_neg_scale": lambda: dist.Normal(torch.zeros(3, device=dev), -torch.ones(3, device=dev),
+                                                        validate_args=True),
+                "categorical_bad_value": lambda: dist.Categorical(probs=torch.full((3,), 1 / 3, device=dev),
+                                                                  validate_args=True).log_prob(torch.tensor(5, device=dev)),
+                "bernoulli_bad_value": lambda: dist.Bernoulli(probs=torch.full((3,), 0.5, device=dev),
+                                                              validate_args=True).log_prob(
+                    torch.tensor([0.5, 1.0, 0.0], device=dev)),
+                "mvn_not_pd": lambda: dist.MultivariateNormal(torch.zeros(2, device=dev), covariance_matrix=torch.tensor(
+                    [[1.0, 2.0], [2.0, 1.0]], device=dev), validate_args=True),
+                "dirichlet_negative": lambda: dist.Dirichlet(torch.tensor([1.0, -1.0], device=dev), validate_args=True),
+                "categorical_bad_probs": lambda: dist.Categorical(probs=torch.tensor([-0.1, 1.1], device=dev),
+                                                                  validate_args=True),
+                "poisson_negative_rate": lambda: torch.poisson(-x),
+                "gamma_int": lambda: torch._standard_gamma(x.long()),
+                "gamma_half": lambda: torch._standard_gamma(x.half()),
+                "dirichlet_bfloat16": lambda: torch._sample_dirichlet(x.bfloat16()),
+                "poisson_long": lambda: torch.poisson(x.long()),
+                "binomial_half": lambda: torch.binomial(x.half(), x.half()),
+                "binomial_mixed_dtypes": lambda: torch.binomial(x, x.double())}[which]()
+    return fn
+
+
 ISOLATED_CASES = {
     "checkpoint_dropout_reentrant": lambda: D.check(_checkpoint_vs_plain(True), _leaf(A), _leaf(M), modes=EAGER),
     "checkpoint_dropout_nonreentrant": lambda: D.check(_checkpoint_vs_plain(False), _leaf(A), _leaf(M),
@@ -207,6 +356,24 @@ ISOLATED_CASES = {
                   lambda a: torch.linalg.householder_product(a, a[0]))],
     "ormqr_bad_shapes": lambda: D.check(lambda a, c: torch.ormqr(*torch.geqrf(a), c), QR_A.clone(), D.rand(4, 2),
                                         modes=EAGER, expect_raise=True),
+    "dist_normal": lambda: D.check(_normal, A.clone(), B.clone(), modes=ALL),
+    "dist_normal_rsample_grad": lambda: D.check(_rsample_normal, _leaf(A), _leaf(B), modes=EAGER),
+    "dist_categorical_bernoulli": lambda: D.check(_categorical_bernoulli, A.clone(), modes=EAGER),
+    "dist_mvn": lambda: D.check(_mvn, _leaf(A), _leaf(M), modes=EAGER, atol=1e-5),
+    "dist_dirichlet_density": lambda: D.check(_dirichlet_density, _leaf(A), modes=EAGER, atol=1e-5),
+    "dist_more_densities": lambda: D.check(_more_densities, A.clone(), B.clone(), D.rand(3, 4, seed=9), modes=EAGER,
+                                           atol=1e-4, rtol=1e-4),
+    **{f"dist_sample_{n}": (lambda n=n: D.check(_sample_stats(n), RATES.clone(), modes=EAGER)) for n in SAMPLED},
+    "dist_sample_compiled": lambda: [D.check(_sample_stats(n), RATES.clone(), modes=["compiled"])
+                                     for n in ("gamma", "dirichlet", "poisson", "binomial", "studentt")],
+    "dist_gamma_rsample_grad": lambda: D.check(_gamma_rsample_grad, _leaf(RATES), modes=EAGER),
+    "dist_gamma_grad_values": lambda: D.check(torch._standard_gamma_grad, RATES.clone(),
+                                              torch.tensor([0.3, 1.2, 2.0, 9.0]), modes=ALL, atol=1e-5, rtol=1e-4),
+    "dist_sampler_edges": lambda: D.check(_sampler_edges, RATES.clone(), modes=EAGER),
+    **{f"dist_refused_{w}": (lambda w=w: D.check(_validate(w), RATES.clone(), modes=EAGER, expect_raise=True))
+       for w in ("normal_neg_scale", "categorical_bad_value", "bernoulli_bad_value", "mvn_not_pd",
+                 "dirichlet_negative", "categorical_bad_probs", "poisson_negative_rate", "gamma_int", "gamma_half",
+                 "dirichlet_bfloat16", "poisson_long", "binomial_half", "binomial_mixed_dtypes")},
 }
 
 

@@ -13,7 +13,7 @@ def _float_dtype(dt):
     return jnp.float32 if dt in (jnp.bfloat16, jnp.float16) else dt
 
 
-@register(aten.normal_.default, random=True)
+@register(aten.normal_.default, aten.normal_functional.default, random=True)
 def normal_(x, mean=0.0, std=1.0, generator=None, *, rng_key):
     dt = _float_dtype(x.dtype)
     return (jax.random.normal(rng_key, x.shape, dt) * std + mean).astype(x.dtype)
@@ -142,3 +142,47 @@ def randint_like(x, *bounds, dtype=None, layout=None, device=None, pin_memory=No
                  rng_key):
     lo, hi = (0, bounds[0]) if len(bounds) == 1 else bounds
     return jax.random.randint(rng_key, x.shape, lo, hi, dtype=jnp.int64).astype(_like_dtype(x, dtype))
+
+
+# --- torch.distributions' samplers (Gamma, Chi2, StudentT, Beta, Dirichlet, Poisson, Binomial) -------
+def _tiny_floor(sample, dt):
+    """CPU's gamma and Dirichlet samplers clamp to the smallest normal number (alpha <= 0 or NaN gives it)."""
+    tiny = jnp.finfo(dt).tiny
+    return jnp.where(sample > tiny, sample, jnp.where(jnp.isposinf(sample), sample, tiny))
+
+
+@register(aten._standard_gamma.default, random=True)
+def standard_gamma(alpha, generator=None, *, rng_key):
+    a = jnp.where(alpha > 0, alpha, 1)
+    sample = jax.random.gamma(rng_key, a, dtype=alpha.dtype)
+    return _tiny_floor(jnp.where(alpha > 0, sample, 0), alpha.dtype)
+
+
+@register(aten._standard_gamma_grad.default)
+def standard_gamma_grad(alpha, sample):
+    """d sample / d alpha at fixed CDF (the implicit reparameterization gradient torch uses)."""
+    return jax.lax.random_gamma_grad(alpha, sample)
+
+
+@register(aten._sample_dirichlet.default, random=True)
+def sample_dirichlet(alpha, generator=None, *, rng_key):
+    dt = _float_dtype(alpha.dtype)
+    a = alpha.astype(dt)
+    g = _tiny_floor(jnp.where(a > 0, jax.random.gamma(rng_key, jnp.where(a > 0, a, 1), dtype=dt), 0), dt)
+    return _tiny_floor(g / jnp.sum(g, axis=-1, keepdims=True), dt).astype(alpha.dtype)
+
+
+@register(aten.poisson.default, random=True)
+def poisson(rates, generator=None, *, rng_key):
+    require(rates >= 0, "invalid Poisson rate, expected rate to be non-negative")
+    lam = jnp.where(rates >= 0, rates, 0).astype(_float_dtype(rates.dtype))
+    # JAX's poisson takes threefry keys only: one derived from this op's rbg key
+    key = jax.random.wrap_key_data(jax.random.bits(rng_key, (2,), jnp.uint32), impl="threefry2x32")
+    return jax.random.poisson(key, lam, rates.shape, dtype=jnp.int32).astype(rates.dtype)
+
+
+@register(aten.binomial.default, random=True)
+def binomial(count, prob, generator=None, *, rng_key):
+    dt = _float_dtype(count.dtype)
+    n = jnp.broadcast_to(count, prob.shape).astype(dt)
+    return jax.random.binomial(rng_key, n, prob.astype(dt), shape=prob.shape, dtype=dt).astype(count.dtype)

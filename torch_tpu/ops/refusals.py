@@ -303,3 +303,26 @@ def _refuse_lapack_dtype(kernel):
 
 for _name, _kernel in _LAPACK_ONLY.items():
     validates(*_functional_overloads(_name))(_refuse_lapack_dtype(_kernel))
+
+
+# --- samplers CPU has for some floating dtypes only ---------------------------------------------------
+_SAMPLER_DTYPES = {"_standard_gamma": ("gamma_cpu", (torch.float32, torch.float64)),
+                   "_sample_dirichlet": ("dirichlet", (torch.float32, torch.float64)),
+                   "poisson": ("poisson_cpu", (torch.float32, torch.float64, torch.bfloat16, torch.float16)),
+                   "binomial": ("binomial_cpu", (torch.float32, torch.float64))}
+
+
+def _refuse_sampler_dtype(kernel, allowed):
+    def check(a, *args, **kwargs):
+        if isinstance(a, torch.Tensor) and a.dtype not in allowed:
+            raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(a.dtype, a.dtype)}\'')
+        other = args[0] if args else kwargs.get("prob")
+        if kernel == "binomial_cpu" and isinstance(other, torch.Tensor) and other.dtype != a.dtype:
+            raise RuntimeError(f"Found dtype {_TYPE_NAMES.get(other.dtype, other.dtype)} but expected "
+                               f"{_TYPE_NAMES.get(a.dtype, a.dtype)}")
+
+    return check
+
+
+for _name, (_kernel, _allowed) in _SAMPLER_DTYPES.items():
+    validates(*_functional_overloads(_name))(_refuse_sampler_dtype(_kernel, _allowed))
