@@ -16,7 +16,9 @@ new mask on recompute and the gradient was silently wrong (use_reentrant True an
 lowered now, and refuse the dtypes CPU's LAPACK kernels refuse (int, half: geqrf returned values).
 torch.distributions' Gamma, Chi2, StudentT, Beta, Dirichlet, Poisson and Binomial could not sample
 (``_standard_gamma``, ``_standard_gamma_grad``, ``_sample_dirichlet``, ``poisson``, ``binomial`` had no
-lowering; ``normal_functional``, StudentT's compiled sampler, neither): lowered, with CPU's dtype refusals.
+lowering; ``normal_functional``, StudentT's compiled sampler, neither): lowered, with CPU's dtype refusals;
+Dirichlet/Beta ``rsample`` backward (``_dirichlet_grad``, torch's own approximation, ported) failed with
+"invalid gradient".
 """
 import pytest
 import torch
@@ -294,6 +296,26 @@ def _gamma_rsample_grad(p):
     return s.shape, (p.grad > 0).all(), torch.isfinite(p.grad).all()
 
 
+def _dirichlet_rsample_grad(c):
+    """The samples sum to 1, so the gradient of their sum is 0; one coordinate's gradient is finite."""
+    import torch.distributions as dist
+
+    torch.manual_seed(0)
+    s = dist.Dirichlet(c).rsample((5,))
+    g_sum, = torch.autograd.grad(s.sum(), c, retain_graph=True)
+    g0, = torch.autograd.grad(s[..., 0].sum(), c, retain_graph=True)
+    b = dist.Beta(c[:2], c[2:]).rsample()
+    gb, = torch.autograd.grad(b.sum(), c)
+    return s.shape, g_sum.abs().max() < 1e-4, torch.isfinite(g0).all(), g0.abs().sum() > 0, torch.isfinite(gb).all()
+
+
+DG_ALPHA = torch.tensor([0.3, 1.0, 2.5, 7.0, 8.0, 30.0, 0.05, 12.0])
+DG_TOTAL = DG_ALPHA + torch.tensor([0.2, 3.0, 1.5, 9.0, 0.4, 25.0, 0.1, 7.0])
+# points in each of torch's branches: near 0, near 1, both parameters large (at and off the mean), the rest
+DG_X = torch.stack([D.rand(8, seed=s, low=0.02, high=0.98) for s in range(4)]
+                   + [torch.full((8,), 0.5), torch.full((8,), 0.999), torch.full((8,), 1e-4), DG_ALPHA / DG_TOTAL])
+
+
 def _sampler_edges(p):
     """CPU's gamma and Dirichlet samplers give the smallest normal number for alpha <= 0 or NaN."""
     g = torch._standard_gamma(p * torch.tensor([0.0, -1.0, float("nan"), 1.0], device=p.device))
@@ -369,6 +391,11 @@ ISOLATED_CASES = {
     "dist_gamma_rsample_grad": lambda: D.check(_gamma_rsample_grad, _leaf(RATES), modes=EAGER),
     "dist_gamma_grad_values": lambda: D.check(torch._standard_gamma_grad, RATES.clone(),
                                               torch.tensor([0.3, 1.2, 2.0, 9.0]), modes=ALL, atol=1e-5, rtol=1e-4),
+    "dist_dirichlet_beta_rsample_grad": lambda: D.check(_dirichlet_rsample_grad, _leaf(RATES), modes=EAGER),
+    "dist_dirichlet_grad_values": lambda: [
+        D.check(torch._dirichlet_grad, DG_X.to(dt), DG_ALPHA.expand_as(DG_X).to(dt), DG_TOTAL.expand_as(DG_X).to(dt),
+                modes=modes, atol=tol, rtol=tol * 10)
+        for dt, modes, tol in ((torch.float32, ALL, 1e-4), (torch.float64, ["strict"], 1e-7))],
     "dist_sampler_edges": lambda: D.check(_sampler_edges, RATES.clone(), modes=EAGER),
     **{f"dist_refused_{w}": (lambda w=w: D.check(_validate(w), RATES.clone(), modes=EAGER, expect_raise=True))
        for w in ("normal_neg_scale", "categorical_bad_value", "bernoulli_bad_value", "mvn_not_pd",
