@@ -19,6 +19,11 @@ torch.distributions' Gamma, Chi2, StudentT, Beta, Dirichlet, Poisson and Binomia
 lowering; ``normal_functional``, StudentT's compiled sampler, neither): lowered, with CPU's dtype refusals;
 Dirichlet/Beta ``rsample`` backward (``_dirichlet_grad``, torch's own approximation, ported) failed with
 "invalid gradient".
+``torch.autocast("tpu")`` claimed CUDA's policy but covered a third of it: 55 of the 97 entries of torch's
+own CUDA autocast test lists differed (sum/prod/cumprod/logsumexp/norms/losses/cdist... stayed in low
+precision; addr/lstm_cell/linalg_vecdot... stayed in float32; the promote ops (index_put, scatter_add, dot,
+cross, tensordot, bilinear) raised dtype mismatches in mixed-precision code). The policy is CUDA's now,
+list for list (``eager/autocast.py``); ``F.bilinear`` had no kernel at all (``_trilinear``): lowered.
 """
 import pytest
 import torch
@@ -350,6 +355,128 @@ def _validate(which):
     return fn
 
 
+# ---------------------------------------------------------------------------------------------------
+# autocast: torch's CUDA autocast test lists (the policy torch.autocast("tpu") follows), and AMP training
+
+
+def _autocast_lists(low):
+    """Each entry of torch's CUDA autocast test lists on tpu under autocast: the dtype its list names, and
+    the value of the same op on CPU with the inputs rounded the way the policy casts them."""
+    def run():
+        from torch.testing._internal.autocast_test_lists import AutocastTestLists
+        from torch.utils._pytree import tree_map
+
+        torch.manual_seed(0)
+        lists = AutocastTestLists("cpu")
+        n = 0
+        for lst, mod, policy in (("torch_fp16", torch, "low"), ("torch_fp32", torch, "fp32"),
+                                 ("nn_fp16", torch._C._nn, "low"), ("nn_fp32", torch._C._nn, "fp32"),
+                                 ("linalg_fp16", torch._C._linalg, "low"), ("methods_fp16", None, "low"),
+                                 ("methods_fp32", None, "fp32"), ("torch_need_autocast_promote", torch, "promote")):
+            for item in getattr(lists, lst):
+                name, args = item[0], item[1]
+                # cudnn_*: CUDA only; _convolution: see the xfail below; einsum's entry holds its equation only
+                if name.startswith(("cudnn", "_convolution")) or isinstance(args, str):
+                    continue
+                want = low if policy == "low" else torch.float32
+                if mod is not None:
+                    f = getattr(mod, name)
+                else:
+                    def f(self, *a, name=name):
+                        return getattr(self, name)(*a)
+                on_tpu = tree_map(lambda t: t.to("tpu") if isinstance(t, torch.Tensor) else t, args)
+                with torch.autocast("tpu", dtype=low):
+                    out = f(*on_tpu)
+                out = out[0] if isinstance(out, tuple) else out
+                rounded = tree_map(lambda t: t.to(want).float() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                                   else t, args)
+                ref = f(*rounded)
+                ref = (ref[0] if isinstance(ref, tuple) else ref).to(want).float()
+                assert out.dtype == want, f"[wrong dtype] autocast {low} {lst} {name}: {out.dtype}, CUDA's policy {want}"
+                torch.testing.assert_close(out.float().cpu(), ref, atol=2e-2 * (1 + ref.abs().max().item()), rtol=2e-2,
+                                           msg=lambda m: f"[wrong value] autocast {low} {lst} {name}: {m}")
+                n += 1
+        assert n > 80, n
+    return run
+
+
+def _autocast_direct_convolution():
+    """torch._convolution called directly (CUDA's autocast list names it; F.conv* never call it): CPU
+    and CUDA have kernels, the PrivateUse1 route ends in convolution_overrideable."""
+    x, w = D.rand(1, 2, 5, 5), D.rand(3, 2, 3, 3, seed=2)
+    args = ((1, 1), (0, 0), (1, 1), False, (0, 0), 1, False, False, True, True)
+    ref = torch._convolution(x, w, None, *args)
+    torch.testing.assert_close(torch._convolution(x.to("tpu"), w.to("tpu"), None, *args).cpu(), ref)
+
+
+def _autocast_train(low):
+    """Autocast forward, float32 master weights, gradients compared with CPU running the same casts
+    by hand (CPU autocast's lists differ from CUDA's)."""
+    def fn(m, x):
+        dev = x.device.type
+        if dev == "tpu":
+            with torch.autocast("tpu", dtype=low):
+                h = m[0](x)
+                y = torch.nn.functional.softmax(m[2](m[1](h)), -1)
+                loss = torch.nn.functional.mse_loss(y, torch.zeros_like(y))
+        else:
+            h = torch.nn.functional.linear(x.to(low), m[0].weight.to(low), m[0].bias.to(low))
+            z = torch.nn.functional.linear(m[1](h), m[2].weight.to(low), m[2].bias.to(low))
+            y = torch.softmax(z, -1, dtype=torch.float32)
+            loss = torch.nn.functional.mse_loss(y, torch.zeros_like(y))
+        loss.backward()
+        return h.dtype, y.dtype, loss, [p.grad for p in m.parameters()]
+    return fn
+
+
+def _autocast_mixed_promote(x):
+    """Mixed bf16/fp32 code that CUDA's promote policy makes legal: index_put of a bf16 value into an fp32
+    buffer, scatter_add, dot, addcmul."""
+    with torch.autocast(x.device.type if x.device.type == "tpu" else "cpu", dtype=torch.bfloat16):
+        h = x @ x.T  # bf16
+        buf = torch.zeros(3, 3, device=x.device)
+        buf[torch.tensor([0, 2], device=x.device)] = h[:2] if x.device.type == "tpu" else h[:2].float()
+        idx = torch.tensor([[0, 1, 2]] * 3, device=x.device)
+        sa = torch.zeros(3, 3, device=x.device).scatter_add(0, idx, h if x.device.type == "tpu" else h.float())
+        d = torch.dot(x[0], h[0] if x.device.type == "tpu" else h[0].float().to(x.dtype))
+    return buf, sa, d
+
+
+def _scaler_unscale_clip_skip(m, x):
+    """GradScaler: unscale_ then clip, an overflowing step skipped (parameters unchanged), two optimizers,
+    the scaler's state after a round trip through state_dict."""
+    dev = x.device.type
+    opt1 = torch.optim.SGD(m[0].parameters(), lr=0.1, momentum=0.9)
+    opt2 = torch.optim.Adam(m[2].parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler(dev, init_scale=2.0 ** 8, growth_interval=1)
+    out = []
+    for step in range(4):
+        opt1.zero_grad()
+        opt2.zero_grad()
+        scaler.scale(m(x).pow(2).mean()).backward()
+        if step == 1:
+            m[2].weight.grad[0, 0] = float("inf")
+        scaler.unscale_(opt1)
+        norm = torch.nn.utils.clip_grad_norm_(m[0].parameters(), 0.5)
+        scaler.step(opt1)
+        scaler.step(opt2)
+        scaler.update()
+        out += [norm, scaler.get_scale()] + [p.detach().clone() for p in m.parameters()]
+    state = scaler.state_dict()
+    again = torch.amp.GradScaler(dev)
+    again.load_state_dict(state)
+    return out, again.get_scale(), state["_growth_tracker"]
+
+
+def _bilinear_grads(a, b, w, bias):
+    y = F.bilinear(a, b, w, bias)
+    y.pow(2).sum().backward()
+    return y, a.grad, b.grad, w.grad, bias.grad
+
+
+BL = (D.rand(2, 3), D.rand(2, 4, seed=2), D.rand(5, 3, 4, seed=3), D.rand(5, seed=4))
+
+
 ISOLATED_CASES = {
     "checkpoint_dropout_reentrant": lambda: D.check(_checkpoint_vs_plain(True), _leaf(A), _leaf(M), modes=EAGER),
     "checkpoint_dropout_nonreentrant": lambda: D.check(_checkpoint_vs_plain(False), _leaf(A), _leaf(M),
@@ -401,7 +528,30 @@ ISOLATED_CASES = {
        for w in ("normal_neg_scale", "categorical_bad_value", "bernoulli_bad_value", "mvn_not_pd",
                  "dirichlet_negative", "categorical_bad_probs", "poisson_negative_rate", "gamma_int", "gamma_half",
                  "dirichlet_bfloat16", "poisson_long", "binomial_half", "binomial_mixed_dtypes")},
+    "autocast_cuda_lists_float16": _autocast_lists(torch.float16),
+    "autocast_cuda_lists_bfloat16": _autocast_lists(torch.bfloat16),
+    "autocast_train_bfloat16": lambda: D.check(_autocast_train(torch.bfloat16), _module(LIN), D.rand(3, 4), modes=EAGER,
+                                               atol=2e-2, rtol=2e-2),
+    "autocast_train_float16": lambda: D.check(_autocast_train(torch.float16), _module(LIN), D.rand(3, 4), modes=EAGER,
+                                              atol=2e-2, rtol=2e-2),
+    "autocast_mixed_promote": lambda: D.check(_autocast_mixed_promote, A.clone(), modes=EAGER, atol=2e-2, rtol=2e-2),
+    "grad_scaler_unscale_clip_skip": lambda: D.check(_scaler_unscale_clip_skip, _module(LIN), A.clone(), modes=EAGER,
+                                                     atol=1e-5, rtol=1e-4),
+    "bilinear": lambda: [D.check(lambda a, b, w, bias: F.bilinear(a, b, w, bias), *[t.clone() for t in BL], modes=ALL,
+                                 atol=1e-5),
+                         D.check(lambda a, b, w, bias: F.bilinear(a[None], b[None], w), *[t.clone() for t in BL],
+                                 modes=EAGER, atol=1e-5)],
+    "bilinear_grads": lambda: D.check(_bilinear_grads, *[_leaf(t) for t in BL], modes=EAGER, atol=1e-4, rtol=1e-4),
+    "bilinear_bad_shapes": lambda: D.check(lambda a, b, w: F.bilinear(a, b, w), BL[0].clone(), D.rand(2, 5),
+                                           BL[2].clone(), modes=EAGER, expect_raise=True),
 }
+
+
+@pytest.mark.xfail(strict=True, raises=NotImplementedError,
+                   reason="torch._convolution called directly reaches convolution_overrideable, which torch_tpu "
+                          "does not implement (every F.conv*/nn.Conv* call takes aten.convolution instead)")
+def test_direct_convolution_overrideable():
+    _autocast_direct_convolution()
 
 
 @pytest.fixture(scope="module")
