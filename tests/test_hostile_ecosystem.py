@@ -442,6 +442,35 @@ def _autocast_mixed_promote(x):
     return buf, sa, d
 
 
+def _autocast_compiled_like_eager():
+    """A compiled function under autocast("tpu") casts as eager does (the graph is traced through the
+    same AutocastPrivateUse1 kernels): same dtypes, same values; checkpoint keeps the autocast state."""
+    import torch._dynamo
+    import torch.utils.checkpoint as ckpt
+
+    def f(x, m):
+        h = x @ m
+        return h, h.sum(), h.softmax(-1), F.layer_norm(h, (4,)), torch.cumsum(h, 1), h.prod(), h.logsumexp(-1)
+
+    x, m = A.to("tpu"), M.to("tpu")
+    with torch.autocast("tpu"):
+        eager = f(x, m)
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="tpu", dynamic=False)(x, m)
+    assert [t.dtype for t in compiled] == [t.dtype for t in eager] == [torch.bfloat16] + [torch.float32] * 6
+    for e, c in zip(eager, compiled):
+        torch.testing.assert_close(c.cpu(), e.cpu(), atol=1e-2, rtol=1e-2)
+    xx = x.clone().requires_grad_()
+    with torch.autocast("tpu"):
+        y = ckpt.checkpoint(lambda a: F.silu(a @ m).sum(), xx, use_reentrant=False)
+    y.backward()
+    g = xx.grad.clone()
+    xx.grad = None
+    with torch.autocast("tpu"):
+        F.silu(xx @ m).sum().backward()
+    torch.testing.assert_close(g.cpu(), xx.grad.cpu())
+
+
 def _scaler_unscale_clip_skip(m, x):
     """GradScaler: unscale_ then clip, an overflowing step skipped (parameters unchanged), two optimizers,
     the scaler's state after a round trip through state_dict."""
@@ -839,6 +868,7 @@ ISOLATED_CASES = {
                                                atol=2e-2, rtol=2e-2),
     "autocast_train_float16": lambda: D.check(_autocast_train(torch.float16), _module(LIN), D.rand(3, 4), modes=EAGER,
                                               atol=2e-2, rtol=2e-2),
+    "autocast_compiled_and_checkpoint": _autocast_compiled_like_eager,
     "autocast_mixed_promote": lambda: D.check(_autocast_mixed_promote, A.clone(), modes=EAGER, atol=2e-2, rtol=2e-2),
     "grad_scaler_unscale_clip_skip": lambda: D.check(_scaler_unscale_clip_skip, _module(LIN), A.clone(), modes=EAGER,
                                                      atol=1e-5, rtol=1e-4),
