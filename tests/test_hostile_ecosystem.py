@@ -24,6 +24,8 @@ own CUDA autocast test lists differed (sum/prod/cumprod/logsumexp/norms/losses/c
 precision; addr/lstm_cell/linalg_vecdot... stayed in float32; the promote ops (index_put, scatter_add, dot,
 cross, tensordot, bilinear) raised dtype mismatches in mixed-precision code). The policy is CUDA's now,
 list for list (``eager/autocast.py``); ``F.bilinear`` had no kernel at all (``_trilinear``): lowered.
+``Adam/AdamW(fused=True)`` raised (no ``_fused_adam(w)_``): torch's CPU fused kernel's math now
+(``eager/fused_optim.py``), GradScaler's grad_scale/found_inf included.
 """
 import pytest
 import torch
@@ -648,6 +650,24 @@ def _fused_optimizer(cls, **kw):
                            D.rand(4, 3), modes=EAGER, atol=1e-5, rtol=1e-4)
 
 
+def _scaler_fused_adam(m, x):
+    """GradScaler hands a fused optimizer grad_scale and found_inf: the unscaled gradients are written
+    back, an overflowing step leaves every parameter and state untouched."""
+    dev = x.device.type
+    opt = torch.optim.AdamW(m.parameters(), lr=0.01, weight_decay=0.1, amsgrad=True, fused=True)
+    scaler = torch.amp.GradScaler(dev, init_scale=2.0 ** 8, growth_interval=1)
+    out = []
+    for step in range(4):
+        opt.zero_grad()
+        scaler.scale(m(x).pow(2).mean()).backward()
+        if step == 1:
+            m[2].weight.grad[0, 0] = float("inf")
+        scaler.step(opt)
+        scaler.update()
+        out += [scaler.get_scale()] + [p.detach().clone() for p in m.parameters()] + [p.grad for p in m.parameters()]
+    return out + [v for st in opt.state.values() for v in st.values()]
+
+
 # ---------------------------------------------------------------------------------------------------
 # torch.func, forward-mode AD, double backward, anomaly mode, saved-tensor and module hooks
 
@@ -880,6 +900,12 @@ ISOLATED_CASES = {
     "bilinear_bad_shapes": lambda: D.check(lambda a, b, w: F.bilinear(a, b, w), BL[0].clone(), D.rand(2, 5),
                                            BL[2].clone(), modes=EAGER, expect_raise=True),
     **{f"optim_{n}": _optimizer_case(n) for n in OPTIMIZERS},
+    "optim_fused_adam": lambda: [_fused_optimizer(cls, **kw)() for cls, kw in (
+        (O.Adam, dict(lr=0.01)), (O.AdamW, dict(lr=0.01, amsgrad=True)),
+        (O.Adam, dict(lr=0.01, weight_decay=0.1, maximize=True, amsgrad=True)),
+        (O.AdamW, dict(lr=torch.tensor(0.01), weight_decay=0.1)))],
+    "optim_fused_adam_grad_scaler": lambda: D.check(_scaler_fused_adam, _module(LIN), A.clone(), modes=EAGER, atol=1e-4,
+                                                    rtol=1e-4),
     **{f"clip_grad_norm_{nt}": (lambda nt=nt: [D.check(_clip(nt, fe), _module(LIN), A.clone(), modes=EAGER, atol=1e-5)
                                                for fe in (True, False)])
        for nt in (2.0, 1.0, float("inf"), 0.5)},
@@ -911,9 +937,9 @@ def test_direct_convolution_overrideable():
 
 
 @pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="fused=True optimizers: aten._fused_adam_/_fused_adamw_/_fused_sgd_/_fused_adagrad_ have no "
-                          "tpu lowering (a clear NotImplementedError naming the op; foreach=True is the default)")
-@pytest.mark.parametrize("cls", [O.Adam, O.AdamW, O.SGD, O.Adagrad], ids=lambda c: c.__name__)
+                   reason="fused=True SGD/Adagrad: aten._fused_sgd_/_fused_adagrad_ have no tpu kernel (a clear "
+                          "NotImplementedError naming the op; foreach=True is the default); Adam/AdamW have one")
+@pytest.mark.parametrize("cls", [O.SGD, O.Adagrad], ids=lambda c: c.__name__)
 def test_fused_optimizers(cls):
     try:
         _fused_optimizer(cls, lr=0.01)()

@@ -17,7 +17,7 @@ import torch
 
 from . import config, device_module, distributed
 from .compile import default_backend
-from .eager import amp, attention, autocast, derived_backward, factories, router, whole_ops
+from .eager import amp, attention, autocast, fused_optim, derived_backward, factories, router, whole_ops
 from .engine import modes
 from .runtime import dynamo_frames
 from .tensor import interop, kernels, serialization, untyped
@@ -67,6 +67,7 @@ def register() -> None:
     derived_backward.register()
     whole_ops.register()
     router.add_handlers(amp.HANDLERS)
+    router.add_handlers(fused_optim.HANDLERS)
     _register_autocast()
     serialization.install()
     untyped.install()
