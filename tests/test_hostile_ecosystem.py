@@ -24,8 +24,8 @@ own CUDA autocast test lists differed (sum/prod/cumprod/logsumexp/norms/losses/c
 precision; addr/lstm_cell/linalg_vecdot... stayed in float32; the promote ops (index_put, scatter_add, dot,
 cross, tensordot, bilinear) raised dtype mismatches in mixed-precision code). The policy is CUDA's now,
 list for list (``eager/autocast.py``); ``F.bilinear`` had no kernel at all (``_trilinear``): lowered.
-``Adam/AdamW(fused=True)`` raised (no ``_fused_adam(w)_``): torch's CPU fused kernel's math now
-(``eager/fused_optim.py``), GradScaler's grad_scale/found_inf included.
+``fused=True`` optimizers raised (no ``_fused_adam(w)_/_fused_sgd_/_fused_adagrad_``): torch's CPU fused
+kernels' math now (``eager/fused_optim.py``), GradScaler's grad_scale/found_inf included.
 """
 import pytest
 import torch
@@ -650,11 +650,14 @@ def _fused_optimizer(cls, **kw):
                            D.rand(4, 3), modes=EAGER, atol=1e-5, rtol=1e-4)
 
 
-def _scaler_fused_adam(m, x):
+def _scaler_fused(make):
+    return lambda m, x: _scaler_fused_steps(make(m.parameters()), m, x)
+
+
+def _scaler_fused_steps(opt, m, x):
     """GradScaler hands a fused optimizer grad_scale and found_inf: the unscaled gradients are written
     back, an overflowing step leaves every parameter and state untouched."""
     dev = x.device.type
-    opt = torch.optim.AdamW(m.parameters(), lr=0.01, weight_decay=0.1, amsgrad=True, fused=True)
     scaler = torch.amp.GradScaler(dev, init_scale=2.0 ** 8, growth_interval=1)
     out = []
     for step in range(4):
@@ -904,8 +907,16 @@ ISOLATED_CASES = {
         (O.Adam, dict(lr=0.01)), (O.AdamW, dict(lr=0.01, amsgrad=True)),
         (O.Adam, dict(lr=0.01, weight_decay=0.1, maximize=True, amsgrad=True)),
         (O.AdamW, dict(lr=torch.tensor(0.01), weight_decay=0.1)))],
-    "optim_fused_adam_grad_scaler": lambda: D.check(_scaler_fused_adam, _module(LIN), A.clone(), modes=EAGER, atol=1e-4,
-                                                    rtol=1e-4),
+    "optim_fused_sgd_adagrad": lambda: [_fused_optimizer(cls, **kw)() for cls, kw in (
+        (O.SGD, dict(lr=0.1)), (O.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01)),
+        (O.SGD, dict(lr=0.1, momentum=0.5, dampening=0.3, maximize=True)), (O.SGD, dict(lr=torch.tensor(0.1), momentum=0.9)),
+        (O.Adagrad, dict(lr=0.1, lr_decay=0.01, weight_decay=0.1)),
+        (O.Adagrad, dict(lr=0.1, maximize=True, initial_accumulator_value=0.5)))],
+    "optim_fused_grad_scaler": lambda: [D.check(_scaler_fused(make), _module(LIN), A.clone(), modes=EAGER, atol=1e-4,
+                                                rtol=1e-4) for make in (
+        lambda ps: O.AdamW(ps, lr=0.01, weight_decay=0.1, amsgrad=True, fused=True),
+        lambda ps: O.SGD(ps, lr=0.05, momentum=0.9, fused=True),
+        lambda ps: O.Adagrad(ps, lr=0.05, fused=True))],
     **{f"clip_grad_norm_{nt}": (lambda nt=nt: [D.check(_clip(nt, fe), _module(LIN), A.clone(), modes=EAGER, atol=1e-5)
                                                for fe in (True, False)])
        for nt in (2.0, 1.0, float("inf"), 0.5)},
@@ -934,19 +945,6 @@ ISOLATED_CASES = {
                           "does not implement (every F.conv*/nn.Conv* call takes aten.convolution instead)")
 def test_direct_convolution_overrideable():
     _autocast_direct_convolution()
-
-
-@pytest.mark.xfail(strict=True, raises=NotImplementedError,
-                   reason="fused=True SGD/Adagrad: aten._fused_sgd_/_fused_adagrad_ have no tpu kernel (a clear "
-                          "NotImplementedError naming the op; foreach=True is the default); Adam/AdamW have one")
-@pytest.mark.parametrize("cls", [O.SGD, O.Adagrad], ids=lambda c: c.__name__)
-def test_fused_optimizers(cls):
-    try:
-        _fused_optimizer(cls, lr=0.01)()
-    except pytest.fail.Exception as f:
-        if "has no tpu lowering" in str(f) and "_fused_" in str(f):
-            raise NotImplementedError(str(f)) from None
-        raise
 
 
 @pytest.mark.xfail(strict=True, reason="torch.compile of torch.func.grad over a tpu tensor: dynamo cannot fake a "
