@@ -17,7 +17,7 @@ import torch
 
 from . import config, device_module, distributed
 from .compile import default_backend
-from .eager import amp, attention, derived_backward, factories, router, whole_ops
+from .eager import amp, attention, autocast, fused_optim, derived_backward, factories, router, whole_ops
 from .engine import modes
 from .runtime import dynamo_frames
 from .tensor import interop, kernels, pinned, serialization, untyped
@@ -67,6 +67,7 @@ def register() -> None:
     derived_backward.register()
     whole_ops.register()
     router.add_handlers(amp.HANDLERS)
+    router.add_handlers(fused_optim.HANDLERS)
     _register_autocast()
     serialization.install()
     untyped.install()
@@ -117,52 +118,8 @@ def _local_scalar_dense(x):
     return kernels.local_scalar_dense(None, (x,), {})
 
 
-# torch.autocast("tpu") policy, like CUDA's: matmul/conv-like ops run in the autocast dtype,
-# precision-sensitive ops in float32; every other op falls through unchanged.
-_AUTOCAST_LOW = ("matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "mv", "linear",
-                 "einsum", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-                 "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "prelu",
-                 "scaled_dot_product_attention")
-_AUTOCAST_FP32 = ("softmax.int", "log_softmax.int", "layer_norm", "group_norm", "mse_loss",
-                  "nll_loss_nd", "cross_entropy_loss", "binary_cross_entropy_with_logits",
-                  "exp", "log", "pow.Tensor_Scalar", "rsqrt", "cumsum", "norm.Scalar")
-
-
-def _autocast_kernel(op_name: str, low: bool):
-    packet, _, overload = op_name.partition(".")
-    op = getattr(getattr(torch.ops.aten, packet), overload or "default")
-    exclude = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
-
-    def cast(x, dtype):
-        if isinstance(x, torch.Tensor):
-            if x.is_floating_point() and x.device.type == "tpu" and x.dtype != torch.float64:
-                return x.to(dtype)
-            return x
-        if type(x) in (list, tuple):
-            return type(x)(cast(e, dtype) for e in x)
-        return x
-
-    def kernel(*args, **kwargs):
-        dtype = torch.get_autocast_dtype("tpu") if low else torch.float32
-        args = cast(args, dtype)
-        kwargs = {k: cast(v, dtype) for k, v in kwargs.items()}
-        with torch._C._ExcludeDispatchKeyGuard(exclude):
-            return op(*args, **kwargs)
-
-    return dynamo_frames.keep_out(kernel)
-
-
 def _register_autocast() -> None:
-    # bfloat16 is the TPU convention (torch's default for a new device is float16). torch keeps this
-    # per thread: other threads get it from torch.autocast("tpu", dtype=...) or set_autocast_dtype.
-    torch.set_autocast_dtype("tpu", torch.bfloat16)
-    lib = torch.library.Library("_", "IMPL")
-    lib.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
-    ops = torch.library.Library("aten", "IMPL")
-    for names, low in ((_AUTOCAST_LOW, True), (_AUTOCAST_FP32, False)):
-        for name in names:
-            ops.impl(name, _autocast_kernel(name, low), "AutocastPrivateUse1")
-    _register_autocast.libs = (lib, ops)
+    _register_autocast.libs = autocast.register()  # CUDA's policy, eager/autocast.py
 
 
 def _register_distributed() -> None:

@@ -28,6 +28,15 @@ def is_initialized() -> bool:
     return _platform.devices.cache_info().currsize > 0
 
 
+def __getattr__(name: str):
+    # torch.cuda's module flag, read by torch libraries as ``getattr(device_module, "_initialized", False)``:
+    # torch.utils.checkpoint saves and replays the device RNG state only when it is true (without it, a
+    # checkpointed dropout drew a new mask on recompute: a silently wrong gradient)
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def init() -> None:
     _lazy_init()
 

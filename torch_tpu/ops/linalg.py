@@ -297,6 +297,36 @@ def linalg_householder_product(a, tau):
     return _lax.householder_product(a, tau)
 
 
+@register(aten._trilinear.default)
+def trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """F.bilinear's kernel: the three inputs, each unsqueezed at its expand dims, multiplied (broadcast)
+    and summed over ``sumdim``."""
+    def expand(x, dims):
+        for d in sorted(dims):
+            x = jnp.expand_dims(x, d)
+        return x
+
+    acc = jnp.promote_types(i1.dtype, jnp.float32) if jnp.issubdtype(i1.dtype, jnp.floating) else i1.dtype
+    prod = expand(i1, expand1).astype(acc) * expand(i2, expand2).astype(acc) * expand(i3, expand3).astype(acc)
+    return (jnp.sum(prod, axis=tuple(sumdim)) if sumdim else prod).astype(i1.dtype)
+
+
+@register(aten.geqrf.default)
+def geqrf(a):
+    """LAPACK's compact QR (reflectors below the diagonal, R on and above, the scalar factors): what
+    torch.geqrf returns, and what parametrizations.orthogonal's right_inverse reads (torch swallows a
+    NotImplementedError there, which left the parametrization broken)."""
+    h, tau = jnp.linalg.qr(a, mode="raw")  # h is LAPACK's factor transposed
+    return _mT(h), tau
+
+
+@register(aten.ormqr.default)
+def ormqr(a, tau, other, left=True, transpose=False):
+    a, other = _batch_broadcast(a, other)
+    tau = jnp.broadcast_to(tau, a.shape[:-2] + tau.shape[-1:])
+    return _lax.ormqr(a, tau, other, left=left, transpose=transpose)
+
+
 @register(aten.linalg_pinv.atol_rtol_tensor)
 def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
     m, n = a.shape[-2:]

@@ -288,26 +288,48 @@ for _name, _kernel in _NO_BOOL_BINARY.items():
     validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, False))
 
 
-# --- special functions whose CPU kernels take some dtypes only -----------------------------------------
+# --- kernels CPU has for some dtypes only (special functions, LAPACK, samplers) ---------------------------
 _HALF = (torch.float16, torch.bfloat16)
 _INTEGRAL = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
-_KERNEL_DTYPES_REFUSED = {"special_ndtri": ("ndtri_cpu", _HALF), "special_erfcx": ("erfcx_cpu", _HALF),
-                          "special_log_ndtr": ("log_ndtr_cpu", _HALF),
-                          "special_modified_bessel_i0": ("modified_bessel_i0_cpu", _HALF),
-                          "special_modified_bessel_i1": ("modified_bessel_i1_cpu", _HALF),
-                          "special_spherical_bessel_j0": ("spherical_bessel_j0_cpu", _HALF),
-                          "special_zeta": ("zeta_cpu", _HALF), "igamma": ("igamma_cpu", _INTEGRAL),
-                          "igammac": ("igammac_cpu", _INTEGRAL)}
+_FLOAT_DOUBLE = (torch.float32, torch.float64)
+_LAPACK_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
 
-def _refuse_dtypes(kernel, refused):
+def _only(*dtypes):
+    return lambda dt: dt in dtypes
+
+
+def _not(*dtypes):
+    return lambda dt: dt not in dtypes
+
+
+_KERNEL_DTYPES = {  # op: (CPU kernel's name, the dtypes it takes)
+    "special_ndtri": ("ndtri_cpu", _not(*_HALF)), "special_erfcx": ("erfcx_cpu", _not(*_HALF)),
+    "special_log_ndtr": ("log_ndtr_cpu", _not(*_HALF)),
+    "special_modified_bessel_i0": ("modified_bessel_i0_cpu", _not(*_HALF)),
+    "special_modified_bessel_i1": ("modified_bessel_i1_cpu", _not(*_HALF)),
+    "special_spherical_bessel_j0": ("spherical_bessel_j0_cpu", _not(*_HALF)),
+    "special_zeta": ("zeta_cpu", _not(*_HALF)),
+    "igamma": ("igamma_cpu", _not(*_INTEGRAL)), "igammac": ("igammac_cpu", _not(*_INTEGRAL)),
+    "geqrf": ("geqrf_cpu", _only(*_LAPACK_DTYPES)), "ormqr": ("ormqr_cpu", _only(*_LAPACK_DTYPES)),
+    "linalg_householder_product": ("orgqr_cpu", _only(*_LAPACK_DTYPES)),
+    "_standard_gamma": ("gamma_cpu", _only(*_FLOAT_DOUBLE)), "_sample_dirichlet": ("dirichlet", _only(*_FLOAT_DOUBLE)),
+    "poisson": ("poisson_cpu", _only(*_FLOAT_DOUBLE, *_HALF)), "binomial": ("binomial_cpu", _only(*_FLOAT_DOUBLE)),
+}
+
+
+def _refuse_kernel_dtypes(kernel, takes):
     def check(*args, **kwargs):
-        for a in (*args, *kwargs.values()):
-            if isinstance(a, torch.Tensor) and a.dtype in refused:
-                raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES[a.dtype]}\'')
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        for a in tensors:
+            if not takes(a.dtype):
+                raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(a.dtype, a.dtype)}\'')
+        if kernel == "binomial_cpu" and len(tensors) > 1 and tensors[1].dtype != tensors[0].dtype:
+            raise RuntimeError(f"Found dtype {_TYPE_NAMES.get(tensors[1].dtype, tensors[1].dtype)} but expected "
+                               f"{_TYPE_NAMES.get(tensors[0].dtype, tensors[0].dtype)}")
 
     return check
 
 
-for _name, (_kernel, _refused) in _KERNEL_DTYPES_REFUSED.items():
-    validates(*_functional_overloads(_name))(_refuse_dtypes(_kernel, _refused))
+for _name, (_kernel, _takes) in _KERNEL_DTYPES.items():
+    validates(*_functional_overloads(_name))(_refuse_kernel_dtypes(_kernel, _takes))
