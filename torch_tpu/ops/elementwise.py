@@ -4,6 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..runtime import dtypes
 from .checks import require
 from .registry import aten, prims, register
 from ._util import is_float, is_value, jdtype, no_pred, to_float, torch_operands, upcast
@@ -535,10 +536,10 @@ def ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 
 @register(aten._to_copy.default)
 def to_copy(x, dtype=None, **kwargs):
-    return x if dtype is None else x.astype(jdtype(dtype))
+    return x if dtype is None else dtypes.astype(x, jdtype(dtype))
 
 
 @register(prims.convert_element_type.default)
 def convert_element_type(x, dtype):
     # AOTAutograd's pass that turns unspecialised Python floats back into tensor ops emits this prim
-    return x.astype(jdtype(dtype))
+    return dtypes.astype(x, jdtype(dtype))
