@@ -13,6 +13,8 @@ Registered as the dynamo backend "tpu" through the ``torch_dynamo_backends`` ent
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 __all__ = ["tpu_backend", "StaticShapeError"]
@@ -48,6 +50,50 @@ def _check_static(gm: torch.fx.GraphModule) -> None:
                                                        "automatic dynamic shapes after a shape change)."))
 
 
+_INPLACE_OPERATORS = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+    operator.ipow: operator.pow, operator.iand: operator.and_, operator.ior: operator.or_,
+    operator.ixor: operator.xor, operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+}
+
+
+def _check_inplace_casts(gm: torch.fx.GraphModule) -> None:
+    """``int_tensor.mul_(1.5)`` / ``int_tensor *= 1.5``: eager refuses a result dtype that cannot be cast to
+    self's; AOTAutograd functionalises the call into ``mul`` + ``copy_``, which casts silently. Checked on
+    dynamo's graph (the torch-level calls, with their example values), so the compiled program refuses too."""
+    from ..ops import refusals
+
+    def meta(a):
+        if isinstance(a, torch.fx.Node):
+            v = a.meta.get("example_value", a.meta.get("val"))
+            if isinstance(v, torch.Tensor) and not _is_symbolic(v):
+                return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device="meta")
+            return v
+        if isinstance(a, (list, tuple)):
+            return type(a)(meta(e) for e in a)
+        return a
+
+    for node in gm.graph.nodes:
+        fn = None
+        if node.op == "call_method" and isinstance(node.target, str) and node.target.endswith("_") \
+                and not node.target.startswith("_"):
+            fn = getattr(torch.Tensor, node.target[:-1], None)
+        elif node.op == "call_function" and node.target in _INPLACE_OPERATORS:
+            fn = _INPLACE_OPERATORS[node.target]
+        if fn is None or not node.args or "out" in node.kwargs:
+            continue
+        args = [meta(a) for a in node.args]
+        if not isinstance(args[0], torch.Tensor) or args[0].device.type != "meta":
+            continue
+        try:
+            result = fn(*args, **{k: meta(v) for k, v in node.kwargs.items()})
+        except Exception:  # noqa: BLE001 - not a plain functional counterpart; eager reports its own errors
+            continue
+        if isinstance(result, torch.Tensor):
+            refusals.refuse_inplace_cast(result.dtype, args[0].dtype)
+
+
 def _is_dtensor(x) -> bool:
     return type(x).__name__ == "DTensor" and hasattr(x, "_local_tensor") and hasattr(x, "_spec")
 
@@ -59,6 +105,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from . import aliasing, specialize
 
     _refuse_requested_dynamism(example_inputs, options)
+    _check_inplace_casts(gm)
     if specialize.has_symbolic_inputs(example_inputs):
         # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
         # compiled per concrete signature when called
