@@ -142,3 +142,42 @@ def randint_like(x, *bounds, dtype=None, layout=None, device=None, pin_memory=No
                  rng_key):
     lo, hi = (0, bounds[0]) if len(bounds) == 1 else bounds
     return jax.random.randint(rng_key, x.shape, lo, hi, dtype=jnp.int64).astype(_like_dtype(x, dtype))
+
+
+# --- factories as compiled graphs hold them (eager builds them as empty + normal_/uniform_/random_) -------
+def _factory_dtype(dtype, default=None):
+    import torch
+
+    return jdtype(dtype) or jdtype(default or torch.get_default_dtype())
+
+
+@register(aten.randn.default, aten.randn.generator, random=True)
+def randn(size, *, rng_key, dtype=None, **_):
+    dt = _factory_dtype(dtype)
+    return normal_(jnp.zeros(tuple(size), dt), rng_key=rng_key)
+
+
+@register(aten.rand.default, aten.rand.generator, random=True)
+def rand(size, *, rng_key, dtype=None, **_):
+    return _uniform(rng_key, tuple(size), _factory_dtype(dtype))
+
+
+@register(aten.randint.default, aten.randint.generator, random=True)
+def randint(high, size, *, rng_key, dtype=None, **_):
+    import torch
+
+    return jax.random.randint(rng_key, tuple(size), 0, high, dtype=jnp.int64).astype(
+        _factory_dtype(dtype, torch.int64))
+
+
+@register(aten.randint.low, aten.randint.low_generator, random=True)
+def randint_low(low, high, size, *, rng_key, dtype=None, **_):
+    import torch
+
+    return jax.random.randint(rng_key, tuple(size), low, high, dtype=jnp.int64).astype(
+        _factory_dtype(dtype, torch.int64))
+
+
+@register(aten.normal_functional.default, random=True)
+def normal_functional(x, mean=0.0, std=1.0, *, rng_key, generator=None):
+    return normal_(x, mean, std, rng_key=rng_key)
