@@ -15,6 +15,14 @@ def _up(x):
     return upcast(x) if hasattr(x, "dtype") else x
 
 
+def _u64(x, y):
+    """JAX promotes uint64 with a signed integer to float64 (values past 2**53 round, past 2**64
+    saturate); torch's only such mix is a 0-dim operand, which takes the other's dtype (wraps)."""
+    if any(getattr(v, "dtype", None) == jnp.uint64 for v in (x, y)):
+        return torch_operands(x, y)
+    return x, y
+
+
 def _scaled(y, alpha):
     return y if alpha is None or is_value(alpha, 1) else y * alpha
 
@@ -26,12 +34,14 @@ def add(x, y, alpha=1):
     if y is False and (alpha is None or is_value(alpha, 1)) and is_float(x):
         # a static False is the constant 0, and XLA folds x + 0 into x: -0.0 + 0 must be 0.0
         return jnp.where(x == 0, jnp.zeros_like(x), x)
+    x, y = _u64(x, y)
     return x + _scaled(y, alpha)
 
 
 def _minus(x, y, alpha):
     """torch's sub: x + (-alpha) * y, alpha negated as its own type (an int 0 stays 0, so -0.0 - 0 * y
     keeps its sign, where x - 0 * y would not)."""
+    x, y = _u64(x, y)
     if alpha is None or is_value(alpha, 1):
         return x - y
     return x + y * (-alpha)
@@ -51,7 +61,7 @@ def rsub(x, y, alpha=1):
 def mul(x, y):
     if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
         return jnp.logical_and(x, y)
-    x, y = no_pred(x, y)
+    x, y = no_pred(*_u64(x, y))
     return x * y
 
 

@@ -36,6 +36,9 @@ def _bitcast_last(x, want):
     a, b = jnp.dtype(x.dtype).itemsize, jnp.dtype(want).itemsize
     if a == b:
         return jax.lax.bitcast_convert_type(x, want)
+    # XLA's simplifier merges two width-changing bitcast-converts into one of the wrong shape (an HLO
+    # verifier error): keep each one apart
+    x = jax.lax.optimization_barrier(x)
     if a > b:
         y = jax.lax.bitcast_convert_type(x, want)
         return y.reshape(*x.shape[:-1], x.shape[-1] * (a // b))

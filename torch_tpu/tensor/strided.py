@@ -59,6 +59,9 @@ def _reinterpret(flat, want):
     a, b = flat.dtype.itemsize, want.itemsize
     if a == b:
         return jax.lax.bitcast_convert_type(flat, want)
+    # XLA's simplifier merges two width-changing bitcast-converts into one of the wrong shape (an HLO
+    # verifier error): keep each one apart
+    flat = jax.lax.optimization_barrier(flat)
     if a > b:
         return jax.lax.bitcast_convert_type(flat, want).reshape(-1)
     return jax.lax.bitcast_convert_type(flat.reshape(-1, b // a), want)
