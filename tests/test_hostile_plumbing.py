@@ -19,6 +19,8 @@ Fixed in this round (each case below would have caught its bug):
     a tpu checkpoint; ``get_rng_state`` lost the seed's top bit (``manual_seed(-1)`` restored another
     stream); compiled ``torch.randn/rand/randint`` had no lowering; ``torch.accelerator.synchronize()`` and
     its memory functions failed inside torch; ``torch.tpu.synchronize(3)`` was accepted.
+  * complex division by a constant zero gave nan+nanj in fused and compiled programs (XLA folded it);
+    uint64 against a 0-dim signed operand computed in float64 (saturated instead of wrapping).
 
 Documented, not matched: float -> int conversion of NaN, infinities and out-of-range values is undefined
 behaviour in torch; the tpu saturates (XLA's rule) where x86 CPU wraps, so those cases compare with the
@@ -277,10 +279,19 @@ for _s, _d in VIEW_PAIRS:
 
 
 def _complex_div_by_constant_zero(z):
-    return z / torch.zeros_like(z), z / 0
+    return z / torch.zeros_like(z), z / 0, z.real / torch.zeros_like(z), z / (2 + 1j)
+
+
+def _complex_div_extremes(z, w):
+    return z / w, w / z, z.real / w, z / w.real
 
 
 CASES["complex:div_by_constant_zero"] = lambda: D.check(_complex_div_by_constant_zero, Z, modes=ALL)
+CASES["complex:div_extremes"] = lambda: D.check(
+    _complex_div_extremes, torch.complex(torch.tensor([1.0, -2.0, 1.0, 1e30, 1e-30, 0.0]),
+                                         torch.tensor([3.0, -1.0, 0.0, 1e30, 2e-30, 0.0])),
+    torch.complex(torch.tensor([0.0, 0.0, 0.0, 3e30, 1e-30, 0.0]), torch.tensor([0.0, 0.0, 0.0, 1e-5, 5e-31, 0.0])),
+    modes=ALL)
 
 # ---------------------------------------------------------------------------------------------------
 # plumbing: as_strided bounds, expanded writes, repr, pickle/save
@@ -485,11 +496,7 @@ CASES["api:tpu_and_accelerator"] = _tpu_api
 
 # ---------------------------------------------------------------------------------------------------
 
-XFAIL = {
-    "complex:div_by_constant_zero": "XLA folds a complex division by a constant zero (zeros made in the same "
-                                    "fused graph, or the Python scalar 0 in a compiled one) to nan+nanj; at "
-                                    "run time, and in strict eager, it gives CPU's inf+infj",
-}
+XFAIL: dict = {}
 
 ISOLATED_CASES = CASES
 

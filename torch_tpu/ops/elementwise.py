@@ -65,8 +65,32 @@ def mul(x, y):
     return x * y
 
 
+def _complex_div(x, y, dt):
+    """torch's (and numpy's) complex division, in real arithmetic: Smith's scaling, and a division by
+    0+0j giving complex inf/nan (a/|c|, b/|d|). XLA's own complex divide folds a division by a constant
+    zero to nan+nanj while it computes inf+infj at run time: this form is the same in every program."""
+    x = jnp.asarray(x).astype(dt)
+    y = jnp.asarray(y).astype(dt)
+    a, b, c, d = jnp.real(x), jnp.imag(x), jnp.real(y), jnp.imag(y)
+    abs_c, abs_d = jnp.abs(c), jnp.abs(d)
+    c_big = abs_c >= abs_d
+    zero = c_big & (abs_c == 0) & (abs_d == 0)
+    safe_c = jnp.where(c_big & ~zero, c, 1)
+    safe_d = jnp.where(~c_big, d, 1)
+    rat1 = d / safe_c
+    scl1 = 1 / (safe_c + d * rat1)
+    rat2 = c / safe_d
+    scl2 = 1 / (safe_d + c * rat2)
+    re = jnp.where(zero, a / abs_c, jnp.where(c_big, (a + b * rat1) * scl1, (a * rat2 + b) * scl2))
+    im = jnp.where(zero, b / abs_d, jnp.where(c_big, (b - a * rat1) * scl1, (b * rat2 - a) * scl2))
+    return jax.lax.complex(re, im)
+
+
 @register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 def div(x, y):
+    dt = jnp.result_type(x, y)
+    if jnp.issubdtype(dt, jnp.complexfloating):
+        return _complex_div(x, y, dt)
     x, y = no_pred(x, y)
     if not is_float(x) and not is_float(y):  # integer and bool division is float division (x / 0 is inf/nan)
         x = to_float(x)
