@@ -60,6 +60,7 @@ def register() -> None:
         torch._register_device_module("tpu", device_module)
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+    device_module.install_accelerator_api()
     _register_factories()
     _register_log()
     attention.define()  # scaled_dot_product_attention as one op (tpu::attention)

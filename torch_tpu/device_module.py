@@ -92,7 +92,17 @@ class device:
         return False
 
 
+def _existing(device) -> int:
+    """The index ``device`` names, refused (clearly) unless it is this process's device, as torch.cuda
+    refuses an invalid device ordinal."""
+    index = _index(device)
+    if index != 0 and index != _platform.local_device_index():
+        raise RuntimeError(f"tpu:{index} does not exist: torch_tpu binds one device per process (tpu:0)")
+    return index
+
+
 def synchronize(device=None) -> None:
+    _existing(device)
     _sync()
 
 
@@ -186,6 +196,7 @@ def memory_stats(device=None) -> dict:
     """``torch.cuda.memory_stats()``'s keys ("allocated_bytes.all.current", "allocated_bytes.all.peak",
     "reserved_bytes.all.current", "num_alloc_retries", ...): PJRT's device statistics where the platform
     reports them, else counted tensor storages; PJRT's own under "pjrt.<name>"."""
+    _existing(device)
     return _memory.stats(_pjrt_stats(device))
 
 
@@ -235,6 +246,7 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
+    _existing(device)
     total = _memory_limit(device)
     return max(total - memory_allocated(device), 0), total
 
@@ -269,6 +281,55 @@ def get_amp_supported_dtype():
 
 def _is_compiled() -> bool:
     return True
+
+
+# --- what torch.cuda has and the tpu does not: a clear error, not a bare AttributeError --------------
+_NO_STREAMS = ("Stream", "Event", "current_stream", "default_stream", "stream", "set_stream", "StreamContext",
+               "ExternalStream", "CUDAGraph", "graph", "graphs", "make_graphed_callables")
+
+
+def __getattr__(name):
+    if name in _NO_STREAMS:
+        raise AttributeError(
+            f"torch.tpu.{name} does not exist: XLA runs a device's programs in launch order on one queue, so "
+            "the tpu device has no user streams, events or graphs. Use torch.tpu.synchronize() to wait, "
+            "torch.compile(backend='tpu') for whole-graph programs, and time.perf_counter() around "
+            "synchronize() for timing.")
+    raise AttributeError(f"module 'torch.tpu' has no attribute {name!r}")
+
+
+# --- torch.accelerator.* on the tpu (torch's C++ side has no tpu allocator or device synchronize) --------
+_ACCELERATOR_FUNCTIONS = {
+    "synchronize": synchronize, "memory_allocated": memory_allocated, "max_memory_allocated": max_memory_allocated,
+    "memory_reserved": memory_reserved, "max_memory_reserved": max_memory_reserved, "memory_stats": memory_stats,
+    "reset_peak_memory_stats": reset_peak_memory_stats,
+    "reset_accumulated_memory_stats": reset_accumulated_memory_stats, "empty_cache": empty_cache,
+    "get_memory_info": mem_get_info,
+}
+
+
+def install_accelerator_api() -> None:
+    """``torch.accelerator.synchronize()`` / ``memory_allocated()`` / ``empty_cache()`` ... when the current
+    accelerator is the tpu: torch's own versions call C++ device hooks a Python backend cannot provide
+    ("Backend doesn't support synchronizing all streams on device", an INTERNAL ASSERT about the
+    allocator). Other accelerators keep torch's functions."""
+    import torch.accelerator as acc
+
+    for name, ours in _ACCELERATOR_FUNCTIONS.items():
+        original = getattr(acc, name, None)
+        if original is None or getattr(original, "_tpu_patched", False):
+            continue
+
+        def patched(*args, _ours=ours, _original=original, **kwargs):
+            current = torch.accelerator.current_accelerator()
+            if current is not None and current.type == "tpu":
+                return _ours(*args, **kwargs)
+            return _original(*args, **kwargs)
+
+        patched._tpu_patched = True
+        patched.__name__ = name
+        patched.__doc__ = original.__doc__
+        setattr(acc, name, patched)
 
 
 import sys as _sys  # noqa: E402

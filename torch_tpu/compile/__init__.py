@@ -13,6 +13,8 @@ Registered as the dynamo backend "tpu" through the ``torch_dynamo_backends`` ent
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 __all__ = ["tpu_backend", "StaticShapeError"]
@@ -48,6 +50,70 @@ def _check_static(gm: torch.fx.GraphModule) -> None:
                                                        "automatic dynamic shapes after a shape change)."))
 
 
+_INPLACE_OPERATORS = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+    operator.ipow: operator.pow, operator.iand: operator.and_, operator.ior: operator.or_,
+    operator.ixor: operator.xor, operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+}
+
+
+# in-place methods that change metadata or autograd state, not values
+_METADATA_INPLACE = {"requires_grad_", "detach_", "share_memory_", "resize_", "resize_as_", "set_", "as_strided_",
+                     "squeeze_", "unsqueeze_", "transpose_", "t_", "swapdims_", "swapaxes_", "retain_grad_"}
+
+
+def _check_inplace_calls(gm: torch.fx.GraphModule) -> None:
+    """In-place calls AOTAutograd's functionalisation gets wrong, checked on dynamo's graph (the
+    torch-level calls, with their example values), so the compiled program refuses what eager refuses:
+    ``int_tensor.mul_(1.5)`` / ``int_tensor *= 1.5`` (eager refuses a result dtype that cannot be cast to
+    self's; functionalised into ``mul`` + ``copy_``, it cast silently), and writes into an expanded view
+    (``x[:1].expand(3, 6).add_(1)``: eager refuses; ``fill_`` came back as garbage)."""
+    from ..ops import refusals
+
+    def meta(a):
+        if isinstance(a, torch.fx.Node):
+            v = a.meta.get("example_value", a.meta.get("val"))
+            if isinstance(v, torch.Tensor) and not _is_symbolic(v):
+                return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype, device="meta")
+            return v
+        if isinstance(a, (list, tuple)):
+            return type(a)(meta(e) for e in a)
+        return a
+
+    for node in gm.graph.nodes:
+        if node.op == "call_method" and isinstance(node.target, str) and node.target.endswith("_") \
+                and not node.target.startswith("_"):
+            fn = getattr(torch.Tensor, node.target[:-1], None)
+        elif node.op == "call_function" and node.target in _INPLACE_OPERATORS:
+            fn = _INPLACE_OPERATORS[node.target]
+        else:
+            continue
+        if not node.args or "out" in node.kwargs:
+            continue
+        args = [meta(a) for a in node.args]
+        if not isinstance(args[0], torch.Tensor) or args[0].device.type != "meta":
+            continue
+        if node.target not in _METADATA_INPLACE and any(
+                st == 0 and sz > 1 for sz, st in zip(args[0].shape, args[0].stride())):
+            # eager CPU refuses most such writes with this message; AOTAutograd computes the ones it
+            # allows (fill_, zero_) wrong (the expanded view's write comes back as garbage)
+            name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", node.target)
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to a single "
+                f"memory location. Please clone() the tensor before performing the operation. "
+                f"(torch.compile(backend='tpu'): {name} writes an expanded view of size "
+                f"{tuple(args[0].shape)}, stride {tuple(args[0].stride())})")
+        if fn is None:
+            continue
+        try:
+            result = fn(*args, **{k: meta(v) for k, v in node.kwargs.items()})
+        except Exception:  # noqa: BLE001 - not a plain functional counterpart; eager reports its own errors
+            continue
+        if isinstance(result, torch.Tensor):
+            refusals.refuse_inplace_cast(result.dtype, args[0].dtype)
+
+
 def _is_dtensor(x) -> bool:
     return type(x).__name__ == "DTensor" and hasattr(x, "_local_tensor") and hasattr(x, "_spec")
 
@@ -59,6 +125,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from . import aliasing, specialize
 
     _refuse_requested_dynamism(example_inputs, options)
+    _check_inplace_calls(gm)
     if specialize.has_symbolic_inputs(example_inputs):
         # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
         # compiled per concrete signature when called

@@ -21,7 +21,9 @@ def is_float(x) -> bool:
 
 
 def is_low_precision(x) -> bool:
-    return jnp.result_type(x) in (jnp.bfloat16, jnp.float16)
+    """bf16, fp16 and the float8 types: torch computes with them in float32 (float8 matmul too)."""
+    dt = jnp.result_type(x)
+    return jnp.issubdtype(dt, jnp.floating) and dt.itemsize <= 2
 
 
 def upcast(x):
@@ -118,7 +120,7 @@ def matmul(a, b, precision=None):
     prec = precision_of(precision)
     if is_low_precision(a) or is_low_precision(b):
         out = jnp.matmul(a, b, precision=prec, preferred_element_type=jnp.float32)
-        return out.astype(jnp.result_type(a, b))
+        return dtypes.astype(out, jnp.result_type(a, b))
     return jnp.matmul(a, b, precision=prec)
 
 

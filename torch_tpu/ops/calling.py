@@ -38,7 +38,7 @@ def conform(func, result, meta: torch.Tensor):
     result = jnp.asarray(result)
     want = dtypes.to_jax_dtype(meta.dtype)
     if result.dtype != want:
-        result = result.astype(want)
+        result = dtypes.astype(result, want)
     shape = tuple(meta.shape)
     if tuple(result.shape) != shape:
         if result.size == 0 and func in _EMPTY_ON_CPU:

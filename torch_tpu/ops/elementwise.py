@@ -4,6 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..runtime import dtypes
 from .checks import require
 from .registry import aten, prims, register
 from ._util import is_float, is_value, jdtype, no_pred, to_float, torch_operands, upcast
@@ -12,6 +13,14 @@ from ._util import is_float, is_value, jdtype, no_pred, to_float, torch_operands
 def _up(x):
     """Arrays in bf16/fp16 compute in fp32 (torch's opmath); Python scalars stay as they are."""
     return upcast(x) if hasattr(x, "dtype") else x
+
+
+def _u64(x, y):
+    """JAX promotes uint64 with a signed integer to float64 (values past 2**53 round, past 2**64
+    saturate); torch's only such mix is a 0-dim operand, which takes the other's dtype (wraps)."""
+    if any(getattr(v, "dtype", None) == jnp.uint64 for v in (x, y)):
+        return torch_operands(x, y)
+    return x, y
 
 
 def _scaled(y, alpha):
@@ -25,12 +34,14 @@ def add(x, y, alpha=1):
     if y is False and (alpha is None or is_value(alpha, 1)) and is_float(x):
         # a static False is the constant 0, and XLA folds x + 0 into x: -0.0 + 0 must be 0.0
         return jnp.where(x == 0, jnp.zeros_like(x), x)
+    x, y = _u64(x, y)
     return x + _scaled(y, alpha)
 
 
 def _minus(x, y, alpha):
     """torch's sub: x + (-alpha) * y, alpha negated as its own type (an int 0 stays 0, so -0.0 - 0 * y
     keeps its sign, where x - 0 * y would not)."""
+    x, y = _u64(x, y)
     if alpha is None or is_value(alpha, 1):
         return x - y
     return x + y * (-alpha)
@@ -50,12 +61,36 @@ def rsub(x, y, alpha=1):
 def mul(x, y):
     if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
         return jnp.logical_and(x, y)
-    x, y = no_pred(x, y)
+    x, y = no_pred(*_u64(x, y))
     return x * y
+
+
+def _complex_div(x, y, dt):
+    """torch's (and numpy's) complex division, in real arithmetic: Smith's scaling, and a division by
+    0+0j giving complex inf/nan (a/|c|, b/|d|). XLA's own complex divide folds a division by a constant
+    zero to nan+nanj while it computes inf+infj at run time: this form is the same in every program."""
+    x = jnp.asarray(x).astype(dt)
+    y = jnp.asarray(y).astype(dt)
+    a, b, c, d = jnp.real(x), jnp.imag(x), jnp.real(y), jnp.imag(y)
+    abs_c, abs_d = jnp.abs(c), jnp.abs(d)
+    c_big = abs_c >= abs_d
+    zero = c_big & (abs_c == 0) & (abs_d == 0)
+    safe_c = jnp.where(c_big & ~zero, c, 1)
+    safe_d = jnp.where(~c_big, d, 1)
+    rat1 = d / safe_c
+    scl1 = 1 / (safe_c + d * rat1)
+    rat2 = c / safe_d
+    scl2 = 1 / (safe_d + c * rat2)
+    re = jnp.where(zero, a / abs_c, jnp.where(c_big, (a + b * rat1) * scl1, (a * rat2 + b) * scl2))
+    im = jnp.where(zero, b / abs_d, jnp.where(c_big, (b - a * rat1) * scl1, (b * rat2 - a) * scl2))
+    return jax.lax.complex(re, im)
 
 
 @register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 def div(x, y):
+    dt = jnp.result_type(x, y)
+    if jnp.issubdtype(dt, jnp.complexfloating):
+        return _complex_div(x, y, dt)
     x, y = no_pred(x, y)
     if not is_float(x) and not is_float(y):  # integer and bool division is float division (x / 0 is inf/nan)
         x = to_float(x)
@@ -535,10 +570,10 @@ def ones_like(x, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 
 @register(aten._to_copy.default)
 def to_copy(x, dtype=None, **kwargs):
-    return x if dtype is None else x.astype(jdtype(dtype))
+    return x if dtype is None else dtypes.astype(x, jdtype(dtype))
 
 
 @register(prims.convert_element_type.default)
 def convert_element_type(x, dtype):
     # AOTAutograd's pass that turns unspecialised Python floats back into tensor ops emits this prim
-    return x.astype(jdtype(dtype))
+    return dtypes.astype(x, jdtype(dtype))

@@ -12,7 +12,7 @@ import numpy as np
 
 from .checks import index_in_range, require
 from .registry import aten, register
-from ._util import is_low_precision, is_value, matmul, precision_of, upcast
+from ._util import is_low_precision, is_value, jdtype, matmul, precision_of, upcast
 
 
 # --- matmul family ----------------------------------------------------------------------------
@@ -20,6 +20,23 @@ from ._util import is_low_precision, is_value, matmul, precision_of, upcast
           aten.vdot.default, matmul=True)
 def mm(a, b, precision=None):
     return matmul(a, b, precision)
+
+
+@register(aten._scaled_mm.default)
+def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+    """torch's CPU emulation of fp8 GEMM: both operands scaled in float32, a float32 product, the bias
+    added, the result divided by ``scale_result`` when the output is float8; cast (saturating) to the
+    output dtype by ``conform``. Scales are singletons or row/column-wise ([M, 1] and [1, N])."""
+    f32 = jnp.float32
+    out = jnp.matmul(a.astype(f32) * scale_a.astype(f32), b.astype(f32) * scale_b.astype(f32),
+                     precision=jax.lax.Precision.HIGHEST)
+    if bias is not None:
+        out = out + bias.astype(f32)
+    fp8_out = jnp.dtype(jdtype(out_dtype) if out_dtype is not None else a.dtype) in (
+        jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
+    if scale_result is not None and fp8_out:
+        out = out * (1.0 / scale_result.astype(f32))
+    return out
 
 
 @register(aten.addmm.default, aten.baddbmm.default, aten.addmv.default, matmul=True, static=("beta",))

@@ -285,3 +285,37 @@ def dirichlet_grad(x, alpha, total):
         jnp.where((x >= 0.5) & (boundary < 0.75), -_beta_grad_beta_small(1 - x, beta, alpha),
                   jnp.where((alpha > 6) & (beta > 6), _beta_grad_alpha_mid(x, alpha, beta), rational)))
     return out.astype(dt)
+
+
+# --- factories as compiled graphs hold them (eager builds them as empty + normal_/uniform_/random_) -------
+def _factory_dtype(dtype, default=None):
+    import torch
+
+    return jdtype(dtype) or jdtype(default or torch.get_default_dtype())
+
+
+@register(aten.randn.default, aten.randn.generator, random=True)
+def randn(size, *, rng_key, dtype=None, **_):
+    dt = _factory_dtype(dtype)
+    return normal_(jnp.zeros(tuple(size), dt), rng_key=rng_key)
+
+
+@register(aten.rand.default, aten.rand.generator, random=True)
+def rand(size, *, rng_key, dtype=None, **_):
+    return _uniform(rng_key, tuple(size), _factory_dtype(dtype))
+
+
+@register(aten.randint.default, aten.randint.generator, random=True)
+def randint(high, size, *, rng_key, dtype=None, **_):
+    import torch
+
+    return jax.random.randint(rng_key, tuple(size), 0, high, dtype=jnp.int64).astype(
+        _factory_dtype(dtype, torch.int64))
+
+
+@register(aten.randint.low, aten.randint.low_generator, random=True)
+def randint_low(low, high, size, *, rng_key, dtype=None, **_):
+    import torch
+
+    return jax.random.randint(rng_key, tuple(size), low, high, dtype=jnp.int64).astype(
+        _factory_dtype(dtype, torch.int64))

@@ -141,9 +141,14 @@ def check_inplace_result(func, target_func, meta_args, meta_kwargs) -> None:
         result_meta = result_meta[0] if result_meta else None
     if not isinstance(result_meta, torch.Tensor) or not isinstance(self_meta, torch.Tensor):
         return
-    if result_meta.dtype != self_meta.dtype and not torch.can_cast(result_meta.dtype, self_meta.dtype):
-        raise RuntimeError(f"result type {_TYPE_NAMES.get(result_meta.dtype, result_meta.dtype)} can't be cast to "
-                           f"the desired output type {_TYPE_NAMES.get(self_meta.dtype, self_meta.dtype)}")
+    refuse_inplace_cast(result_meta.dtype, self_meta.dtype)
+
+
+def refuse_inplace_cast(result_dtype: torch.dtype, self_dtype: torch.dtype) -> None:
+    """torch's refusal of an in-place op whose result dtype cannot be cast to ``self``'s."""
+    if result_dtype != self_dtype and not torch.can_cast(result_dtype, self_dtype):
+        raise RuntimeError(f"result type {_TYPE_NAMES.get(result_dtype, result_dtype)} can't be cast to "
+                           f"the desired output type {_TYPE_NAMES.get(self_dtype, self_dtype)}")
 
 
 @validates(aten.masked_select.default)
@@ -333,3 +338,28 @@ def _refuse_kernel_dtypes(kernel, takes):
 
 for _name, (_kernel, _takes) in _KERNEL_DTYPES.items():
     validates(*_functional_overloads(_name))(_refuse_kernel_dtypes(_kernel, _takes))
+
+
+# --- bool inputs CPU kernels refuse (meta kernels accept) ---------------------------------------------
+_BOOL_REFUSED = {
+    "argmax": (RuntimeError, "argmax(): does not support bool input"),
+    "argmin": (RuntimeError, "argmin(): does not support bool input"),
+    "topk": (RuntimeError, "topk does not support bool dtypes on CPU"),
+    "median": (NotImplementedError, "\"median_cpu\" not implemented for 'Bool'"),
+    "nanmedian": (NotImplementedError, "\"median_cpu\" not implemented for 'Bool'"),
+    "kthvalue": (NotImplementedError, "\"kthvalue_cpu\" not implemented for 'Bool'"),
+}
+
+
+def _refuse_bool(name):
+    error, message = _BOOL_REFUSED[name]
+
+    def check(x, *_, **__):
+        if isinstance(x, torch.Tensor) and x.dtype == torch.bool:
+            raise error(message)
+
+    return check
+
+
+for _name in _BOOL_REFUSED:
+    validates(*_functional_overloads(_name))(_refuse_bool(_name))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..runtime import dtypes
 from .registry import aten, register
-from ._util import strided_indices
+from ._util import jdtype, strided_indices
 
 
 @register(aten.cat.default)
@@ -27,7 +28,43 @@ def stack(tensors, dim=0):
 @register(aten.copy.default)
 def copy(x, src, non_blocking=False):
     """The functional copy_ of functionalised graphs: src cast and broadcast to x's shape and dtype."""
-    return jnp.broadcast_to(jnp.asarray(src).astype(x.dtype), x.shape)
+    return jnp.broadcast_to(dtypes.astype(jnp.asarray(src), x.dtype), x.shape)
+
+
+def _bitcast_last(x, want):
+    """``x``'s bytes as ``want`` (real, non-bool dtypes): the last dimension scales by the size ratio."""
+    a, b = jnp.dtype(x.dtype).itemsize, jnp.dtype(want).itemsize
+    if a == b:
+        return jax.lax.bitcast_convert_type(x, want)
+    # XLA's simplifier merges two width-changing bitcast-converts into one of the wrong shape (an HLO
+    # verifier error): keep each one apart
+    x = jax.lax.optimization_barrier(x)
+    if a > b:
+        y = jax.lax.bitcast_convert_type(x, want)
+        return y.reshape(*x.shape[:-1], x.shape[-1] * (a // b))
+    r = b // a
+    return jax.lax.bitcast_convert_type(x.reshape(*x.shape[:-1], x.shape[-1] // r, r), want)
+
+
+@register(aten.view.dtype, aten.view_copy.dtype)
+def view_dtype(x, dtype):
+    """torch's ``x.view(dtype)`` in a compiled graph: the same bytes reinterpreted (complex as its
+    (real, imag) pairs, bool as uint8)."""
+    want = jnp.dtype(jdtype(dtype))
+    if x.dtype == want:
+        return x
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        x = jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1).reshape(*x.shape[:-1], -1)
+    elif x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    if jnp.issubdtype(want, jnp.complexfloating):
+        part = jnp.finfo(want).dtype
+        y = _bitcast_last(x, part) if x.dtype != part else x
+        y = y.reshape(*y.shape[:-1], y.shape[-1] // 2, 2)
+        return jax.lax.complex(y[..., 0], y[..., 1]).astype(want)
+    if want == jnp.bool_:
+        return _bitcast_last(x, jnp.uint8) != 0
+    return _bitcast_last(x, want)
 
 
 @register(aten._unsafe_view.default, aten.view_copy.default, aten.reshape.default, aten._reshape_copy.default)

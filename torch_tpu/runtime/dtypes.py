@@ -33,6 +33,8 @@ def _tables():
         torch.uint64: jnp.uint64,
         torch.float8_e4m3fn: jnp.float8_e4m3fn,
         torch.float8_e5m2: jnp.float8_e5m2,
+        torch.float8_e4m3fnuz: jnp.float8_e4m3fnuz,
+        torch.float8_e5m2fnuz: jnp.float8_e5m2fnuz,
     }
     to_torch = {np.dtype(v): k for k, v in to_jax.items()}
     # numpy has no bfloat16/float8: move those through a same-width integer view.
@@ -40,6 +42,8 @@ def _tables():
         torch.bfloat16: (torch.int16, np.dtype(ml_dtypes.bfloat16)),
         torch.float8_e4m3fn: (torch.int8, np.dtype(ml_dtypes.float8_e4m3fn)),
         torch.float8_e5m2: (torch.int8, np.dtype(ml_dtypes.float8_e5m2)),
+        torch.float8_e4m3fnuz: (torch.int8, np.dtype(ml_dtypes.float8_e4m3fnuz)),
+        torch.float8_e5m2fnuz: (torch.int8, np.dtype(ml_dtypes.float8_e5m2fnuz)),
     }
     return to_jax, to_torch, host_view
 
@@ -54,6 +58,30 @@ def to_jax_dtype(dtype: torch.dtype):
 
 def to_torch_dtype(jax_dtype) -> torch.dtype:
     return _tables()[1][np.dtype(jax_dtype)]
+
+
+def astype(array, want):
+    """``array.astype(want)`` (a traced or concrete JAX array) with torch's conversion rules where XLA's
+    differ: a complex value converted to a real dtype keeps its real part (no warning), and a value
+    beyond float8_e4m3fn's range (infinities included) saturates to +-448 as torch's conversion does
+    (XLA gives NaN; e4m3fn has no infinity). NaN stays NaN."""
+    import ml_dtypes
+
+    jnp = platform.jax().numpy
+    want = np.dtype(want)
+    src = np.dtype(array.dtype)
+    if src == want:
+        return array
+    if jnp.issubdtype(src, jnp.complexfloating) and not jnp.issubdtype(want, jnp.complexfloating):
+        array = jnp.real(array)
+        src = np.dtype(array.dtype)
+    if want == np.dtype(ml_dtypes.float8_e4m3fn) and src != np.dtype(bool):
+        top = 448
+        if jnp.issubdtype(src, jnp.floating):
+            array = jnp.clip(array, -top, top)  # maximum/minimum propagate NaN
+        elif jnp.iinfo(src).max > top:
+            array = jnp.clip(array, max(-top, jnp.iinfo(src).min), top)
+    return array.astype(want)
 
 
 def host_to_device(cpu_tensor: torch.Tensor, device):

@@ -18,7 +18,10 @@ class _State:
 
 
 def manual_seed(seed: int) -> None:
-    _State.seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    seed = int(seed)
+    if not -(1 << 63) <= seed < (1 << 64):  # torch.manual_seed's range (negatives wrap)
+        raise ValueError(f"Overflow when unpacking long long: seed {seed} is outside [-2**63, 2**64)")
+    _State.seed = seed & 0xFFFFFFFFFFFFFFFF
     _State.offset = 0
 
 
@@ -57,12 +60,18 @@ def make_key(data):
     return platform.jax().random.wrap_key_data(data, impl="rbg")
 
 
+def _signed(v: int) -> int:
+    v &= 0xFFFFFFFFFFFFFFFF
+    return v - (1 << 64) if v >= (1 << 63) else v
+
+
 def get_state() -> torch.Tensor:
-    return torch.tensor([_State.seed & 0x7FFFFFFFFFFFFFFF, _State.offset], dtype=torch.int64).view(torch.uint8)
+    """(seed, offset) as 16 bytes: all 64 bits of each (a seed of 2**63 or more, manual_seed(-1), too)."""
+    return torch.tensor([_signed(_State.seed), _signed(_State.offset)], dtype=torch.int64).view(torch.uint8)
 
 
 def set_state(state: torch.Tensor) -> None:
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.numel() != 16:
         raise RuntimeError("tpu RNG state must be a 16-byte torch.uint8 CPU tensor from get_rng_state()")
     vals = state.cpu().contiguous().view(torch.int64).tolist()
-    _State.seed, _State.offset = int(vals[0]), int(vals[1])
+    _State.seed, _State.offset = int(vals[0]) & 0xFFFFFFFFFFFFFFFF, int(vals[1]) & 0xFFFFFFFFFFFFFFFF

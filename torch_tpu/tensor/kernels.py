@@ -39,9 +39,7 @@ def convert(array, dst_shape, dst_dtype: torch.dtype):
         jnp = platform.jax().numpy
 
         def fn(a):
-            if jnp.issubdtype(a.dtype, jnp.complexfloating) and not jnp.issubdtype(want, jnp.complexfloating):
-                a = jnp.real(a)
-            return jnp.broadcast_to(a.astype(want), tuple(dst_shape))
+            return jnp.broadcast_to(dtypes.astype(a, want), tuple(dst_shape))
 
         _CONVERT_FNS[key] = fn
     return launch(key, fn, (array,), (tuple(dst_shape), want), "copy")

@@ -58,7 +58,7 @@ def _reduce_ex(self, proto):
 
 def rebuild_tpu_tensor(host, offset, size, stride, dtype, requires_grad, is_param, device):
     """Unpickling: the view (size, stride, offset, dtype) of ``host``, on the restore location."""
-    target = torch.device(torch._utils._get_restore_location(device))
+    target = _restore_location(host, device)
     if isinstance(host, TpuTensor):  # map_location="tpu" already moved the saved CPU copy (see install)
         storage = host._tpu_storage
         tensor = TpuTensor(storage, size, stride, offset, dtype)
@@ -69,6 +69,26 @@ def rebuild_tpu_tensor(host, offset, size, stride, dtype, requires_grad, is_para
     if is_param:
         return torch.nn.Parameter(tensor, requires_grad=requires_grad)
     return tensor.requires_grad_(requires_grad) if requires_grad else tensor
+
+
+def _restore_location(host, device: str) -> torch.device:
+    """Where ``torch.load``'s map_location puts a tensor saved on ``device``. A callable map_location
+    (``lambda storage, loc: storage``) is called as torch calls it for CPU checkpoints, with the saved
+    values' storage: the device of what it returns, or ``device`` when it returns None (torch's own
+    helper refuses callables for wrapper tensors)."""
+    map_location = torch.serialization._serialization_tls.map_location
+    if map_location is None or isinstance(map_location, (dict, str, torch.device)):
+        return torch.device(torch._utils._get_restore_location(device))
+    if isinstance(host, TpuTensor):
+        return host.device
+    result = map_location(host.untyped_storage(), device)
+    if result is None:
+        return torch.device(device)
+    where = getattr(result, "device", None)
+    if where is None:
+        raise RuntimeError(f"torch.load: map_location returned {type(result).__name__}, expected a storage "
+                           "or None")
+    return torch.device(where)
 
 
 def _view_of_loaded_storage(storage, offset, size, stride, device) -> TpuTensor:

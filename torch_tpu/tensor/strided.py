@@ -36,48 +36,47 @@ def _layout(size, stride):
 
 def _units(storage_dtype: torch.dtype, view_dtype: torch.dtype) -> float:
     """How many view elements one storage element holds."""
-    if storage_dtype.is_complex and not view_dtype.is_complex:
-        return 2.0
-    if view_dtype.is_complex and not storage_dtype.is_complex:
-        return 0.5
     return storage_dtype.itemsize / view_dtype.itemsize
 
 
-def _to_flat(arr, storage_dtype, view_dtype):
+def _reinterpret(flat, want):
+    """A 1-D array's bytes as dtype ``want`` (torch's ``view(dtype)``), as a 1-D array: complex values
+    are their (real, imag) pairs, bool is a byte (read back as ``!= 0``)."""
     jax = platform.jax()
     jnp = jax.numpy
+    want = jnp.dtype(want)
+    if flat.dtype == want:
+        return flat
+    if jnp.issubdtype(flat.dtype, jnp.complexfloating):
+        flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
+    elif flat.dtype == jnp.bool_:
+        flat = flat.astype(jnp.uint8)
+    if jnp.issubdtype(want, jnp.complexfloating):
+        pairs = _reinterpret(flat, jnp.finfo(want).dtype).reshape(-1, 2)
+        return jax.lax.complex(pairs[:, 0], pairs[:, 1]).astype(want)
+    if want == jnp.bool_:
+        return _reinterpret(flat, jnp.uint8) != 0
+    a, b = flat.dtype.itemsize, want.itemsize
+    if a == b:
+        return jax.lax.bitcast_convert_type(flat, want)
+    # XLA's simplifier merges two width-changing bitcast-converts into one of the wrong shape (an HLO
+    # verifier error): keep each one apart
+    flat = jax.lax.optimization_barrier(flat)
+    if a > b:
+        return jax.lax.bitcast_convert_type(flat, want).reshape(-1)
+    return jax.lax.bitcast_convert_type(flat.reshape(-1, b // a), want)
+
+
+def _to_flat(arr, storage_dtype, view_dtype):
     flat = arr.reshape(-1)
     if view_dtype == storage_dtype:
         return flat
-    vdt = dtypes.to_jax_dtype(view_dtype)
-    if storage_dtype.is_complex and not view_dtype.is_complex:
-        return jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1).astype(vdt)
-    if view_dtype.is_complex and not storage_dtype.is_complex:  # view_as_complex
-        pairs = flat.reshape(-1, 2)
-        return jax.lax.complex(pairs[:, 0], pairs[:, 1]).astype(vdt)
-    if storage_dtype == torch.bool or view_dtype == torch.bool:
-        return flat.astype(vdt)
-    return jax.lax.bitcast_convert_type(flat, vdt).reshape(-1) if storage_dtype.itemsize >= view_dtype.itemsize \
-        else jax.lax.bitcast_convert_type(flat.reshape(-1, view_dtype.itemsize // storage_dtype.itemsize), vdt)
+    return _reinterpret(flat, dtypes.to_jax_dtype(view_dtype))
 
 
 def _from_flat(flat, storage_shape, storage_dtype, view_dtype):
-    jax = platform.jax()
-    jnp = jax.numpy
-    sdt = dtypes.to_jax_dtype(storage_dtype)
     if view_dtype != storage_dtype:
-        if storage_dtype.is_complex and not view_dtype.is_complex:
-            pairs = flat.reshape(-1, 2)
-            flat = jax.lax.complex(pairs[:, 0], pairs[:, 1]).astype(sdt)
-        elif view_dtype.is_complex and not storage_dtype.is_complex:
-            flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1).astype(sdt)
-        elif storage_dtype == torch.bool or view_dtype == torch.bool:
-            flat = flat.astype(sdt)
-        elif storage_dtype.itemsize > view_dtype.itemsize:
-            flat = jax.lax.bitcast_convert_type(
-                flat.reshape(-1, storage_dtype.itemsize // view_dtype.itemsize), sdt)
-        else:
-            flat = jax.lax.bitcast_convert_type(flat, sdt).reshape(-1)
+        flat = _reinterpret(flat, dtypes.to_jax_dtype(storage_dtype))
     return flat.reshape(storage_shape)
 
 

@@ -157,13 +157,29 @@ class TpuTensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     def __repr__(self, *, tensor_contents=None):
+        """CPU torch's repr of the value, with the suffixes torch gives a device tensor: the device first
+        (as ``device='cuda:0'``), then grad_fn or requires_grad; a Parameter says so."""
         try:
-            body = repr(self.detach().cpu())
+            cpu = self.detach().cpu()
+            body = repr(cpu)
+            data = "[]" if cpu.numel() == 0 else torch._tensor_str._tensor_str(cpu, len("tensor("))
         except Exception as exc:  # never let repr raise while debugging
             return f"<tpu tensor {tuple(self.shape)} {self.dtype}: value unavailable ({exc})>"
-        if body.startswith("tensor("):
-            body = body[: -1] if body.endswith(")") else body
-            return f"{body}, device='{self.device}')"
+        if body.startswith("tensor(") and body.endswith(")"):
+            head = "tensor(" + data
+            if not body.startswith(head):
+                head = body[:-1]
+            rest = body[len(head):-1]
+            if self.grad_fn is not None:
+                name = type(self.grad_fn).__name__
+                if name == "CppFunction":
+                    name = self.grad_fn.name().rsplit("::", 1)[-1]
+                rest += f", grad_fn=<{name}>"
+            elif self.requires_grad:
+                rest += ", requires_grad=True"
+            body = f"{head}, device='{self.device}'{rest})"
+        if getattr(self, "_is_param", False):
+            body = "Parameter containing:\n" + body
         return body
 
     # ``p.data = w`` must also move the payload, which lives on the Python object.

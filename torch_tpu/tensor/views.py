@@ -50,6 +50,9 @@ def run_view(func, args, kwargs):
         outs = [out] if single else list(out)
         metas = (single, [(tuple(o.shape), o.stride(), o.storage_offset(), o.dtype, o.is_conj(), o.is_neg())
                           for o in outs])
+        if func is torch.ops.aten.as_strided.default:
+            for spec in metas[1]:
+                check_in_storage(x._tpu_storage.nbytes, *spec[:4])
         _VIEW_META[key] = metas
     single, specs = metas
     storage = x._tpu_storage
@@ -60,6 +63,19 @@ def run_view(func, args, kwargs):
     else:
         views = [_view(storage, *spec) for spec in specs]
     return views[0] if single else views
+
+
+def check_in_storage(storage_nbytes: int, size, stride, offset: int, dtype) -> None:
+    """torch's bounds check of a strided view of a storage (``as_strided`` past the end of the
+    storage); meta storages skip it, so a tpu view would read past its storage."""
+    if any(s == 0 for s in size):
+        return
+    need = (1 + offset + sum((s - 1) * st for s, st in zip(size, stride))) * dtype.itemsize
+    if need > storage_nbytes:
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, and itemsize "
+            f"{dtype.itemsize} requiring a storage size of {need} are out of bounds for storage of size "
+            f"{storage_nbytes}")
 
 
 def _view(storage, size, stride, offset, dtype, conj, neg):
