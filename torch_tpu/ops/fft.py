@@ -34,12 +34,8 @@ def _axes(x, dim):
 @register(aten._fft_r2c.default)
 def fft_r2c(x, dim, normalization, onesided):
     axes = _axes(x, dim)
-    sizes = [x.shape[a] for a in axes]
-    if onesided:
-        y = jnp.fft.rfftn(x, axes=axes, norm="backward")
-    else:
-        y = jnp.fft.fftn(x, axes=axes, norm="backward")
-    return _scaled(y, sizes, normalization)
+    transform = jnp.fft.rfftn if onesided else jnp.fft.fftn
+    return _scaled(transform(x, axes=axes, norm="backward"), [x.shape[a] for a in axes], normalization)
 
 
 @register(aten._fft_c2r.default)
@@ -56,12 +52,9 @@ def fft_c2c(x, dim, normalization, forward):
     axes = _axes(x, dim)
     if not axes:
         return x
-    sizes = [x.shape[a] for a in axes]
-    if forward:
-        y = jnp.fft.fftn(x, axes=axes, norm="backward")
-    else:
-        y = jnp.fft.ifftn(x, axes=axes, norm="forward")
-    return _scaled(y, sizes, normalization)
+    # both unnormalised: the forward with numpy's "backward" norm, the inverse with its "forward" norm
+    y = jnp.fft.fftn(x, axes=axes, norm="backward") if forward else jnp.fft.ifftn(x, axes=axes, norm="forward")
+    return _scaled(y, [x.shape[a] for a in axes], normalization)
 
 
 def _freqs(ints, scale, dtype):
