@@ -12,7 +12,9 @@ CPU torch (same seed, CPU generators). Cases run in one crash-tolerant child pro
 
 Found here: ``EMAModel.restore`` (``_foreach_copy_`` from CPU copies into tpu parameters) raised a
 device mismatch; ``compile_repeated_blocks`` in fused eager failed (dynamo traced fused eager's module
-hooks); moving accelerate's sequentially offloaded (meta) weights to the tpu raised numpy's TypeError.
+hooks); moving accelerate's sequentially offloaded (meta) weights to the tpu raised numpy's TypeError;
+pinning CPU memory (``DataLoader(pin_memory=True)``, ``EMAModel.pin_memory()``) raised "register
+PrivateUse1HooksInterface" once "tpu" was the accelerator.
 """
 import copy
 import io
@@ -165,6 +167,41 @@ def _sequential_offload_then_to():
 
 # ---------------------------------------------------------------------------------------------------
 # training
+
+
+def _pinned_loader_ema_offload():
+    """A training loop as diffusers' train_text_to_image.py writes it with --offload_ema: batches from a
+    DataLoader(pin_memory=True), EMAModel.pin_memory() and the EMA moved to the device for each step and
+    back (non_blocking). With "tpu" as the accelerator, pinning raised "register
+    PrivateUse1HooksInterface" (in CPU-only code too)."""
+    from diffusers.training_utils import EMAModel
+
+    x = torch.arange(12.0).reshape(2, 6).t()
+    pinned = x.pin_memory()
+    assert pinned.stride() == x.stride() and torch.equal(pinned, x) and pinned.data_ptr() != x.data_ptr()
+    data = torch.utils.data.TensorDataset(D.rand(8, 6), D.rand(8, 3, seed=2))
+
+    def run(device):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.SiLU(), torch.nn.Linear(8, 3)).to(device)
+        ema = EMAModel(m.parameters(), decay=0.7, use_ema_warmup=False, foreach=True)
+        ema.to("cpu")
+        ema.pin_memory()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-4)
+        losses = []
+        for xb, yb in torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True):
+            loss = F.mse_loss(m(xb.to(device, non_blocking=True)), yb.to(device, non_blocking=True))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            ema.to(device, non_blocking=True)
+            ema.step(m.parameters())
+            ema.to("cpu", non_blocking=True)
+            losses.append(loss.detach().cpu())
+        return [torch.stack(losses), *[p.detach().cpu() for p in ema.shadow_params], *m.parameters()]
+
+    for i, (a, b) in enumerate(zip(run("tpu"), run("cpu"))):
+        _close(a, b, f"result {i}")
 
 
 def _tiny_unet():
@@ -378,6 +415,7 @@ ISOLATED_CASES = {
     "sd3_embeds_sequence": _sd3_embeds_sequence,
     "sequential_offload_then_to": _sequential_offload_then_to,
     "unet_training_ema_checkpoint": _unet_training_case,
+    "pinned_loader_ema_offload": _pinned_loader_ema_offload,
     "flux_training_regional_fused": _flux_training_regional_fused,
     "flux_master_bf16": _flux_master_bf16,
     "text_encoders": _text_encoders,
@@ -392,3 +430,10 @@ def results(request):
 @pytest.mark.parametrize("name", list(ISOLATED_CASES))
 def test_case(results, name):
     D.assert_isolated_result(results, name)
+
+
+@pytest.mark.xfail(strict=True, reason="torch.empty(..., pin_memory=True) allocates through PrivateUse1's pinned "
+                   "allocator in C++, which Python hooks cannot provide: an unclear NotImplementedError remains")
+def test_empty_pinned_factory():
+    x = torch.empty(3, pin_memory=True)
+    assert x.device.type == "cpu"
