@@ -122,6 +122,21 @@ def fill_expanded(func, args, kwargs):
     return x
 
 
+def foreach_copy_across_devices(func, args, kwargs):
+    """``_foreach_copy_(self, src)`` where a source or destination is on another device (diffusers'
+    ``EMAModel.restore`` copies CPU-stored parameters back into tpu ones): CPU and CUDA torch take their
+    slow route, one ``copy_`` per pair, which copies across devices; so do we. On one device: the op path."""
+    dst, src = args[0], args[1]
+    if all(isinstance(t, TpuTensor) for t in (*dst, *src)):
+        return run_op(func, args, kwargs)
+    if len(dst) != len(src):
+        raise RuntimeError(f"{func}: Tensor lists must have the same number of tensors, got {len(dst)} and "
+                           f"{len(src)}.")
+    non_blocking = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+    for d, s in zip(dst, src):
+        d.copy_(s, non_blocking=non_blocking)
+
+
 def rnn_cell_with_zero_biases(func, args, kwargs):
     """The fused LSTM/GRU cell of a layer without biases (``bias=False``): torch's meta kernel reads the
     missing biases' device and fails, so run it with zero biases (the same values; autograd, above this
@@ -220,6 +235,7 @@ REWRITES = {
     aten.index_put_.default: index_put_with_masks,
     aten._index_put_impl_.default: index_put_with_masks,
     aten.equal.default: equal,
+    aten._foreach_copy_.default: foreach_copy_across_devices,
     aten._unsafe_view.default: unsafe_view,
     aten.scaled_dot_product_attention.default: attention.sdpa_without_autograd,
     aten._thnn_fused_lstm_cell.default: rnn_cell_with_zero_biases,

@@ -483,7 +483,19 @@ def _read_views(x) -> None:
         _VIEW_READER[0](x)
 
 
+def _compiling() -> bool:
+    """Whether dynamo is tracing the module call whose hook runs (a ``module.compile()``'d block, as
+    ``compile_repeated_blocks`` makes them): that call becomes one compiled program, there is nothing to
+    cut or count, and the hooks' host work (flushing a graph through JAX, reading frames) cannot be
+    traced. ``is_compiling()`` is a constant to dynamo, so the traced hook is empty."""
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
 def _pre_hook(module, args):
+    if _compiling():
+        return
     calls = _CALLS
     if calls.depth and not _executing(calls.outer):
         # the outermost call was left by an exception the hooks never saw (KeyboardInterrupt)
@@ -521,6 +533,8 @@ def _executing(frame) -> bool:
 
 
 def _block_pre_hook(module, args, kwargs):
+    if _compiling():
+        return None
     calls = _CALLS
     if _HOOKS and calls.block is None and calls.depth > 1:  # an outermost block, inside a model call
         _read_views((args, kwargs))
@@ -530,6 +544,8 @@ def _block_pre_hook(module, args, kwargs):
 
 
 def _post_hook(module, args, output):
+    if _compiling():
+        return
     calls = _CALLS
     calls.depth = max(calls.depth - 1, 0)
     if calls.block is module:

@@ -90,10 +90,12 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
     if not prefetch.started():
         prefetch.start_early()  # a warm process loads its programs while the weights move
     t = cpu_tensor.detach()
-    if t.device.type != "cpu":  # a meta tensor (or another device's) has no host data to copy
-        raise NotImplementedError("Cannot copy out of meta tensor; no data!" if t.device.type == "meta" else
-                                  f"tpu: cannot copy a {t.device} tensor to the tpu device directly; "
-                                  f"copy it to the CPU first with .cpu()")
+    if t.device.type != "cpu":
+        # a meta tensor (accelerate's offloaded weights, a model built on the meta device): torch's error
+        raise NotImplementedError(
+            f"Cannot copy out of {t.device.type} tensor; no data! ({tuple(t.shape)} {t.dtype} to the tpu "
+            "device)" + (" If the weights were offloaded with accelerate (enable_sequential_cpu_offload), "
+                         "remove the offload hooks before moving the model." if t.device.type == "meta" else ""))
     to_jax_dtype(t.dtype)  # a dtype the device cannot hold is refused by name (not by numpy)
     if t.is_conj():
         t = t.resolve_conj()
