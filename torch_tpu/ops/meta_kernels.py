@@ -13,8 +13,17 @@ import torch
 _LIBRARY = None
 
 
-def _like_self(grad_output, self, *args):
-    return torch.empty_like(self)
+def _like_first(x, *args, **kwargs):
+    return torch.empty_like(x)
+
+
+def _like_second(grad, x, *args, **kwargs):
+    return torch.empty_like(x)
+
+
+def _geqrf(a):
+    m, n = a.shape[-2:]
+    return torch.empty_like(a), a.new_empty(a.shape[:-2] + (min(m, n),))
 
 
 def _histogram(self, bins=100, *, range=None, weight=None, density=False):
@@ -37,8 +46,14 @@ def _gru_cell_backward(grad_hy, workspace, has_bias):
 
 
 KERNELS = {
-    "fractional_max_pool3d_backward": _like_self,
-    "multilabel_margin_loss_backward": _like_self,
+    "_standard_gamma_grad": _like_first,
+    "_sample_dirichlet": _like_first,
+    "binomial": _like_first,
+    "_dirichlet_grad": _like_first,
+    "_ctc_loss_backward": _like_second,
+    "geqrf": _geqrf,
+    "fractional_max_pool3d_backward": _like_second,
+    "multilabel_margin_loss_backward": _like_second,
     "histogram.bin_ct": _histogram,
     "histogram.bins_tensor": _histogram_edges,
     "_thnn_fused_gru_cell": _gru_cell,
