@@ -333,3 +333,12 @@ def test_pin_memory_and_dataloader_pinning():
     assert torch.equal(torch.cat(batches).to("tpu").cpu(), data)
     with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
         torch.ones(2, device="tpu").pin_memory()
+
+
+def test_device_module_initialized_flag():
+    """torch.utils.checkpoint replays the device RNG only when ``torch.tpu._initialized`` is true; a second
+    module-level __getattr__ in device_module once hid it (a checkpointed dropout then drew a new mask)."""
+    torch.ones(1, device="tpu").cpu()
+    assert torch.tpu._initialized is True
+    with pytest.raises(AttributeError, match="no user streams"):
+        torch.tpu.Stream

@@ -28,15 +28,6 @@ def is_initialized() -> bool:
     return _platform.devices.cache_info().currsize > 0
 
 
-def __getattr__(name: str):
-    # torch.cuda's module flag, read by torch libraries as ``getattr(device_module, "_initialized", False)``:
-    # torch.utils.checkpoint saves and replays the device RNG state only when it is true (without it, a
-    # checkpointed dropout drew a new mask on recompute: a silently wrong gradient)
-    if name == "_initialized":
-        return is_initialized()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def init() -> None:
     _lazy_init()
 
@@ -288,7 +279,12 @@ _NO_STREAMS = ("Stream", "Event", "current_stream", "default_stream", "stream", 
                "ExternalStream", "CUDAGraph", "graph", "graphs", "make_graphed_callables")
 
 
-def __getattr__(name):
+def __getattr__(name):  # the module's only __getattr__ (a second one would replace it)
+    # torch.cuda's module flag, read by torch libraries as ``getattr(device_module, "_initialized", False)``:
+    # torch.utils.checkpoint saves and replays the device RNG state only when it is true (without it, a
+    # checkpointed dropout drew a new mask on recompute: a silently wrong gradient)
+    if name == "_initialized":
+        return is_initialized()
     if name in _NO_STREAMS:
         raise AttributeError(
             f"torch.tpu.{name} does not exist: XLA runs a device's programs in launch order on one queue, so "
