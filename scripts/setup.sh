@@ -10,4 +10,8 @@ if ! "$PY" -c 'import sys, torch; v = tuple(int(p) for p in torch.__version__.sp
   "$PY" -m pip install -q "torch==2.13.0"
 fi
 "$PY" -m pip install -q -e ".[diffusers,test]"
+# byte-compile the package once: pip does it for wheels, not for an editable install, and where
+# PYTHONDONTWRITEBYTECODE is set every process (each test worker, the demo's first call importing the
+# op table) would compile ~120 modules from source again
+"$PY" -m compileall -q torch_tpu >/dev/null
 "$PY" -c 'import torch, torch_tpu; print(f"torch {torch.__version__}, torch_tpu {torch_tpu.__version__}: ready")'

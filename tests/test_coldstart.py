@@ -220,6 +220,84 @@ def test_swapped_and_corrupted_cache_files_are_rejected_and_rebuilt(tmp_path, mo
     assert healed["stats"]["cache_rejects"] == 0 and healed["stats"]["compiles"] == 0, healed["stats"]
 
 
+def test_a_program_that_cannot_be_kept_on_disk_leaves_no_alias_to_it(tmp_path, monkeypatch):
+    """Some executables cannot be serialized (XLA:CPU's sort). Its key must then not point at a
+    missing entry: the next process compiles it again instead of loading, failing and dropping it."""
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    from torch_tpu.runtime import program_cache
+
+    real = program_cache._serialize
+    monkeypatch.setattr(program_cache, "_serialize",
+                        lambda c: None if "sort" in str(c.as_text()) else real(c))
+    x = torch.tensor([3.0, -1.0, 2.0, 0.5])
+    torch_tpu.reset_caches()
+    got = torch.sort(x.to("tpu") * 2).values.cpu()
+    disk_cache.flush_writes()
+    torch.testing.assert_close(got, torch.sort(x * 2).values)
+    stored = {}  # kind of entry -> [(key, payload)]
+    for f in tmp_path.glob("*.ttpc"):
+        data = f.read_bytes()[len(disk_cache._MAGIC):]
+        key_len, _ = disk_cache._HEADER.unpack_from(data)
+        key = data[disk_cache._HEADER.size:disk_cache._HEADER.size + key_len].decode()
+        payload, why = disk_cache.decode(key, f.read_bytes())
+        assert payload is not None, why
+        stored.setdefault(key.split("\n", 1)[0], []).append((key, payload))
+    assert "program-by-module" in stored  # the multiplication's program was kept
+    for _, payload in stored.get("program-by-key", []):
+        assert disk_cache.exists(json.loads(payload)["module"]), "an alias points at a program not on disk"
+    assert len(stored.get("program-by-key", [])) == 1, stored.keys()  # mul only; sort has none
+    torch_tpu.reset_caches()
+    torch_tpu.reset_stats()
+    again = torch.sort(x.to("tpu") * 2).values.cpu()
+    torch.testing.assert_close(again, torch.sort(x * 2).values)
+    stats = torch_tpu.stats()
+    assert stats["compiles"] == 1 and stats["cache_loads"] == 1 and stats["cache_rejects"] == 0, stats
+
+
+_AHEAD_CHILD = r"""
+import json, sys, torch, torch_tpu
+from torch_tpu.runtime import disk_cache, prefetch
+
+def work(x):
+    y = torch.tanh(x * 3.5) + x.exp() - torch.softmax(x, 0) * 2
+    return [y, y.sum(), x.max(), torch.cumsum(x, 0), x.abs().sqrt(), torch.flip(y, [0]), x.clamp(0, 1)]
+
+ref = work(torch.tensor([1.0, -2.0, 4.0, 0.5]))
+x = torch.tensor([1.0, -2.0, 4.0, 0.5]).to("tpu")  # the first transfer starts the background thread
+if sys.argv[1] == "DEFER_AND_FUSE":
+    torch.tpu.eager_mode = torch_tpu.EagerMode.DEFER_AND_FUSE
+for t in prefetch._State.threads:  # let it read everything the last run used before the first op
+    t.join(60)
+out = [t.cpu() for t in work(x)]
+same = all(torch.allclose(a, b, atol=1e-5, rtol=1e-5) for a, b in zip(out, ref))
+disk_cache.flush_writes()
+print(json.dumps({"same": same, "stats": torch_tpu.stats()}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode):
+    """The background thread of a warm process loads the last run's programs and reads its op
+    descriptions; the main thread then takes them (none is read twice) and computes the same values."""
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
+
+    def child():
+        out = subprocess.run([sys.executable, "-c", _AHEAD_CHILD, mode], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        assert r["same"], r
+        return r["stats"]
+
+    cold = child()
+    assert cold["compiles"] > 0 and cold["cache_prefetched"] == 0, cold
+    warm = child()
+    assert warm["compiles"] == 0 and warm["cache_rejects"] == 0, warm
+    assert warm["op_loads"] > 0, warm
+    # every program and op description the warm run read from disk came from the background thread
+    assert warm["cache_prefetched"] == warm["cache_loads"] + warm["op_loads"], warm
+
+
 # -------------------------------------------------------------------------------------------------
 # Fused graph boundaries
 # -------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import torch
 
-from ..runtime import counters, disk_cache, stable_keys
+from ..runtime import counters, disk_cache, prefetch, stable_keys
 
 stable_keys.register_kind("op")  # ("op", name, input signature, matmul precision): see op_path._program_key
 
@@ -78,6 +78,9 @@ def _dtype(name: str) -> torch.dtype:
     return dt
 
 
+prefetch.set_loader("op-description", disk_cache.load)
+
+
 def save(program_key, entry, meta_out, in_place: bool, check_meta) -> None:
     """Keep ``entry``'s description on disk (off the critical path) when its key is persistent."""
     if not disk_cache.enabled():
@@ -111,7 +114,10 @@ def load(program_key):
     key = _disk_key(program_key)
     if key is None:
         return None
-    payload = disk_cache.load(key)
+    prefetch.seen(key)  # a warm process's background thread reads the next ones meanwhile
+    payload = prefetch.take(key)
+    if payload is None:
+        payload = disk_cache.load(key)
     if payload is None:
         return None
     try:

@@ -99,6 +99,12 @@ def load(key: str) -> bytes | None:
     return payload
 
 
+def exists(key: str) -> bool:
+    """Whether an entry for ``key`` is on disk (not verified: ``load`` checks it)."""
+    root = folder()
+    return root is not None and os.path.exists(_path(root, key))
+
+
 def reject(path: str, why: str) -> None:
     """Count, log and delete a bad entry (the program is built again)."""
     counters.add("cache_rejects", 1)

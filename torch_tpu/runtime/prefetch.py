@@ -25,7 +25,7 @@ from . import counters, disk_cache, stable_keys
 _FIRST = 8            # keys that name a workload
 _WAIT_S = 60.0        # longest wait for a program the thread is loading (then the main thread loads it)
 _MAX_KEYS = 50_000    # longest sequence kept
-_loader = None        # program_cache's loader: alias key -> program or None
+_loaders: dict = {}   # a key's kind (its first line) -> loader: key -> what the main thread takes, or None
 
 
 class _State:
@@ -41,9 +41,15 @@ class _State:
     threads: list = []          # loader threads started (joined at exit)
 
 
-def set_loader(fn) -> None:
-    global _loader
-    _loader = fn
+def set_loader(kind: str, fn) -> None:
+    """``fn`` loads the keys whose first line is ``kind`` (program_cache: programs; op_store: op
+    descriptions, read ahead as verified bytes)."""
+    _loaders[kind] = fn
+
+
+def _load(key: str):
+    fn = _loaders.get(key.partition("\n")[0])
+    return None if fn is None else fn(key)
 
 
 def _named_key(first: list) -> str:
@@ -76,7 +82,7 @@ def start_early() -> None:
     if st.started:
         return
     st.started = True
-    if _loader is None or not disk_cache.enabled():
+    if not _loaders or not disk_cache.enabled():
         return
     try:
         keys = _read(_last_key())
@@ -126,7 +132,7 @@ def _check_guess() -> None:
 
 
 def take(key: str):
-    """The program of ``key`` if the background thread has loaded it (or is loading it now)."""
+    """What the background thread loaded for ``key`` (waiting while it loads it now), or None."""
     st = _State
     if not st.ready and st.loading is None:
         return None
@@ -151,7 +157,7 @@ def _run(todo: list, stop: threading.Event) -> None:
                 continue
             st.loading = (key, done)
         try:
-            prog = _loader(key)
+            prog = _load(key)
         except Exception:
             prog = None
         with st.lock:

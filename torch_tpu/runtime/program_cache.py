@@ -242,14 +242,18 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
     if disk and (checks is not None or _counters["device_checks_traced"] == checks_before):
         alias = structural_disk_key(key, device, donate)
         if alias is not None:
-            disk_cache.store(alias, _alias_payload(module_key, () if checks is None else checks))
+            # written after the module entry (one writer thread, in order), and only if that entry is
+            # there: some executables cannot be serialized (XLA:CPU's sort: "`LessThan` is not
+            # serializable"), and an alias to nothing made every later process drop it and compile again
+            payload = _alias_payload(module_key, () if checks is None else checks)
+            disk_cache.store(alias, lambda: payload if disk_cache.exists(module_key) else None)
             prefetch.seen(alias)
     compile_log.done(token, key, name, example_args)
     _PROGRAMS[key] = prog
     return prog
 
 
-prefetch.set_loader(_load_alias)
+prefetch.set_loader("program-by-key", _load_alias)
 stable_keys.register_kind("zeros")
 
 
