@@ -263,6 +263,7 @@ def work(x):
     return [y, y.sum(), x.max(), torch.cumsum(x, 0), x.abs().sqrt(), torch.flip(y, [0]), x.clamp(0, 1)]
 
 ref = work(torch.tensor([1.0, -2.0, 4.0, 0.5]))
+prefetch._thread_count = lambda: int(sys.argv[2])
 x = torch.tensor([1.0, -2.0, 4.0, 0.5]).to("tpu")  # the first transfer starts the background thread
 if sys.argv[1] == "DEFER_AND_FUSE":
     torch.tpu.eager_mode = torch_tpu.EagerMode.DEFER_AND_FUSE
@@ -275,14 +276,14 @@ print(json.dumps({"same": same, "stats": torch_tpu.stats()}))
 """
 
 
-@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
-def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode):
-    """The background thread of a warm process loads the last run's programs and reads its op
+@pytest.mark.parametrize("mode,threads", [("DEFER_NEVER", 1), ("DEFER_NEVER", 3), ("DEFER_AND_FUSE", 3)])
+def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode, threads):
+    """The background threads of a warm process load the last run's programs and read its op
     descriptions; the main thread then takes them (none is read twice) and computes the same values."""
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
 
     def child():
-        out = subprocess.run([sys.executable, "-c", _AHEAD_CHILD, mode], env=env, capture_output=True,
+        out = subprocess.run([sys.executable, "-c", _AHEAD_CHILD, mode, str(threads)], env=env, capture_output=True,
                              text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         r = json.loads(out.stdout.strip().splitlines()[-1])

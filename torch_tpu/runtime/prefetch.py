@@ -4,11 +4,12 @@ Each process notes the structural disk keys of its programs in the order it firs
 stores that sequence twice (verified disk entries): as "the last run's", and under a name made from its
 first few keys (a workload that starts the same way, same model and shapes, finds it).
 
-A new process starts loading the last run's sequence on a background thread at its first device transfer
+A new process starts loading the last run's sequence on background threads at its first device transfer
 (while the model's weights move, before its first op); once it has needed its own first few keys it
 checks that guess, and switches to the sequence named by those keys when the last run was another
 workload. Deserialising an executable releases the GIL for most of its time, so the main thread goes on
-meanwhile; ``take`` hands a loaded program over, waiting for it when the thread is loading it right
+meanwhile (one thread per spare core, at most 4, share the sequence in order); ``take`` hands a loaded
+program over, waiting for it when a thread is loading it right
 then (rather than loading it a second time). A program not loaded yet is loaded by the main thread as
 before: prefetching never changes which program runs (each is found by its own verified key), only when
 it is read from disk.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import os
 import threading
 
 from . import counters, disk_cache, stable_keys
@@ -34,7 +36,7 @@ class _State:
     order: list = []          # this process's keys, first use order
     known: set = set()
     ready: dict = {}          # key -> program loaded ahead
-    loading: tuple | None = None  # (key, threading.Event set when done): the program being loaded now
+    loading: dict = {}        # key -> threading.Event set when done: the programs being loaded now
     source: list | None = None  # the sequence being prefetched
     guess: list | None = None   # the last run's sequence, read at the first device use
     stop: threading.Event | None = None
@@ -99,9 +101,17 @@ def _launch(keys: list) -> None:
         st.stop.set()
     st.source = keys
     st.stop = stop = threading.Event()
-    thread = threading.Thread(target=_run, args=(keys, stop), name="torch_tpu-prefetch", daemon=True)
-    st.threads = [t for t in st.threads if t.is_alive()] + [thread]
-    thread.start()
+    cursor = [0]  # the next position of ``keys`` to claim, shared by this launch's threads
+    threads = [threading.Thread(target=_run, args=(keys, cursor, stop), name=f"torch_tpu-prefetch-{i}",
+                                daemon=True) for i in range(_thread_count())]
+    st.threads = [t for t in st.threads if t.is_alive()] + threads
+    for thread in threads:
+        thread.start()
+
+
+def _thread_count() -> int:
+    # deserialising releases the GIL: threads beyond one run on cores the main thread leaves free
+    return max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
 def seen(key: str) -> None:
@@ -134,28 +144,32 @@ def _check_guess() -> None:
 def take(key: str):
     """What the background thread loaded for ``key`` (waiting while it loads it now), or None."""
     st = _State
-    if not st.ready and st.loading is None:
+    if not st.ready and not st.loading:
         return None
     with st.lock:
         found = st.ready.pop(key, None)
-        loading = st.loading
-    if found is None and loading is not None and loading[0] == key:
-        loading[1].wait(_WAIT_S)
+        loading = st.loading.get(key)
+    if found is None and loading is not None:
+        loading.wait(_WAIT_S)
         with st.lock:
             found = st.ready.pop(key, None)
     return found
 
 
-def _run(todo: list, stop: threading.Event) -> None:
+def _run(todo: list, cursor: list, stop: threading.Event) -> None:
     st = _State
-    for key in todo:
-        if stop.is_set():
-            return
-        done = threading.Event()
-        with st.lock:
-            if key in st.known or key in st.ready:
-                continue
-            st.loading = (key, done)
+    while not stop.is_set():
+        with st.lock:  # claim the next key nobody has asked for, loaded or claimed
+            key = None
+            while cursor[0] < len(todo):
+                k = todo[cursor[0]]
+                cursor[0] += 1
+                if k not in st.known and k not in st.ready and k not in st.loading:
+                    key = k
+                    break
+            if key is None:
+                return
+            done = st.loading[key] = threading.Event()
         try:
             prog = _load(key)
         except Exception:
@@ -164,7 +178,7 @@ def _run(todo: list, stop: threading.Event) -> None:
             if prog is not None:  # the main thread needs it, or will: it asked (seen) before taking
                 st.ready[key] = prog
                 counters.add("cache_prefetched", 1)
-            st.loading = None
+            del st.loading[key]
         done.set()
 
 
