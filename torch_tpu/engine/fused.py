@@ -29,11 +29,11 @@ from . import recovery
 from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
 
 _counters = counters.counters
-_AVALS: dict = caches.register("fused output avals", {})
+_AVALS: dict = caches.register("fused output avals", caches.Bounded(program_cache.max_programs))
 # graph key less its outputs -> the outputs its program returns (see _outputs_for)
-_OUTPUT_SETS: dict = caches.register("fused output sets", {})
+_OUTPUT_SETS: dict = caches.register("fused output sets", caches.Bounded(program_cache.max_programs))
 # graph key less its donation and outputs -> the inputs its program donates (see _donation_for)
-_DONATIONS: dict = caches.register("fused donation sets", {})
+_DONATIONS: dict = caches.register("fused donation sets", caches.Bounded(program_cache.max_programs))
 # A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
 stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(k) for k, _ in key[1]))
 

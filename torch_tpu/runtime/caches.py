@@ -37,7 +37,7 @@ class Bounded(dict):
         limit = self._limit()
         if len(self) > limit:
             for old in list(self)[: max(len(self) - (limit * 3) // 4, 1)]:
-                del self[old]
+                self.pop(old, None)  # another thread may have evicted it first
 
 
 def sizes() -> dict[str, int]:
