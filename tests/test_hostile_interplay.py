@@ -12,6 +12,7 @@ Found:
     ``auto_functionalized`` node).
   * [growth] view programs, view metadata, layout checks, cast programs and fused-graph bookkeeping were
     unbounded dicts: every new shape added entries forever.
+  * [silent] ``torch.tpu.set_eager_mode(mode)`` called as a function (not ``with``) did nothing.
   * [crash] caches.Bounded evicting from two threads at once raised KeyError.
 Every case compares with CPU torch and runs in one crash-tolerant child process.
 """
@@ -390,7 +391,31 @@ def _switch_with_pending(x):
     return y, v, x.grad
 
 
+def _plain_call_switches():
+    """``torch.tpu.set_eager_mode(mode)`` called without ``with`` switches (it silently did nothing: a
+    generator context manager never started), and as a context manager still restores the old mode."""
+    import torch_tpu
+    from torch_tpu.engine import fused
+
+    E = torch_tpu.EagerMode
+    torch.tpu.eager_mode = E.DEFER_NEVER
+    try:
+        torch.tpu.set_eager_mode(E.DEFER_AND_FUSE)
+        assert torch.tpu.eager_mode is E.DEFER_AND_FUSE
+        x = X.clone().to("tpu")
+        y = x * 2 + 1
+        assert fused.pending_nodes() > 0, "fused mode did not defer"
+        with torch.tpu.set_eager_mode(E.DEFER_NEVER):
+            assert torch.tpu.eager_mode is E.DEFER_NEVER
+            z = y.exp()
+        assert torch.tpu.eager_mode is E.DEFER_AND_FUSE
+        torch.testing.assert_close(z.cpu(), (X * 2 + 1).exp())
+    finally:
+        torch.tpu.eager_mode = E.DEFER_NEVER
+
+
 THREAD_CASES = {
+    "plain_call_switches": _plain_call_switches,
     "threads_share_pending_fused": _threads_share_pending("fused"),
     "threads_share_pending_strict": _threads_share_pending("strict"),
     "switch_with_pending": lambda: D.check(_switch_with_pending, _leaf(), modes=["strict"], atol=1e-5, rtol=1e-5),
