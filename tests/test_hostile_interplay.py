@@ -13,6 +13,8 @@ Found:
   * [growth] view programs, view metadata, layout checks, cast programs and fused-graph bookkeeping were
     unbounded dicts: every new shape added entries forever.
   * [silent] ``torch.tpu.set_eager_mode(mode)`` called as a function (not ``with``) did nothing.
+  * [tpu raised] ``with torch.tpu.set_eager_mode(...)`` inside a torch.compile'd function: dynamo traced
+    the mode switch and the fused flush into its graph and failed over JAX tracers.
   * [crash] caches.Bounded evicting from two threads at once raised KeyError.
 Every case compares with CPU torch and runs in one crash-tolerant child process.
 """
@@ -414,7 +416,22 @@ def _plain_call_switches():
         torch.tpu.eager_mode = E.DEFER_NEVER
 
 
+def _mode_switch_in_compiled(x):
+    """A mode switch and a synchronize inside a compiled function: dynamo inlined them and traced the
+    fused graph's flush into its graph (a FusedGraphError over JAX tracers); now a graph break."""
+    import torch_tpu
+
+    b = x.sin()
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        b = b + 1
+        b.mul_(3)
+    torch.tpu.synchronize()
+    torch_tpu.sync()
+    return b * 2, b.sum()
+
+
 THREAD_CASES = {
+    "mode_switch_in_compiled": lambda: D.check(_mode_switch_in_compiled, X.clone(), modes=["compiled"]),
     "plain_call_switches": _plain_call_switches,
     "threads_share_pending_fused": _threads_share_pending("fused"),
     "threads_share_pending_strict": _threads_share_pending("strict"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 
 from .. import config
-from ..runtime import platform
+from ..runtime import dynamo_frames, platform
 from . import fused, launchers
 from .sync import sync
 
@@ -44,6 +44,7 @@ def get_mode() -> EagerMode:
     return _mode
 
 
+@dynamo_frames.host_only
 def set_mode(mode) -> None:
     global _mode
     mode = _as_mode(mode)
