@@ -257,6 +257,18 @@ def _flush() -> None:
     if not g.nodes:
         return
     _STATE.graph = _Graph()
+    try:
+        _run(g)
+    except BaseException as exc:
+        # interrupted (Ctrl-C, anywhere in here) before any result: the work stays pending (its values
+        # would be lost otherwise); an op's error has already been given to the values (recovery.py)
+        resolved = any(la is not None and la.node is None for n in g.nodes for la in (r() for r in n.outputs))
+        if not isinstance(exc, Exception) and not _STATE.graph.nodes and not resolved:
+            _STATE.graph = g
+        raise
+
+
+def _run(g: _Graph) -> None:
     live = []          # (node index, output index, LazyArray)
     for i, node in enumerate(g.nodes):
         for j, ref in enumerate(node.outputs):
@@ -312,10 +324,14 @@ def _flush() -> None:
         if error is not None:
             raise error from exc
         return
-    except BaseException:  # interrupted (Ctrl-C) before any result: the work stays pending
-        if not _STATE.graph.nodes:
-            _STATE.graph = g
+    try:
+        _fill(live, results, out_sig, live_sig)
+    except BaseException:  # interrupted while filling in: finish (the inputs may be donated, gone)
+        _fill(live, results, out_sig, live_sig)
         raise
+
+
+def _fill(live, results, out_sig, live_sig) -> None:
     if out_sig != live_sig:
         position = {o: k for k, o in enumerate(out_sig)}
         results = [results[position[o]] for o in live_sig]
