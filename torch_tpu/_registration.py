@@ -17,7 +17,8 @@ import torch
 
 from . import config, device_module, distributed
 from .compile import default_backend
-from .eager import amp, attention, autocast, fused_optim, derived_backward, factories, router, whole_ops
+from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
+                    whole_ops)
 from .engine import modes
 from .runtime import dynamo_frames
 from .tensor import interop, kernels, serialization, untyped
@@ -66,6 +67,7 @@ def register() -> None:
     _register_log()
     attention.define()  # scaled_dot_product_attention as one op (tpu::attention)
     router.install()
+    backward_errors.install()  # user hooks raising on autograd's tpu thread must not abort
     derived_backward.register()
     whole_ops.register()
     router.add_handlers(amp.HANDLERS)

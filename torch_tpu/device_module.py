@@ -6,6 +6,7 @@ import torch
 from .engine import modes as _modes
 from .engine.modes import EagerMode
 from .engine.sync import sync as _sync
+from .runtime import dynamo_frames as _dynamo_frames
 from .runtime import memory as _memory
 from .runtime import platform as _platform
 from .runtime import rng as _rng
@@ -92,6 +93,7 @@ def _existing(device) -> int:
     return index
 
 
+@_dynamo_frames.host_only
 def synchronize(device=None) -> None:
     _existing(device)
     _sync()
@@ -250,6 +252,7 @@ def empty_cache() -> None:
 
 
 # --- execution modes ---------------------------------------------------------------------------------
+@_dynamo_frames.host_only
 def set_eager_mode(mode: EagerMode):
     """Context manager: ``with torch.tpu.set_eager_mode(EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING): ...``"""
     return _modes.eager_mode_context(mode)

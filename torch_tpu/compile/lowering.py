@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+import warnings
 
 import torch
 
@@ -320,6 +321,52 @@ def _signature(gm: torch.fx.GraphModule, inputs) -> tuple:
     return tuple(sig)
 
 
+def _user_kernel_ops(gm) -> list[str]:
+    """The ops of ``gm`` that eager tpu runs as Python code, which no program can hold: a user's kernel
+    for the tpu device (``torch.library`` custom op with ``register_kernel("tpu")``), or a custom op with
+    no lowering whose default implementation is Python (functionalised ones too, if mutating)."""
+    from .. import ops
+    from ..eager.router import has_user_kernel
+
+    ops.load()
+    hops = {torch.ops.higher_order.auto_functionalized, getattr(torch.ops.higher_order, "auto_functionalized_v2", None)}
+    found = set()
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        op = n.args[0] if n.target in hops else n.target
+        if not isinstance(op, torch._ops.OpOverload) or op.namespace in ("aten", "prims", "tpu") \
+                or op.namespace in _COLLECTIVE_NAMESPACES:
+            continue
+        if has_user_kernel(op) or registry.resolve(op)[0] is None:
+            found.add(str(op))
+    return sorted(found)
+
+
+def _op_by_op(gm, kind: str, ops: list[str]):
+    """A graph holding user kernels runs as eager tpu ops (each op as strict or fused eager runs it)."""
+    warnings.warn(f"torch.compile(backend='tpu'): the {kind} graph calls {', '.join(ops)}, whose tpu kernel is "
+                  "Python code; that graph runs op by op (eagerly), not as one program", RuntimeWarning,
+                  stacklevel=2)
+
+    from torch._higher_order_ops import auto_functionalize as af
+
+    dense = {af.auto_functionalized: af.auto_functionalized_dense}
+    if hasattr(af, "auto_functionalized_v2"):
+        dense[af.auto_functionalized_v2] = af.auto_functionalized_v2_dense
+
+    class Eager(torch.fx.Interpreter):
+        def call_function(self, target, args, kwargs):
+            fn = dense.get(target)  # a functionalised mutating op: clone, run the op, return the clones
+            return fn(*args, **kwargs) if fn is not None else super().call_function(target, args, kwargs)
+
+    def run(args):
+        return Eager(gm).run(*args)
+
+    run._boxed_call = True
+    return run
+
+
 def graph_compiler(kind: str):
     """AOTAutograd's fw/bw/inference compiler: the aten graph -> a boxed callable over tpu tensors."""
 
@@ -328,6 +375,9 @@ def graph_compiler(kind: str):
         for x in example_inputs:
             if not isinstance(x, (torch.Tensor, type(None), int, float, bool)) and not _is_opaque(x):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unsupported graph input {type(x)}")
+        user = _user_kernel_ops(gm)
+        if user:
+            return _op_by_op(gm, kind, user)
         plan = _Plan(gm)
         jax = platform.jax()
         tokens = {i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if n in plan.tokens}
@@ -344,7 +394,9 @@ def graph_compiler(kind: str):
         layouts = _user_output_layouts(kind, out_vals)
         key = ("graph", kind, code_key, _signature(gm, example_inputs), plan.precision, plan.mesh, layouts)
         program = plan.program if layouts is None else _in_memory_order(plan.program, layouts)
-        prog = program_cache.lookup(key)
+        # the checks' messages are learnt when the program is traced: a program whose messages were
+        # forgotten (a bounded cache) is traced again, never run without its checks
+        prog = program_cache.lookup(key) if key in _DEVICE_CHECKS else None
         if prog is None:
             if len(tensor_pos) + len(tokens) != len([x for x in example_inputs if not _is_opaque(x)]):
                 raise RuntimeError("torch.compile(backend='tpu'): non-tensor graph inputs are not supported "
@@ -366,7 +418,7 @@ def graph_compiler(kind: str):
     return compile_graph
 
 
-_DEVICE_CHECKS: dict = caches.register("compiled graph checks", {})  # program key -> check messages
+_DEVICE_CHECKS: dict = caches.register("compiled graph checks", caches.Bounded(program_cache.max_programs))  # program key -> check messages
 
 
 def _named(program, kind: str):

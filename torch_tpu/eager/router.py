@@ -49,10 +49,35 @@ def _decompose(func, args, kwargs):
     return func.decompose(*args, **kwargs)
 
 
+def _user_kernel(func, args, kwargs):
+    return func._op_dk(_PRIVATEUSE1, *args, **kwargs)
+
+
+_PRIVATEUSE1 = None
+# namespaces whose PrivateUse1 kernels are torch's or torch_tpu's own (factories, collectives): never
+# routed to them from here
+_OWN_NAMESPACES = ("aten", "prims", "c10d", "_c10d_functional", "c10d_functional", "tpu")
+
+
+def has_user_kernel(func) -> bool:
+    """A user's kernel for the tpu device (``torch.library.custom_op(...).register_kernel("tpu")``,
+    ``Library.impl(..., "PrivateUse1")``): the op runs it, as torch's dispatcher would without
+    ``__torch_dispatch__`` in the way (not the op's default implementation, nor "no lowering")."""
+    import torch
+
+    global _PRIVATEUSE1
+    if func.namespace in _OWN_NAMESPACES:
+        return False
+    _PRIVATEUSE1 = torch._C.DispatchKey.PrivateUse1
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "PrivateUse1")
+
+
 def _route(func):
     handler = _HANDLERS.get(func)
     if handler is not None:
         return handler
+    if has_user_kernel(func):
+        return _user_kernel
     if func.is_view:
         return _decompose if has_composite_implicit(func) else run_view
     return run_op

@@ -29,11 +29,11 @@ from . import recovery
 from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
 
 _counters = counters.counters
-_AVALS: dict = caches.register("fused output avals", {})
+_AVALS: dict = caches.register("fused output avals", caches.Bounded(program_cache.max_programs))
 # graph key less its outputs -> the outputs its program returns (see _outputs_for)
-_OUTPUT_SETS: dict = caches.register("fused output sets", {})
+_OUTPUT_SETS: dict = caches.register("fused output sets", caches.Bounded(program_cache.max_programs))
 # graph key less its donation and outputs -> the inputs its program donates (see _donation_for)
-_DONATIONS: dict = caches.register("fused donation sets", {})
+_DONATIONS: dict = caches.register("fused donation sets", caches.Bounded(program_cache.max_programs))
 # A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
 stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(k) for k, _ in key[1]))
 
@@ -257,6 +257,18 @@ def _flush() -> None:
     if not g.nodes:
         return
     _STATE.graph = _Graph()
+    try:
+        _run(g)
+    except BaseException as exc:
+        # interrupted (Ctrl-C, anywhere in here) before any result: the work stays pending (its values
+        # would be lost otherwise); an op's error has already been given to the values (recovery.py)
+        resolved = any(la is not None and la.node is None for n in g.nodes for la in (r() for r in n.outputs))
+        if not isinstance(exc, Exception) and not _STATE.graph.nodes and not resolved:
+            _STATE.graph = g
+        raise
+
+
+def _run(g: _Graph) -> None:
     live = []          # (node index, output index, LazyArray)
     for i, node in enumerate(g.nodes):
         for j, ref in enumerate(node.outputs):
@@ -312,10 +324,14 @@ def _flush() -> None:
         if error is not None:
             raise error from exc
         return
-    except BaseException:  # interrupted (Ctrl-C) before any result: the work stays pending
-        if not _STATE.graph.nodes:
-            _STATE.graph = g
+    try:
+        _fill(live, results, out_sig, live_sig)
+    except BaseException:  # interrupted while filling in: finish (the inputs may be donated, gone)
+        _fill(live, results, out_sig, live_sig)
         raise
+
+
+def _fill(live, results, out_sig, live_sig) -> None:
     if out_sig != live_sig:
         position = {o: k for k, o in enumerate(out_sig)}
         results = [results[position[o]] for o in live_sig]

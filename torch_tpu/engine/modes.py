@@ -6,11 +6,10 @@ outermost ``nn.Module`` call returns.
 """
 from __future__ import annotations
 
-import contextlib
 import enum
 
 from .. import config
-from ..runtime import platform
+from ..runtime import dynamo_frames, platform
 from . import fused, launchers
 from .sync import sync
 
@@ -45,6 +44,7 @@ def get_mode() -> EagerMode:
     return _mode
 
 
+@dynamo_frames.host_only
 def set_mode(mode) -> None:
     global _mode
     mode = _as_mode(mode)
@@ -59,16 +59,24 @@ def set_mode(mode) -> None:
         fused.install_module_hooks()
 
 
-@contextlib.contextmanager
-def eager_mode_context(mode):
-    """``with torch.tpu.set_eager_mode(mode):`` runs the block in ``mode`` and restores the old one."""
-    previous = _mode
-    set_mode(mode)
-    try:
-        yield
-    finally:
-        sync()
-        set_mode(previous)
+class eager_mode_context:
+    """``torch.tpu.set_eager_mode(mode)``: switches now, as a plain call (like ``torch.set_grad_enabled``),
+    and as ``with torch.tpu.set_eager_mode(mode):`` restores the previous mode when the block ends. (A
+    generator context manager did nothing at all when called without ``with``.)"""
+
+    def __init__(self, mode):
+        self.previous = _mode
+        set_mode(mode)
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc_info):
+        try:
+            sync()
+        finally:
+            set_mode(self.previous)
+        return False
 
 
 def init_from_settings() -> None:

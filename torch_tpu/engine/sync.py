@@ -4,10 +4,11 @@ from __future__ import annotations
 import sys
 
 from ..errors import out_of_memory
-from ..runtime import failed_values, multiprocess, platform, program_cache
+from ..runtime import dynamo_frames, failed_values, multiprocess, platform, program_cache
 from . import deferred_errors, fused
 
 
+@dynamo_frames.host_only
 def sync() -> None:
     """Run pending fused work and wait for everything launched so far: live values, and programs
     whose results were dropped (``model(x); torch.tpu.synchronize()`` waits for the model). A failed

@@ -33,11 +33,14 @@ class Bounded(dict):
         self._limit = limit  # a callable, read when the dict grows (settings may change)
 
     def __setitem__(self, key, value):
+        n = len(self)
         super().__setitem__(key, value)
+        if len(self) == n:  # replaced a value (fused graphs' bookkeeping, every flush): nothing to forget
+            return
         limit = self._limit()
         if len(self) > limit:
             for old in list(self)[: max(len(self) - (limit * 3) // 4, 1)]:
-                del self[old]
+                self.pop(old, None)  # another thread may have evicted it first
 
 
 def sizes() -> dict[str, int]:

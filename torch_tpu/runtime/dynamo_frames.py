@@ -58,3 +58,12 @@ def _code_of(fn):
     call = getattr(type(fn), "__call__", None)  # a callable object (a fallback's handler)
     code = getattr(getattr(call, "__func__", call), "__code__", None)
     return code if isinstance(code, types.CodeType) else None
+
+
+def host_only(fn):
+    """``keep_out`` for a host-side entry point users call (a mode switch, a wait): inside a
+    ``torch.compile``'d function dynamo never inlines it either (it would trace the package's flushes
+    and JAX into a graph and fail mid-way) but breaks the graph and runs the call as plain Python."""
+    keep_out(fn)
+    fn._torchdynamo_disable = True
+    return fn

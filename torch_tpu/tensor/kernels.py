@@ -12,13 +12,13 @@ import torch
 from ..engine import deferred_errors
 from ..engine.launchers import launch
 from ..errors import device_mismatch
-from ..runtime import caches, dtypes, platform, stable_keys
+from ..runtime import caches, dtypes, platform, program_cache, stable_keys
 from . import strided
 from .tensor import TpuStorage, TpuTensor, empty, refresh_layout, value_of, wrap, write
 
 aten = torch.ops.aten
 _META = torch._C.DispatchKey.Meta
-_CONVERT_FNS: dict = caches.register("cast programs", {})
+_CONVERT_FNS: dict = caches.register("cast programs", caches.Bounded(program_cache.max_programs))
 stable_keys.register_kind("convert")  # (source shape and dtype, target shape and dtype)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..engine.launchers import launch
-from ..runtime import caches, dtypes, platform, stable_keys
+from ..runtime import caches, dtypes, platform, program_cache, stable_keys
 
 
 def strided_indices(size, stride, offset):
@@ -164,10 +164,10 @@ def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_
 
 stable_keys.register_kind("view-read")  # every part of the layout is in the key
 stable_keys.register_kind("view-write")
-_FNS: dict = caches.register("view programs", {})  # program functions by key (traced again only when a fused graph needs them)
+_FNS: dict = caches.register("view programs", caches.Bounded(program_cache.max_programs))  # program functions by key (traced again only when a fused graph needs them)
 
 
-_STATIC_ZERO: dict = caches.register("view offset specialisation", {})
+_STATIC_ZERO: dict = caches.register("view offset specialisation", caches.Bounded(program_cache.max_programs))
 
 
 def static_zero_offset(size, stride, offset: int, storage_numel: int, storage_dtype, view_dtype) -> bool:
@@ -280,7 +280,7 @@ def check_no_overlap(written, inputs) -> None:
                 raise RuntimeError(_OVERLAP_MSG)
 
 
-_SELF_OVERLAP: dict = caches.register("self-overlapping layouts", {})
+_SELF_OVERLAP: dict = caches.register("self-overlapping layouts", caches.Bounded(program_cache.max_programs))
 
 
 def _self_overlapping(shape, stride) -> bool:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from ..errors import device_mismatch
-from ..runtime import caches
+from ..runtime import caches, program_cache
 from .tensor import TpuTensor
 
-_VIEW_META: dict = caches.register("view metadata", {})
+_VIEW_META: dict = caches.register("view metadata", caches.Bounded(program_cache.max_programs))
 
 # Set once a tensor with a math bit (conj or neg, from ``x.conj()`` / ``x.imag`` of a conjugate view)
 # exists: until then the router checks no argument for the bits (the hot path stays as it was).
