@@ -254,6 +254,38 @@ def test_a_program_that_cannot_be_kept_on_disk_leaves_no_alias_to_it(tmp_path, m
     assert stats["compiles"] == 1 and stats["cache_loads"] == 1 and stats["cache_rejects"] == 0, stats
 
 
+def test_the_background_loader_keeps_a_bounded_number_of_programs_ahead(monkeypatch):
+    """A process that starts like the last run and then does something else must not load (and hold)
+    every program of that run: at most ``_AHEAD`` loaded programs wait to be taken."""
+    import time
+
+    from torch_tpu.runtime import prefetch
+
+    st = prefetch._State
+    for name in ("source", "stop", "ready", "loading", "threads"):  # this test's own loader state
+        monkeypatch.setattr(st, name, {} if name in ("ready", "loading") else [] if name == "threads" else None)
+    monkeypatch.setattr(prefetch, "_AHEAD", 16)
+    loaded = []
+    monkeypatch.setitem(prefetch._loaders, "test-kind", lambda key: loaded.append(key) or ("program", key))
+    keys = [f"test-kind\n{i}" for i in range(200)]
+    prefetch._launch(keys)
+
+    def settle():
+        for _ in range(200):
+            before = len(loaded)
+            time.sleep(0.02)
+            if len(loaded) == before and not st.loading:
+                return
+
+    settle()
+    assert len(st.ready) == 16 and len(loaded) == 16, (len(st.ready), len(loaded))
+    assert prefetch.take(keys[3]) == ("program", keys[3])  # taking one makes room for one more
+    settle()
+    assert len(st.ready) == 16 and len(loaded) == 17
+    prefetch.stop(timeout=10)
+    assert not any(t.is_alive() for t in st.threads)
+
+
 _AHEAD_CHILD = r"""
 import json, sys, torch, torch_tpu
 from torch_tpu.runtime import disk_cache, prefetch

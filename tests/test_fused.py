@@ -99,6 +99,7 @@ def test_repeated_steps_hit_the_graph_cache_and_memory_stays_flat():
             x = model(x)  # the outermost module call ends a graph: every step is the same graph
             x = x * 1.0
             if step == 20:
+                prefetch.stop()  # a background thread loading the last run's programs allocates too
                 torch_tpu.sync()
                 torch_tpu.reset_stats()
                 mem = torch.tpu.memory_allocated()

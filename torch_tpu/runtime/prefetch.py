@@ -27,11 +27,14 @@ from . import counters, disk_cache, stable_keys
 _FIRST = 8            # keys that name a workload
 _WAIT_S = 60.0        # longest wait for a program the thread is loading (then the main thread loads it)
 _MAX_KEYS = 50_000    # longest sequence kept
+_AHEAD = 256          # most programs held loaded and not yet taken: a process that starts like the last
+                      # run and then does something else must not load and keep all of that run's programs
 _loaders: dict = {}   # a key's kind (its first line) -> loader: key -> what the main thread takes, or None
 
 
 class _State:
     lock = threading.Lock()
+    taken = threading.Condition(lock)  # notified when the main thread takes (or a launch stops)
     started = False
     order: list = []          # this process's keys, first use order
     known: set = set()
@@ -99,6 +102,9 @@ def _launch(keys: list) -> None:
     st = _State
     if st.stop is not None:
         st.stop.set()
+    with st.lock:  # what the wrong guess loaded makes room for this sequence
+        st.ready.clear()
+        st.taken.notify_all()
     st.source = keys
     st.stop = stop = threading.Event()
     cursor = [0]  # the next position of ``keys`` to claim, shared by this launch's threads
@@ -149,17 +155,32 @@ def take(key: str):
     with st.lock:
         found = st.ready.pop(key, None)
         loading = st.loading.get(key)
+        st.taken.notify_all()
     if found is None and loading is not None:
         loading.wait(_WAIT_S)
         with st.lock:
             found = st.ready.pop(key, None)
+            st.taken.notify_all()
     return found
+
+
+def stop(timeout: float = 30.0) -> None:
+    """Stop loading ahead and wait for the threads (each finishes the program it loads)."""
+    st = _State
+    if st.stop is not None:
+        st.stop.set()
+    with st.lock:
+        st.taken.notify_all()
+    for thread in st.threads:
+        thread.join(timeout=timeout)
 
 
 def _run(todo: list, cursor: list, stop: threading.Event) -> None:
     st = _State
     while not stop.is_set():
         with st.lock:  # claim the next key nobody has asked for, loaded or claimed
+            while len(st.ready) >= _AHEAD and not stop.is_set():
+                st.taken.wait(1.0)
             key = None
             while cursor[0] < len(todo):
                 k = todo[cursor[0]]
@@ -185,12 +206,9 @@ def _run(todo: list, cursor: list, stop: threading.Event) -> None:
 def save() -> None:
     """Store this process's sequence (once it names a workload) for the next process."""
     st = _State
-    if st.stop is not None:
-        st.stop.set()
     # a loader thread still inside XLA when the interpreter finalizes is unwound from C++ and aborts
     # the process ("terminate called ... exception not rethrown"): let it finish the program it loads
-    for thread in st.threads:
-        thread.join(timeout=30.0)
+    stop()
     with st.lock:
         order = list(st.order)
     if len(order) < _FIRST or not disk_cache.enabled():
