@@ -15,6 +15,7 @@ import torch
 import torch_tpu
 from torch_tpu import EagerMode
 from torch_tpu.engine import fused
+from torch_tpu.runtime import prefetch
 
 FUSE = EagerMode.DEFER_AND_FUSE
 
