@@ -26,7 +26,7 @@ def test_values_and_defaults(monkeypatch):
     for var in config.VARIABLES:
         monkeypatch.delenv(var.name, raising=False)
     s = config.settings()
-    assert s.fused_max_nodes == 20000 and s.dist_timeout_s == 60.0 and not s.defer_and_fuse
+    assert s.fused_max_nodes == 2000 and s.dist_timeout_s == 60.0 and not s.defer_and_fuse
     assert s.platform is None and s.device_index is None and s.cache_dir is None
     monkeypatch.setenv("TORCH_TPU_FUSED_MAX_NODES", " 64 ")
     monkeypatch.setenv("TORCH_TPU_DEFER_AND_FUSE", "true")

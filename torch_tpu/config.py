@@ -98,7 +98,7 @@ VARIABLES = (
              "start in DEFER_NEVER_AND_LAUNCH_BLOCKING: wait after every op"),
     Variable("TORCH_TPU_DEFER_AND_FUSE", "defer_and_fuse", _flag, False,
              "start in DEFER_AND_FUSE (fused eager)"),
-    Variable("TORCH_TPU_FUSED_MAX_NODES", "fused_max_nodes", _int_at_least(1), 20000,
+    Variable("TORCH_TPU_FUSED_MAX_NODES", "fused_max_nodes", _int_at_least(1), 2000,
              "flush a fused graph once it holds this many ops"),
     Variable("TORCH_TPU_FUSED_DONATE_INPLACE", "fused_donate_inplace", _flag, False,
              "fused graphs reuse the buffers of values replaced in place (less memory; a graph that fails "
