@@ -12,7 +12,7 @@ import torch
 
 import torch_tpu
 from torch_tpu import EagerMode
-from torch_tpu.engine import fused
+from torch_tpu.engine import fused, module_graphs
 from torch_tpu.runtime import disk_cache, stable_keys
 
 FUSE = EagerMode.DEFER_AND_FUSE
@@ -220,6 +220,45 @@ def test_swapped_and_corrupted_cache_files_are_rejected_and_rebuilt(tmp_path, mo
     assert healed["stats"]["cache_rejects"] == 0 and healed["stats"]["compiles"] == 0, healed["stats"]
 
 
+def test_a_fused_program_returning_other_shapes_is_dropped_and_the_values_are_right(tmp_path, monkeypatch):
+    """A cached program that returns other shapes than its graph recorded (a wrong entry: the opsweep
+    round saw a (25,) result for a [5, 5] value) must never hand them out: the graph runs op by op and
+    the program is forgotten."""
+    import warnings
+
+    from torch_tpu.runtime import program_cache
+
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    x_cpu = torch.randn(5, 5)
+
+    def graph(x):
+        return torch.nn.functional.threshold(x * 2, 0.3, -0.8)
+
+    real = program_cache.compile_program
+
+    def wrong(key, fn, args, **kw):  # a fused graph's program that returns its values flattened
+        if key[0] != "fused":
+            return real(key, fn, args, **kw)
+        return real(key, lambda *a: tuple(r.reshape(-1) for r in fn(*a)), args, **kw)
+
+    with torch.tpu.set_eager_mode(FUSE):
+        torch_tpu.reset_caches()
+        monkeypatch.setattr(program_cache, "compile_program", wrong)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            y = graph(x_cpu.to("tpu"))
+            got = y.cpu()
+        assert not [k for k in program_cache._PROGRAMS if k[0] == "fused"]  # dropped, never run
+        monkeypatch.setattr(program_cache, "compile_program", real)
+        torch_tpu.reset_stats()
+        again = graph(x_cpu.to("tpu")).cpu()  # compiled again, right this time
+        assert torch_tpu.stats()["compiles"] == 1
+    assert got.shape == (5, 5) and y.shape == (5, 5)
+    torch.testing.assert_close(got, graph(x_cpu))
+    torch.testing.assert_close(again, graph(x_cpu))
+    assert any("returns shape (25,)" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
 def test_a_program_that_cannot_be_kept_on_disk_leaves_no_alias_to_it(tmp_path, monkeypatch):
     """Some executables cannot be serialized (XLA:CPU's sort). Its key must then not point at a
     missing entry: the next process compiles it again instead of loading, failing and dropping it."""
@@ -397,16 +436,16 @@ def test_every_denoising_step_is_the_same_graph_and_identical_blocks_share_a_pro
 
 def test_repeated_blocks_are_found():
     model = _Model(1)
-    assert fused.repeated_blocks(model) == list(model.blocks)  # named by _repeated_blocks
+    assert module_graphs.repeated_blocks(model) == list(model.blocks)  # named by _repeated_blocks
     stack = torch.nn.Module()
     stack.layers = torch.nn.ModuleList(_Block(4) for _ in range(3))  # a ModuleList of alike blocks
-    assert fused.repeated_blocks(stack) == list(stack.layers)
+    assert module_graphs.repeated_blocks(stack) == list(stack.layers)
     lins = torch.nn.Module()
     lins.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))  # leaves are not blocks
-    assert fused.repeated_blocks(lins) == []
+    assert module_graphs.repeated_blocks(lins) == []
     mixed = torch.nn.Module()
     mixed.layers = torch.nn.ModuleList([_Block(4), _Block(8), _Block(4)])  # only the two alike
-    assert fused.repeated_blocks(mixed) == [mixed.layers[0], mixed.layers[2]]
+    assert module_graphs.repeated_blocks(mixed) == [mixed.layers[0], mixed.layers[2]]
 
 
 class _PackedModel(torch.nn.Module):

@@ -15,7 +15,7 @@ import torch
 import torch_tpu
 from torch_tpu import EagerMode
 from torch_tpu.engine import fused
-from torch_tpu.runtime import prefetch
+from torch_tpu.runtime import disk_cache, prefetch
 
 FUSE = EagerMode.DEFER_AND_FUSE
 
@@ -100,8 +100,9 @@ def test_repeated_steps_hit_the_graph_cache_and_memory_stays_flat():
             x = model(x)  # the outermost module call ends a graph: every step is the same graph
             x = x * 1.0
             if step == 20:
-                prefetch.stop()  # a background thread loading the last run's programs allocates too
+                prefetch.stop()  # the background threads (loading the last run's programs, writing
                 torch_tpu.sync()
+                disk_cache.flush_writes()  # new ones) allocate too: let them finish first
                 torch_tpu.reset_stats()
                 mem = torch.tpu.memory_allocated()
                 tracemalloc.start()

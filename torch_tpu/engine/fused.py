@@ -37,7 +37,7 @@ _OUTPUT_SETS: dict = caches.register("fused output sets", caches.Bounded(program
 # graph key less its donation and outputs -> the inputs its program donates (see _donation_for)
 _DONATIONS: dict = caches.register("fused donation sets", caches.Bounded(program_cache.max_programs))
 # A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
-stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(k) for k, _ in key[1]))
+stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(node[0]) for node in key[1]))
 
 
 class LazyArray:
@@ -77,12 +77,13 @@ class LazyArray:
 
 
 class _Node:
-    __slots__ = ("key", "fn", "inputs", "outputs", "where")
+    __slots__ = ("key", "fn", "inputs", "outputs", "where", "out_sig")
 
-    def __init__(self, key, fn, inputs, outputs, where):
+    def __init__(self, key, fn, inputs, outputs, where, out_sig):
         self.key = key
         self.fn = fn
         self.inputs = inputs      # tuple of ("i", input index) or ("n", node index, output index)
+        self.out_sig = out_sig    # ((shape, dtype name), ...) of its outputs: part of the graph's key
         self.outputs = outputs    # list of weakrefs to the LazyArrays it produced
         self.where = where        # (aten op or program name, user file:line) for error reports
 
@@ -163,6 +164,22 @@ def _input_signature(a):
     return (np.shape(a), str(_dtype_of(a)))
 
 
+_OUT_SIGNATURES: dict = {}
+
+
+def _out_signature(avals) -> tuple:
+    try:
+        sig = _OUT_SIGNATURES.get(avals)
+    except TypeError:  # shapes given as lists
+        avals = tuple((tuple(a[0]), *a[1:]) for a in avals)
+        sig = _OUT_SIGNATURES.get(avals)
+    if sig is None:
+        if len(_OUT_SIGNATURES) > 4096:
+            _OUT_SIGNATURES.clear()
+        sig = _OUT_SIGNATURES[avals] = tuple((tuple(a[0]), np.dtype(a[1]).name) for a in avals)
+    return sig
+
+
 def out_avals(key, fn, args):
     """(shape, dtype) of each output of fn(*args), cached by the program key."""
     avals = _AVALS.get(key)
@@ -215,7 +232,8 @@ def _record(key, fn, args, avals, what):
         g.max_nodes = config.settings().fused_max_nodes
     outs = tuple(LazyArray(shape, dtype, idx, j) for j, (shape, dtype) in enumerate(avals))
     where = (what or str(key[0] if isinstance(key, tuple) and key else key), _user_location())
-    g.nodes.append(_Node(key, fn, tuple(refs), [weakref.ref(o) for o in outs], where))
+    g.nodes.append(_Node(key, fn, tuple(refs), [weakref.ref(o) for o in outs], where,
+                         _out_signature(avals)))
     if len(g.nodes) >= g.max_nodes:
         flush()
     return outs
@@ -282,7 +300,9 @@ def _run(g: _Graph) -> None:
         return
     inputs = g.inputs
     in_sig = tuple(_input_signature(a) for a in inputs)
-    structure = tuple((n.key, n.inputs) for n in g.nodes)
+    # the outputs' shapes too: an op key does not say whether its result comes in torch's layout or as
+    # its flat memory (a program found on disk returned (25,) where the graph expected (5, 5))
+    structure = tuple((n.key, n.inputs, n.out_sig) for n in g.nodes)
     live_sig = tuple((i, j) for i, j, _ in live)
     donate = _donation_for(("fused", structure, in_sig, g.mesh),
                            _donatable(inputs, [la for _, _, la in live], g.writes))
@@ -313,6 +333,7 @@ def _run(g: _Graph) -> None:
                 prog = spmd.compile_program(key, graph_fn, tuple(inputs), g.mesh, donate=donate,
                                             out_ndims=[len(la.shape) for _, _, la in live],
                                             what=_collectives_of(nodes))
+            _check_program_shapes(prog, key, donate, out_sig, live)
         results = prog(*inputs)
         program_cache.note_launch(results)
         _counters["executions"] += 1
@@ -331,6 +352,24 @@ def _run(g: _Graph) -> None:
     except BaseException:  # interrupted while filling in: finish (the inputs may be donated, gone)
         _fill(live, results, out_sig, live_sig)
         raise
+
+
+def _check_program_shapes(prog, key, donate, out_sig, live) -> None:
+    """A program (compiled now or found on disk) must return the shapes its graph's values were recorded
+    with; one that does not (a wrong cache entry) is forgotten before it runs, and the graph runs op by op
+    (the error goes to the replay)."""
+    info = getattr(prog, "out_info", None)
+    if info is None:
+        return
+    shapes = [tuple(s.shape) for s in info] if isinstance(info, (tuple, list)) else None
+    position = {o: k for k, o in enumerate(out_sig)}
+    for i, j, la in live:
+        k = position[(i, j)]
+        if shapes is None or k >= len(shapes) or shapes[k] != la.shape:
+            program_cache.discard(key, donate=donate)
+            got = "another structure" if shapes is None or k >= len(shapes) else f"shape {shapes[k]}"
+            raise FusedGraphError(f"tpu fused eager: the graph's program returns {got} for a value recorded "
+                                  f"as {la.shape} (internal error; the program is dropped)")
 
 
 def _fill(live, results, out_sig, live_sig) -> None:
@@ -411,191 +450,24 @@ def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
     return tuple(donate)
 
 
-# -------------------------------------------------------------------------------------------------
-# Graph boundaries at module calls: the outermost call and repeated blocks are graphs of their own.
-# -------------------------------------------------------------------------------------------------
-# A model call's graph starts when the call starts (the glue before it, latent preparation or a scheduler
-# step, is flushed first) and ends when it returns, so every denoising step is the same graph. Inside it,
-# each outermost repeated block (diffusers' ``_repeated_blocks`` classes, or the children of a ModuleList
-# of one class that have children of their own) is a graph of its own too: structurally identical blocks
-# have the same graph key and share one program, so compile time does not grow with depth.
-_HOOKS = []
+
+class _Naming(threading.local):
+    module = None  # the module whose call ended the graph being flushed (names its program)
 
 
-class _Calls(threading.local):
-    depth = 0        # nesting depth of module calls
-    block = None     # the outermost repeated block now running
-    outer = None     # the frame of the outermost module call
-    flushing = None  # the module whose call ended the graph being flushed (the program's name)
+_NAMING = _Naming()
 
 
-_CALLS = _Calls()
-_SCANNED: "weakref.WeakSet" = weakref.WeakSet()   # outermost modules whose blocks were found
-_BLOCKS: "weakref.WeakSet" = weakref.WeakSet()    # modules that are repeated blocks
-_BLOCK_HOOKS: list = []                           # their pre-hooks (removed with the global ones)
-
-
-def repeated_blocks(root) -> list:
-    """The repeated blocks of ``root``: modules of a class its ``_repeated_blocks`` names (diffusers),
-    and the children of a ModuleList that have children of their own and share their class and their
-    parameters' names, shapes and dtypes with another child (transformer layers, not a list of Linears)."""
-    import torch
-
-    names = set()
-    for m in root.modules():
-        names.update(getattr(m, "_repeated_blocks", None) or ())
-    found = []
-    for m in root.modules():
-        if names and type(m).__name__ in names:
-            found.append(m)
-        elif isinstance(m, torch.nn.ModuleList) and len(m) >= 2:
-            groups: dict = {}
-            for child in m:
-                if any(True for _ in child.children()):
-                    sig = (type(child), tuple((n, tuple(p.shape), p.dtype) for n, p in child.named_parameters()))
-                    groups.setdefault(sig, []).append(child)
-            for members in groups.values():
-                if len(members) >= 2:
-                    found.extend(members)
-    return found
-
-
-def _enter_root(module) -> None:
-    if module not in _SCANNED:
-        _SCANNED.add(module)
-        for block in repeated_blocks(module):
-            if block not in _BLOCKS:
-                _BLOCKS.add(block)
-                # its own hook sees keyword arguments too (global pre-hooks get positional ones only)
-                _BLOCK_HOOKS.append(block.register_forward_pre_hook(_block_pre_hook, with_kwargs=True))
-
-
-def _cut(module=None) -> None:
-    if _STATE.graph.nodes:
-        _CALLS.flushing = None if module is None else type(module).__name__
-        try:
-            flush()
-        finally:
-            _CALLS.flushing = None
-
-
-_VIEW_READER = [None]  # the tensor layer's: reads a tpu view's value (cached on the tensor), else None
-
-
-def set_view_reader(fn) -> None:
-    _VIEW_READER[0] = fn
-
-
-def _read_views(x) -> None:
-    """Read the value of every view among a block's arguments before its graph starts: the first block
-    of a stack often gets views (a Linear's output reshaped) where the next get whole tensors, and a view
-    read inside the block would make its graph differ from theirs."""
-    t = type(x)
-    if t in (tuple, list):
-        for e in x:
-            _read_views(e)
-    elif t is dict:
-        for e in x.values():
-            _read_views(e)
-    elif _VIEW_READER[0] is not None:
-        _VIEW_READER[0](x)
-
-
-def _compiling() -> bool:
-    """Whether dynamo is tracing the module call whose hook runs (a ``module.compile()``'d block, as
-    ``compile_repeated_blocks`` makes them): that call becomes one compiled program, there is nothing to
-    cut or count, and the hooks' host work (flushing a graph through JAX, reading frames) cannot be
-    traced. ``is_compiling()`` is a constant to dynamo, so the traced hook is empty."""
-    import torch
-
-    return torch.compiler.is_compiling()
-
-
-def _pre_hook(module, args):
-    if _compiling():
-        return
-    calls = _CALLS
-    if calls.depth and not _executing(calls.outer):
-        # the outermost call was left by an exception the hooks never saw (KeyboardInterrupt)
-        calls.depth = 0
-        calls.block = None
-    if calls.depth == 0:
-        calls.outer = sys._getframe(1)  # the outermost module call's frame
-        # read the views among its arguments with the glue: the first denoising step passes the packed
-        # latents (a reshape of a permuted view), later steps the scheduler's whole output, and a view
-        # read inside the call would make the first step's graph differ from the others'
-        _read_views((args, _call_kwargs(calls.outer)))
-        _cut()  # the glue recorded before this model call is a graph of its own
-        _enter_root(module)
-    calls.depth += 1
-
-
-def _call_kwargs(frame):
-    """The keyword arguments of the module call whose frame (torch's ``_call_impl``, or its ``inner``)
-    runs a global pre-hook: such hooks get the positional arguments only, and a pipeline calls its
-    model with keywords."""
+def flush_for(module_name) -> None:
+    """``flush()``, naming the program after the module whose call ends the graph."""
+    _NAMING.module = module_name
     try:
-        kwargs = frame.f_locals.get("kwargs")
-    except Exception:  # not the frame we expect: the positional arguments only
-        return None
-    return kwargs if type(kwargs) is dict else None
-
-
-def _executing(frame) -> bool:
-    """Whether a frame is still running: CPython refuses to clear a running frame."""
-    try:
-        frame.clear()
-    except RuntimeError:
-        return True
-    return False
-
-
-def _block_pre_hook(module, args, kwargs):
-    if _compiling():
-        return None
-    calls = _CALLS
-    if _HOOKS and calls.block is None and calls.depth > 1:  # an outermost block, inside a model call
-        _read_views((args, kwargs))
-        _cut()
-        calls.block = module
-    return None
-
-
-def _post_hook(module, args, output):
-    if _compiling():
-        return
-    calls = _CALLS
-    calls.depth = max(calls.depth - 1, 0)
-    if calls.block is module:
-        calls.block = None
-        _cut(module)
-    elif calls.depth == 0:
-        calls.outer = None
-        _cut(module)
+        flush()
+    finally:
+        _NAMING.module = None
 
 
 def _graph_name() -> str:
     """A fused program's name: after the module whose call ended it, else plain "fused"."""
-    module = _CALLS.flushing
+    module = _NAMING.module
     return f"fused.{module}" if module else "fused"
-
-
-def install_module_hooks() -> None:
-    if _HOOKS:
-        return
-    import torch
-
-    _HOOKS.append(torch.nn.modules.module.register_module_forward_pre_hook(_pre_hook))
-    _HOOKS.append(torch.nn.modules.module.register_module_forward_hook(_post_hook, always_call=True))
-
-
-def remove_module_hooks() -> None:
-    while _HOOKS:
-        _HOOKS.pop().remove()
-    while _BLOCK_HOOKS:
-        _BLOCK_HOOKS.pop().remove()
-    _SCANNED.clear()
-    _BLOCKS.clear()
-    _CALLS.depth = 0
-    _CALLS.block = None
-    _CALLS.outer = None

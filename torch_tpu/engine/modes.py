@@ -10,7 +10,7 @@ import enum
 
 from .. import config
 from ..runtime import dynamo_frames, platform
-from . import fused, launchers
+from . import fused, launchers, module_graphs
 from .sync import sync
 
 
@@ -52,11 +52,11 @@ def set_mode(mode) -> None:
         raise platform.fork_error()
     if _mode is EagerMode.DEFER_AND_FUSE and mode is not EagerMode.DEFER_AND_FUSE:
         fused.flush()  # pending work runs before the mode changes
-        fused.remove_module_hooks()
+        module_graphs.remove_module_hooks()
     _mode = mode
     launchers.current = _LAUNCHERS[mode]
     if mode is EagerMode.DEFER_AND_FUSE:
-        fused.install_module_hooks()
+        module_graphs.install_module_hooks()
 
 
 class eager_mode_context:

@@ -71,6 +71,17 @@ def lookup(key):
     return prog
 
 
+def discard(key, device=None, donate: tuple = ()) -> None:
+    """Forget the program of ``key`` in memory and its alias on disk (it returned other shapes than its
+    callers expect: the next use traces and compiles it again)."""
+    _PROGRAMS.pop(key, None)
+    counters.add("cache_rejects", 1)
+    alias = structural_disk_key(key, device, donate) if disk_cache.enabled() else None
+    if alias is not None:
+        disk_cache.flush_writes(30.0)  # (the alias of a program compiled just now may not be written yet)
+        disk_cache.forget(alias)
+
+
 def store(key, prog) -> None:
     """Cache a program compiled elsewhere (SPMD programs over several processes' devices)."""
     _PROGRAMS[key] = prog

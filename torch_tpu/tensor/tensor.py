@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ..engine import fused
+from ..engine import fused, module_graphs
 from ..engine.fused import LazyArray, note_write
 from ..runtime import dtypes, memory, platform, program_cache
 from . import strided
@@ -308,7 +308,7 @@ def _read_view(x) -> None:
             storage.reshaped = (storage.version, arr)
 
 
-fused.set_view_reader(_read_view)
+module_graphs.set_view_reader(_read_view)
 
 
 def refresh_layout(t: TpuTensor) -> None:

@@ -1,0 +1,188 @@
+"""Fused eager's graph boundaries at module calls: the outermost model call and each repeated block are
+graphs of their own (module hooks installed while fused mode is on)."""
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+
+from . import fused
+
+
+# -------------------------------------------------------------------------------------------------
+# Graph boundaries at module calls: the outermost call and repeated blocks are graphs of their own.
+# -------------------------------------------------------------------------------------------------
+# A model call's graph starts when the call starts (the glue before it, latent preparation or a scheduler
+# step, is flushed first) and ends when it returns, so every denoising step is the same graph. Inside it,
+# each outermost repeated block (diffusers' ``_repeated_blocks`` classes, or the children of a ModuleList
+# of one class that have children of their own) is a graph of its own too: structurally identical blocks
+# have the same graph key and share one program, so compile time does not grow with depth.
+_HOOKS = []
+
+
+class _Calls(threading.local):
+    depth = 0        # nesting depth of module calls
+    block = None     # the outermost repeated block now running
+    outer = None     # the frame of the outermost module call
+
+
+_CALLS = _Calls()
+_SCANNED: "weakref.WeakSet" = weakref.WeakSet()   # outermost modules whose blocks were found
+_BLOCKS: "weakref.WeakSet" = weakref.WeakSet()    # modules that are repeated blocks
+_BLOCK_HOOKS: list = []                           # their pre-hooks (removed with the global ones)
+
+
+def repeated_blocks(root) -> list:
+    """The repeated blocks of ``root``: modules of a class its ``_repeated_blocks`` names (diffusers),
+    and the children of a ModuleList that have children of their own and share their class and their
+    parameters' names, shapes and dtypes with another child (transformer layers, not a list of Linears)."""
+    import torch
+
+    names = set()
+    for m in root.modules():
+        names.update(getattr(m, "_repeated_blocks", None) or ())
+    found = []
+    for m in root.modules():
+        if names and type(m).__name__ in names:
+            found.append(m)
+        elif isinstance(m, torch.nn.ModuleList) and len(m) >= 2:
+            groups: dict = {}
+            for child in m:
+                if any(True for _ in child.children()):
+                    sig = (type(child), tuple((n, tuple(p.shape), p.dtype) for n, p in child.named_parameters()))
+                    groups.setdefault(sig, []).append(child)
+            for members in groups.values():
+                if len(members) >= 2:
+                    found.extend(members)
+    return found
+
+
+def _enter_root(module) -> None:
+    if module not in _SCANNED:
+        _SCANNED.add(module)
+        for block in repeated_blocks(module):
+            if block not in _BLOCKS:
+                _BLOCKS.add(block)
+                # its own hook sees keyword arguments too (global pre-hooks get positional ones only)
+                _BLOCK_HOOKS.append(block.register_forward_pre_hook(_block_pre_hook, with_kwargs=True))
+
+
+def _cut(module=None) -> None:
+    if fused._STATE.graph.nodes:
+        fused.flush_for(None if module is None else type(module).__name__)
+
+
+_VIEW_READER = [None]  # the tensor layer's: reads a tpu view's value (cached on the tensor), else None
+
+
+def set_view_reader(fn) -> None:
+    _VIEW_READER[0] = fn
+
+
+def _read_views(x) -> None:
+    """Read the value of every view among a block's arguments before its graph starts: the first block
+    of a stack often gets views (a Linear's output reshaped) where the next get whole tensors, and a view
+    read inside the block would make its graph differ from theirs."""
+    t = type(x)
+    if t in (tuple, list):
+        for e in x:
+            _read_views(e)
+    elif t is dict:
+        for e in x.values():
+            _read_views(e)
+    elif _VIEW_READER[0] is not None:
+        _VIEW_READER[0](x)
+
+
+def _compiling() -> bool:
+    """Whether dynamo is tracing the module call whose hook runs (a ``module.compile()``'d block, as
+    ``compile_repeated_blocks`` makes them): that call becomes one compiled program, there is nothing to
+    cut or count, and the hooks' host work (flushing a graph through JAX, reading frames) cannot be
+    traced. ``is_compiling()`` is a constant to dynamo, so the traced hook is empty."""
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
+def _pre_hook(module, args):
+    if _compiling():
+        return
+    calls = _CALLS
+    if calls.depth and not _executing(calls.outer):
+        # the outermost call was left by an exception the hooks never saw (KeyboardInterrupt)
+        calls.depth = 0
+        calls.block = None
+    if calls.depth == 0:
+        calls.outer = sys._getframe(1)  # the outermost module call's frame
+        # read the views among its arguments with the glue: the first denoising step passes the packed
+        # latents (a reshape of a permuted view), later steps the scheduler's whole output, and a view
+        # read inside the call would make the first step's graph differ from the others'
+        _read_views((args, _call_kwargs(calls.outer)))
+        _cut()  # the glue recorded before this model call is a graph of its own
+        _enter_root(module)
+    calls.depth += 1
+
+
+def _call_kwargs(frame):
+    """The keyword arguments of the module call whose frame (torch's ``_call_impl``, or its ``inner``)
+    runs a global pre-hook: such hooks get the positional arguments only, and a pipeline calls its
+    model with keywords."""
+    try:
+        kwargs = frame.f_locals.get("kwargs")
+    except Exception:  # not the frame we expect: the positional arguments only
+        return None
+    return kwargs if type(kwargs) is dict else None
+
+
+def _executing(frame) -> bool:
+    """Whether a frame is still running: CPython refuses to clear a running frame."""
+    try:
+        frame.clear()
+    except RuntimeError:
+        return True
+    return False
+
+
+def _block_pre_hook(module, args, kwargs):
+    if _compiling():
+        return None
+    calls = _CALLS
+    if _HOOKS and calls.block is None and calls.depth > 1:  # an outermost block, inside a model call
+        _read_views((args, kwargs))
+        _cut()
+        calls.block = module
+    return None
+
+
+def _post_hook(module, args, output):
+    if _compiling():
+        return
+    calls = _CALLS
+    calls.depth = max(calls.depth - 1, 0)
+    if calls.block is module:
+        calls.block = None
+        _cut(module)
+    elif calls.depth == 0:
+        calls.outer = None
+        _cut(module)
+
+
+def install_module_hooks() -> None:
+    if _HOOKS:
+        return
+    import torch
+
+    _HOOKS.append(torch.nn.modules.module.register_module_forward_pre_hook(_pre_hook))
+    _HOOKS.append(torch.nn.modules.module.register_module_forward_hook(_post_hook, always_call=True))
+
+
+def remove_module_hooks() -> None:
+    while _HOOKS:
+        _HOOKS.pop().remove()
+    while _BLOCK_HOOKS:
+        _BLOCK_HOOKS.pop().remove()
+    _SCANNED.clear()
+    _BLOCKS.clear()
+    _CALLS.depth = 0
+    _CALLS.block = None
+    _CALLS.outer = None
