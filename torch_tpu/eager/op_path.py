@@ -155,6 +155,10 @@ _OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
 _NO_OVERLAP = {torch.ops.aten.cat.out}
 
 
+# out= ops whose CPU kernels refuse an out= tensor sharing any memory with self (kthvalue(x, out=(x, i)))
+_NO_SELF_OVERLAP = {torch.ops.aten.kthvalue.values}
+
+
 # in-place ops that write one value to every element (allowed on views whose elements share memory)
 _ONE_VALUE = {torch.ops.aten.fill_.Scalar, torch.ops.aten.fill_.Tensor, torch.ops.aten.zero_.default}
 
@@ -171,6 +175,9 @@ def _refuse_partial_overlap(func, writes, args, kwargs) -> None:
             inputs.extend(e for e in a if isinstance(e, TpuTensor))
     if len(inputs) < 2:
         return
+    if func in _NO_SELF_OVERLAP and isinstance(args[0], TpuTensor):
+        for pos, name in writes:
+            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], [args[0]])
     if func in _NO_OVERLAP:  # every input but the out= argument itself (a list may hold it: cat([a], out=a))
         read = [e for a in args if type(a) in (list, tuple) for e in a if isinstance(e, TpuTensor)]
         for pos, name in writes:

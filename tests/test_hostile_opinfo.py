@@ -1,0 +1,152 @@
+"""Hostile, OpInfo sweep round: what a wide sweep of torch's OpInfo database found beyond
+``test_op_consistency.py`` (extra dtypes, every sample, non-contiguous inputs, fused mode, backward,
+``error_inputs``), each case reduced to a small input and compared against CPU torch through
+``differential`` (equal results and inputs afterwards, gradients included, or both raise) in the eager
+modes and, where the op reaches compiled graphs, in ``torch.compile``. The sweep itself is
+``bench/sweep_opinfo.py``. All cases run in one crash-tolerant child process.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import differential as D
+from differential import watchdog  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("watchdog")
+
+ALL = ["strict", "fused", "compiled"]
+EAGER = ["strict", "fused"]
+
+
+def _ints(*shape, dtype=torch.int32, seed=0, low=-9, high=10):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high, shape, generator=g).to(dtype)
+
+
+def _cplx(*shape, seed=0, scale=3.0):
+    return torch.complex(D.rand(*shape, seed=seed) * scale, D.rand(*shape, seed=seed + 7) * scale)
+
+
+# ---------------------------------------------------------------------------------------------------
+# wrong values
+
+
+def _int_addmm_family(dtype):
+    """Integer addmm/addmv/baddbmm/addbmm with float alpha/beta: torch converts them to the integer type
+    first (0.6 -> 0, -1.5 -> -1); the tpu multiplied by the float values."""
+    def run(bias2, m, n, bias3, b1, b2):
+        out = []
+        for beta, alpha in ((0.6, 0.2), (1.7, 2.9), (-1.5, 1), (2, 3)):
+            out += [torch.addmm(bias2, m, n, beta=beta, alpha=alpha),
+                    torch.addmv(bias2[0], m, n[:, 0], beta=beta, alpha=alpha),
+                    torch.baddbmm(bias3, b1, b2, beta=beta, alpha=alpha),
+                    torch.addbmm(bias2, b1, b2, beta=beta, alpha=alpha)]
+        return out
+    return lambda: D.check(run, _ints(4, 4, dtype=dtype), _ints(4, 3, dtype=dtype, seed=1),
+                           _ints(3, 4, dtype=dtype, seed=2), _ints(2, 4, 4, dtype=dtype, seed=3),
+                           _ints(2, 4, 3, dtype=dtype, seed=4), _ints(2, 3, 4, dtype=dtype, seed=5), modes=ALL)
+
+
+WRONG_VALUE_CASES = {
+    "int32_addmm_family_float_scalars": _int_addmm_family(torch.int32),
+    "int16_addmm_family_float_scalars": _int_addmm_family(torch.int16),
+    "uint8_addmm_family_float_scalars": lambda: D.check(
+        lambda a, m, n: [torch.addmm(a, m, n, beta=0.6, alpha=2.5), torch.addmv(a[0], m, n[:, 0], beta=1.9)],
+        _ints(3, 3, dtype=torch.uint8, low=0), _ints(3, 2, dtype=torch.uint8, seed=1, low=0, high=4),
+        _ints(2, 3, dtype=torch.uint8, seed=2, low=0, high=4), modes=ALL),
+    # vdot conjugates its first argument: the tpu computed dot's value for complex inputs
+    "vdot_complex": lambda: D.check(lambda a, b: [torch.vdot(a, b), torch.vdot(b, a), torch.dot(a, b)],
+                                    _cplx(5), _cplx(5, seed=3), modes=ALL),
+    "vdot_complex_grad": lambda: D.check(
+        lambda a, b: torch.autograd.grad(torch.vdot(a, b).real + torch.vdot(a, b).imag * 2, (a, b)),
+        D.per_device(lambda d: _cplx(4).to(d).requires_grad_()),
+        D.per_device(lambda d: _cplx(4, seed=5).to(d).requires_grad_()), modes=EAGER, atol=1e-5, rtol=1e-5),
+    # complex logaddexp: torch's log1p(exp(min - max)) + max keeps the imaginary part unwrapped; the
+    # principal log of jnp.logaddexp differed by 2 pi
+    "logaddexp_complex": lambda: D.check(torch.logaddexp, _cplx(6, 5, scale=5.0), _cplx(6, 5, seed=2, scale=5.0),
+                                         modes=ALL, atol=1e-5, rtol=1e-5),
+    "logaddexp_complex_inf": lambda: D.check(
+        torch.logaddexp, torch.tensor([complex(float("-inf"), 1.0), 1 + 1j, complex(float("nan"), 0.0)], dtype=torch.complex64),
+        torch.tensor([complex(float("-inf"), 0.5), complex(float("-inf"), 0.0), 2 + 0j], dtype=torch.complex64), modes=EAGER),
+    # as_strided_copy / as_strided_scatter read and write the *storage* of a view (offsets absolute)
+    "as_strided_copy_of_view": lambda: D.check(
+        lambda x: [torch.as_strided_copy(x.t()[1:], (2, 2), (1, 2)), torch.as_strided_copy(x[1:], (2, 3), (3, 1)),
+                   torch.as_strided_copy(x.t(), (3,), (4,), 0)], D.rand(3, 4), modes=EAGER),
+    "as_strided_scatter_of_view": lambda: D.check(
+        lambda x, s: [torch.as_strided_scatter(x.t()[1:], s, (2, 2), (1, 2)),
+                      torch.as_strided_scatter(x[1:], s, (2, 2), (4, 1), 0), torch.as_strided_scatter(x, s, (2, 2), (1, 4))],
+        D.rand(3, 4), D.rand(2, 2, seed=1), modes=EAGER, check_stride=True),
+    "as_strided_scatter_grad": lambda: D.check(
+        lambda x, s: torch.autograd.grad((torch.as_strided_scatter(x, s, (2, 2), (1, 3), 1) *
+                                          torch.arange(9.0, device=x.device).reshape(3, 3)).sum(), (x, s)),
+        D.per_device(lambda d: D.rand(3, 3).to(d).requires_grad_()),
+        D.per_device(lambda d: D.rand(2, 2, seed=1).to(d).requires_grad_()), modes=EAGER),
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# silent: CPU raises, the tpu returned a value
+
+
+def _aminmax_out(x):
+    return torch.aminmax(x, dim=0, out=(torch.empty(3, device=x.device), torch.empty(3, device=x.device,
+                                                                                       dtype=torch.float64)))
+
+
+SILENT_CASES = {
+    "as_strided_copy_out_of_storage": lambda: D.check_raises(
+        lambda x: torch.as_strided_copy(x, (2, 2), (200, 2)), D.rand(4, 4), modes=EAGER),
+    "as_strided_scatter_out_of_storage": lambda: D.check_raises(
+        lambda x, s: torch.as_strided_scatter(x, s, (2, 2), (200, 200)), D.rand(4, 4), D.rand(2, 2), modes=EAGER),
+    "as_strided_scatter_src_shape": lambda: D.check_raises(
+        lambda x, s: torch.as_strided_scatter(x, s, (2, 2), (1, 2)), D.rand(4, 4), D.rand(3), modes=EAGER),
+    "masked_scatter_uint8_mask": lambda: D.check_raises(
+        lambda x, m, s: torch.masked_scatter(x, m, s), D.rand(4), torch.tensor([1, 0, 1, 0], dtype=torch.uint8),
+        D.rand(4, seed=1), modes=ALL),
+    "masked_scatter__uint8_mask": lambda: D.check_raises(
+        lambda x, m, s: x.masked_scatter_(m, s), D.rand(4), torch.tensor([1, 0, 1, 0], dtype=torch.uint8),
+        D.rand(4, seed=1), modes=EAGER),
+    "complex_mixed_dtypes": lambda: D.check_raises(torch.complex, D.rand(3), D.rand(3).double(), modes=ALL),
+    "polar_mixed_dtypes": lambda: D.check_raises(torch.polar, D.rand(3), D.rand(3).double(), modes=ALL),
+    "complex_out_dtype": lambda: D.check_raises(
+        lambda a, b: torch.complex(a, b, out=torch.empty(3, dtype=torch.complex64, device=a.device)),
+        D.rand(3).double(), D.rand(3, seed=1).double(), modes=EAGER),
+    "complex_out_dtype_ok": lambda: D.check(
+        lambda a, b: torch.complex(a, b, out=torch.empty(3, dtype=torch.complex64, device=a.device)),
+        D.rand(3), D.rand(3, seed=1), modes=EAGER),
+    "aminmax_out_dtype": lambda: D.check_raises(_aminmax_out, D.rand(4, 3), modes=EAGER),
+    "kthvalue_out_is_input": lambda: D.check_raises(
+        lambda x: torch.kthvalue(x, 2, 0, out=(x, torch.zeros((), dtype=torch.long, device=x.device))),
+        D.rand(5), modes=EAGER),
+}
+
+_CONV_BAD = {
+    "neg_padding": lambda x, w: F.conv2d(x, w, padding=-1),
+    "zero_stride": lambda x, w: F.conv2d(x, w, stride=0),
+    "neg_stride": lambda x, w: F.conv2d(x, w, stride=-1),
+    "zero_dilation": lambda x, w: F.conv2d(x, w, dilation=0),
+    "zero_groups": lambda x, w: F.conv2d(x, w, groups=0),
+    "transposed_neg_padding": lambda x, w: F.conv_transpose2d(x, w, padding=-1),
+    "transposed_neg_output_padding": lambda x, w: F.conv_transpose2d(x, w, output_padding=-1),
+    "transposed_zero_stride": lambda x, w: F.conv_transpose2d(x, w, stride=0),
+    "conv3d_neg_padding": lambda x, w: F.conv3d(x[None], w[None], padding=(-1, 0, 0)),
+    "conv1d_neg_padding": lambda x, w: F.conv1d(x[0], w[0], padding=-1),
+}
+for _k, _f in _CONV_BAD.items():
+    SILENT_CASES[f"conv_{_k}"] = (lambda f: lambda: D.check_raises(f, D.rand(1, 1, 6, 6), D.rand(1, 1, 2, 2, seed=1),
+                                                                   modes=ALL))(_f)
+
+
+ISOLATED_CASES = {}
+ISOLATED_CASES.update({f"value:{k}": v for k, v in WRONG_VALUE_CASES.items()})
+ISOLATED_CASES.update({f"silent:{k}": v for k, v in SILENT_CASES.items()})
+
+
+@pytest.fixture(scope="module")
+def results(request):
+    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=180)
+
+
+@pytest.mark.parametrize("name", list(ISOLATED_CASES))
+def test_case(results, name):
+    D.assert_isolated_result(results, name)
