@@ -81,6 +81,50 @@ WRONG_VALUE_CASES = {
                                           torch.arange(9.0, device=x.device).reshape(3, 3)).sum(), (x, s)),
         D.per_device(lambda d: D.rand(3, 3).to(d).requires_grad_()),
         D.per_device(lambda d: D.rand(2, 2, seed=1).to(d).requires_grad_()), modes=EAGER),
+    # float64 resizes and attention computed their weights / scores in float32 (off by 1e-6)
+    "interpolate_float64": lambda: D.check(
+        lambda x: [F.interpolate(x, scale_factor=1.7, mode="bilinear"),
+                   F.interpolate(x, size=(3, 4), mode="bilinear", align_corners=True),
+                   F.interpolate(x[:, :, 0], scale_factor=2.3, mode="linear"),
+                   F.interpolate(x, size=(3, 4), mode="bilinear", antialias=True),
+                   F.interpolate(x, scale_factor=0.7, mode="bicubic", antialias=True)],
+        D.rand(2, 3, 7, 9).double() * 100, modes=ALL),
+    "sdpa_float64": lambda: D.check(
+        lambda q, k, v, m: [F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                            F.scaled_dot_product_attention(q, k, v, attn_mask=m)],
+        D.rand(2, 4, 3, 8).double(), D.rand(2, 4, 5, 8, seed=1).double(), D.rand(2, 4, 5, 8, seed=2).double(),
+        D.rand(3, 5, seed=3).double(), modes=ALL),
+    "sdpa_float64_grad": lambda: D.check(
+        lambda q, k, v: torch.autograd.grad((F.scaled_dot_product_attention(q, k, v) *
+                                             torch.linspace(-1, 1, 24, device=q.device).double().reshape(1, 3, 8)).sum(),
+                                            (q, k, v)),
+        *[D.per_device(lambda d, s=s: D.rand(1, 3, 8, seed=s).double().to(d).requires_grad_()) for s in range(3)],
+        modes=EAGER),
+}
+
+
+def _uint8_bilinear():
+    D.check(lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear"),
+            (D.rand(1, 2, 7, 9, low=0, high=255)).to(torch.uint8), modes=EAGER)
+
+
+# ---------------------------------------------------------------------------------------------------
+# tpu raised where CPU works
+
+
+TPU_RAISED_CASES = {
+    # integer max pooling: reduce_window got an int64 init value for an int32/int16/int8/uint8 input
+    "max_pool2d_int": lambda: D.check(
+        lambda x: [F.max_pool2d(x, 3, 2, ceil_mode=True), F.max_pool2d(x, 2, return_indices=True),
+                   F.max_pool2d(x.to(torch.uint8), 2, dilation=(1, 2)), F.max_pool2d(x.to(torch.int8), 3, 1, 1)],
+        _ints(1, 2, 6, 7, dtype=torch.int16, low=-50, high=50), modes=ALL),
+    "max_pool3d_int32": lambda: D.check(lambda x: F.max_pool3d(x, 2, return_indices=True),
+                                        _ints(1, 2, 4, 4, 4), modes=ALL),
+    # hardshrink/softshrink backward had no lowering (NotImplementedError)
+    "shrink_backward": lambda: D.check(
+        lambda x: torch.autograd.grad((F.hardshrink(x, 0.5) * 2 + F.softshrink(x, 1.0) * 3 + F.hardshrink(x)).sum(), x),
+        D.per_device(lambda d: torch.tensor([-2.0, -1.0, -0.5, -0.2, 0.0, 0.5, 0.7, 1.0, 3.0], device=d).requires_grad_()),
+        modes=ALL),
 }
 
 
@@ -140,6 +184,15 @@ for _k, _f in _CONV_BAD.items():
 ISOLATED_CASES = {}
 ISOLATED_CASES.update({f"value:{k}": v for k, v in WRONG_VALUE_CASES.items()})
 ISOLATED_CASES.update({f"silent:{k}": v for k, v in SILENT_CASES.items()})
+ISOLATED_CASES.update({f"raised:{k}": v for k, v in TPU_RAISED_CASES.items()})
+ISOLATED_CASES["gap:uint8_bilinear"] = _uint8_bilinear
+
+# Real gaps (found by the sweep, not fixed): strict xfails with the reason.
+GAPS = {
+    "gap:uint8_bilinear": "uint8 bilinear/bicubic resize: torch's CPU kernel interpolates uint8 in fixed point "
+                          "(quantised int16 weights); the tpu rounds a float32 interpolation, one lower or "
+                          "higher in ~15% of pixels",
+}
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +200,7 @@ def results(request):
     return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=180)
 
 
-@pytest.mark.parametrize("name", list(ISOLATED_CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=GAPS[n]))
+                                  if n in GAPS else n for n in ISOLATED_CASES])
 def test_case(results, name):
     D.assert_isolated_result(results, name)
