@@ -81,6 +81,14 @@ WRONG_VALUE_CASES = {
                                           torch.arange(9.0, device=x.device).reshape(3, 3)).sum(), (x, s)),
         D.per_device(lambda d: D.rand(3, 3).to(d).requires_grad_()),
         D.per_device(lambda d: D.rand(2, 2, seed=1).to(d).requires_grad_()), modes=EAGER),
+    # polygamma(n >= 2) at the poles 0, -1, -2 ...: CPU's zeta gives (-1)^(n+1) inf (the tpu: NaN/finite)
+    "polygamma_poles": lambda: D.check(
+        lambda x: [torch.polygamma(n, x) for n in (2, 3, 4)] + [torch.polygamma(2, x.float())],
+        torch.tensor([-3, -1, 0, 1, 2, 5], dtype=torch.int8), modes=ALL),
+    "polygamma_poles_bool": lambda: D.check(lambda x: torch.polygamma(2, x), torch.tensor([True, False]), modes=ALL),
+    "index_add_bool": lambda: D.check(
+        lambda x, i, s: [torch.index_add(x, 0, i, s), torch.index_add(x, 0, i, s, alpha=True)],
+        torch.tensor([True, False, False, False]), torch.tensor([0, 2]), torch.tensor([True, True]), modes=ALL),
     # float64 resizes and attention computed their weights / scores in float32 (off by 1e-6)
     "interpolate_float64": lambda: D.check(
         lambda x: [F.interpolate(x, scale_factor=1.7, mode="bilinear"),
@@ -121,6 +129,12 @@ TPU_RAISED_CASES = {
     "max_pool3d_int32": lambda: D.check(lambda x: F.max_pool3d(x, 2, return_indices=True),
                                         _ints(1, 2, 4, 4, 4), modes=ALL),
     # hardshrink/softshrink backward had no lowering (NotImplementedError)
+    # out= forms of data-dependent ops: "masked_select() got an unexpected keyword argument 'out'"
+    "masked_select_out": lambda: D.check(
+        lambda x: [torch.masked_select(x, x > 0, out=torch.empty(0, device=x.device)),
+                   torch.masked_select(x, x > 1, out=torch.empty(7, device=x.device)),
+                   torch.nonzero(x > 0, out=torch.empty(0, dtype=torch.long, device=x.device))], D.rand(3, 4),
+        modes=EAGER),
     "shrink_backward": lambda: D.check(
         lambda x: torch.autograd.grad((F.hardshrink(x, 0.5) * 2 + F.softshrink(x, 1.0) * 3 + F.hardshrink(x)).sum(), x),
         D.per_device(lambda d: torch.tensor([-2.0, -1.0, -0.5, -0.2, 0.0, 0.5, 0.7, 1.0, 3.0], device=d).requires_grad_()),
@@ -162,7 +176,46 @@ SILENT_CASES = {
     "kthvalue_out_is_input": lambda: D.check_raises(
         lambda x: torch.kthvalue(x, 2, 0, out=(x, torch.zeros((), dtype=torch.long, device=x.device))),
         D.rand(5), modes=EAGER),
+    "masked_select_out_dtype": lambda: D.check_raises(
+        lambda x: torch.masked_select(x, x > 0, out=torch.empty(0, dtype=torch.float64, device=x.device)),
+        D.rand(3, 4), modes=EAGER),
+    # index_add/index_reduce with a source of the wrong shape: the tpu broadcast it into the result
+    "index_add_source_shape": lambda: D.check_raises(
+        lambda x, i: torch.index_add(x, 0, i, torch.tensor([2.0, 4.0], device=x.device)), D.rand(3, 2),
+        torch.tensor([0, 2]), modes=ALL),
+    "index_add_source_0d": lambda: D.check_raises(
+        lambda x, i: torch.index_add(x, 0, i, torch.ones((), device=x.device)), D.rand(2), torch.tensor([0]),
+        modes=ALL),
+    "index_add_source_dims": lambda: D.check_raises(
+        lambda x: torch.index_add(x, 1, torch.tensor([0], device=x.device), torch.ones(3, device=x.device)),
+        D.rand(3, 2), modes=EAGER),
+    "index_reduce_source_shape": lambda: D.check_raises(
+        lambda x, i: torch.index_reduce(x, 0, i, torch.ones(2, 3, device=x.device), "prod"), D.rand(3, 2),
+        torch.tensor([0, 2]), modes=EAGER),
+    "index_add_ok_shapes": lambda: D.check(
+        lambda x, i: [torch.index_add(x, 0, i, torch.ones(2, 2, device=x.device)),
+                      x.clone().index_add_(-1, i[:1], torch.ones(3, 1, device=x.device)),
+                      torch.index_add(x[0, 0], 0, i[:1], torch.ones((), device=x.device)),
+                      torch.index_reduce(x, 0, i, torch.ones(2, 2, device=x.device), "amax")],
+        D.rand(3, 2), torch.tensor([0, 2]), modes=ALL),
 }
+
+# out= tensors that are (or overlap) an input the CPU kernel refuses to alias: the tpu computed them
+_I = torch.tensor([2, 1, 0])
+_OUT_ALIAS = {
+    "gather": lambda x, i: torch.gather(x, 0, i, out=x),
+    "gather_index": lambda x, i: torch.gather(i, 0, i[:2], out=i[1:]),
+    "index_select": lambda x, i: torch.index_select(x, 0, i, out=x),
+    "take": lambda x, i: torch.take(x, i, out=x),
+    "scatter_src": lambda x, i: torch.scatter(x.clone(), 0, i, x, out=x),
+    "scatter_src_is_self": lambda x, i: torch.scatter(x, 0, i, x, out=x),
+}
+for _k, _f in _OUT_ALIAS.items():
+    SILENT_CASES[f"out_aliases_{_k}"] = (lambda f: lambda: D.check_raises(f, D.rand(3), _I.clone(), modes=EAGER))(_f)
+SILENT_CASES["out_aliases_allowed"] = lambda: D.check(
+    lambda x, i: [torch.scatter(x, 0, i, torch.ones(3, device=x.device), out=x),
+                  torch.scatter(x, 0, i, 2.0, reduce="add", out=x),
+                  torch.gather(x, 0, i, out=torch.empty(3, device=x.device))], D.rand(3), _I.clone(), modes=EAGER)
 
 _CONV_BAD = {
     "neg_padding": lambda x, w: F.conv2d(x, w, padding=-1),

@@ -155,8 +155,13 @@ _OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
 _NO_OVERLAP = {torch.ops.aten.cat.out}
 
 
-# out= ops whose CPU kernels refuse an out= tensor sharing any memory with self (kthvalue(x, out=(x, i)))
-_NO_SELF_OVERLAP = {torch.ops.aten.kthvalue.values}
+# out= ops whose CPU kernels refuse an out= tensor sharing any memory with the named inputs, the whole of
+# it included (kthvalue(x, out=(x, i)), gather(x, 0, i, out=x)): the tpu computed them
+_aten = torch.ops.aten
+_NO_SELF_OVERLAP = {_aten.kthvalue.values: ("self",), _aten.gather.out: ("self", "index"),
+                    _aten.index_select.out: ("self", "index"), _aten.take.out: ("self", "index"),
+                    _aten.scatter.src_out: ("index", "src"), _aten.scatter.reduce_out: ("index", "src"),
+                    _aten.scatter.value_out: ("index",), _aten.scatter.value_reduce_out: ("index",)}
 
 
 # in-place ops that write one value to every element (allowed on views whose elements share memory)
@@ -175,9 +180,11 @@ def _refuse_partial_overlap(func, writes, args, kwargs) -> None:
             inputs.extend(e for e in a if isinstance(e, TpuTensor))
     if len(inputs) < 2:
         return
-    if func in _NO_SELF_OVERLAP and isinstance(args[0], TpuTensor):
+    if func in _NO_SELF_OVERLAP:
+        call = dict(zip([a.name for a in func._schema.arguments], args), **kwargs)
+        read = [call[n] for n in _NO_SELF_OVERLAP[func] if isinstance(call.get(n), TpuTensor)]
         for pos, name in writes:
-            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], [args[0]])
+            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read)
     if func in _NO_OVERLAP:  # every input but the out= argument itself (a list may hold it: cat([a], out=a))
         read = [e for a in args if type(a) in (list, tuple) for e in a if isinstance(e, TpuTensor)]
         for pos, name in writes:

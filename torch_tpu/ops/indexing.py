@@ -184,6 +184,8 @@ def index_add(x, dim, index, source, alpha=1):
     if x.ndim == 0:
         return x + alpha * source.reshape(())
     src = source if is_value(alpha, 1) else source * alpha
+    if x.dtype == jnp.bool_:  # bool += bool is a logical or on CPU (XLA's scatter-add refuses bool)
+        return x.astype(jnp.uint8).at[_along(x, dim, index)].add(src.astype(jnp.uint8)) != 0
     return x.at[_along(x, dim, index)].add(src.astype(x.dtype))
 
 

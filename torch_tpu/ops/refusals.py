@@ -423,3 +423,30 @@ def check_exact_out(func, target_func, meta_args, meta_kwargs) -> None:
                                    f"scalar type {_TYPE_NAMES.get(out.dtype, out.dtype)} for argument 'out'")
             raise RuntimeError(f"Expected out tensor to have dtype {_C10_NAMES.get(r.dtype, r.dtype)}, but got "
                                f"{_C10_NAMES.get(out.dtype, out.dtype)} instead")
+
+
+def _index_func_shapes(func):
+    def check(x, dim, index, source, *_, **__):
+        _index_source_shape(func, x, dim, index, source)
+    return check
+
+
+def _index_source_shape(func, x, dim, index, source):
+    """torch's index_func_meta_impl checks: a wrongly shaped source was broadcast into the result."""
+    d = dim % x.dim() if x.dim() else 0
+    if not (d == 0 or d < source.dim()):
+        raise IndexError(f"{func}_(): Indexing dim {dim} is out of bounds of the source tensor with dim {source.dim()}")
+    n = 1 if source.dim() == 0 else source.shape[d]
+    if index.numel() != n:
+        raise RuntimeError(f"{func}_(): Number of indices ({index.numel()}) should be equal to source.size(dim): "
+                           f"({n}), for dim: {dim}")
+    xs, ss = list(x.shape), list(source.shape)
+    if source.dim() and x.dim():
+        del xs[d], ss[d]
+    if xs != ss:
+        raise RuntimeError("source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}")
+
+
+validates(aten.index_add.default)(_index_func_shapes("index_add"))
+validates(aten.index_reduce.default)(_index_func_shapes("index_reduce"))
