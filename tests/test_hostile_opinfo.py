@@ -55,7 +55,8 @@ WRONG_VALUE_CASES = {
         _ints(3, 3, dtype=torch.uint8, low=0), _ints(3, 2, dtype=torch.uint8, seed=1, low=0, high=4),
         _ints(2, 3, dtype=torch.uint8, seed=2, low=0, high=4), modes=ALL),
     # vdot conjugates its first argument: the tpu computed dot's value for complex inputs
-    "vdot_complex": lambda: D.check(lambda a, b: [torch.vdot(a, b), torch.vdot(b, a), torch.dot(a, b)],
+    "vdot_complex": lambda: D.check(lambda a, b: [torch.vdot(a, b), torch.vdot(b, a), torch.dot(a, b),
+                                                  torch.linalg.vecdot(a[:1], b[:1]), torch.linalg.vecdot(a, b)],
                                     _cplx(5), _cplx(5, seed=3), modes=ALL),
     "vdot_complex_grad": lambda: D.check(
         lambda a, b: torch.autograd.grad(torch.vdot(a, b).real + torch.vdot(a, b).imag * 2, (a, b)),
@@ -86,6 +87,8 @@ WRONG_VALUE_CASES = {
         lambda x: [torch.polygamma(n, x) for n in (2, 3, 4)] + [torch.polygamma(2, x.float())],
         torch.tensor([-3, -1, 0, 1, 2, 5], dtype=torch.int8), modes=ALL),
     "polygamma_poles_bool": lambda: D.check(lambda x: torch.polygamma(2, x), torch.tensor([True, False]), modes=ALL),
+    "logcumsumexp_complex": lambda: D.check(lambda z: [torch.logcumsumexp(z, 1), torch.logcumsumexp(z, 0)],
+                                            _cplx(4, 5, scale=5.0), modes=ALL, atol=1e-5, rtol=1e-5),
     "index_add_bool": lambda: D.check(
         lambda x, i, s: [torch.index_add(x, 0, i, s), torch.index_add(x, 0, i, s, alpha=True)],
         torch.tensor([True, False, False, False]), torch.tensor([0, 2]), torch.tensor([True, True]), modes=ALL),
@@ -129,6 +132,17 @@ TPU_RAISED_CASES = {
     "max_pool3d_int32": lambda: D.check(lambda x: F.max_pool3d(x, 2, return_indices=True),
                                         _ints(1, 2, 4, 4, 4), modes=ALL),
     # hardshrink/softshrink backward had no lowering (NotImplementedError)
+    # bool accumulation (or / and): XLA's scatter refuses bool arithmetic
+    "bool_accumulations": lambda: D.check(
+        lambda b, i, s: [torch.scatter_add(b, 0, i, s), torch.scatter(b, 0, i, s, reduce="multiply"),
+                         torch.scatter(b, 0, i, s, reduce="add"),
+                         b.clone().index_put_((torch.tensor([1, 1], device=b.device),), s[0], accumulate=True),
+                         b.clone().put_(torch.tensor([0, 5, 5], device=b.device), s[0], accumulate=True)]
+        + [torch.scatter_reduce(b, 0, i, s, r) for r in ("sum", "prod", "amax")]
+        + [torch.scatter_reduce(b, 0, i, s, "amin", include_self=False)]
+        + [torch.index_reduce(b, 0, torch.tensor([1, 1], device=b.device), b, r) for r in ("prod", "amax")],
+        torch.tensor([[True, False, False], [False, False, True]]), torch.tensor([[1, 0, 1]]),
+        torch.tensor([[True, True, False]]), modes=ALL),
     # out= forms of data-dependent ops: "masked_select() got an unexpected keyword argument 'out'"
     "masked_select_out": lambda: D.check(
         lambda x: [torch.masked_select(x, x > 0, out=torch.empty(0, device=x.device)),
@@ -176,6 +190,15 @@ SILENT_CASES = {
     "kthvalue_out_is_input": lambda: D.check_raises(
         lambda x: torch.kthvalue(x, 2, 0, out=(x, torch.zeros((), dtype=torch.long, device=x.device))),
         D.rand(5), modes=EAGER),
+    "multinomial_int_probs": lambda: D.check_raises(lambda p: torch.multinomial(p, 2), torch.tensor([[1, 2]]),
+                                                    modes=ALL),
+    "scatter_reduce_bool_mean": lambda: D.check_raises(
+        lambda b: torch.scatter_reduce(b, 0, torch.tensor([[1, 0, 1]], device=b.device), b[:1], "mean"),
+        torch.tensor([[True, False, False], [False, False, True]]), modes=ALL),
+    "index_reduce_bool_refused": lambda: [D.check_raises(
+        lambda b: torch.index_reduce(b, 0, torch.tensor([1, 0], device=b.device), b, r, include_self=inc),
+        torch.tensor([[True, False, False], [False, False, True]]), modes=EAGER)
+        for r, inc in (("mean", True), ("amin", False))],
     "masked_select_out_dtype": lambda: D.check_raises(
         lambda x: torch.masked_select(x, x > 0, out=torch.empty(0, dtype=torch.float64, device=x.device)),
         D.rand(3, 4), modes=EAGER),

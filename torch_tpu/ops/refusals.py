@@ -450,3 +450,24 @@ def _index_source_shape(func, x, dim, index, source):
 
 validates(aten.index_add.default)(_index_func_shapes("index_add"))
 validates(aten.index_reduce.default)(_index_func_shapes("index_reduce"))
+
+
+@validates(aten.multinomial.default)
+def _multinomial_dtype(probs, *_, **__):
+    if not probs.is_floating_point():  # (an int64 tensor was sampled from)
+        raise RuntimeError("multinomial only supports floating-point dtypes for input, got: "
+                           f"{_TYPE_NAMES.get(probs.dtype, probs.dtype)}")
+
+
+@validates(aten.scatter_reduce.two)
+def _scatter_reduce_bool(x, dim, index, src, reduce, include_self=True):
+    if x.dtype == torch.bool and reduce == "mean":
+        raise NotImplementedError("\"scatter_gather_tensor_cpu_reduce_mean\" not implemented for 'Bool'")
+
+
+@validates(aten.index_reduce.default)
+def _index_reduce_bool(x, dim, index, source, reduce, include_self=True):
+    if x.dtype == torch.bool and not include_self:
+        raise NotImplementedError("\"index_reduce_func_exclude_input_init\" not implemented for 'Bool'")
+    if x.dtype == torch.bool and reduce == "mean":
+        raise NotImplementedError("\"div_floor_cpu\" not implemented for 'Bool'")

@@ -13,7 +13,7 @@ import torch
 
 from .registry import aten, prims, register
 from .shape import _pad_mode
-from ._util import is_float, to_float, upcast
+from ._util import complex_logaddexp, is_float, to_float, upcast
 
 _PRIMS = torch.ops.prims
 
@@ -89,23 +89,9 @@ def gcd(x, y):
 @register(aten.logaddexp.default)
 def logaddexp(x, y):  # a lowering (not torch's decomposition) so that integer inputs are refused as on CPU
     if jnp.iscomplexobj(x) or jnp.iscomplexobj(y):
-        return _complex_logaddexp(x, y)
+        return complex_logaddexp(x, y)
     return jnp.logaddexp(upcast(x), upcast(y))
 
-
-def _complex_logaddexp(x, y):
-    """torch's CPU formula (LogAddExp.h): log1p(exp(min - max)) + max, min/max by real part, so the
-    imaginary part is not wrapped into (-pi, pi] (jnp.logaddexp's principal log differed by 2 pi)."""
-    x, y = jnp.broadcast_arrays(*[jnp.asarray(v, jnp.result_type(x, y)) for v in (x, y)])
-    x_lower = jnp.real(x) < jnp.real(y)  # torch: (x < y) ? (x, y) : (y, x)
-    lo, hi = jnp.where(x_lower, x, y), jnp.where(x_lower, y, x)
-    lo_r, hi_r = jnp.real(lo), jnp.real(hi)
-    nan = jnp.asarray(complex(float("nan"), float("nan")), x.dtype)
-    general = jnp.log1p(jnp.exp(lo - hi)) + hi
-    inf_same = (~jnp.isfinite(lo_r)) & (lo_r == hi_r)
-    out = jnp.where(inf_same, jnp.where(lo_r < 0, lo, jnp.log(jnp.exp(lo) + jnp.exp(hi))), general)
-    out = jnp.where(jnp.isnan(hi_r) | jnp.isnan(jnp.imag(hi)), hi, out)
-    return jnp.where(jnp.isnan(lo_r) | jnp.isnan(jnp.imag(lo)), nan, out)
 
 
 @register(aten.logaddexp2.default)
