@@ -149,6 +149,14 @@ TPU_RAISED_CASES = {
                    torch.masked_select(x, x > 1, out=torch.empty(7, device=x.device)),
                    torch.nonzero(x > 0, out=torch.empty(0, dtype=torch.long, device=x.device))], D.rand(3, 4),
         modes=EAGER),
+    # index_fill's backward for a tensor value calls aten._unique (no lowering: NotImplementedError)
+    "index_fill_tensor_value_grad": lambda: D.check(
+        lambda a, v: torch.autograd.grad((torch.index_fill(a, 1, torch.tensor([0, 2, 2], device=a.device), v) *
+                                          torch.arange(12.0, device=a.device).reshape(3, 4)).sum(), (a, v)),
+        D.per_device(lambda d: D.rand(3, 4).to(d).requires_grad_()),
+        D.per_device(lambda d: torch.tensor(2.0, device=d).requires_grad_()), modes=EAGER),
+    "unique_private": lambda: D.check(lambda x: [torch._unique(x), torch._unique(x, return_inverse=True)],
+                                      torch.tensor([3, 1, 3, 0]), modes=EAGER),
     "shrink_backward": lambda: D.check(
         lambda x: torch.autograd.grad((F.hardshrink(x, 0.5) * 2 + F.softshrink(x, 1.0) * 3 + F.hardshrink(x)).sum(), x),
         D.per_device(lambda d: torch.tensor([-2.0, -1.0, -0.5, -0.2, 0.0, 0.5, 0.7, 1.0, 3.0], device=d).requires_grad_()),

@@ -276,6 +276,14 @@ def unique2(x, sorted=True, return_inverse=False, return_counts=False):
             jnp.asarray(counts.astype(np.int64)) if return_counts else jnp.zeros((0,), jnp.int64))
 
 
+@register(aten._unique.default, data_dependent=True)
+def unique(x, sorted=True, return_inverse=False):
+    """(index_fill's backward with a tensor value reaches it: NotImplementedError before.) Sorted whatever
+    ``sorted`` says (CPU's unsorted order is unspecified); the inverse is empty unless asked for."""
+    vals, inv, _ = unique2(x, True, True, False)
+    return vals, inv if return_inverse else jnp.zeros((0,), jnp.int64)
+
+
 @register(aten.unique_dim.default, data_dependent=True)
 def unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
     vals, inv, counts = np.unique(np.asarray(x), axis=dim, return_inverse=True, return_counts=True)
