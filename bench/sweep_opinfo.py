@@ -1,11 +1,12 @@
 """Wide OpInfo sweep (not a test): every OpInfo that reaches the tpu op table (the selection of
 tests/test_op_consistency.py), run against CPU torch beyond what that file checks:
 
-  dtype:<dt>   extra dtypes (float16, float64, int32, int8, uint8, int16, bool, complex64) where supported
+  dtype:<dt>   extra dtypes (float16, float64, int64, int32, int8, uint8, int16, bool, complex64) where supported
   f32all       float32 samples past the first three (the consistency file runs only those)
   noncontig    float32 samples made non-contiguous (``SampleInput.noncontiguous()``) and transposed copies
   fused        float32 samples in DEFER_AND_FUSE
   compiled     float32 samples through torch.compile(backend="tpu") (not in the default phases: slow)
+  inplace      op.inplace_variant (float32, int32, bool, float16, complex64): same result or both raise
   backward     grads of sum(outputs * random cotangent) for supports_autograd OpInfos (float32)
   errors       ``op.error_inputs``: must raise on tpu too (strict, then fused)
 
@@ -28,8 +29,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-EXTRA = ["float16", "float64", "int32", "int8", "uint8", "int16", "bool", "complex64"]
-CAP = {"compiled": 2, "dtype": 3, "f32all": 6, "noncontig": 3, "fused": 4, "backward": 3, "errors": 12}
+EXTRA = ["float16", "float64", "int64", "int32", "int8", "uint8", "int16", "bool", "complex64"]
+CAP = {"inplace": 3, "compiled": 2, "dtype": 3, "f32all": 6, "noncontig": 3, "fused": 4, "backward": 3, "errors": 12}
 
 _S, _E, _R = "@@S ", "@@E ", "@@R "
 
@@ -140,7 +141,7 @@ def _worker():
             report({"tag": "[sample error]", "msg": short(e)})
         return out
 
-    def run_forward(name, op, dtype, samples, mode=None, variant=""):
+    def run_forward(name, op, dtype, samples, mode=None, variant="", aliased=False):
         n = 0
         for i, sample in samples:
             torch.manual_seed(0)
@@ -151,7 +152,8 @@ def _worker():
                 exp, cexc = None, e
             torch.manual_seed(0)
             try:
-                inp, args, kwargs = T._move_sample(name, sample)
+                # views are rebuilt as views on the device (.to() of a strided view gives a dense copy)
+                inp, args, kwargs = move_aliased(name, sample) if aliased else T._move_sample(name, sample)
                 if mode == "compiled":
                     torch._dynamo.reset()
                     got = to_host(torch.compile(lambda i, a, k: op(i, *a, **k), backend="tpu", dynamic=False)(
@@ -205,7 +207,7 @@ def _worker():
             n += run_forward(name, op, f32, sample_list(op, f32, CAP["f32all"], skip=3))
         elif ph == "noncontig":
             ss = sample_list(op, f32, CAP["noncontig"])
-            n += run_forward(name, op, f32, [(i, s.noncontiguous()) for i, s in ss], variant="noncontig")
+            n += run_forward(name, op, f32, [(i, s.noncontiguous()) for i, s in ss], variant="noncontig", aliased=True)
             n += run_forward(name, op, f32, [(i, transposed(s)) for i, s in ss], variant="transposed")
         elif ph == "fused":
             n += run_forward(name, op, f32, sample_list(op, f32, CAP["fused"]),
@@ -213,11 +215,57 @@ def _worker():
         elif ph == "compiled":
             n += run_forward(name, op, f32, sample_list(op, f32, CAP["compiled"]), mode="compiled",
                              variant="compiled")
+        elif ph.startswith("inplace:"):
+            dt = getattr(torch, ph.split(":")[1])
+            n += run_inplace(name, op, dt, sample_list(op, dt, CAP["inplace"]))
         elif ph == "backward":
             n += run_backward(name, op, sample_list(op, torch.float32, CAP["backward"], requires_grad=True))
         elif ph.startswith("errors"):
             mode = torch_tpu.EagerMode.DEFER_AND_FUSE if ph == "errors_fused" else None
             n += run_errors(name, op, mode)
+        return n
+
+    def run_inplace(name, op, dtype, samples):
+        """op.inplace_variant on a clone of the input: same result, same mutated input, or both raise."""
+        fn = op.inplace_variant
+        n = 0
+        for i, sample in samples:
+            base = {"dtype": str(dtype).replace("torch.", ""), "sample": i, "variant": "inplace",
+                    "desc": T._describe(sample)[:400]}
+            if not isinstance(sample.input, torch.Tensor):
+                continue
+            c_in = sample.input.clone()
+            torch.manual_seed(0)
+            try:
+                fn(c_in, *sample.args, **sample.kwargs)
+                cexc = None
+            except Exception as e:  # noqa: BLE001
+                cexc = e
+            n += 1
+            _, args, kwargs = T._move_sample(name, sample)
+            t_in = sample.input.clone().to("tpu")
+            torch.manual_seed(0)
+            try:
+                fn(t_in, *args, **kwargs)
+                got = t_in.cpu()
+                texc = None
+            except Exception as e:  # noqa: BLE001
+                texc = e
+            if cexc is not None:
+                if texc is None:
+                    report({**base, "tag": "[silent]", "msg": "cpu raised " + short(cexc)})
+                elif not D.is_clear(texc):
+                    report({**base, "tag": "[unclear error]", "msg": short(texc) + " || cpu " + short(cexc)})
+                continue
+            if texc is not None:
+                report({**base, "tag": "[tpu raised]", "msg": short(texc)})
+                continue
+            try:
+                bad = compare(name, sample, c_in, got, dtype)
+            except Exception as e:  # noqa: BLE001
+                bad = ("[compare error]", short(e))
+            if bad:
+                report({**base, "tag": bad[0], "msg": bad[1]})
         return n
 
     def run_backward(name, op, samples):
@@ -381,6 +429,10 @@ def _tasks(selected_ops, phases):
             elif ph in ("f32all", "noncontig", "fused", "compiled"):
                 if torch.float32 in sup:
                     out.append(f"{name}|{ph}")
+            elif ph == "inplace":
+                if op.inplace_variant is not None:
+                    out += [f"{name}|inplace:{d}" for d in ("float32", "int32", "bool", "float16", "complex64")
+                            if getattr(torch, d) in sup]
             elif ph == "backward":
                 if op.supports_autograd and torch.float32 in sup:
                     out.append(f"{name}|backward")
@@ -394,7 +446,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/sweep.jsonl")
     ap.add_argument("--ops", default="")
-    ap.add_argument("--phases", default="dtype,f32all,noncontig,fused,backward,errors")
+    ap.add_argument("--phases", default="dtype,f32all,noncontig,fused,inplace,backward,errors")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--worker", action="store_true")
     a = ap.parse_args()
