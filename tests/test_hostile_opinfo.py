@@ -231,6 +231,24 @@ SILENT_CASES = {
         D.rand(3, 2), torch.tensor([0, 2]), modes=ALL),
 }
 
+# in-place ops whose result broadcasts to another shape than self: CPU refuses, the tpu wrote (or resized)
+_INPLACE_BROADCAST = {
+    "clamp_max_": lambda x, y: x.clamp_max_(y), "clamp_min_": lambda x, y: x.clamp_min_(y),
+    "atan2_": lambda x, y: x.atan2_(y), "copysign_": lambda x, y: x.copysign_(y),
+    "addr_0d": lambda x, y: x[0, 0].addr_(y, y), "addr_column": lambda x, y: x.addr_(y, y),
+}
+for _k, _f in _INPLACE_BROADCAST.items():
+    SILENT_CASES[f"inplace_broadcast_{_k}"] = (lambda f: lambda: D.check_raises(
+        f, D.rand(5, 1), D.rand(5, seed=1), modes=ALL))(_f)
+SILENT_CASES["inplace_broadcast_bitwise_left_shift_"] = lambda: D.check_raises(
+    lambda x, y: x.bitwise_left_shift_(y), _ints(5, 1, low=0, high=9), _ints(5, seed=1, low=0, high=4), modes=ALL)
+SILENT_CASES["inplace_broadcast_intermediate_eager"] = lambda: D.check_raises(
+    lambda x, y: (x * 2).clamp_max_(y), D.rand(5, 1), D.rand(5, seed=1), modes=EAGER)
+SILENT_CASES["inplace_same_shape_ok"] = lambda: D.check(
+    lambda x, y: [x.clone().clamp_max_(y[:1]), x.clone().squeeze_(), x.clone().unsqueeze_(0),
+                  torch.ones(5, 5, device=x.device).addr_(y, y, beta=2), x.clone().resize_as_(y), x.clone().atan2_(x)],
+    D.rand(5, 1), D.rand(5, seed=1), modes=ALL)
+
 # out= tensors that are (or overlap) an input the CPU kernel refuses to alias: the tpu computed them
 _I = torch.tensor([2, 1, 0])
 _OUT_ALIAS = {
@@ -270,12 +288,17 @@ ISOLATED_CASES.update({f"value:{k}": v for k, v in WRONG_VALUE_CASES.items()})
 ISOLATED_CASES.update({f"silent:{k}": v for k, v in SILENT_CASES.items()})
 ISOLATED_CASES.update({f"raised:{k}": v for k, v in TPU_RAISED_CASES.items()})
 ISOLATED_CASES["gap:uint8_bilinear"] = _uint8_bilinear
+ISOLATED_CASES["gap:inplace_broadcast_intermediate_compiled"] = lambda: D.check_raises(
+    lambda x, y: (x * 2).clamp_max_(y), D.rand(5, 1), D.rand(5, seed=1), modes=["compiled"])
 
 # Real gaps (found by the sweep, not fixed): strict xfails with the reason.
 GAPS = {
     "gap:uint8_bilinear": "uint8 bilinear/bicubic resize: torch's CPU kernel interpolates uint8 in fixed point "
                           "(quantised int16 weights); the tpu rounds a float32 interpolation, one lower or "
                           "higher in ~15% of pixels",
+    "gap:inplace_broadcast_intermediate_compiled": "compiled: an in-place op on a graph intermediate whose result "
+                          "broadcasts to another shape ((x * 2).clamp_max_(y), x [5, 1], y [5]) is functionalised "
+                          "before the tpu backend sees it; the graph returns the [5, 5] result where CPU raises",
 }
 
 

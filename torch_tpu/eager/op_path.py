@@ -194,6 +194,15 @@ def _refuse_partial_overlap(func, writes, args, kwargs) -> None:
         strided.check_no_partial_overlap(kwargs[name] if name in kwargs else args[pos], inputs)
 
 
+def _functional_of(func):
+    """``aten.addr.default`` for ``aten.addr_.default``; None for an op that is not in-place."""
+    name = func._schema.name.split("::", 1)[-1]
+    if not name.endswith("_") or name.startswith("_"):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, func._overloadname, None) if packet is not None else None
+
+
 def _build_entry(func, args, kwargs, key, arrays):
     from .. import ops
 
@@ -203,6 +212,12 @@ def _build_entry(func, args, kwargs, key, arrays):
         entry = python_entry(func)
         if entry is None:
             raise no_lowering(func, args, kwargs)
+        functional = _functional_of(func)
+        if functional is not None:
+            # an in-place op run by a decomposition (addr_): the checks of a lowered in-place op (self was
+            # resized to a result of another shape, which CPU refuses)
+            refusals.check_inplace_result(func, functional, to_meta(list(args)),
+                                          {k: to_meta(v) for k, v in kwargs.items()})
         _ENTRIES[key] = entry
         return entry
     validate.run(target_func, args, kwargs)  # checks torch's CPU kernels make and its meta kernels don't

@@ -142,7 +142,17 @@ def check_inplace_result(func, target_func, meta_args, meta_kwargs) -> None:
         result_meta = result_meta[0] if result_meta else None
     if not isinstance(result_meta, torch.Tensor) or not isinstance(self_meta, torch.Tensor):
         return
+    if tuple(result_meta.shape) != tuple(self_meta.shape) and func not in _RESIZES_SELF \
+            and torch.Tag.inplace_view not in func.tags:  # (squeeze_, resize_as_ ... change self's shape)
+        # ``x.clamp_max_(y)`` with x [5, 1] and y [5]: CPU refuses a result of another shape than self
+        # (the functional result was written back over self)
+        raise RuntimeError(f"output with shape {list(self_meta.shape)} doesn't match the broadcast shape "
+                           f"{list(result_meta.shape)}")
     refuse_inplace_cast(result_meta.dtype, self_meta.dtype)
+
+
+# in-place ops whose CPU kernels resize self to the result (no broadcast-shape check)
+_RESIZES_SELF = {aten.addbmm_.default}
 
 
 def refuse_inplace_cast(result_dtype: torch.dtype, self_dtype: torch.dtype) -> None:
