@@ -207,6 +207,9 @@ SILENT_CASES = {
         lambda b: torch.index_reduce(b, 0, torch.tensor([1, 0], device=b.device), b, r, include_self=inc),
         torch.tensor([[True, False, False], [False, False, True]]), modes=EAGER)
         for r, inc in (("mean", True), ("amin", False))],
+    "masked_select_out_aliases_input": lambda: [D.check_raises(
+        f, torch.tensor([1.0, 2.0, 3.0, -1.0]), modes=EAGER)
+        for f in (lambda x: torch.masked_select(x, x > 1, out=x), lambda x: torch.masked_select(x, x > 1, out=x[2:]))],
     "masked_select_out_dtype": lambda: D.check_raises(
         lambda x: torch.masked_select(x, x > 0, out=torch.empty(0, dtype=torch.float64, device=x.device)),
         D.rand(3, 4), modes=EAGER),

@@ -12,6 +12,7 @@ from ..engine import deferred_errors, fused
 from ..errors import no_lowering
 from ..ops import registry
 from ..runtime import caches, counters
+from ..tensor import strided
 from ..tensor.tensor import TpuTensor, wrap
 from .arguments import fill, key_and_inputs, templates
 
@@ -145,6 +146,9 @@ def _into_out(func, results, outs, args):
     functional result, which raised ``unexpected keyword argument 'out'``): resized and copied into the
     out= tensors, with the CPU kernels' same-dtype check."""
     results = results if isinstance(results, (tuple, list)) else (results,)
+    read = [a for a in args if isinstance(a, TpuTensor)]
+    for o in outs:  # CPU: an out= tensor sharing memory with an input is refused
+        strided.check_no_overlap(o, read)
     for r, o in zip(results, outs):
         if o.dtype != r.dtype:
             name = func._schema.name.split("::")[-1]
