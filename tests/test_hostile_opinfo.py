@@ -143,6 +143,11 @@ TPU_RAISED_CASES = {
         + [torch.index_reduce(b, 0, torch.tensor([1, 1], device=b.device), b, r) for r in ("prod", "amax")],
         torch.tensor([[True, False, False], [False, False, True]]), torch.tensor([[1, 0, 1]]),
         torch.tensor([[True, True, False]]), modes=ALL),
+    # x.polygamma_(n): (self, n) reached the functional lowering as (n, self): "could not lower"
+    "polygamma_inplace": lambda: D.check(
+        lambda x: [x.clone().polygamma_(1), x.clone().polygamma_(3), x[1:].clone().polygamma_(0), x],
+        torch.tensor([0.5, 1.5, 2.5, -0.5]), modes=EAGER, atol=1e-4, rtol=1e-4),  # (aot_eager cannot
+    # functionalise polygamma_ either: torch's own limit in compiled graphs)
     # out= forms of data-dependent ops: "masked_select() got an unexpected keyword argument 'out'"
     "masked_select_out": lambda: D.check(
         lambda x: [torch.masked_select(x, x > 0, out=torch.empty(0, device=x.device)),
@@ -207,6 +212,7 @@ SILENT_CASES = {
         lambda b: torch.index_reduce(b, 0, torch.tensor([1, 0], device=b.device), b, r, include_self=inc),
         torch.tensor([[True, False, False], [False, False, True]]), modes=EAGER)
         for r, inc in (("mean", True), ("amin", False))],
+    "polygamma_inplace_int": lambda: D.check_raises(lambda x: x.polygamma_(1), torch.tensor([1, 2]), modes=EAGER),
     "masked_select_out_aliases_input": lambda: [D.check_raises(
         f, torch.tensor([1.0, 2.0, 3.0, -1.0]), modes=EAGER)
         for f in (lambda x: torch.masked_select(x, x > 1, out=x), lambda x: torch.masked_select(x, x > 1, out=x[2:]))],

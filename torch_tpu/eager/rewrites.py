@@ -251,7 +251,16 @@ def as_strided_scatter_of_storage(func, args, kwargs):
     return out
 
 
+def polygamma_inplace(func, args, kwargs):
+    """``x.polygamma_(n)`` takes (self, n) where its functional overload takes (n, self): resolved to the
+    functional lowering, the arguments arrived swapped ("could not lower aten.polygamma_"). Run as the
+    out= form writing self, which keeps CPU's refusals (an integer self cannot hold the float result)."""
+    c = _call(func, args, kwargs)
+    return run_op(aten.polygamma.out, [c["n"], c["self"]], {"out": c["self"]})
+
+
 REWRITES = {
+    aten.polygamma_.default: polygamma_inplace,
     aten.as_strided_copy.default: as_strided_copy_of_storage,
     aten.as_strided_scatter.default: as_strided_scatter_of_storage,
     aten._ctc_loss.Tensor: ctc_with_tensor_lengths,
