@@ -12,6 +12,7 @@ from ..engine import deferred_errors, fused
 from ..errors import no_lowering
 from ..ops import registry
 from ..runtime import caches, counters
+from ..tensor import strided
 from ..tensor.tensor import TpuTensor, wrap
 from .arguments import fill, key_and_inputs, templates
 
@@ -115,13 +116,16 @@ def python_entry(func):
 def data_dependent_entry(func, low):
     """Ops whose output shape depends on values: computed eagerly on concrete device arrays."""
 
+    out_names = [a.name for a in func._schema.arguments if a.is_out]
+
     def run(*args, **kwargs):
         _counters["executions"] += 1
         tmpl_args, tmpl_kwargs, _ = templates(func, args, kwargs)
         _, arrays = key_and_inputs(func, args, kwargs)
         arrays = [fused.materialize(a) for a in arrays]
         deferred_errors.verify()  # the values are read on the host: a point that waits
-        result = low.fn(*fill(tmpl_args, arrays), **{k: fill(v, arrays) for k, v in tmpl_kwargs.items()})
+        result = low.fn(*fill(tmpl_args, arrays), **{k: fill(v, arrays) for k, v in tmpl_kwargs.items()
+                                                     if k not in out_names})
 
         def back(x):
             if x is None or isinstance(x, (int, float, bool)):
@@ -130,6 +134,27 @@ def data_dependent_entry(func, low):
                 return type(x)(back(e) for e in x)
             return wrap(x)
 
-        return back(result)
+        if not out_names:
+            return back(result)
+        return _into_out(func, back(result), [kwargs[n] for n in out_names], args)
 
     return PythonEntry(run)
+
+
+def _into_out(func, results, outs, args):
+    """An out= form of a data-dependent op (``masked_select(x, m, out=o)``; the lowering computes the
+    functional result, which raised ``unexpected keyword argument 'out'``): resized and copied into the
+    out= tensors, with the CPU kernels' same-dtype check."""
+    results = results if isinstance(results, (tuple, list)) else (results,)
+    read = [a for a in args if isinstance(a, TpuTensor)]
+    for o in outs:  # CPU: an out= tensor sharing memory with an input is refused
+        strided.check_no_overlap(o, read)
+    for r, o in zip(results, outs):
+        if o.dtype != r.dtype:
+            name = func._schema.name.split("::")[-1]
+            raise RuntimeError(f"{name}(): self and result must have the same scalar type" if name == "masked_select"
+                               else f"Expected out tensor to have dtype {r.dtype}, but got {o.dtype} instead")
+        if o.shape != r.shape:
+            o.resize_(r.shape)
+        o.copy_(r)
+    return outs[0] if len(outs) == 1 else tuple(outs)

@@ -155,6 +155,15 @@ _OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
 _NO_OVERLAP = {torch.ops.aten.cat.out}
 
 
+# out= ops whose CPU kernels refuse an out= tensor sharing any memory with the named inputs, the whole of
+# it included (kthvalue(x, out=(x, i)), gather(x, 0, i, out=x)): the tpu computed them
+_aten = torch.ops.aten
+_NO_SELF_OVERLAP = {_aten.kthvalue.values: ("self",), _aten.gather.out: ("self", "index"),
+                    _aten.index_select.out: ("self", "index"), _aten.take.out: ("self", "index"),
+                    _aten.scatter.src_out: ("index", "src"), _aten.scatter.reduce_out: ("index", "src"),
+                    _aten.scatter.value_out: ("index",), _aten.scatter.value_reduce_out: ("index",)}
+
+
 # in-place ops that write one value to every element (allowed on views whose elements share memory)
 _ONE_VALUE = {torch.ops.aten.fill_.Scalar, torch.ops.aten.fill_.Tensor, torch.ops.aten.zero_.default}
 
@@ -171,6 +180,11 @@ def _refuse_partial_overlap(func, writes, args, kwargs) -> None:
             inputs.extend(e for e in a if isinstance(e, TpuTensor))
     if len(inputs) < 2:
         return
+    if func in _NO_SELF_OVERLAP:
+        call = dict(zip([a.name for a in func._schema.arguments], args), **kwargs)
+        read = [call[n] for n in _NO_SELF_OVERLAP[func] if isinstance(call.get(n), TpuTensor)]
+        for pos, name in writes:
+            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read)
     if func in _NO_OVERLAP:  # every input but the out= argument itself (a list may hold it: cat([a], out=a))
         read = [e for a in args if type(a) in (list, tuple) for e in a if isinstance(e, TpuTensor)]
         for pos, name in writes:
@@ -178,6 +192,15 @@ def _refuse_partial_overlap(func, writes, args, kwargs) -> None:
         return
     for pos, name in writes:
         strided.check_no_partial_overlap(kwargs[name] if name in kwargs else args[pos], inputs)
+
+
+def _functional_of(func):
+    """``aten.addr.default`` for ``aten.addr_.default``; None for an op that is not in-place."""
+    name = func._schema.name.split("::", 1)[-1]
+    if not name.endswith("_") or name.startswith("_"):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, func._overloadname, None) if packet is not None else None
 
 
 def _build_entry(func, args, kwargs, key, arrays):
@@ -189,6 +212,12 @@ def _build_entry(func, args, kwargs, key, arrays):
         entry = python_entry(func)
         if entry is None:
             raise no_lowering(func, args, kwargs)
+        functional = _functional_of(func)
+        if functional is not None:
+            # an in-place op run by a decomposition (addr_): the checks of a lowered in-place op (self was
+            # resized to a result of another shape, which CPU refuses)
+            refusals.check_inplace_result(func, functional, to_meta(list(args)),
+                                          {k: to_meta(v) for k, v in kwargs.items()})
         _ENTRIES[key] = entry
         return entry
     validate.run(target_func, args, kwargs)  # checks torch's CPU kernels make and its meta kernels don't

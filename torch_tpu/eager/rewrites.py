@@ -216,7 +216,53 @@ def ctc_with_tensor_lengths(func, args, kwargs):
     return run_op(target, [call[n] for n in names if n in call], {})
 
 
+def _call(func, args, kwargs) -> dict:
+    names = [a.name for a in func._schema.arguments]
+    return dict(zip(names, args), **kwargs)
+
+
+def as_strided_copy_of_storage(func, args, kwargs):
+    """``as_strided_copy(x, size, stride, offset)`` reads x's *storage* (its offset by default), as CPU
+    torch does, with torch's bounds check: the lowering indexed x's values, so a view gave other elements
+    and sizes past the storage returned clamped values instead of raising."""
+    c = _call(func, args, kwargs)
+    x = c["self"]
+    if not isinstance(x, TpuTensor):
+        return run_op(func, args, kwargs)
+    view = x.as_strided(c["size"], c["stride"], c.get("storage_offset"))
+    return view.clone(memory_format=torch.contiguous_format)
+
+
+def as_strided_scatter_of_storage(func, args, kwargs):
+    """torch's CPU kernel: a clone of x's whole storage (x's layout kept), ``src`` copied into its
+    ``as_strided`` view (bounds checked), the clone returned in x's layout."""
+    c = _call(func, args, kwargs)
+    x, src = c["self"], c["src"]
+    if not isinstance(x, TpuTensor):
+        return run_op(func, args, kwargs)
+    numel = x._tpu_storage.nbytes // x.element_size()
+    full = x.as_strided((numel,), (1,), 0).clone()
+    out = full.as_strided(x.shape, x.stride(), x.storage_offset())
+    target = out.as_strided(c["size"], c["stride"], c.get("storage_offset"))
+    if tuple(target.shape) != tuple(src.shape):
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = {list(src.shape)}, "
+                           f"slice size = {list(target.shape)}")
+    target.copy_(src)
+    return out
+
+
+def polygamma_inplace(func, args, kwargs):
+    """``x.polygamma_(n)`` takes (self, n) where its functional overload takes (n, self): resolved to the
+    functional lowering, the arguments arrived swapped ("could not lower aten.polygamma_"). Run as the
+    out= form writing self, which keeps CPU's refusals (an integer self cannot hold the float result)."""
+    c = _call(func, args, kwargs)
+    return run_op(aten.polygamma.out, [c["n"], c["self"]], {"out": c["self"]})
+
+
 REWRITES = {
+    aten.polygamma_.default: polygamma_inplace,
+    aten.as_strided_copy.default: as_strided_copy_of_storage,
+    aten.as_strided_scatter.default: as_strided_scatter_of_storage,
     aten._ctc_loss.Tensor: ctc_with_tensor_lengths,
     aten._ctc_loss_backward.Tensor: ctc_with_tensor_lengths,
     **{getattr(getattr(aten, name), overload): nearest_of_empty_batch

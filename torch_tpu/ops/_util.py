@@ -132,3 +132,18 @@ def strided_indices(size, stride, offset):
         shape[k] = s
         idx = idx + jnp.arange(s, dtype=jnp.int64).reshape(shape) * st
     return jnp.broadcast_to(idx, tuple(size))
+
+
+def complex_logaddexp(x, y):
+    """torch's CPU formula (LogAddExp.h): log1p(exp(min - max)) + max, min/max by real part, so the
+    imaginary part is not wrapped into (-pi, pi] (jnp.logaddexp's principal log differed by 2 pi)."""
+    x, y = jnp.broadcast_arrays(*[jnp.asarray(v, jnp.result_type(x, y)) for v in (x, y)])
+    x_lower = jnp.real(x) < jnp.real(y)  # torch: (x < y) ? (x, y) : (y, x)
+    lo, hi = jnp.where(x_lower, x, y), jnp.where(x_lower, y, x)
+    lo_r, hi_r = jnp.real(lo), jnp.real(hi)
+    nan = jnp.asarray(complex(float("nan"), float("nan")), x.dtype)
+    general = jnp.log1p(jnp.exp(lo - hi)) + hi
+    inf_same = (~jnp.isfinite(lo_r)) & (lo_r == hi_r)
+    out = jnp.where(inf_same, jnp.where(lo_r < 0, lo, jnp.log(jnp.exp(lo) + jnp.exp(hi))), general)
+    out = jnp.where(jnp.isnan(hi_r) | jnp.isnan(jnp.imag(hi)), hi, out)
+    return jnp.where(jnp.isnan(lo_r) | jnp.isnan(jnp.imag(lo)), nan, out)

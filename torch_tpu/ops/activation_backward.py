@@ -56,6 +56,11 @@ def hardtanh_backward(grad, x, min_val, max_val):
     return jnp.where((x > min_val) & (x < max_val), grad, 0)
 
 
+@register(aten.hardshrink_backward.default, aten.softshrink_backward.default)
+def shrink_backward(grad, x, lambd):  # both CPU kernels: 0 where -lambd <= x <= lambd (had no lowering)
+    return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros((), grad.dtype), grad)
+
+
 @register(aten.mish_backward.default)
 def mish_backward(grad, x):
     _, pull = jax.vjp(mish, x)

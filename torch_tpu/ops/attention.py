@@ -39,7 +39,7 @@ SMALL_BYTES = 2 << 20
 
 def _core(q, k, v, mask, is_causal, scale, prec, q_offset=0):
     """softmax(q k^T * scale + mask) v for q (..., Lq, E), k (..., Lk, E), v (..., Lk, Ev)."""
-    f32 = jnp.float32
+    f32 = jnp.float64 if q.dtype == jnp.float64 else jnp.float32  # float64 stays float64 (as on CPU)
     s = jnp.einsum("...qd,...kd->...qk", q, k, precision=prec, preferred_element_type=f32) * scale
     lq, lk = q.shape[-2], k.shape[-2]
     if is_causal:

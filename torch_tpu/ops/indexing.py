@@ -45,6 +45,14 @@ def _index_tuple(indices):
     return tuple(slice(None) if i is None else i for i in indices)
 
 
+def accumulate_into(x, idx, src, op="add", **kw):
+    """``x.at[idx].add/multiply(src)``; for bool ``x`` torch's or/and (XLA's scatter refuses bool
+    arithmetic: index_put(accumulate=True), scatter_add, put and index_add of bool tensors raised)."""
+    if x.dtype == jnp.bool_:
+        return getattr(x.astype(jnp.int32).at[idx], op)(jnp.asarray(src).astype(jnp.int32), **kw) != 0
+    return getattr(x.at[idx], op)(src, **kw)
+
+
 @register(aten.index.Tensor, aten._unsafe_index.Tensor)
 def index(x, indices):
     indices = _check_indices(x, indices)
@@ -58,7 +66,7 @@ def index_put(x, indices, values, accumulate=False):
     indices = _check_indices(x, indices)
     idx = _index_tuple(indices)
     values = values.astype(x.dtype)
-    return x.at[idx].add(values) if accumulate else x.at[idx].set(values)
+    return accumulate_into(x, idx, values) if accumulate else x.at[idx].set(values)
 
 
 def _index_put_mask(x, mask, values, accumulate):
@@ -120,7 +128,7 @@ def scatter_reduce_legacy(x, dim, index, src, reduce):
         src = src[tuple(slice(0, s) for s in index.shape)]
     src = jnp.asarray(src).astype(x.dtype)
     g = _grids(index, d)
-    return x.at[g].add(src) if reduce == "add" else x.at[g].multiply(src)
+    return accumulate_into(x, g, src, "add" if reduce == "add" else "multiply")
 
 
 @register(aten.scatter_add.default)
@@ -130,11 +138,13 @@ def scatter_add(x, dim, index, src):
         return x + jnp.sum(src)
     d = dim % x.ndim
     src = src[tuple(slice(0, s) for s in index.shape)]
-    return x.at[_grids(index, d)].add(src.astype(x.dtype))
+    return accumulate_into(x, _grids(index, d), src.astype(x.dtype))
 
 
 @register(aten.scatter_reduce.two)
 def scatter_reduce(x, dim, index, src, reduce, include_self=True):
+    if x.dtype == jnp.bool_:  # in int32 (XLA's scatter refuses bool arithmetic): sum/prod/amax/amin as or/and
+        return scatter_reduce(x.astype(jnp.int32), dim, index, src.astype(jnp.int32), reduce, include_self) != 0
     index = _check_along(x, dim, index)
     d = dim % max(x.ndim, 1)
     src = src[tuple(slice(0, s) for s in index.shape)].astype(x.dtype)
@@ -184,7 +194,7 @@ def index_add(x, dim, index, source, alpha=1):
     if x.ndim == 0:
         return x + alpha * source.reshape(())
     src = source if is_value(alpha, 1) else source * alpha
-    return x.at[_along(x, dim, index)].add(src.astype(x.dtype))
+    return accumulate_into(x, _along(x, dim, index), src.astype(x.dtype))
 
 
 @register(aten.index_copy.default)
@@ -264,6 +274,14 @@ def unique2(x, sorted=True, return_inverse=False, return_counts=False):
     vals, inv, counts = np.unique(np.asarray(x), return_inverse=True, return_counts=True)
     return (jnp.asarray(vals), jnp.asarray(inv.reshape(x.shape).astype(np.int64)),
             jnp.asarray(counts.astype(np.int64)) if return_counts else jnp.zeros((0,), jnp.int64))
+
+
+@register(aten._unique.default, data_dependent=True)
+def unique(x, sorted=True, return_inverse=False):
+    """(index_fill's backward with a tensor value reaches it: NotImplementedError before.) Sorted whatever
+    ``sorted`` says (CPU's unsorted order is unspecified); the inverse is empty unless asked for."""
+    vals, inv, _ = unique2(x, True, True, False)
+    return vals, inv if return_inverse else jnp.zeros((0,), jnp.int64)
 
 
 @register(aten.unique_dim.default, data_dependent=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .checks import index_in_range, require
-from .indexing import in_range_or_dropped
+from .indexing import accumulate_into, in_range_or_dropped
 from .registry import aten, register
 
 
@@ -20,12 +20,14 @@ def put(x, index, source, accumulate=False):
     flat = x.reshape(-1)
     idx = in_range_or_dropped(index.reshape(-1), n, True)
     src = source.reshape(-1).astype(x.dtype)
-    out = flat.at[idx].add(src, mode="drop") if accumulate else flat.at[idx].set(src, mode="drop")
+    out = accumulate_into(flat, idx, src, mode="drop") if accumulate else flat.at[idx].set(src, mode="drop")
     return out.reshape(x.shape)
 
 
 @register(aten.index_reduce.default)
 def index_reduce(x, dim, index, source, reduce, include_self=True):
+    if x.dtype == jnp.bool_:  # in int32 (XLA's scatter refuses bool arithmetic)
+        return index_reduce(x.astype(jnp.int32), dim, index, source.astype(jnp.int32), reduce, include_self) != 0
     size = x.shape[dim % x.ndim] if x.ndim else 1
     require(index_in_range(index, size, False), "index out of range in self")  # no negative index
     if x.ndim == 0:

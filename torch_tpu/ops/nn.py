@@ -16,10 +16,22 @@ from ._util import is_low_precision, is_value, jdtype, matmul, precision_of, upc
 
 
 # --- matmul family ----------------------------------------------------------------------------
-@register(aten.mm.default, aten.bmm.default, aten.matmul.default, aten.dot.default, aten.mv.default,
-          aten.vdot.default, matmul=True)
+@register(aten.mm.default, aten.bmm.default, aten.matmul.default, aten.dot.default, aten.mv.default, matmul=True)
 def mm(a, b, precision=None):
     return matmul(a, b, precision)
+
+
+@register(aten.vdot.default, matmul=True)
+def vdot(a, b, precision=None):  # conjugates its first argument (complex vdot returned dot's value)
+    return matmul(jnp.conj(a) if jnp.iscomplexobj(a) else a, b, precision)
+
+
+def _int_scalars(a, alpha, beta):
+    """torch's integer kernels convert alpha and beta to the integer type first (truncated: 0.6 -> 0)."""
+    if not jnp.issubdtype(a.dtype, jnp.integer):
+        return alpha, beta
+    conv = lambda v: int(v) if type(v) in (int, float, bool) else jnp.asarray(v).astype(a.dtype)  # noqa: E731
+    return conv(alpha), conv(beta)
 
 
 @register(aten._scaled_mm.default)
@@ -41,6 +53,7 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=No
 
 @register(aten.addmm.default, aten.baddbmm.default, aten.addmv.default, matmul=True, static=("beta",))
 def addmm(bias, a, b, beta=1, alpha=1, precision=None):
+    alpha, beta = _int_scalars(a, alpha, beta)
     if is_low_precision(a) or is_low_precision(b):
         # bf16: product and bias add in fp32, rounded once (torch's CPU/CUDA epilogue)
         prod = jnp.matmul(a, b, precision=precision_of(precision), preferred_element_type=jnp.float32)
@@ -56,6 +69,7 @@ def addmm(bias, a, b, beta=1, alpha=1, precision=None):
 
 @register(aten.addbmm.default, matmul=True, static=("beta",))
 def addbmm(bias, a, b, beta=1, alpha=1, precision=None):
+    alpha, beta = _int_scalars(a, alpha, beta)
     low = is_low_precision(a)
     prod = jnp.sum(jnp.matmul(a, b, precision=precision_of(precision),
                               preferred_element_type=jnp.float32 if low else None), axis=0)

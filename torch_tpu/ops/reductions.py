@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .registry import aten, register
-from ._util import dims_tuple, is_float, is_low_precision, jdtype, norm_dim, to_float
+from ._util import complex_logaddexp, dims_tuple, is_float, is_low_precision, jdtype, norm_dim, to_float
 
 
 def _acc(x, dtype=None):
@@ -249,6 +249,11 @@ def cummin(x, dim):
 def logcumsumexp(x, dim):
     if x.ndim == 0:
         return x
+    if jnp.iscomplexobj(x):  # torch's complex logaddexp step by step (cumlogsumexp's imag was off by 2 pi)
+        moved = jnp.moveaxis(x, dim % x.ndim, 0)
+        step = lambda acc, v: (complex_logaddexp(acc, v),) * 2  # noqa: E731
+        _, out = jax.lax.scan(step, moved[0], moved[1:])
+        return jnp.moveaxis(jnp.concatenate([moved[:1], out]), 0, dim % x.ndim)
     return jax.lax.cumlogsumexp(x, axis=dim % x.ndim)
 
 

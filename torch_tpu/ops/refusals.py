@@ -130,6 +130,7 @@ def check_inplace_result(func, target_func, meta_args, meta_kwargs) -> None:
     """An in-place op stores its result into ``self``: torch refuses a result dtype that cannot be cast to
     ``self``'s (``int_tensor.mul_(float_tensor)``), which meta kernels do not check. ``target_func``: the
     functional overload; the arguments are meta tensors (called before the in-place meta kernel)."""
+    check_exact_out(func, target_func, meta_args, meta_kwargs)
     if target_func is func or not func._schema.name.endswith("_") or not meta_args:
         return
     self_meta = meta_args[0]
@@ -141,7 +142,17 @@ def check_inplace_result(func, target_func, meta_args, meta_kwargs) -> None:
         result_meta = result_meta[0] if result_meta else None
     if not isinstance(result_meta, torch.Tensor) or not isinstance(self_meta, torch.Tensor):
         return
+    if tuple(result_meta.shape) != tuple(self_meta.shape) and func not in _RESIZES_SELF \
+            and torch.Tag.inplace_view not in func.tags:  # (squeeze_, resize_as_ ... change self's shape)
+        # ``x.clamp_max_(y)`` with x [5, 1] and y [5]: CPU refuses a result of another shape than self
+        # (the functional result was written back over self)
+        raise RuntimeError(f"output with shape {list(self_meta.shape)} doesn't match the broadcast shape "
+                           f"{list(result_meta.shape)}")
     refuse_inplace_cast(result_meta.dtype, self_meta.dtype)
+
+
+# in-place ops whose CPU kernels resize self to the result (no broadcast-shape check)
+_RESIZES_SELF = {aten.addbmm_.default}
 
 
 def refuse_inplace_cast(result_dtype: torch.dtype, self_dtype: torch.dtype) -> None:
@@ -207,6 +218,22 @@ validates(aten._log_softmax.default)(_softmax_integral("log_softmax"))
 def _smooth_l1_beta(x, target, reduction=1, beta=1.0):
     if beta < 0:
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
+
+
+@validates(aten.convolution.default)
+def _conv_params(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """ATen's check_shape_forward: negative padding was computed (as a crop), zero strides/dilations/groups
+    failed with a ZeroDivisionError or an XLA error."""
+    if any(p < 0 for p in padding):
+        raise RuntimeError("negative padding is not supported")
+    if transposed and any(p < 0 for p in output_padding):
+        raise RuntimeError("negative output_padding is not supported")
+    if any(s <= 0 for s in stride):
+        raise RuntimeError("non-positive stride is not supported")
+    if any(d <= 0 for d in dilation):
+        raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
 
 
 @validates(aten.convolution.default)
@@ -363,3 +390,94 @@ def _refuse_bool(name):
 
 for _name in _BOOL_REFUSED:
     validates(*_functional_overloads(_name))(_refuse_bool(_name))
+
+
+# --- argument dtypes CPU kernels check and meta kernels do not -----------------------------------------
+@validates(aten.masked_scatter.default)
+def _masked_scatter_mask(x, mask, source):
+    if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:  # (the meta kernel accepts uint8)
+        raise RuntimeError("masked_scatter_ only supports boolean masks, but got mask with dtype "
+                           f"{_TYPE_NAMES.get(mask.dtype, mask.dtype)}")
+
+
+@validates(aten.complex.default, aten.polar.default)
+def _complex_parts(a, b):
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype \
+            and a.is_floating_point() and b.is_floating_point():
+        raise RuntimeError(f"Expected object of scalar type {_TYPE_NAMES.get(a.dtype, a.dtype)} but got scalar "
+                           f"type {_TYPE_NAMES.get(b.dtype, b.dtype)} for second argument")
+
+
+# out= forms whose CPU kernels demand the result's own dtype (no cast into another out= dtype)
+_EXACT_OUT = {aten.complex.out: "complex", aten.polar.out: "complex", aten.aminmax.out: "structured"}
+_C10_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+              torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int", torch.int16: "short int",
+              torch.int8: "signed char", torch.uint8: "unsigned char", torch.bool: "bool"}
+
+
+def check_exact_out(func, target_func, meta_args, meta_kwargs) -> None:
+    kind = _EXACT_OUT.get(func)
+    if kind is None:
+        return
+    outs = [v for k, v in meta_kwargs.items() if k not in {a.name for a in target_func._schema.arguments}]
+    try:
+        result = target_func(*meta_args, **{k: v for k, v in meta_kwargs.items()
+                                            if k in {a.name for a in target_func._schema.arguments}})
+    except Exception:  # noqa: BLE001 - the out= meta kernel reports bad arguments itself
+        return
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for r, out in zip(results, outs):
+        if isinstance(out, torch.Tensor) and isinstance(r, torch.Tensor) and r.dtype != out.dtype:
+            if kind == "complex":
+                raise RuntimeError(f"Expected object of scalar type {_TYPE_NAMES.get(r.dtype, r.dtype)} but got "
+                                   f"scalar type {_TYPE_NAMES.get(out.dtype, out.dtype)} for argument 'out'")
+            raise RuntimeError(f"Expected out tensor to have dtype {_C10_NAMES.get(r.dtype, r.dtype)}, but got "
+                               f"{_C10_NAMES.get(out.dtype, out.dtype)} instead")
+
+
+def _index_func_shapes(func):
+    def check(x, dim, index, source, *_, **__):
+        _index_source_shape(func, x, dim, index, source)
+    return check
+
+
+def _index_source_shape(func, x, dim, index, source):
+    """torch's index_func_meta_impl checks: a wrongly shaped source was broadcast into the result."""
+    d = dim % x.dim() if x.dim() else 0
+    if not (d == 0 or d < source.dim()):
+        raise IndexError(f"{func}_(): Indexing dim {dim} is out of bounds of the source tensor with dim {source.dim()}")
+    n = 1 if source.dim() == 0 else source.shape[d]
+    if index.numel() != n:
+        raise RuntimeError(f"{func}_(): Number of indices ({index.numel()}) should be equal to source.size(dim): "
+                           f"({n}), for dim: {dim}")
+    xs, ss = list(x.shape), list(source.shape)
+    if source.dim() and x.dim():
+        del xs[d], ss[d]
+    if xs != ss:
+        raise RuntimeError("source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}")
+
+
+validates(aten.index_add.default)(_index_func_shapes("index_add"))
+validates(aten.index_reduce.default)(_index_func_shapes("index_reduce"))
+
+
+@validates(aten.multinomial.default)
+def _multinomial_dtype(probs, *_, **__):
+    if not probs.is_floating_point():  # (an int64 tensor was sampled from)
+        raise RuntimeError("multinomial only supports floating-point dtypes for input, got: "
+                           f"{_TYPE_NAMES.get(probs.dtype, probs.dtype)}")
+
+
+@validates(aten.scatter_reduce.two)
+def _scatter_reduce_bool(x, dim, index, src, reduce, include_self=True):
+    if x.dtype == torch.bool and reduce == "mean":
+        raise NotImplementedError("\"scatter_gather_tensor_cpu_reduce_mean\" not implemented for 'Bool'")
+
+
+@validates(aten.index_reduce.default)
+def _index_reduce_bool(x, dim, index, source, reduce, include_self=True):
+    if x.dtype == torch.bool and not include_self:
+        raise NotImplementedError("\"index_reduce_func_exclude_input_init\" not implemented for 'Bool'")
+    if x.dtype == torch.bool and reduce == "mean":
+        raise NotImplementedError("\"div_floor_cpu\" not implemented for 'Bool'")

@@ -148,7 +148,9 @@ def max_pool_with_indices(x, kernel_size, stride=(), padding=(0,), dilation=(1,)
     k, s, p, d = _pool_args(kernel_size, stride, padding, dilation, nd)
     spatial = x.shape[2:]
     pads = [_ceil_pad(spatial[i], k[i], s[i], p[i], d[i], ceil_mode)[1] for i in range(nd)]
-    neg = jnp.array(-jnp.inf, x.dtype) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).min
+    # (an integer input's lowest value in its own dtype: a Python int became an int64 init value, which
+    # reduce_window refused for int32/int16/int8/uint8 inputs)
+    neg = jnp.array(-jnp.inf if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.iinfo(x.dtype).min, x.dtype)
     xp = jnp.pad(x, [(0, 0), (0, 0)] + pads, constant_values=neg)
     # indices into the unpadded flattened spatial plane
     idx = jnp.arange(math.prod(spatial), dtype=jnp.int64).reshape(spatial)
@@ -258,8 +260,10 @@ def upsample_nearest_exact(x, output_size, *scales):
     return _upsample_nearest(x, output_size, [s for s in scales], exact=True)
 
 
-def _linear_weights(in_size, out_size, align_corners, scale):
-    o = jnp.arange(out_size, dtype=jnp.float32)
+def _linear_weights(in_size, out_size, align_corners, scale, dtype=jnp.float32):
+    """Source positions and weights in torch's accumulate type (float64 for float64 inputs: float32
+    weights were off by 1e-6)."""
+    o = jnp.arange(out_size, dtype=dtype)
     if align_corners:
         src = o * ((in_size - 1) / (out_size - 1)) if out_size > 1 else jnp.zeros_like(o)
     else:
@@ -274,15 +278,18 @@ def _linear_weights(in_size, out_size, align_corners, scale):
 @register(aten.upsample_bilinear2d.default, aten.upsample_linear1d.default, aten.upsample_trilinear3d.default)
 def upsample_linear(x, output_size, align_corners, *scales):
     nd = len(output_size)
-    y = upcast(x)
+    wdt = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+    y = upcast(x) if is_float(x) else x.astype(jnp.float32)
     for i in range(nd):
         axis = x.ndim - nd + i
         scale = scales[i] if scales else None
-        i0, i1, w1 = _linear_weights(x.shape[axis], output_size[i], align_corners, scale)
+        i0, i1, w1 = _linear_weights(x.shape[axis], output_size[i], align_corners, scale, wdt)
         shape = [1] * y.ndim
         shape[axis] = output_size[i]
         w1 = w1.reshape(shape)
         y = jnp.take(y, i0, axis=axis) * (1 - w1) + jnp.take(y, i1, axis=axis) * w1
+    if not is_float(x):  # uint8: rounded as torch's CPU kernel (a truncating cast was one lower in half the pixels)
+        y = jnp.clip(jnp.round(y), jnp.iinfo(x.dtype).min, jnp.iinfo(x.dtype).max)
     return y.astype(x.dtype)
 
 
@@ -368,25 +375,25 @@ def _aa_filter(interp_size):
     return cubic
 
 
-def _aa_weights(in_size, out_size, align_corners, scale, interp_size):
-    """(out_size, in_size) float32 weights, as torch's CPU kernel computes them: each output's window
-    centred at scale * (i + 0.5), the filter stretched by the scale when shrinking, normalised to sum 1."""
+def _aa_weights(in_size, out_size, align_corners, scale, interp_size, f=np.float32):
+    """(out_size, in_size) weights in ``f`` (float64 for float64 inputs, else float32), as torch's CPU
+    kernel computes them: each output's window centred at scale * (i + 0.5), the filter stretched by the scale when shrinking, normalised to sum 1."""
     if align_corners:
         ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
     else:
         ratio = (1.0 / scale) if (scale is not None and scale > 0) else in_size / out_size
-    ratio = np.float32(ratio)
-    support = np.float32((interp_size * 0.5) * ratio if ratio >= 1.0 else interp_size * 0.5)
-    invscale = np.float32(1.0 / ratio if ratio >= 1.0 else 1.0)
+    ratio = f(ratio)
+    support = f((interp_size * 0.5) * ratio if ratio >= 1.0 else interp_size * 0.5)
+    invscale = f(1.0 / ratio if ratio >= 1.0 else 1.0)
     filt = _aa_filter(interp_size)
-    w = np.zeros((out_size, in_size), np.float32)
+    w = np.zeros((out_size, in_size), f)
     for i in range(out_size):
-        center = ratio * np.float32(i + 0.5)
-        xmin = max(int(center - support + np.float32(0.5)), 0)
-        xsize = min(int(center + support + np.float32(0.5)), in_size) - xmin
-        j = np.arange(xsize, dtype=np.float32)
-        k = filt((j + xmin - center + np.float32(0.5)) * invscale).astype(np.float32)
-        total = k.sum(dtype=np.float32)
+        center = ratio * f(i + 0.5)
+        xmin = max(int(center - support + f(0.5)), 0)
+        xsize = min(int(center + support + f(0.5)), in_size) - xmin
+        j = np.arange(xsize, dtype=f)
+        k = filt((j + xmin - center + f(0.5)) * invscale).astype(f)
+        total = k.sum(dtype=f)
         w[i, xmin:xmin + xsize] = k / total if total != 0 else k
     return w
 
@@ -395,7 +402,8 @@ def _aa_resize(x, output_size, align_corners, scales, interp_size):
     y = upcast(x) if is_float(x) else x.astype(jnp.float32)
     for i, axis in enumerate((x.ndim - 2, x.ndim - 1)):
         scale = scales[i] if scales and i < len(scales) else None
-        w = jnp.asarray(_aa_weights(x.shape[axis], output_size[i], align_corners, scale, interp_size))
+        w = jnp.asarray(_aa_weights(x.shape[axis], output_size[i], align_corners, scale, interp_size,
+                                    np.float64 if x.dtype == jnp.float64 else np.float32))
         y = jnp.moveaxis(jnp.tensordot(y, w, axes=[[axis], [1]], precision=jax.lax.Precision.HIGHEST), -1, axis)
     if not is_float(x):
         y = jnp.clip(jnp.round(y), jnp.iinfo(x.dtype).min, jnp.iinfo(x.dtype).max)

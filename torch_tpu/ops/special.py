@@ -13,7 +13,7 @@ import torch
 
 from .registry import aten, prims, register
 from .shape import _pad_mode
-from ._util import is_float, to_float, upcast
+from ._util import complex_logaddexp, is_float, to_float, upcast
 
 _PRIMS = torch.ops.prims
 
@@ -38,7 +38,11 @@ def polygamma(n, x):
     flat = x.reshape(-1)
     cot_n = jax.vmap(d)(flat).reshape(x.shape) if flat.size else jnp.zeros_like(x)
     reflected = (-1.0) ** n * jax.scipy.special.polygamma(n, 1 - x) - cot_n
-    return jnp.where(x < 0, reflected, direct)
+    out = jnp.where(x < 0, reflected, direct)
+    if n >= 2:  # CPU: (-1)^(n+1) n! zeta(n+1, x), and zeta is +inf at the poles x = 0, -1, -2, ...
+        pole = (x <= 0) & (x == jnp.floor(x))
+        out = jnp.where(pole, jnp.asarray((-1.0) ** (n + 1) * jnp.inf, out.dtype), out)
+    return out
 
 
 for _ops, _fn in (((aten.special_i0e, _PRIMS.bessel_i0e), jax.scipy.special.i0e),
@@ -84,7 +88,10 @@ def gcd(x, y):
 
 @register(aten.logaddexp.default)
 def logaddexp(x, y):  # a lowering (not torch's decomposition) so that integer inputs are refused as on CPU
+    if jnp.iscomplexobj(x) or jnp.iscomplexobj(y):
+        return complex_logaddexp(x, y)
     return jnp.logaddexp(upcast(x), upcast(y))
+
 
 
 @register(aten.logaddexp2.default)
