@@ -37,15 +37,7 @@ def defer(func, args, kwargs, exc: BaseException):
             return None
         warnings.warn(f"tpu: {func} failed in a backward pass ({type(exc).__name__}: {exc}); autograd "
                       f"reports it as an invalid gradient", RuntimeWarning, stacklevel=2)
-    task = torch._C._current_graph_task_id()
-    if task not in _QUEUED:
-        _QUEUED.add(task)
-
-        def reraise(error=exc, task=task):
-            _QUEUED.discard(task)
-            raise error
-
-        torch.autograd.Variable._execution_engine.queue_callback(reraise)
+    _queue(exc)
     return _placeholders(meta_out)
 
 
