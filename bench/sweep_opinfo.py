@@ -60,6 +60,25 @@ def _worker():
         s = str(e).strip().splitlines()
         return f"{type(e).__module__}.{type(e).__name__}: {s[0][:300] if s else ''}"
 
+    def _classify(report, base, cexc, texc, compare_values) -> None:
+        """Report one sample: CPU and tpu both raised (the tpu error must be clear), one of them raised, or
+        both returned (``compare_values()`` gives a (tag, message) or None)."""
+        if cexc is not None:
+            if texc is None:
+                report({**base, "tag": "[silent]", "msg": "cpu raised " + short(cexc)})
+            elif not D.is_clear(texc):
+                report({**base, "tag": "[unclear error]", "msg": short(texc) + " || cpu " + short(cexc)})
+            return
+        if texc is not None:
+            report({**base, "tag": "[tpu raised]", "msg": short(texc)})
+            return
+        try:
+            bad = compare_values()
+        except Exception as e:  # noqa: BLE001
+            bad = ("[compare error]", short(e))
+        if bad:
+            report({**base, "tag": bad[0], "msg": bad[1]})
+
     def to_host(v):
         return pytree.tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, v)
 
@@ -171,21 +190,7 @@ def _worker():
             n += 1
             desc = T._describe(sample)[:400]
             base = {"dtype": str(dtype).replace("torch.", ""), "sample": i, "variant": variant, "desc": desc}
-            if cexc is not None:
-                if texc is None:
-                    report({**base, "tag": "[silent]", "msg": "cpu raised " + short(cexc)})
-                elif not D.is_clear(texc):
-                    report({**base, "tag": "[unclear error]", "msg": short(texc) + " || cpu " + short(cexc)})
-                continue
-            if texc is not None:
-                report({**base, "tag": "[tpu raised]", "msg": short(texc)})
-                continue
-            try:
-                bad = compare(name, sample, exp, got, dtype)
-            except Exception as e:  # noqa: BLE001
-                bad = ("[compare error]", short(e))
-            if bad:
-                report({**base, "tag": bad[0], "msg": bad[1]})
+            _classify(report, base, cexc, texc, lambda: compare(name, sample, exp, got, dtype))
         return n
 
     def transposed(sample):
@@ -251,21 +256,7 @@ def _worker():
                 texc = None
             except Exception as e:  # noqa: BLE001
                 texc = e
-            if cexc is not None:
-                if texc is None:
-                    report({**base, "tag": "[silent]", "msg": "cpu raised " + short(cexc)})
-                elif not D.is_clear(texc):
-                    report({**base, "tag": "[unclear error]", "msg": short(texc) + " || cpu " + short(cexc)})
-                continue
-            if texc is not None:
-                report({**base, "tag": "[tpu raised]", "msg": short(texc)})
-                continue
-            try:
-                bad = compare(name, sample, c_in, got, dtype)
-            except Exception as e:  # noqa: BLE001
-                bad = ("[compare error]", short(e))
-            if bad:
-                report({**base, "tag": bad[0], "msg": bad[1]})
+            _classify(report, base, cexc, texc, lambda: compare(name, sample, c_in, got, dtype))
         return n
 
     def run_backward(name, op, samples):
