@@ -301,6 +301,7 @@ def test_the_background_loader_keeps_a_bounded_number_of_programs_ahead(monkeypa
     from torch_tpu.runtime import prefetch
 
     st = prefetch._State
+    prefetch.stop(timeout=30)  # this worker's own loaders (earlier tests) must not fill this test's dict
     for name in ("source", "stop", "ready", "loading", "threads"):  # this test's own loader state
         monkeypatch.setattr(st, name, {} if name in ("ready", "loading") else [] if name == "threads" else None)
     monkeypatch.setattr(prefetch, "_AHEAD", 16)

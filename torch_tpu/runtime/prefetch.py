@@ -179,7 +179,7 @@ def _run(todo: list, cursor: list, stop: threading.Event) -> None:
     st = _State
     while not stop.is_set():
         with st.lock:  # claim the next key nobody has asked for, loaded or claimed
-            while len(st.ready) >= _AHEAD and not stop.is_set():
+            while len(st.ready) + len(st.loading) >= _AHEAD and not stop.is_set():
                 st.taken.wait(1.0)
             key = None
             while cursor[0] < len(todo):
