@@ -297,7 +297,7 @@ ISOLATED_CASES.update({f"value:{k}": v for k, v in WRONG_VALUE_CASES.items()})
 ISOLATED_CASES.update({f"silent:{k}": v for k, v in SILENT_CASES.items()})
 ISOLATED_CASES.update({f"raised:{k}": v for k, v in TPU_RAISED_CASES.items()})
 ISOLATED_CASES["gap:uint8_bilinear"] = _uint8_bilinear
-ISOLATED_CASES["gap:inplace_broadcast_intermediate_compiled"] = lambda: D.check_raises(
+ISOLATED_CASES["raised:inplace_broadcast_intermediate_compiled"] = lambda: D.check_raises(
     lambda x, y: (x * 2).clamp_max_(y), D.rand(5, 1), D.rand(5, seed=1), modes=["compiled"])
 
 # Real gaps (found by the sweep, not fixed): strict xfails with the reason.
@@ -305,9 +305,6 @@ GAPS = {
     "gap:uint8_bilinear": "uint8 bilinear/bicubic resize: torch's CPU kernel interpolates uint8 in fixed point "
                           "(quantised int16 weights); the tpu rounds a float32 interpolation, one lower or "
                           "higher in ~15% of pixels",
-    "gap:inplace_broadcast_intermediate_compiled": "compiled: an in-place op on a graph intermediate whose result "
-                          "broadcasts to another shape ((x * 2).clamp_max_(y), x [5, 1], y [5]) is functionalised "
-                          "before the tpu backend sees it; the graph returns the [5, 5] result where CPU raises",
 }
 
 

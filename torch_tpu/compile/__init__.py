@@ -62,6 +62,9 @@ _INPLACE_OPERATORS = {
 _METADATA_INPLACE = {"requires_grad_", "detach_", "share_memory_", "resize_", "resize_as_", "set_", "as_strided_",
                      "squeeze_", "unsqueeze_", "transpose_", "t_", "swapdims_", "swapaxes_", "retain_grad_"}
 
+# in-place methods whose CPU kernels resize self to their result (no broadcast-shape check)
+_RESIZING_INPLACE = {"addbmm_"}
+
 
 def _check_inplace_calls(gm: torch.fx.GraphModule) -> None:
     """In-place calls AOTAutograd's functionalisation gets wrong, checked on dynamo's graph (the
@@ -111,7 +114,27 @@ def _check_inplace_calls(gm: torch.fx.GraphModule) -> None:
         except Exception:  # noqa: BLE001 - not a plain functional counterpart; eager reports its own errors
             continue
         if isinstance(result, torch.Tensor):
+            if node.target not in _METADATA_INPLACE and node.target not in _RESIZING_INPLACE:
+                # ``(x * 2).clamp_max_(y)``, x [5, 1], y [5]: torch's fake kernel resized the intermediate
+                # to the broadcast result (its example value reads [5, 5] now; functionalised, the graph
+                # returned [5, 5]); eager refuses. Its producer, run again, gives the shape it had.
+                refusals.refuse_inplace_shape(result.shape, _produced_shape(node.args[0], meta, args[0].shape))
             refusals.refuse_inplace_cast(result.dtype, args[0].dtype)
+
+
+def _produced_shape(node, meta, recorded):
+    """The shape ``node``'s own call gives on meta tensors (its example value may have been resized by
+    a later in-place call during dynamo's fake run), or ``recorded`` when it cannot be run again."""
+    if not isinstance(node, torch.fx.Node) or node.op not in ("call_function", "call_method"):
+        return recorded
+    fn = getattr(torch.Tensor, node.target, None) if node.op == "call_method" else node.target
+    if fn is None or (node.op == "call_method" and node.target.endswith("_")):
+        return recorded
+    try:
+        out = fn(*[meta(a) for a in node.args], **{k: meta(v) for k, v in node.kwargs.items()})
+    except Exception:  # noqa: BLE001 - not runnable on meta tensors: keep what dynamo recorded
+        return recorded
+    return tuple(out.shape) if isinstance(out, torch.Tensor) and out.device.type == "meta" else recorded
 
 
 def _is_dtensor(x) -> bool:

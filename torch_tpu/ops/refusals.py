@@ -146,9 +146,15 @@ def check_inplace_result(func, target_func, meta_args, meta_kwargs) -> None:
             and torch.Tag.inplace_view not in func.tags:  # (squeeze_, resize_as_ ... change self's shape)
         # ``x.clamp_max_(y)`` with x [5, 1] and y [5]: CPU refuses a result of another shape than self
         # (the functional result was written back over self)
-        raise RuntimeError(f"output with shape {list(self_meta.shape)} doesn't match the broadcast shape "
-                           f"{list(result_meta.shape)}")
+        refuse_inplace_shape(result_meta.shape, self_meta.shape)
     refuse_inplace_cast(result_meta.dtype, self_meta.dtype)
+
+
+def refuse_inplace_shape(result_shape, self_shape) -> None:
+    """torch's refusal of an in-place op whose result broadcasts past ``self``'s shape."""
+    if tuple(result_shape) != tuple(self_shape):
+        raise RuntimeError(f"output with shape {list(self_shape)} doesn't match the broadcast shape "
+                           f"{list(result_shape)}")
 
 
 # in-place ops whose CPU kernels resize self to the result (no broadcast-shape check)
