@@ -213,6 +213,30 @@ def test_tpu_module():
     assert t.memory_allocated() <= base + 1024 * 256 * 4
 
 
+
+DEVICE_TAKING = ["synchronize", "get_device_name", "get_device_properties", "get_device_capability", "mem_get_info",
+                 "memory_stats", "memory_allocated", "memory_reserved", "max_memory_allocated", "memory_summary",
+                 "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_accumulated_memory_stats",
+                 "get_rng_state", "set_device"]
+
+
+@pytest.mark.parametrize("name", DEVICE_TAKING)
+def test_device_functions_refuse_a_device_that_is_not_there(name):
+    """As torch.cuda refuses an invalid ordinal or another device type (get_rng_state(5) and the peak resets
+    answered for any argument), with the device named; the bound device is accepted in every spelling."""
+    fn = getattr(torch.tpu, name)
+    for good in (None, 0, "tpu", "tpu:0", torch.device("tpu", 0)):
+        fn(good)
+    for bad, words in ((5, "tpu:5"), ("tpu:3", "tpu:3"), (-1, "tpu:-1"), ("cuda", "cuda"), (torch.device("cpu"), "cpu")):
+        with pytest.raises((RuntimeError, ValueError), match=words):
+            fn(bad)
+    with pytest.raises(TypeError, match="invalid device"):
+        fn(1.5)
+    if name == "get_rng_state":
+        state = torch.tpu.get_rng_state()
+        with pytest.raises(RuntimeError, match="tpu:2"):
+            torch.tpu.set_rng_state(state, "tpu:2")
+
 def test_rng():
     t = torch.tpu
     t.manual_seed(123)

@@ -52,7 +52,7 @@ def set_device(device) -> None:
         index = 0  # torchrun's LOCAL_RANK names this process's bound device, which torch calls tpu:0
     if index != 0:
         raise RuntimeError(
-            f"torch_tpu binds one device per process (tpu:0); got {index}. Run one process per device "
+            f"torch_tpu binds one device per process (tpu:0); got tpu:{index}. Run one process per device "
             "(torchrun) and select it with TORCH_TPU_DEVICE_INDEX or the launcher.")
     _current_device = index
 
@@ -122,6 +122,7 @@ def get_device_properties(device=None):
 
 
 def get_device_capability(device=None):
+    _existing(device)
     return (0, 0)
 
 
@@ -147,10 +148,12 @@ def initial_seed() -> int:
 
 
 def get_rng_state(device=None) -> torch.Tensor:
+    _existing(device)
     return _rng.get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device=None) -> None:
+    _existing(device)
     _rng.set_state(new_state)
 
 
@@ -213,6 +216,7 @@ def max_memory_reserved(device=None) -> int:
 
 def reset_peak_memory_stats(device=None) -> None:
     """Peaks restart from what is in use now (PJRT's own peak cannot be reset: see memory_stats)."""
+    _existing(device)
     _memory.reset_peak(_pjrt_stats(device))
 
 
@@ -225,6 +229,7 @@ def reset_max_memory_cached(device=None) -> None:
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
+    _existing(device)
     _memory.reset_accumulated()
 
 
