@@ -366,3 +366,34 @@ def test_device_module_initialized_flag():
     assert torch.tpu._initialized is True
     with pytest.raises(AttributeError, match="no user streams"):
         torch.tpu.Stream
+
+
+def test_format_of_a_tpu_tensor_matches_cpu():
+    """``f"{loss:.4f}"`` raised TypeError for every tpu tensor: torch formats a 0-dim tensor as its number
+    only when ``type(t) is Tensor``, and a tpu tensor is a subclass."""
+    values = [torch.tensor(3.14159), torch.tensor(7), torch.tensor(True), torch.tensor(1 + 2j),
+              torch.tensor(2.5, dtype=torch.bfloat16), torch.tensor(-0.0)]
+    for v in values:
+        for spec in ("", ".2f" if not v.is_complex() else ".1f", "10", "<8") if v.dtype != torch.bool else ("", "10"):
+            assert format(v.to(DEV), spec) == format(v, spec), (v, spec)
+    loss = (torch.tensor(1.5, requires_grad=True).to(DEV) * 2).sum()
+    assert f"{loss:.3f}" == "3.000"
+    for cpu in (torch.ones(2), torch.nn.Parameter(torch.tensor(1.0))):  # CPU refuses a spec for these too
+        with pytest.raises(TypeError):
+            format(cpu, ".2f")
+        with pytest.raises(TypeError):
+            format(cpu.to(DEV) if not isinstance(cpu, torch.nn.Parameter) else
+                   torch.nn.Parameter(cpu.detach().to(DEV)), ".2f")
+
+
+def test_storage_tpu_moves_bytes_like_storage_cuda():
+    """``storage.tpu()`` (as ``storage.cuda()``) was missing; the legacy TypedStorage form must keep its dtype."""
+    cpu = torch.arange(5, dtype=torch.int16)
+    moved = cpu.untyped_storage().tpu()
+    assert moved.device.type == "tpu" and moved.is_tpu and not cpu.untyped_storage().is_tpu
+    assert moved.cpu().tolist() == cpu.untyped_storage().tolist()
+    assert moved.tpu() is moved  # already there: no copy, as torch's generated method promises
+    typed = torch.arange(3.0).storage().tpu()
+    assert typed.device.type == "tpu" and typed.dtype == torch.float32 and typed.tolist() == [0.0, 1.0, 2.0]
+    t = torch.empty(0, dtype=torch.int16, device=DEV).set_(moved)
+    assert torch.equal(t.cpu(), cpu)

@@ -54,9 +54,19 @@ def test_dlpack_both_ways():
 
     cpu = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     x = cpu.to("tpu")
-    j = jax.dlpack.from_dlpack(x)  # a tpu tensor as a DLPack producer
-    assert _pointer(j) == _pointer(torch_tpu.to_jax(x))
+    j = jax.dlpack.from_dlpack(x)  # a tpu tensor as a DLPack producer: a snapshot
+    assert _pointer(j) != _pointer(torch_tpu.to_jax(x))
     np.testing.assert_array_equal(np.asarray(j), cpu.numpy())
+
+    class Sharing:  # a producer that asks the tensor for its own buffer
+        def __dlpack__(self, **kw):
+            return x.__dlpack__(**{**kw, "copy": False})
+
+        def __dlpack_device__(self):
+            return x.__dlpack_device__()
+
+    shared = jax.dlpack.from_dlpack(Sharing())
+    assert _pointer(shared) == _pointer(torch_tpu.to_jax(x))
     assert torch.equal(torch.from_dlpack(x).cpu(), cpu)
     assert x.__dlpack_device__() == torch_tpu.to_jax(x).__dlpack_device__()
     for src in (torch.arange(5, dtype=torch.int64), np.arange(4.0)):
@@ -67,6 +77,21 @@ def test_dlpack_both_ways():
     t = torch_tpu.from_dlpack(owned, copy=True)
     owned.add_(10)
     assert t.cpu().tolist() == [0.0, 1.0, 2.0]
+
+
+
+def test_a_dlpack_consumer_writing_what_it_imported_changes_no_tpu_tensor():
+    """``torch.from_dlpack(t)`` shared the tensor's immutable buffer: writing the import changed ``t``, a
+    ``t.to(copy=True)`` that shared the buffer, and every alias, while ``t``'s own in-place ops never
+    reached the import. The export is a snapshot now."""
+    x = torch.arange(4.0).to("tpu")
+    copied = x.to(torch.float32, copy=True)
+    alias = x.detach()
+    imported = torch.from_dlpack(x)
+    imported[0] = 100.0
+    assert x.cpu().tolist() == copied.cpu().tolist() == alias.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    x.add_(1)
+    assert imported.cpu().tolist() == [100.0, 1.0, 2.0, 3.0] and copied.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
 _FRESH = textwrap.dedent("""

@@ -46,6 +46,13 @@ class _Guard(torch._C._acc.DeviceGuard):
     type_ = functools.partial(operator.itemgetter(0), (torch._C._autograd.DeviceType.PrivateUse1,))
 
 
+def _typed_storage_to_tpu(self, device=None, non_blocking=False):
+    """``legacy_storage.tpu()``: torch's generated method wraps the moved bytes only if they are exactly
+    ``UntypedStorage`` (a tpu storage is its subclass), so it failed with an AssertionError."""
+    untyped = self._untyped_storage.tpu(device, non_blocking)
+    return torch.TypedStorage(wrap_storage=untyped, dtype=self.dtype, _internal=True)
+
+
 def register() -> None:
     global _DONE
     if _DONE:
@@ -57,7 +64,8 @@ def register() -> None:
             "(another backend such as torchax was imported first); the two cannot share a process")
     if torch._C._get_privateuse1_backend_name() != "tpu":
         torch.utils.rename_privateuse1_backend("tpu")
-        torch.utils.generate_methods_for_privateuse1_backend(for_storage=False)
+        torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)  # t.tpu(), storage.tpu()
+        torch.TypedStorage.tpu = _typed_storage_to_tpu
         torch._register_device_module("tpu", device_module)
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())

@@ -5,7 +5,8 @@ storage returns that very array (no copy); a view (a slice, a transpose, a dtype
 new array first. ``from_jax`` wraps an array of this process's device as the storage of a new tensor
 (no copy; an array on another device is copied there). Because device arrays are immutable, both
 directions are snapshots: a later in-place op on the tensor replaces its storage's array and leaves
-the ``jax.Array`` the user holds unchanged, exactly as a functional update does in JAX.
+the ``jax.Array`` the user holds unchanged, exactly as a functional update does in JAX. ``__dlpack__``
+exports a copy unless asked for ``copy=False`` (a DLPack consumer may write what it imports).
 """
 from __future__ import annotations
 
@@ -76,7 +77,15 @@ def from_dlpack(obj, *, copy: bool | None = None) -> torch.Tensor:
 
 
 def _dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """A DLPack export of a snapshot: a tpu tensor's buffer is immutable and may be shared by other
+    tensors (a ``to(copy=True)``, a detached alias) or donated to a later in-place program, so a consumer
+    that writes (``torch.from_dlpack(t)[0] = 1``) must not write it. ``copy=False`` shares the buffer
+    (read only: writing it is undefined)."""
     array = to_jax(self)
+    if copy is not False:
+        jax = platform.jax()
+        array = jax.device_put(array, next(iter(array.devices())), may_alias=False)
+        copy = None  # the export of this private array needs no second copy
     kwargs = {}
     if stream is not None:
         kwargs["stream"] = stream

@@ -156,6 +156,13 @@ class TpuTensor(torch.Tensor):
     # Dispatch is installed by torch_tpu.eager.router (keeps this module free of op logic).
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    def __format__(self, format_spec):
+        # ``f"{loss:.4f}"``: torch formats a 0-dim plain Tensor as its number, but tests
+        # ``type(self) is Tensor``, which every tpu tensor (this subclass) failed
+        if self.dim() == 0 and not isinstance(self, torch.nn.Parameter):
+            return self.detach().item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def __repr__(self, *, tensor_contents=None):
         """CPU torch's repr of the value, with the suffixes torch gives a device tensor: the device first
         (as ``device='cuda:0'``), then grad_fn or requires_grad; a Parameter says so."""
