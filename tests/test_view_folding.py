@@ -124,3 +124,29 @@ def test_data_dependent_op_on_a_view(eager_mode):
     t = x.to("tpu")
     torch.testing.assert_close(t.t()[1:].nonzero().cpu(), x.t()[1:].nonzero())
     torch.testing.assert_close(t[:, 1:].masked_select(t[:, 1:] > 0).cpu(), x[:, 1:].masked_select(x[:, 1:] > 0))
+
+
+LAYOUT_OPS = {"exp": torch.exp, "mul": lambda t: t * 2.5, "gelu": torch.nn.functional.gelu,
+              "to_bf16": lambda t: t.to(torch.bfloat16), "where": lambda t: torch.where(t > 0, t, -t)}
+
+
+@pytest.mark.parametrize("op", list(LAYOUT_OPS))
+@pytest.mark.parametrize("read_first", ["permuted", "contiguous"])
+def test_a_read_view_and_a_contiguous_tensor_of_its_shape_keep_their_own_layouts(op, read_first, eager_mode):
+    """A view whose value was read (``v.cpu()``) entered its op's key as (shape, dtype), as a contiguous
+    tensor of that shape does: whichever ran first gave the other its result layout (``c.exp()`` of a
+    contiguous ``c`` came back permuted and ``.view(-1)`` failed where CPU works). Strides and values
+    against CPU, both orders."""
+    f = LAYOUT_OPS[op]
+    base_cpu, c_cpu = torch.randn(2, 3, 4), torch.randn(4, 3, 2)
+    v, c = base_cpu.to("tpu").permute(2, 1, 0), c_cpu.to("tpu")
+    v.cpu()  # the view's value is read now (and kept)
+    order = [("v", v, base_cpu.permute(2, 1, 0)), ("c", c, c_cpu)]
+    if read_first == "contiguous":
+        order.reverse()
+    for name, t, ref in order:
+        got, want = f(t), f(ref)
+        assert got.stride() == want.stride() and got.is_contiguous() == want.is_contiguous(), (name, got.stride())
+        torch.testing.assert_close(got.cpu(), want)
+        if want.is_contiguous():
+            torch.testing.assert_close(got.view(-1).cpu(), want.view(-1))

@@ -236,7 +236,10 @@ def _walk(func, x, sig, arrays, allow_cpu):
             sig.append((x.shape, x.dtype))
             arrays.append(_storage_array(x._tpu_storage))
         elif _has_read_value(x):  # a view whose value was read already (and is still current): that value
-            sig.append((x.shape, x.dtype))
+            # its strides set the result's layout (torch's meta kernel keeps a permuted input's order), so
+            # a non-contiguous one must not share the key of a contiguous tensor of its shape: either
+            # entry, built first, gave the other its layout (c.exp() came back permuted, .view(-1) failed)
+            sig.append((x.shape, x.dtype) if x.is_contiguous() else (x.shape, x.dtype, x.stride()))
             arr = x._tpu_cache
             if type(arr) is LazyArray:
                 arr = x._tpu_cache = launchers.current.take(arr)
