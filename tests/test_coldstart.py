@@ -123,6 +123,33 @@ def test_op_descriptions_of_view_arguments_load_in_the_other_mode(tmp_path, monk
 
 
 
+def _resized_out_ops(x, c):
+    # out= tensors of the wrong shape (resized, as CPU does with its deprecation warning when they held
+    # elements); c is a CPU 0-dim tensor (allowed like CUDA's cpu scalars)
+    return [torch.add(x, c, out=torch.empty(0, dtype=torch.int64, device=x.device)),
+            torch.fmod(x, c, out=torch.empty(0, dtype=torch.int64, device=x.device)),
+            torch.mul(x.float(), 2.5, out=torch.empty(0, device=x.device))]
+
+
+@pytest.mark.parametrize("first,second", [("DEFER_NEVER", "DEFER_AND_FUSE"), ("DEFER_AND_FUSE", "DEFER_NEVER"),
+                                          ("DEFER_NEVER", "DEFER_NEVER")])
+def test_a_resized_out_argument_traces_again_from_its_description(tmp_path, monkeypatch, first, second):
+    """An entry read from disk traces from meta arguments; its check of a resized out= view read an
+    attribute only a tpu tensor has (AttributeError '_tpu_full': in fused mode, or where the program was
+    not on disk)."""
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    x, c = torch.tensor([3, -7, 5], dtype=torch.int8), torch.tensor(-2)
+    ref = _resized_out_ops(x, c)
+    for mode in (first, second):
+        with torch.tpu.set_eager_mode(EagerMode[mode]):
+            torch_tpu.reset_caches()  # a fresh process, as far as programs and op entries go
+            got = [t.cpu() for t in _resized_out_ops(x.to("tpu"), c)]
+            disk_cache.flush_writes()
+        for g, r in zip(got, ref):
+            assert g.dtype == r.dtype
+            torch.testing.assert_close(g, r)
+
+
 def _gather(x, rows):
     return torch.nn.functional.embedding(rows, x) * 2  # embedding checks its indices on the device
 

@@ -354,7 +354,9 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders
     if has_meta:  # torch's meta kernel resized a wrongly shaped out= tensor: a view cannot be resized
         for (pos, name), m in zip(writes, write_metas):
             target = kwargs[name] if name in kwargs else args[pos]
-            if isinstance(m, torch.Tensor) and tuple(m.shape) != tuple(target.shape) and not target._tpu_full \
+            # (an entry read from disk traces from meta arguments: its real call made this check)
+            if isinstance(m, torch.Tensor) and isinstance(target, TpuTensor) \
+                    and tuple(m.shape) != tuple(target.shape) and not target._tpu_full \
                     and not kernels.view_resizable(target, tuple(m.shape)):
                 raise RuntimeError(
                     f"tpu: {func}: the out= tensor is a view of shape {tuple(target.shape)} but the result "

@@ -181,10 +181,12 @@ def det_of_strided(func, args, kwargs):
 
 
 def shift_of_bool(func, args, kwargs):
-    """``bool_tensor << 1``: CPU promotes to int64, but the meta kernel of ``__lshift__.Scalar`` refuses a
-    bool tensor; ``bitwise_left_shift`` computes the same with a meta kernel that promotes."""
+    """``bool_tensor << 1`` and ``int_tensor >> bool_tensor``: CPU promotes, but the meta kernels of
+    ``__lshift__``/``__rshift__`` refuse a bool tensor on either side; ``bitwise_left_shift`` computes the
+    same with a meta kernel that promotes."""
     x = args[0] if args else kwargs.get("self")
-    if isinstance(x, torch.Tensor) and x.dtype == torch.bool:
+    y = args[1] if len(args) > 1 else kwargs.get("other")
+    if any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in (x, y)):
         left = func in (aten.__lshift__.Scalar, aten.__lshift__.Tensor)
         target = aten.bitwise_left_shift if left else aten.bitwise_right_shift
         return run_op(target.Tensor_Scalar if func._overloadname == "Scalar" else target.Tensor, list(args), kwargs)

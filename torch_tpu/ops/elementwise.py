@@ -290,13 +290,14 @@ register(aten.nextafter.default)(_cmp(jnp.nextafter))
 register(aten.logical_and.default)(_cmp(lambda x, y: jnp.logical_and(x != 0, y != 0)))
 register(aten.logical_or.default)(_cmp(lambda x, y: jnp.logical_or(x != 0, y != 0)))
 register(aten.logical_xor.default)(_cmp(lambda x, y: jnp.logical_xor(x != 0, y != 0)))
-register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_cmp(jnp.bitwise_and))
-register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_cmp(jnp.bitwise_or))
-register(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_cmp(jnp.bitwise_xor))
-register(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.__lshift__.Scalar,
-         aten.__lshift__.Tensor)(_cmp(jnp.left_shift))
-register(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar, aten.__rshift__.Scalar,
-         aten.__rshift__.Tensor)(_cmp(jnp.right_shift))
+# (Scalar_Tensor: ``torch.bitwise_and(300, t)``, a Python number first; torch decomposes it to prims)
+register(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_and.Scalar_Tensor)(_cmp(jnp.bitwise_and))
+register(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.bitwise_or.Scalar_Tensor)(_cmp(jnp.bitwise_or))
+register(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar, aten.bitwise_xor.Scalar_Tensor)(_cmp(jnp.bitwise_xor))
+register(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor,
+         aten.__lshift__.Scalar, aten.__lshift__.Tensor)(_cmp(jnp.left_shift))
+register(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+         aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Scalar, aten.__rshift__.Tensor)(_cmp(jnp.right_shift))
 
 
 @register(aten.xlogy.Tensor, aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other)

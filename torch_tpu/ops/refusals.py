@@ -19,7 +19,8 @@ _CPU_KERNEL = {"lt": "lt_cpu", "le": "le_cpu", "gt": "gt_cpu", "ge": "ge_cpu", "
                "amax": "max_values_cpu", "amin": "min_values_cpu", "cummax": "cummax_cpu", "cummin": "cummin_cpu",
                "aminmax": "aminmax_cpu", "median": "median_cpu", "nanmedian": "median_cpu",
                "kthvalue": "kthvalue_cpu", "atan2": "atan2_cpu", "round": "round_vml_cpu", "erf": "erf_vml_cpu",
-               "remainder": "remainder_cpu", "fmod": "fmod_cpu", "floor_divide": "div_floor_cpu"}
+               "remainder": "remainder_cpu", "fmod": "fmod_cpu", "floor_divide": "div_floor_cpu",
+               "xlogy": "xlogy_cpu"}
 _OWN_MESSAGE = {
     "maximum": "maximum not implemented for complex tensors.",
     "minimum": "minimum not implemented for complex tensors.",
@@ -61,6 +62,13 @@ def _refuse_complex(name):
                     raise RuntimeError(f"{name}(): does not support complex input" if not isinstance(
                         args[1], torch.Tensor) else f"{name}imum not implemented for complex tensors.")
                 raise (RuntimeError if name in _RUNTIME else NotImplementedError)(msg)
+        # ``float_tensor < (1 + 0j)``: a complex Python number makes the computation complex
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        numbers = [a for a in (*args, *kwargs.values()) if type(a) is complex]
+        if tensors and numbers and name in _CPU_KERNEL and name not in ("max", "min"):
+            dtype = torch.result_type(tensors[0], numbers[0])
+            if dtype.is_complex:
+                raise NotImplementedError(f'"{_CPU_KERNEL[name]}" not implemented for \'{_complex_name(dtype)}\'')
 
     return check
 
@@ -324,6 +332,25 @@ for _name, _kernel in _FLOAT_ONLY.items():
     validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, True))
 for _name, _kernel in _NO_BOOL_BINARY.items():
     validates(*_functional_overloads(_name))(_refuse_dtype(_name, _kernel, False))
+
+# bit operations CPU has for integral and bool dtypes only (XLA refused the rest with a JAX TypeError)
+_INTEGRAL_BINARY = {"bitwise_and": "bitwise_and_cpu", "bitwise_or": "bitwise_or_cpu",
+                    "bitwise_xor": "bitwise_xor_cpu", **_NO_BOOL_BINARY}
+
+
+def _refuse_inexact(kernel):
+    def check(*args, **kwargs):
+        values = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) or type(a) in (bool, int, float)]
+        if len(values) == 2 and any(isinstance(v, torch.Tensor) for v in values):
+            dtype = torch.result_type(values[0], values[1])
+            if dtype.is_floating_point or dtype.is_complex:
+                raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
+
+    return check
+
+
+for _name, _kernel in _INTEGRAL_BINARY.items():
+    validates(*_functional_overloads(_name))(_refuse_inexact(_kernel))
 
 
 # --- kernels CPU has for some dtypes only (special functions, LAPACK, samplers) ---------------------------
