@@ -100,6 +100,10 @@ def to_copy(func, args, kwargs):
         if torch.device(device).type != "cpu":
             host = host.to(device)
         return host
+    index = None if device is None else torch.device(device).index
+    if index not in (None, 0):  # tpu:0 -> tpu:1 returned a tpu:0 tensor
+        raise RuntimeError(f"{func}: tpu:{index} does not exist: torch_tpu binds one device per process "
+                           "(tpu:0); run one process per device")
     if not isinstance(x, TpuTensor):  # CPU tensor -> tpu (some paths call _to_copy directly)
         arr = dtypes.host_to_device(x, platform.jax_device())
         return wrap(convert(arr, x.shape, dtype), dtype)
