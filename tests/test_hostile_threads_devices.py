@@ -7,6 +7,9 @@ Found:
     default dtype.
   * [silent] ``x.to("tpu:1")`` (``x.tpu(1)``, ``x.to(torch.device("tpu", 1))``) of a tpu tensor returned a
     tpu:0 tensor; a factory or a CPU tensor's ``.to("tpu:1")`` already raised. Now a clear error.
+  * [wrong mode] two threads' ``with torch.tpu.set_eager_mode(fused)`` blocks ending in the order they
+    began: the second block ran in strict mode once the first ended, and after both the process stayed
+    in fused mode (each block restored the mode it had found). The mode is per process (README).
 Every case compares with CPU torch (tests/differential.py) in strict and fused eager and, where a graph
 makes sense, compiled mode.
 """
@@ -205,3 +208,173 @@ def test_non_blocking_copies_see_the_value_at_the_call(mode):
         torch.testing.assert_close(h, torch.arange(5.0) * 2)
         torch.testing.assert_close(h2, torch.arange(5.0) * 2 + 1)
         torch.testing.assert_close(h3, torch.zeros(3))
+
+
+# ---------------------------------------------------------------------------------------------------
+# threads
+
+
+def _run_threads(targets, timeout=60):
+    """Start every target on its own thread, join with a timeout: a hang fails, an exception is
+    reported with its thread's traceback."""
+    import traceback
+
+    errors = []
+
+    def guard(fn):
+        def run():
+            try:
+                fn()
+            except BaseException:  # noqa: BLE001
+                errors.append(traceback.format_exc())
+        return run
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often: interleave ops, flushes and reads
+    try:
+        threads = [threading.Thread(target=guard(fn), daemon=True) for fn in targets]
+        [t.start() for t in threads]
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads), "[hang] a thread did not finish"
+    assert not errors, errors[0]
+
+
+def _own_work(seed, steps):
+    def run():
+        g = torch.Generator().manual_seed(seed)
+        a, b = torch.randn(6, 6, generator=g), torch.randn(6, generator=g)
+        ta, tb = a.to("tpu"), b.to("tpu")
+        for i in range(steps):
+            ta = (ta @ ta.t()).tanh() + tb * (i % 3)
+            ta.mul_(0.5)
+            a = (a @ a.t()).tanh() + b * (i % 3)
+            a.mul_(0.5)
+            if i % 10 == 9:
+                torch.testing.assert_close(ta.cpu(), a, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(ta.cpu(), a, atol=1e-4, rtol=1e-4)
+    return run
+
+
+@pytest.mark.parametrize("mode", EAGER)
+def test_threads_each_with_own_tensors_and_a_shared_one(mode):
+    """Threads computing on their own tensors, threads reading one shared tensor, a thread calling
+    ``torch.tpu.synchronize()`` and two calling ``torch_tpu.sync()`` (a fused flush from two threads at
+    once) while the main thread queues work: every value equals CPU torch's, nothing hangs."""
+    shared = D.rand(8, 8, seed=3)
+    tshared = shared.to("tpu")
+
+    def reader(k):
+        def run():
+            for i in range(15):
+                r = (tshared * (k + 1)).sum(0) + i
+                torch.testing.assert_close(r.cpu(), (shared * (k + 1)).sum(0) + i, atol=1e-4, rtol=1e-4)
+        return run
+
+    def syncing(fn):
+        def run():
+            for _ in range(30):
+                fn()
+        return run
+
+    with D._in_mode(mode):
+        targets = [_own_work(k, 30) for k in range(3)] + [reader(k) for k in range(2)]
+        targets += [syncing(torch.tpu.synchronize), syncing(torch_tpu.sync), syncing(torch_tpu.sync)]
+
+        def main_work():
+            m, tm = D.rand(5, 5), D.rand(5, 5).to("tpu")
+            for _ in range(60):
+                tm = tm * 0.9 + 1
+                m = m * 0.9 + 1
+            torch.testing.assert_close(tm.cpu(), m)
+        _run_threads(targets + [main_work])
+        torch.testing.assert_close(tshared.cpu(), shared)
+
+
+@pytest.mark.parametrize("mode", EAGER)
+def test_backward_in_threads(mode):
+    """Training steps (forward, backward, SGD update) on tpu in several threads at once, each its own
+    parameters: the gradients and weights equal CPU torch's."""
+    def train(seed):
+        def run():
+            torch_w = D.rand(5, 5, seed=seed)
+            ws = [torch_w.clone().to(d).requires_grad_() for d in ("cpu", "tpu")]
+            xs = [D.rand(3, 5, seed=seed + 10).to(d) for d in ("cpu", "tpu")]
+            for _ in range(4):
+                for w, x in zip(ws, xs):
+                    loss = ((x @ w).sin() @ w.t()).pow(2).mean()
+                    loss.backward()
+                    with torch.no_grad():
+                        w.sub_(0.1 * w.grad)
+                    w.grad = None
+            torch.testing.assert_close(ws[1].detach().cpu(), ws[0].detach(), atol=1e-5, rtol=1e-5)
+        return run
+
+    with D._in_mode(mode):
+        _run_threads([train(k) for k in range(3)])
+
+
+def test_mode_blocks_from_threads_end_out_of_order():
+    """The eager mode is one per process (README). Two threads' ``with set_eager_mode(fused)`` blocks
+    ending in the order they began: the second block kept fused mode until it ended (it had switched
+    to strict when the first ended), and after both the process was left in fused mode."""
+    E = torch_tpu.EagerMode
+    assert torch.tpu.eager_mode is E.DEFER_NEVER
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with torch.tpu.set_eager_mode(E.DEFER_AND_FUSE):
+            a_in.set()
+            assert b_in.wait(30)
+            x = torch.arange(4.0, device="tpu") * 2
+        a_out.set()
+        seen["first"] = x.cpu()
+
+    def second():
+        assert a_in.wait(30)
+        with torch.tpu.set_eager_mode(E.DEFER_AND_FUSE):
+            b_in.set()
+            assert a_out.wait(30)
+            seen["inside"] = torch.tpu.eager_mode
+            y = torch.arange(4.0, device="tpu") + 1
+        seen["second"] = y.cpu()
+
+    try:
+        _run_threads([first, second])
+        assert seen["inside"] is E.DEFER_AND_FUSE
+        assert torch.tpu.eager_mode is E.DEFER_NEVER
+    finally:
+        torch.tpu.eager_mode = E.DEFER_NEVER
+    torch.testing.assert_close(seen["first"], torch.arange(4.0) * 2)
+    torch.testing.assert_close(seen["second"], torch.arange(4.0) + 1)
+
+
+def test_mode_switch_in_a_thread_while_main_computes():
+    """A thread switching the (process-wide) mode back and forth while the main thread computes: the
+    main thread's ops run in whichever mode is current, and every value is right."""
+    E = torch_tpu.EagerMode
+    stop = threading.Event()
+
+    def switcher():
+        for i in range(40):
+            with torch.tpu.set_eager_mode(E.DEFER_AND_FUSE if i % 2 else E.DEFER_NEVER):
+                torch.ones(2, device="tpu").add_(i).cpu()
+        stop.set()
+
+    def main_work():
+        x, tx = D.rand(4, 4), D.rand(4, 4).to("tpu")
+        i = 0
+        while not stop.is_set() or i < 20:
+            tx = (tx @ tx.t() * 0.1).sin() + 0.5
+            tx.add_(0.01)
+            x = (x @ x.t() * 0.1).sin() + 0.5
+            x.add_(0.01)
+            i += 1
+        torch.testing.assert_close(tx.cpu(), x, atol=1e-5, rtol=1e-5)
+
+    _run_threads([switcher, main_work])
+    assert torch.tpu.eager_mode is E.DEFER_NEVER
