@@ -54,6 +54,13 @@ def to_host(x: TpuTensor) -> torch.Tensor:
 
 def copy_into(dst: TpuTensor, src: torch.Tensor) -> TpuTensor:
     """``dst.copy_(src)`` for a tpu ``dst`` and a tpu or CPU ``src`` (broadcast and cast like torch)."""
+    if isinstance(src, torch.nn.parameter.UninitializedTensorMixin):
+        # its .shape raised torch's "uninitialized parameter" error from inside copy_ (a lazy module's
+        # module.to("tpu") before its first call)
+        raise RuntimeError(
+            "copy_: a lazy module's uninitialized parameter cannot move to the tpu (a Parameter subclass "
+            "does not survive module.to('tpu'), see the README's limits): call the module once on the "
+            "CPU to initialise it, then move it")
     if dst.shape != src.shape:
         try:
             fits = torch.broadcast_shapes(src.shape, dst.shape) == dst.shape
