@@ -13,9 +13,13 @@ Found:
   * [unclear error] ``nn.LazyLinear(3).to("tpu")`` raised "Can't access the shape of an uninitialized
     parameter" from inside copy_; now an error saying to call the module once on the CPU first (lazy
     modules on the tpu before their first call stay a gap: strict xfail).
+  * [growth] a loop of device-checked ops (embedding, gather, indexing) that never waits kept the
+    message of every checked op it ran, without end (two per step); a wait every 65536 folded checks
+    now drops those that held and keeps only a failure to report.
 Every case compares with CPU torch (tests/differential.py) in strict and fused eager and, where a graph
 makes sense, compiled mode.
 """
+import copy
 import gc
 import sys
 import threading
@@ -404,3 +408,44 @@ def _initialised_lazy():
 def test_gap_lazy_module_on_tpu():
     m = torch.nn.LazyLinear(3).to("tpu")
     assert m(torch.randn(2, 4, device="tpu")).shape == (2, 3)
+
+
+# ---------------------------------------------------------------------------------------------------
+# growth over long loops
+
+
+@pytest.mark.parametrize("mode", EAGER)
+@pytest.mark.parametrize("fail_at", [None, 150])
+def test_device_checks_of_a_loop_that_never_waits_stay_bounded(mode, fail_at, monkeypatch):
+    """A loop of checked ops (embedding, gather) that never waits kept the messages of every op it ran
+    (two per step, without end). Now a wait every ``_COMPACT_AT`` folded checks drops those that held;
+    a failed one is still reported at the next wait, naming its op."""
+    from torch_tpu.engine import deferred_errors
+
+    monkeypatch.setattr(deferred_errors, "_COMPACT_AT", 512)
+    with D._in_mode(mode), torch.no_grad():
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(50, 8)
+        ids = torch.randint(0, 50, (4, 5))
+        temb, tids, bad = copy.deepcopy(emb).to("tpu"), ids.to("tpu"), torch.tensor([60], device="tpu")
+        acc, tacc = torch.zeros(8), torch.zeros(8, device="tpu")
+        most = 0
+        for i in range(600):
+            tacc += temb(tids).sum((0, 1)) * 1e-3
+            tacc += torch.gather(tacc, 0, tids[0, :1] % 8)
+            if i == fail_at:
+                torch.nn.functional.embedding(bad, temb.weight)  # index 60 of 50 rows: fails on the device
+            if i % 100 == 0:
+                most = max(most, deferred_errors.pending())
+            if fail_at is None:
+                acc += emb(ids).sum((0, 1)) * 1e-3
+                acc += torch.gather(acc, 0, ids[0, :1] % 8)
+        assert most <= 512 + 256 + 16, f"[growth] {most} device checks kept"
+        if fail_at is None:
+            torch.testing.assert_close(tacc.cpu(), acc)
+        else:
+            with pytest.raises(torch_tpu.DeviceAssertError if hasattr(torch_tpu, "DeviceAssertError")
+                               else RuntimeError, match="embedding"):
+                tacc.cpu()
+        assert deferred_errors.pending() == 0
+        torch.testing.assert_close((torch.ones(2, device="tpu") * 2).cpu(), torch.full((2,), 2.0))
