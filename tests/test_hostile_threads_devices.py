@@ -16,6 +16,9 @@ Found:
   * [growth] a loop of device-checked ops (embedding, gather, indexing) that never waits kept the
     message of every checked op it ran, without end (two per step); a wait every 65536 folded checks
     now drops those that held and keeps only a failure to report.
+  * [wrong value] under ``torch.use_deterministic_algorithms(True)`` memory never written (``torch.empty``,
+    ``empty_like``, ``new_empty``, ``empty_strided``, the new part of ``resize_``) read as zeros; CPU and
+    CUDA fill it with NaN (the largest value for integers, True for bool) so such reads show.
 Every case compares with CPU torch (tests/differential.py) in strict and fused eager and, where a graph
 makes sense, compiled mode.
 """
@@ -178,13 +181,24 @@ def _deterministic_ops(x, idx):
                                               torch.tensor([0, 2], device=x.device), mode="sum"))
 
 
+def _uninitialised(x):
+    d = x.device
+    return (torch.empty(3, device=d), torch.empty_like(x), x.new_empty(2, dtype=torch.int32),
+            torch.empty(2, dtype=torch.bool, device=d), torch.empty_strided((2, 3), (1, 2), device=d),
+            torch.empty(2, dtype=torch.uint8, device=d), x.clone().resize_(6), torch.empty(0, device=d))
+
+
 def test_use_deterministic_algorithms():
+    """Accumulating ops give CPU torch's values; memory never written reads as on CPU and CUDA (NaN,
+    the dtype's largest value, True), not zeros."""
     old = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
         D.check(_deterministic_ops, D.rand(4), torch.tensor([0, 0, 3, 1]), modes=ALL)
+        D.check(_uninitialised, D.rand(4), modes=EAGER)
     finally:
         torch.use_deterministic_algorithms(old)
+    assert (torch.empty(64, device="tpu").cpu() == 0).all()  # off again: no fill
 
 
 @pytest.mark.parametrize("mode", EAGER)
@@ -449,3 +463,80 @@ def test_device_checks_of_a_loop_that_never_waits_stay_bounded(mode, fail_at, mo
                 tacc.cpu()
         assert deferred_errors.pending() == 0
         torch.testing.assert_close((torch.ones(2, device="tpu") * 2).cpu(), torch.full((2,), 2.0))
+
+
+def _footprint():
+    """What must stop growing: compiles, in-memory cache sizes, live device bytes, Python objects."""
+    from torch_tpu.runtime import caches, memory
+
+    torch_tpu.sync()
+    torch.tpu.synchronize()
+    gc.collect()
+    st = torch_tpu.stats()
+    return {"compiles": st["compiles"], "cache_misses": st["cache_misses"], "graph_compiles": st["graph_compiles"],
+            "caches": {**caches.sizes(), **D.program_cache_sizes()}, "device bytes": memory.in_use(),
+            "objects": len(gc.get_objects())}
+
+
+def _assert_no_growth(before, after, what):
+    grown = {k: (before[k], after[k]) for k in ("compiles", "cache_misses", "graph_compiles", "device bytes")
+             if after[k] != before[k]}
+    grown.update({f"cache {k}": (before["caches"].get(k), v) for k, v in after["caches"].items()
+                  if v > before["caches"].get(k, 0)})
+    if after["objects"] - before["objects"] > 100:
+        grown["python objects"] = (before["objects"], after["objects"])
+    assert not grown, f"[growth] {what}: {grown}"
+
+
+@pytest.mark.parametrize("mode", EAGER)
+def test_training_loop_with_schedules_shapes_and_eval_stops_growing(mode):
+    """96 steps of a tiny model: a learning rate changed by a scheduler and by hand, batch sizes
+    cycling among three shapes, train/eval alternating, no_grad and inference_mode evaluation, grads
+    zeroed to None or to zeros. Between two points of the same phase after warm-up nothing grows
+    (compiles, caches, live device bytes, Python objects), and the weights equal CPU torch's."""
+    def make(device):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.BatchNorm1d(12), torch.nn.ReLU(),
+                                torch.nn.Linear(12, 3)).to(device)
+        # SGD: Adam turns the rounding noise of a gradient that is zero in exact arithmetic (the bias
+        # before a BatchNorm) into steps of +-lr, different on any two devices
+        opt = torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-3)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=400)
+        return m, opt, sched
+
+    data = [(D.rand(b, 6, seed=b), D.rand(b, 3, seed=b + 1)) for b in (3, 5, 8)]
+    models = {"cpu": make("cpu"), "tpu": make("tpu")}
+    tdata = [(x.to("tpu"), y.to("tpu")) for x, y in data]
+    marks = {}
+
+    def step(i, device):
+        m, opt, sched = models[device]
+        x, y = (data if device == "cpu" else tdata)[i % 3]
+        if i % 4 == 3:
+            m.eval()
+            with torch.inference_mode() if i % 8 == 3 else torch.no_grad():
+                val = (m(x) - y).pow(2).mean()
+            m.train()
+            return val
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        opt.zero_grad(set_to_none=i % 2 == 0)
+        loss.backward()
+        if i % 6 == 0:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        for g in opt.param_groups:
+            g["weight_decay"] = 1e-3 * (1 + i % 5)
+        return loss
+
+    with D._in_mode(mode):
+        for i in range(97):
+            if i in (48, 96):
+                marks[i] = _footprint()
+            for device in ("cpu", "tpu"):
+                out = step(i, device)
+                if i % 12 == 0:
+                    out.item()
+        _assert_no_growth(marks[48], marks[96], f"{mode} training loop, steps 48 -> 96")
+        for p, q in zip(models["cpu"][0].parameters(), models["tpu"][0].parameters()):
+            torch.testing.assert_close(q.detach().cpu(), p.detach(), atol=1e-4, rtol=1e-4)

@@ -163,7 +163,7 @@ def resize_view(x: TpuTensor, size) -> None:
 def resize_whole(x: TpuTensor, size) -> None:
     """``x`` (a whole storage) becomes a contiguous tensor of ``size`` on a new storage that starts with
     x's elements (as CPU's resize_; new elements read as zeros). Views of the old storage keep it."""
-    new = empty(tuple(size), x.dtype, x.device.index or 0)
+    new = deterministic_fill(empty(tuple(size), x.dtype, x.device.index or 0))
     keep = min(x.numel(), new.numel())
     if keep:
         copy_into(new.view(-1)[:keep], x.reshape(-1)[:keep])
@@ -247,6 +247,24 @@ def set_source_storage(func, args, kwargs):
     return _retarget(dst, storage)
 
 
+def deterministic_fill(t: TpuTensor) -> TpuTensor:
+    """Under ``torch.use_deterministic_algorithms(True)`` (with torch.utils.deterministic's
+    ``fill_uninitialized_memory``, on by default) new memory is filled as on CPU and CUDA: NaN for
+    floating and complex dtypes, the largest value otherwise (True for bool), so reading memory never
+    written shows. (It read as zeros.)"""
+    if t.numel() and torch.are_deterministic_algorithms_enabled() and \
+            torch.utils.deterministic.fill_uninitialized_memory:
+        if t.dtype.is_floating_point or t.dtype.is_complex:
+            value = float("nan")
+        elif t.dtype is torch.bool:
+            value = True
+        else:
+            value = torch.iinfo(t.dtype).max
+        with torch.no_grad():  # through the router: factory kernels run with the Python key excluded
+            TpuTensor.__torch_dispatch__(aten.fill_.Scalar, (TpuTensor,), (t, value), {})
+    return t
+
+
 def empty_like(func, args, kwargs):
     x = args[0]
     dtype = kwargs.get("dtype") or x.dtype
@@ -255,13 +273,13 @@ def empty_like(func, args, kwargs):
         # torch's layout rule (preserve_format keeps dense strides, channels_last ...) via meta
         mx = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
         stride = torch.empty_like(mx, memory_format=kwargs.get("memory_format") or torch.preserve_format).stride()
-    return empty(x.shape, dtype, stride=stride)
+    return deterministic_fill(empty(x.shape, dtype, stride=stride))
 
 
 def new_empty(func, args, kwargs):
     x, size = args[0], args[1]
     stride = args[2] if func is aten.new_empty_strided.default and len(args) > 2 else None
-    return empty(size, kwargs.get("dtype") or x.dtype, stride=stride)
+    return deterministic_fill(empty(size, kwargs.get("dtype") or x.dtype, stride=stride))
 
 
 def as_strided_(func, args, kwargs):
