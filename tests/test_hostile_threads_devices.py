@@ -475,7 +475,17 @@ def _footprint():
     st = torch_tpu.stats()
     return {"compiles": st["compiles"], "cache_misses": st["cache_misses"], "graph_compiles": st["graph_compiles"],
             "caches": {**caches.sizes(), **D.program_cache_sizes()}, "device bytes": memory.in_use(),
-            "objects": len(gc.get_objects())}
+            "objects": len(gc.get_objects()), "backend objects": _backend_objects()}
+
+
+def _backend_objects():
+    """Live tensors and objects of torch_tpu's own classes (storages, lazy arrays, graph nodes...)."""
+    n = 0
+    for o in gc.get_objects():
+        t = type(o)
+        if issubclass(t, torch.Tensor) or str(t.__dict__.get("__module__", "")).startswith("torch_tpu"):
+            n += 1
+    return n
 
 
 def _assert_no_growth(before, after, what):
@@ -483,14 +493,16 @@ def _assert_no_growth(before, after, what):
              if after[k] != before[k]}
     grown.update({f"cache {k}": (before["caches"].get(k), v) for k, v in after["caches"].items()
                   if v > before["caches"].get(k, 0)})
-    if after["objects"] - before["objects"] > 100:
+    if after["backend objects"] > before["backend objects"]:
+        grown["tensors and torch_tpu objects"] = (before["backend objects"], after["backend objects"])
+    if after["objects"] - before["objects"] > 2000:  # the total moves by a few hundred from step to step
         grown["python objects"] = (before["objects"], after["objects"])
     assert not grown, f"[growth] {what}: {grown}"
 
 
 @pytest.mark.parametrize("mode", EAGER)
 def test_training_loop_with_schedules_shapes_and_eval_stops_growing(mode):
-    """96 steps of a tiny model: a learning rate changed by a scheduler and by hand, batch sizes
+    """72 steps of a tiny model: a learning rate changed by a scheduler and by hand, batch sizes
     cycling among three shapes, train/eval alternating, no_grad and inference_mode evaluation, grads
     zeroed to None or to zeros. Between two points of the same phase after warm-up nothing grows
     (compiles, caches, live device bytes, Python objects), and the weights equal CPU torch's."""
@@ -500,7 +512,7 @@ def test_training_loop_with_schedules_shapes_and_eval_stops_growing(mode):
                                 torch.nn.Linear(12, 3)).to(device)
         # SGD: Adam turns the rounding noise of a gradient that is zero in exact arithmetic (the bias
         # before a BatchNorm) into steps of +-lr, different on any two devices
-        opt = torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-3)
+        opt = torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9, weight_decay=1e-3)
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=400)
         return m, opt, sched
 
@@ -529,14 +541,19 @@ def test_training_loop_with_schedules_shapes_and_eval_stops_growing(mode):
             g["weight_decay"] = 1e-3 * (1 + i % 5)
         return loss
 
-    with D._in_mode(mode):
-        for i in range(97):
-            if i in (48, 96):
-                marks[i] = _footprint()
-            for device in ("cpu", "tpu"):
-                out = step(i, device)
-                if i % 12 == 0:
-                    out.item()
-        _assert_no_growth(marks[48], marks[96], f"{mode} training loop, steps 48 -> 96")
-        for p, q in zip(models["cpu"][0].parameters(), models["tpu"][0].parameters()):
-            torch.testing.assert_close(q.detach().cpu(), p.detach(), atol=1e-4, rtol=1e-4)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # CPU torch's batch_norm waits on its thread pool on a loaded machine
+    try:
+        with D._in_mode(mode):
+            for i in range(73):
+                if i in (48, 72):
+                    marks[i] = _footprint()
+                for device in ("cpu", "tpu"):
+                    out = step(i, device)
+                    if i % 12 == 0:
+                        out.item()
+    finally:
+        torch.set_num_threads(threads)
+    _assert_no_growth(marks[48], marks[72], f"{mode} training loop, steps 48 -> 72 (one cycle)")
+    for p, q in zip(models["cpu"][0].parameters(), models["tpu"][0].parameters()):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), atol=1e-4, rtol=1e-4)
