@@ -229,6 +229,26 @@ def test_non_blocking_copies_see_the_value_at_the_call(mode):
         torch.testing.assert_close(h, torch.arange(5.0) * 2)
         torch.testing.assert_close(h2, torch.arange(5.0) * 2 + 1)
         torch.testing.assert_close(h3, torch.zeros(3))
+        # non-contiguous sources and destinations
+        c = torch.arange(12.0).reshape(3, 4)
+        d, e = c.t().to("tpu", non_blocking=True), c[:, 1].to("tpu", non_blocking=True)
+        c.zero_()
+        t = torch.arange(12.0, device="tpu").reshape(3, 4)
+        h = torch.zeros(4, 3)
+        h.t().copy_(t, non_blocking=True)
+        hv = t[1:, ::2].to("cpu", non_blocking=True)
+        t.mul_(0)
+        s = torch.arange(4.0)
+        g = torch.zeros(8, device="tpu")
+        g[::2].copy_(s, non_blocking=True)
+        s.fill_(-1)
+        torch.tpu.synchronize()
+        ref = torch.arange(12.0).reshape(3, 4)
+        torch.testing.assert_close(d.cpu(), ref.t())
+        torch.testing.assert_close(e.cpu(), ref[:, 1])
+        torch.testing.assert_close(h.t(), ref)
+        torch.testing.assert_close(hv, ref[1:, ::2])
+        torch.testing.assert_close(g.cpu()[::2], torch.arange(4.0))
 
 
 # ---------------------------------------------------------------------------------------------------
