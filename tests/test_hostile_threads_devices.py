@@ -19,6 +19,8 @@ Found:
   * [wrong value] under ``torch.use_deterministic_algorithms(True)`` memory never written (``torch.empty``,
     ``empty_like``, ``new_empty``, ``empty_strided``, the new part of ``resize_``) read as zeros; CPU and
     CUDA fill it with NaN (the largest value for integers, True for bool) so such reads show.
+  * [tpu raised] ``nn.utils.rnn.pack_padded_sequence`` / ``pack_sequence`` of tpu tensors (found under
+    ``set_default_device("tpu")``) raised a device mismatch: the lengths are a CPU tensor by contract.
 Every case compares with CPU torch (tests/differential.py) in strict and fused eager and, where a graph
 makes sense, compiled mode.
 """
@@ -577,3 +579,38 @@ def test_training_loop_with_schedules_shapes_and_eval_stops_growing(mode):
     _assert_no_growth(marks[48], marks[72], f"{mode} training loop, steps 48 -> 72 (one cycle)")
     for p, q in zip(models["cpu"][0].parameters(), models["tpu"][0].parameters()):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), atol=1e-4, rtol=1e-4)
+
+
+def _packed_lstm(x, lstm):
+    from torch.nn.utils import rnn
+
+    p = rnn.pack_padded_sequence(x, torch.tensor([4, 2, 1], device=x.device), batch_first=True)
+    out, (h, c) = lstm(p)
+    pad, lens = rnn.pad_packed_sequence(out, batch_first=True)
+    (pad.sum() + h.sum()).backward()
+    return p.data, p.batch_sizes, pad, lens, h, c, x.grad
+
+
+def _packed_gru(a, b, gru):
+    from torch.nn.utils import rnn
+
+    p = rnn.pack_sequence([a, b], enforce_sorted=False)
+    out, h = gru(p)
+    return rnn.pad_packed_sequence(out)[0], h, rnn.unpack_sequence(p)[1], p.sorted_indices
+
+
+def test_packed_sequences():
+    """``pack_padded_sequence`` / ``pack_sequence`` of tpu tensors raised a device mismatch: their
+    lengths and batch sizes are CPU tensors by contract (as on CUDA)."""
+    def lstm(d):
+        torch.manual_seed(0)
+        return torch.nn.LSTM(3, 5, batch_first=True).to(d)
+
+    def gru(d):
+        torch.manual_seed(0)
+        return torch.nn.GRU(2, 3).to(d)
+
+    x = D.rand(3, 4, 3)
+    D.check(_packed_lstm, D.per_device(lambda d: x.clone().to(d).requires_grad_()), D.per_device(lstm),
+            modes=EAGER, atol=1e-5, rtol=1e-5)
+    D.check(_packed_gru, D.rand(2, 2), D.rand(3, 2, seed=3), D.per_device(gru), modes=EAGER, atol=1e-5, rtol=1e-5)
