@@ -584,7 +584,7 @@ def test_training_loop_with_schedules_shapes_and_eval_stops_growing(mode):
 def _packed_lstm(x, lstm):
     from torch.nn.utils import rnn
 
-    p = rnn.pack_padded_sequence(x, torch.tensor([4, 2, 1], device=x.device), batch_first=True)
+    p = rnn.pack_padded_sequence(x, [4, 2, 1], batch_first=True)
     out, (h, c) = lstm(p)
     pad, lens = rnn.pad_packed_sequence(out, batch_first=True)
     (pad.sum() + h.sum()).backward()
