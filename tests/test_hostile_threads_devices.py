@@ -21,6 +21,8 @@ Found:
     CUDA fill it with NaN (the largest value for integers, True for bool) so such reads show.
   * [tpu raised] ``nn.utils.rnn.pack_padded_sequence`` / ``pack_sequence`` of tpu tensors (found under
     ``set_default_device("tpu")``) raised a device mismatch: the lengths are a CPU tensor by contract.
+  * [tpu raised] a CPU index tensor indexing a tpu tensor inside ``torch.compile(backend="tpu")``
+    (``x[i]``, ``x[i] = v``, ``index_put_``) was refused, though eager (and CUDA) allow it.
 Every case compares with CPU torch (tests/differential.py) in strict and fused eager and, where a graph
 makes sense, compiled mode.
 """
@@ -614,3 +616,19 @@ def test_packed_sequences():
     D.check(_packed_lstm, D.per_device(lambda d: x.clone().to(d).requires_grad_()), D.per_device(lstm),
             modes=EAGER, atol=1e-5, rtol=1e-5)
     D.check(_packed_gru, D.rand(2, 2), D.rand(3, 2, seed=3), D.per_device(gru), modes=EAGER, atol=1e-5, rtol=1e-5)
+
+
+def _index_with_cpu(x, i, v):
+    y = x[i] * 2 + x[i, None].sum()
+    x[i] = v
+    x.index_put_((i,), torch.ones(2, device=x.device), accumulate=True)
+    return y, x * 1
+
+
+def test_cpu_index_tensors_in_compiled_graphs():
+    """``x[cpu_index]`` and ``x[cpu_index] = v`` (allowed by eager, as on CUDA) in a compiled function
+    were refused ("a cpu tensor that aten.index.Tensor uses on the CPU"): the index is uploaded with
+    the call. A CPU 0-dim value mixes with tpu tensors there too."""
+    i = torch.tensor([1, 3])
+    D.check(_index_with_cpu, D.rand(4), D.per_device(lambda d: i.clone()),
+            D.per_device(lambda d: torch.tensor(7.0)), modes=ALL)
