@@ -23,6 +23,8 @@ Found:
     ``set_default_device("tpu")``) raised a device mismatch: the lengths are a CPU tensor by contract.
   * [tpu raised] a CPU index tensor indexing a tpu tensor inside ``torch.compile(backend="tpu")``
     (``x[i]``, ``x[i] = v``, ``index_put_``) was refused, though eager (and CUDA) allow it.
+  * [wrong value] random ops from several threads at once could draw the same numbers: the RNG offset
+    was read and advanced without a lock.
 Every case compares with CPU torch (tests/differential.py) in strict and fused eager and, where a graph
 makes sense, compiled mode.
 """
@@ -632,3 +634,31 @@ def test_cpu_index_tensors_in_compiled_graphs():
     i = torch.tensor([1, 3])
     D.check(_index_with_cpu, D.rand(4), D.per_device(lambda d: i.clone()),
             D.per_device(lambda d: torch.tensor(7.0)), modes=ALL)
+
+
+@pytest.mark.parametrize("mode", EAGER)
+def test_random_ops_from_threads_draw_distinct_numbers(mode, monkeypatch):
+    """Random ops from several threads at once: two threads could read the same RNG offset and draw
+    the same numbers (the offset was read and advanced without a lock). The key making is slowed down
+    so that threads switch in the middle of a draw."""
+    from torch_tpu.runtime import rng
+
+    real = rng._key_data
+
+    def slow(*a):
+        time.sleep(0.001)
+        return real(*a)
+
+    monkeypatch.setattr(rng, "_key_data", slow)
+    outs = {k: [] for k in range(4)}
+
+    def draw(k):
+        def run():
+            for _ in range(15):
+                outs[k].append(torch.randn(4, device="tpu").cpu())
+        return run
+
+    with D._in_mode(mode):
+        _run_threads([draw(k) for k in range(4)])
+    values = [tuple(v.tolist()) for k in outs for v in outs[k]]
+    assert len(set(values)) == len(values) == 60, "[wrong value] two draws were equal"
