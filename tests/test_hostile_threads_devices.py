@@ -64,14 +64,15 @@ def test_default_dtype_changes_between_calls(dtype):
     """The same calls under float32, then under another default dtype, then float32 again: each result
     has the dtype CPU torch gives (the op entries of the first pass served the second)."""
     x = D.rand(2, 3)
-    D.check(_default_dtype_ops, x, modes=ALL)
+    modes = ALL if dtype is torch.bfloat16 else EAGER  # compiled graphs once (dynamo guards the default)
+    D.check(_default_dtype_ops, x, modes=modes)
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        D.check(_default_dtype_ops, x.to(dtype), modes=ALL, atol=1e-2, rtol=1e-2)
+        D.check(_default_dtype_ops, x.to(dtype), modes=modes, atol=1e-2, rtol=1e-2)
     finally:
         torch.set_default_dtype(old)
-    D.check(_default_dtype_ops, x, modes=ALL)
+    D.check(_default_dtype_ops, x, modes=modes)
 
 
 def _cpu_scalar_mix(x):
@@ -617,7 +618,8 @@ def test_packed_sequences():
     x = D.rand(3, 4, 3)
     D.check(_packed_lstm, D.per_device(lambda d: x.clone().to(d).requires_grad_()), D.per_device(lstm),
             modes=EAGER, atol=1e-5, rtol=1e-5)
-    D.check(_packed_gru, D.rand(2, 2), D.rand(3, 2, seed=3), D.per_device(gru), modes=EAGER, atol=1e-5, rtol=1e-5)
+    D.check(_packed_gru, D.rand(2, 2), D.rand(3, 2, seed=3), D.per_device(gru), modes=["strict"], atol=1e-5,
+            rtol=1e-5)
 
 
 def _index_with_cpu(x, i, v):
