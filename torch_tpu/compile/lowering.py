@@ -235,6 +235,10 @@ def _is_host(val) -> bool:
     return isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() > 0 and val.numel() > 0
 
 
+_CPU_INDEX_USERS = {torch.ops.aten.index.Tensor, torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default,
+                    torch.ops.aten._unsafe_index.Tensor, torch.ops.aten._unsafe_index_put.default}
+
+
 def _check_host_tensors(placeholders, output) -> None:
     """CPU tensors may enter the program only to be moved to the device (a CPU mask captured by a
     compiled function and moved with ``.to(x.device)``: the runner uploads it with the call); CPU
@@ -243,6 +247,8 @@ def _check_host_tensors(placeholders, output) -> None:
         if not _is_host(p.meta.get("val")):
             continue
         for user in p.users:
+            if user.target in _CPU_INDEX_USERS and p is not user.args[0] and p not in user.args[2:]:
+                continue  # an index of a device tensor (x[cpu_index], as eager and CUDA allow): uploaded
             device = user.kwargs.get("device") if user.target is torch.ops.aten._to_copy.default else None
             if device is None or torch.device(device).type != "tpu":
                 raise RuntimeError(

@@ -304,7 +304,16 @@ def key_and_inputs(func, args, kwargs):
                 _scalar(v, sig, arrays, args)
             else:
                 _walk(func, v, sig, arrays, allow_cpu)
+    default = _get_default_dtype()
+    if default is not _FLOAT32:
+        # the result dtype of factories and of int-with-float promotions is the default dtype: an entry
+        # built under float32 must not serve a call under torch.set_default_dtype(torch.bfloat16)
+        sig.append(("default_dtype", default))
     return tuple(sig), arrays
+
+
+_get_default_dtype = torch.get_default_dtype
+_FLOAT32 = torch.float32
 
 
 def template(x, counter, dynamic: bool = False, reads_only: bool = False):

@@ -27,12 +27,12 @@ def _check_device(device) -> None:
 
 def empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     _check_device(device)
-    return empty(size, dtype or torch.get_default_dtype())
+    return kernels.deterministic_fill(empty(size, dtype or torch.get_default_dtype()))
 
 
 def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
     _check_device(device)
-    return empty(size, dtype or torch.get_default_dtype(), stride=stride)
+    return kernels.deterministic_fill(empty(size, dtype or torch.get_default_dtype(), stride=stride))
 
 
 def _through_op_table(op):

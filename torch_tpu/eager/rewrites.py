@@ -218,6 +218,16 @@ def ctc_with_tensor_lengths(func, args, kwargs):
     return run_op(target, [call[n] for n in names if n in call], {})
 
 
+def pack_padded_sequence(func, args, kwargs):
+    """``_pack_padded_sequence(input, lengths, batch_first)``: the lengths are a CPU tensor by contract
+    (batch_sizes, its second result, too), which the device check refused. torch's own composite kernel
+    (slices of the input and one cat, as on CUDA) runs on the tpu input."""
+    if isinstance(args[1], torch.Tensor) and args[1].device.type != "cpu":
+        raise RuntimeError(f"'lengths' argument should be a 1D CPU int64 tensor, but got 1D "
+                           f"{args[1].device} {args[1].dtype} tensor")
+    return func._op_dk(torch._C.DispatchKey.CompositeExplicitAutograd, *args, **kwargs)
+
+
 def _call(func, args, kwargs) -> dict:
     names = [a.name for a in func._schema.arguments]
     return dict(zip(names, args), **kwargs)
@@ -266,6 +276,7 @@ REWRITES = {
     aten.as_strided_copy.default: as_strided_copy_of_storage,
     aten.as_strided_scatter.default: as_strided_scatter_of_storage,
     aten._ctc_loss.Tensor: ctc_with_tensor_lengths,
+    aten._pack_padded_sequence.default: pack_padded_sequence,
     aten._ctc_loss_backward.Tensor: ctc_with_tensor_lengths,
     **{getattr(getattr(aten, name), overload): nearest_of_empty_batch
        for name in ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",

@@ -16,9 +16,12 @@ from ..runtime import counters, platform
 from . import fused, launchers
 
 _PENDING: list = []  # (0-d code array or LazyArray, messages, what: a description or a callable making it)
-_FOLDED: list = []   # [(2,) array: (1 + index of the first failed op or 0, its code), [(messages, what)...]]
+_FOLDED: list = []   # [(3,) array: (1 + index of the first failed op or 0, its code, ops folded),
+#                      [(messages, what)...] of the ops from index `base` on, base]
 _LOCK = threading.Lock()
 _FOLD_AT = 256
+_COMPACT_AT = 1 << 16  # folded ops whose messages are kept before one wait reads their code and drops them
+_COMPACTING = [False]
 _READ_ONE_BY_ONE = 8  # up to this many pending codes are read as they are; more are folded into one first
 
 
@@ -29,6 +32,34 @@ def add(code, messages, what) -> None:
         _PENDING.append((code, messages, what))
         if len(_PENDING) >= _FOLD_AT:
             _fold()
+        compact = bool(_FOLDED) and len(_FOLDED[1]) >= _COMPACT_AT and not _COMPACTING[0]
+        if compact:
+            _COMPACTING[0] = True
+            folded, kept = _FOLDED[0], _FOLDED[1]
+            n = len(kept)
+    if compact:
+        try:
+            _compact(folded, kept, n)
+        finally:
+            _COMPACTING[0] = False
+
+
+def _compact(folded, kept: list, n: int) -> None:
+    """A loop that never waits kept the messages of every checked op it ran (growing without end): read
+    the folded code of the first ``n`` (one wait, without the lock: the read may flush a fused graph)
+    and keep only what can still be reported: nothing when they all held, the first failure otherwise
+    (the folded code reports that one at every later wait)."""
+    first, _, _ = (int(v) for v in np.asarray(platform.jax().device_get(fused.materialize(folded))))
+    with _LOCK:
+        if not _FOLDED or _FOLDED[1] is not kept:
+            return  # a wait read and dropped them meanwhile
+        base = _FOLDED[2]
+        if first:
+            kept[:] = [kept[first - 1 - base]]
+            _FOLDED[2] = first - 1
+        else:
+            del kept[:n]
+            _FOLDED[2] = base + n
 
 
 def _first_failure(previous, *codes):
@@ -51,7 +82,7 @@ def _fold() -> None:
     items = list(_PENDING)
     _PENDING.clear()
     if not _FOLDED:
-        _FOLDED.extend([jnp.zeros((3,), jnp.int64), []])
+        _FOLDED.extend([jnp.zeros((3,), jnp.int64), [], 0])
     codes = [c for c, _, _ in items]
     padding = (1 << (len(codes) - 1).bit_length()) - len(codes)
     codes += [jnp.zeros((), jnp.int32)] * padding
@@ -84,7 +115,7 @@ def verify() -> None:
     if folded:  # folded ops came first
         first, code, _ = (int(v) for v in np.asarray(values[-1]))
         if first:
-            messages, what = folded[1][first - 1]
+            messages, what = folded[1][first - 1 - folded[2]]
             _raise_if_failed(code, messages, what)
     for (code, messages, what), value in zip(items, values):
         _raise_if_failed(int(np.asarray(value).reshape(-1)[0]), messages, what)

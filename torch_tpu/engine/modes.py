@@ -7,6 +7,7 @@ outermost ``nn.Module`` call returns.
 from __future__ import annotations
 
 import enum
+import threading
 
 from .. import config
 from ..runtime import dynamo_frames, platform
@@ -62,21 +63,42 @@ def set_mode(mode) -> None:
 class eager_mode_context:
     """``torch.tpu.set_eager_mode(mode)``: switches now, as a plain call (like ``torch.set_grad_enabled``),
     and as ``with torch.tpu.set_eager_mode(mode):`` restores the previous mode when the block ends. (A
-    generator context manager did nothing at all when called without ``with``.)"""
+    generator context manager did nothing at all when called without ``with``.)
+
+    The mode is one per process, not per thread (autograd runs backward on its own thread, and fused
+    eager's pending graph is one per process). Blocks that threads open and close out of order still
+    compose: a block that ends while a later-opened block is still open leaves the mode to that block
+    and hands it the mode to restore, so every open block keeps the mode it set and, once all have
+    ended, the mode from before the first is back. (Restoring each block's own previous mode left the
+    process in fused mode after two threads' blocks ended in their opening order.)"""
 
     def __init__(self, mode):
         self.previous = _mode
         set_mode(mode)
 
     def __enter__(self):
+        with _OPEN_LOCK:
+            _OPEN.append(self)
         return None
 
     def __exit__(self, *exc_info):
         try:
             sync()
         finally:
-            set_mode(self.previous)
+            with _OPEN_LOCK:
+                i = next((k for k, c in enumerate(_OPEN) if c is self), None)
+                if i is not None and i < len(_OPEN) - 1:
+                    _OPEN[i + 1].previous = self.previous  # a later block still open restores it
+                    del _OPEN[i]
+                else:
+                    if i is not None:
+                        del _OPEN[i]
+                    set_mode(self.previous)
         return False
+
+
+_OPEN: list = []  # the eager_mode_context blocks entered and not yet ended, in the order they began
+_OPEN_LOCK = threading.RLock()
 
 
 def init_from_settings() -> None:

@@ -6,6 +6,8 @@ several times faster than threefry on XLA:CPU and is the native generator on TPU
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -42,10 +44,15 @@ def _key_data(seed: int, offset: int) -> np.ndarray:
 
 
 def next_key_data() -> np.ndarray:
-    """Host key data for the next random op; advances the state."""
-    data = _key_data(_State.seed, _State.offset)
-    _State.offset += 1
-    return data
+    """Host key data for the next random op; advances the state. Under a lock: two threads' random ops
+    read the same offset and drew the same numbers."""
+    with _LOCK:
+        seed, offset = _State.seed, _State.offset
+        _State.offset = offset + 1
+    return _key_data(seed, offset)
+
+
+_LOCK = threading.Lock()
 
 
 def peek_key_data() -> np.ndarray:

@@ -54,6 +54,13 @@ def to_host(x: TpuTensor) -> torch.Tensor:
 
 def copy_into(dst: TpuTensor, src: torch.Tensor) -> TpuTensor:
     """``dst.copy_(src)`` for a tpu ``dst`` and a tpu or CPU ``src`` (broadcast and cast like torch)."""
+    if isinstance(src, torch.nn.parameter.UninitializedTensorMixin):
+        # its .shape raised torch's "uninitialized parameter" error from inside copy_ (a lazy module's
+        # module.to("tpu") before its first call)
+        raise RuntimeError(
+            "copy_: a lazy module's uninitialized parameter cannot move to the tpu (a Parameter subclass "
+            "does not survive module.to('tpu'), see the README's limits): call the module once on the "
+            "CPU to initialise it, then move it")
     if dst.shape != src.shape:
         try:
             fits = torch.broadcast_shapes(src.shape, dst.shape) == dst.shape
@@ -100,6 +107,10 @@ def to_copy(func, args, kwargs):
         if torch.device(device).type != "cpu":
             host = host.to(device)
         return host
+    index = None if device is None else torch.device(device).index
+    if index not in (None, 0):  # tpu:0 -> tpu:1 returned a tpu:0 tensor
+        raise RuntimeError(f"{func}: tpu:{index} does not exist: torch_tpu binds one device per process "
+                           "(tpu:0); run one process per device")
     if not isinstance(x, TpuTensor):  # CPU tensor -> tpu (some paths call _to_copy directly)
         arr = dtypes.host_to_device(x, platform.jax_device())
         return wrap(convert(arr, x.shape, dtype), dtype)
@@ -152,7 +163,7 @@ def resize_view(x: TpuTensor, size) -> None:
 def resize_whole(x: TpuTensor, size) -> None:
     """``x`` (a whole storage) becomes a contiguous tensor of ``size`` on a new storage that starts with
     x's elements (as CPU's resize_; new elements read as zeros). Views of the old storage keep it."""
-    new = empty(tuple(size), x.dtype, x.device.index or 0)
+    new = deterministic_fill(empty(tuple(size), x.dtype, x.device.index or 0))
     keep = min(x.numel(), new.numel())
     if keep:
         copy_into(new.view(-1)[:keep], x.reshape(-1)[:keep])
@@ -236,6 +247,24 @@ def set_source_storage(func, args, kwargs):
     return _retarget(dst, storage)
 
 
+def deterministic_fill(t: TpuTensor) -> TpuTensor:
+    """Under ``torch.use_deterministic_algorithms(True)`` (with torch.utils.deterministic's
+    ``fill_uninitialized_memory``, on by default) new memory is filled as on CPU and CUDA: NaN for
+    floating and complex dtypes, the largest value otherwise (True for bool), so reading memory never
+    written shows. (It read as zeros.)"""
+    if t.numel() and torch.are_deterministic_algorithms_enabled() and \
+            torch.utils.deterministic.fill_uninitialized_memory:
+        if t.dtype.is_floating_point or t.dtype.is_complex:
+            value = float("nan")
+        elif t.dtype is torch.bool:
+            value = True
+        else:
+            value = torch.iinfo(t.dtype).max
+        with torch.no_grad():  # through the router: factory kernels run with the Python key excluded
+            TpuTensor.__torch_dispatch__(aten.fill_.Scalar, (TpuTensor,), (t, value), {})
+    return t
+
+
 def empty_like(func, args, kwargs):
     x = args[0]
     dtype = kwargs.get("dtype") or x.dtype
@@ -244,13 +273,13 @@ def empty_like(func, args, kwargs):
         # torch's layout rule (preserve_format keeps dense strides, channels_last ...) via meta
         mx = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
         stride = torch.empty_like(mx, memory_format=kwargs.get("memory_format") or torch.preserve_format).stride()
-    return empty(x.shape, dtype, stride=stride)
+    return deterministic_fill(empty(x.shape, dtype, stride=stride))
 
 
 def new_empty(func, args, kwargs):
     x, size = args[0], args[1]
     stride = args[2] if func is aten.new_empty_strided.default and len(args) > 2 else None
-    return empty(size, kwargs.get("dtype") or x.dtype, stride=stride)
+    return deterministic_fill(empty(size, kwargs.get("dtype") or x.dtype, stride=stride))
 
 
 def as_strided_(func, args, kwargs):
