@@ -187,8 +187,10 @@ def shift_of_bool(func, args, kwargs):
     x = args[0] if args else kwargs.get("self")
     y = args[1] if len(args) > 1 else kwargs.get("other")
     if any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in (x, y)):
-        left = func in (aten.__lshift__.Scalar, aten.__lshift__.Tensor)
-        target = aten.bitwise_left_shift if left else aten.bitwise_right_shift
+        left = func._schema.name in ("aten::__lshift__", "aten::__ilshift__")
+        inplace = func._schema.name.startswith("aten::__i")
+        target = {(True, False): aten.bitwise_left_shift, (False, False): aten.bitwise_right_shift,
+                  (True, True): aten.bitwise_left_shift_, (False, True): aten.bitwise_right_shift_}[left, inplace]
         return run_op(target.Tensor_Scalar if func._overloadname == "Scalar" else target.Tensor, list(args), kwargs)
     return run_op(func, args, kwargs)
 
@@ -285,6 +287,10 @@ REWRITES = {
     aten.__rshift__.Scalar: shift_of_bool,
     aten.__lshift__.Tensor: shift_of_bool,
     aten.__rshift__.Tensor: shift_of_bool,
+    aten.__ilshift__.Scalar: shift_of_bool,
+    aten.__irshift__.Scalar: shift_of_bool,
+    aten.__ilshift__.Tensor: shift_of_bool,
+    aten.__irshift__.Tensor: shift_of_bool,
     aten._nested_tensor_from_mask_left_aligned.default: nested_tensors_refused,
     aten._nested_tensor_from_mask.default: nested_tensors_refused,
     aten.fill_.Scalar: fill_expanded,
