@@ -226,6 +226,18 @@ def masked_scatter(x, mask, source):
     return jnp.where(flat_mask, vals.astype(x.dtype), x.reshape(-1)).reshape(x.shape)
 
 
+@register(aten.masked_scatter_backward.default)
+def masked_scatter_backward(grad, mask, sizes):
+    # torch: grad.masked_select(mask), zero-padded to prod(sizes), viewed as sizes (the gradient of
+    # masked_scatter's source: the selected elements in order, then zeros); a static shape
+    grad, mask = jnp.broadcast_arrays(grad, mask)
+    flat_mask = mask.reshape(-1)
+    n = int(np.prod(sizes)) if len(sizes) else 1
+    pos = jnp.cumsum(flat_mask.astype(jnp.int64)) - 1
+    out = jnp.zeros((n,), grad.dtype).at[jnp.where(flat_mask, pos, n)].set(grad.reshape(-1), mode="drop")
+    return out.reshape(tuple(sizes))
+
+
 @register(aten.take.default)
 def take(x, index):
     require(index_in_range(index, x.size, True), f"out of range: an index addresses none of the {x.size} elements")
