@@ -569,7 +569,7 @@ for _m in ("DEFER_NEVER", "DEFER_AND_FUSE"):
     for _r in (False, True):
         ISOLATED_CASES[f"checkpoint:replay:{_m}:{'reentrant' if _r else 'nonreentrant'}"] = \
             _checkpoint_replays_mask(_m, _r)
-for _m in ("strict", "fused"):
+for _m in ("strict", "fused", "compiled"):
     for _r in (False, True):
         ISOLATED_CASES[f"checkpoint:mask:{_m}:{'reentrant' if _r else 'nonreentrant'}"] = \
             _checkpoint_mask_consistent(_m, _r)

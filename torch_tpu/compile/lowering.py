@@ -84,6 +84,11 @@ class _Plan:
         # ``copy_(input, new value)``): the program returns the new values, the runner writes them into
         # the input tensors (one storage update each instead of an eager ``copy_`` per input)
         self.writebacks: list[tuple[int, torch.fx.Node]] = []  # (placeholder position, copy_ node)
+        # activation checkpointing's recomputed random ops: ``run_and_save_rng_state(op, *args)`` in the
+        # forward returns (its rng state, op's outputs); ``run_with_rng_state(state, op, *args)`` in the
+        # backward replays op with that state. The state is the op's key data (``_rng_state``); its
+        # nodes (torch describes them as CPU tensors) are exempt from the host-tensor check
+        self.rng_states: set = set()
         placeholders = [n for n in self.nodes if n.op == "placeholder"]
         missing = []
         for node in self.nodes:
@@ -100,6 +105,9 @@ class _Plan:
             func = node.target
             if func is torch.ops.higher_order.with_effects:
                 self._add_effect(node)
+                continue
+            if func in _RNG_HOPS:
+                missing += self._add_rng_hop(node, placeholders)
                 continue
             if not isinstance(func, torch._ops.OpOverload):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unexpected call {func} in the aten graph")
@@ -123,7 +131,7 @@ class _Plan:
             self.random |= low.random
             self.lowerings[node] = low
             _check_like_eager(node, func, target)
-        _check_host_tensors(placeholders, self.nodes[-1])
+        _check_host_tensors(placeholders, self.nodes[-1], self.rng_states)
         if missing:
             raise NotImplementedError(
                 "torch.compile(backend='tpu'): no tpu lowering for aten op(s) "
@@ -141,6 +149,20 @@ class _Plan:
         self.effects.add(node)
         if node.args[0].op == "placeholder":  # the effect token: an input without a value (None at run time)
             self.tokens.add(node.args[0])
+
+    def _add_rng_hop(self, node, placeholders) -> list:
+        saving = node.target is _RNG_HOPS[0]
+        op = node.args[0] if saving else node.args[1]
+        low = registry.resolve(op)[0] if isinstance(op, torch._ops.OpOverload) else None
+        if low is None:
+            return [f"{node.target}({op})"]
+        self.random |= low.random
+        self.lowerings[node] = low
+        if saving:  # getitem(node, 0): the state
+            self.rng_states.update(u for u in node.users if u.target is operator.getitem and u.args[1] == 0)
+        elif isinstance(node.args[0], torch.fx.Node):
+            self.rng_states.add(node.args[0])
+        return []
 
     def _add_collective(self, node) -> None:
         from ..distributed import compiled
@@ -211,6 +233,9 @@ class _Plan:
                 if collective is not None:
                     env[node] = collective(args, kwargs)
                     continue
+                if node.target in _RNG_HOPS:
+                    env[node] = self._rng_hop(jax, node, args, kwargs, key, idx)
+                    continue
                 low = self.lowerings[node]
                 first_check = len(found)
                 try:
@@ -229,18 +254,59 @@ class _Plan:
                 result = load(node.args[0])
         return result
 
+    def _rng_hop(self, jax, node, args, kwargs, key, idx):
+        low = self.lowerings[node]
+        if node.target is _RNG_HOPS[0]:
+            op, op_args, rng_key = args[0], args[1:], jax.random.fold_in(key, idx)
+        else:
+            op, op_args, rng_key = args[1], args[2:], _rng_key_of_state(jax, args[0])
+        try:
+            out = calling.invoke(low, op_args, kwargs, precision=self.precision, rng_key=rng_key)
+        except Exception as exc:
+            raise RuntimeError(f"torch.compile(backend='tpu'): lowering {op} ({node.target}) failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        out = _conform_like(_OpOutputs(node, op), out)
+        return (_rng_state(jax, rng_key), out) if node.target is _RNG_HOPS[0] else out
+
+
+_RNG_HOPS = (torch.ops.higher_order.run_and_save_rng_state, torch.ops.higher_order.run_with_rng_state)
+
+
+class _OpOutputs:
+    """The node an rng HOP's op outputs conform to: the HOP node's own value (``run_with_rng_state``) or
+    its ``getitem(node, 1)`` user's (``run_and_save_rng_state`` returns (state, outputs))."""
+
+    def __init__(self, node, op):
+        val = node.meta.get("val")
+        if node.target is _RNG_HOPS[0]:
+            users = [u for u in node.users if u.target is operator.getitem and u.args[1] == 1]
+            val = users[0].meta.get("val") if users else None
+        self.meta = {"val": val}
+        self.target = op
+
+
+def _rng_state(jax, rng_key):
+    """A key as the uint8 vector torch's rng state is (its key data's bytes)."""
+    data = jax.random.key_data(rng_key).reshape(-1)
+    return jax.lax.bitcast_convert_type(data, jax.numpy.uint8).reshape(-1)
+
+
+def _rng_key_of_state(jax, state):
+    data = jax.lax.bitcast_convert_type(state.reshape(-1, 4), jax.numpy.uint32)
+    return rng.make_key(data)
+
 
 def _is_host(val) -> bool:
     """A CPU tensor with elements (0-dim ones are scalars; an empty one is, e.g., an effect token)."""
     return isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() > 0 and val.numel() > 0
 
 
-def _check_host_tensors(placeholders, output) -> None:
+def _check_host_tensors(placeholders, output, rng_states=frozenset()) -> None:
     """CPU tensors may enter the program only to be moved to the device (a CPU mask captured by a
     compiled function and moved with ``.to(x.device)``: the runner uploads it with the call); CPU
     computation inside the graph, or a CPU result, would run on the device and come back on it."""
     for i, p in enumerate(placeholders):
-        if not _is_host(p.meta.get("val")):
+        if p in rng_states or not _is_host(p.meta.get("val")):
             continue
         for user in p.users:
             device = user.kwargs.get("device") if user.target is torch.ops.aten._to_copy.default else None
@@ -251,7 +317,7 @@ def _check_host_tensors(placeholders, output) -> None:
                     "module) to 'tpu' first, or compute it outside the compiled function")
     for node in torch.utils._pytree.tree_leaves(output.args):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
-        if _is_host(val) and not _read_back(node):
+        if node not in rng_states and _is_host(val) and not _read_back(node):
             raise RuntimeError(f"torch.compile(backend='tpu'): the graph returns a cpu tensor "
                                f"{tuple(val.shape)} computed inside it; compute it outside the compiled function")
 
@@ -382,6 +448,7 @@ def graph_compiler(kind: str):
         jax = platform.jax()
         tokens = {i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if n in plan.tokens}
         tensor_pos = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and i not in tokens]
+        example_inputs = _concrete_rng_states(gm, plan, example_inputs)
         specs = [jax.ShapeDtypeStruct(tuple(example_inputs[i].shape), dtypes.to_jax_dtype(example_inputs[i].dtype))
                  for i in tensor_pos]
         if plan.random:
@@ -416,6 +483,18 @@ def graph_compiler(kind: str):
         return run
 
     return compile_graph
+
+
+def _concrete_rng_states(gm, plan, example_inputs):
+    """A backward graph's saved rng states (``run_with_rng_state``) come with a symbolic size (torch
+    describes a CPU generator state); the program takes a key's bytes (``_rng_state``)."""
+    if not plan.rng_states:
+        return example_inputs
+    jax = platform.jax()
+    nbytes = jax.random.key_data(rng.make_key(rng.peek_key_data())).size * 4
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return [torch.empty(nbytes, dtype=torch.uint8, device="meta") if p in plan.rng_states else x
+            for p, x in zip(placeholders, example_inputs)]
 
 
 _DEVICE_CHECKS: dict = caches.register("compiled graph checks", caches.Bounded(program_cache.max_programs))  # program key -> check messages
