@@ -351,6 +351,150 @@ def _masked_scatter_src(x, mask, src):
     return torch.autograd.grad((out * torch.arange(12., device=x.device).view(3, 4)).sum(), [x, src])
 
 
+def _saved_modified(x):
+    y = x.exp()  # exp saves its result
+    y.add_(1)
+    y.sum().backward()
+    return x.grad
+
+
+def _saved_view_modified(x):
+    y = x.exp()
+    y[0].mul_(2)
+    y.sum().backward()
+    return x.grad
+
+
+def _saved_input_modified(x):
+    h = x * 1
+    y = h.sin()
+    h.add_(1)
+    y.sum().backward()
+    return x.grad
+
+
+def _compiled_saved_input_modified(x):
+    # the compiled forward saves its input h; h changed in place before backward: torch raises (the
+    # version check); the compiled forward used to return a copy of h, so backward ran silently
+    h = x * 1
+    y = _compiled_on_tpu(lambda t: t.sin() * t)(h)
+    h.add_(1)
+    y.sum().backward()
+    return x.grad
+
+
+def _compiled_saved_output_modified(body):
+    # the compiled forward's result is also saved for backward (alias(exp) in the graph): changing it
+    # in place must fail the version check (the result and the saved value were two tensors)
+    def f(x):
+        y = _compiled_on_tpu(body)(x)
+        y.add_(1)
+        y.sum().backward()
+        return x.grad
+    return f
+
+
+def _compiled_saved_unmodified(x):
+    y = _compiled_on_tpu(lambda t: (t * 2).exp().sigmoid())(x)
+    z = y * 3  # out of place: the saved value is intact
+    (z.sum() + y.sum()).backward()
+    return y, x.grad
+
+
+def _backward_twice(x):
+    loss = x.exp().sum()
+    loss.backward()
+    loss.backward()
+    return x.grad
+
+
+def _nonscalar_backward(x):
+    x.exp().backward()
+    return x.grad
+
+
+def _grad_wrong_shape(x):
+    x.exp().sum().backward()
+    x.grad = torch.zeros(2, device=x.device)
+    return x.grad
+
+
+def _grad_wrong_dtype(x):
+    x.grad = torch.zeros(3, 2, dtype=torch.float64, device=x.device)
+    return x.grad
+
+
+def _grad_set_then_accumulate(x):
+    x.grad = torch.ones(3, 2, device=x.device)
+    g = x.grad
+    x.exp().sum().backward()
+    return x.grad, g  # accumulated in place into the tensor the user set
+
+
+def _grad_outputs_wrong_shape(x):
+    return torch.autograd.grad(x.exp(), x, grad_outputs=torch.ones(2, device=x.device))
+
+
+def _grad_of_detached(x):
+    return torch.autograd.grad(x.exp().sum(), x.detach())
+
+
+def _data_assignment(x):
+    y = x.exp()
+    x.data = x.data * 2
+    y.sum().backward()
+    return x.grad, x
+
+
+def _bf16_leaf(x):
+    w = x.bfloat16().detach().requires_grad_(True)
+    (w.float() * 3).sin().sum().backward()
+    (w * 2).sum().backward()
+    return w.grad
+
+
+def _hook_changes_dtype(x):
+    x.register_hook(lambda g: g.double())
+    x.exp().sum().backward()
+    return x.grad
+
+
+def _grad_inside_compiled(x):
+    def f(x):
+        return torch.autograd.grad((x.exp() * x).sum(), x)[0]
+    return _compiled_on_tpu(f)(x)
+
+
+def _inplace_on_leaf(x):
+    x[0].mul_(2)
+    return x
+
+
+def _anomaly_nan(x):
+    with torch.autograd.detect_anomaly():
+        ((x * 0).sqrt() * 0 + x.log()).sum().backward()
+    return x.grad
+
+
+def _grad_modes(x):
+    with torch.no_grad():
+        a = x * 2
+    with torch.enable_grad():
+        b = x * 3
+    with torch.inference_mode():
+        c = x * 4
+    (a * b).sum().backward()
+    return x.grad, a.requires_grad, c.requires_grad
+
+
+def _split_inplace(x):
+    y = x * 1
+    a, b = y.split(2, 0)
+    a.mul_(3)
+    (y * y).sum().backward()
+    return x.grad
+
+
 SEQUENCES = {
     "accumulate": (_accumulate, [_leaf(3, 2)], ALL),
     "retain_twice": (_retain_twice, [_leaf(3, 2)], ALL),
@@ -384,6 +528,29 @@ SEQUENCES = {
     "accumulate_compiled_fwd": (_accumulate_compiled, [_leaf(3, 2)], ["strict"]),
     "hook_compiled_fwd": (_hook_compiled, [_leaf(3, 2)], ["strict"]),
     "cross_device_compiled_fwd": (_cross_device_compiled, [_leaf(3, 2)], ["strict"]),
+    "saved_modified": (_saved_modified, [_leaf(3, 2)], ALL),
+    "saved_view_modified": (_saved_view_modified, [_leaf(3, 2)], EAGER),
+    "saved_input_modified": (_saved_input_modified, [_leaf(3, 2)], ALL),
+    "compiled_saved_input_modified": (_compiled_saved_input_modified, [_leaf(3, 2)], EAGER),
+    "compiled_saved_output_modified": (_compiled_saved_output_modified(lambda t: t.exp()), [_leaf(3, 2)], EAGER),
+    "compiled_saved_output_modified_chain": (_compiled_saved_output_modified(lambda t: (t * 2).exp().sigmoid()),
+                                             [_leaf(3, 2)], ["strict"]),
+    "compiled_saved_unmodified": (_compiled_saved_unmodified, [_leaf(3, 2)], ["strict"]),
+    "backward_twice": (_backward_twice, [_leaf(3, 2)], ALL),
+    "nonscalar_backward": (_nonscalar_backward, [_leaf(3, 2)], EAGER),
+    "grad_wrong_shape": (_grad_wrong_shape, [_leaf(3, 2)], EAGER),
+    "grad_wrong_dtype": (_grad_wrong_dtype, [_leaf(3, 2)], EAGER),
+    "grad_set_then_accumulate": (_grad_set_then_accumulate, [_leaf(3, 2)], ALL),
+    "grad_outputs_wrong_shape": (_grad_outputs_wrong_shape, [_leaf(3, 2)], EAGER),
+    "grad_of_detached": (_grad_of_detached, [_leaf(3, 2)], EAGER),
+    "data_assignment": (_data_assignment, [_leaf(3, 2)], EAGER),
+    "bf16_leaf": (_bf16_leaf, [_leaf(3, 2)], ALL),
+    "hook_changes_dtype": (_hook_changes_dtype, [_leaf(3, 2)], EAGER),
+    "grad_inside_compiled": (_grad_inside_compiled, [_leaf(3, 2)], ["strict"]),
+    "inplace_on_leaf": (_inplace_on_leaf, [_leaf(3, 2)], ALL),
+    "anomaly_nan": (_anomaly_nan, [_leaf(3, 2)], EAGER),
+    "grad_modes": (_grad_modes, [_leaf(3, 2)], ALL),
+    "split_inplace": (_split_inplace, [_leaf(4, 2)], ALL),
     # masked_scatter_backward (no lowering: compiled failed): mask broadcast, fewer ones than source
     "masked_scatter_src_broadcast": (_masked_scatter_src, [_leaf(3, 4), D.rand(4, seed=3) > 0, _leaf(20, seed=1)],
                                      ALL),

@@ -478,7 +478,8 @@ def graph_compiler(kind: str):
 
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else _scalar_type(v) for v in out_vals]
         run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
-                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens))
+                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens), _passthrough(gm, plan, out_node),
+                      _repeats(out_node, layouts))
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
         return run
 
@@ -560,9 +561,42 @@ def _scalar_type(v):
     return None
 
 
+def _passthrough(gm, plan, out_node) -> dict:
+    """{output position: input position} for the graph outputs that are an input unchanged (a forward
+    graph saving an input for backward, a backward graph passing a gradient through): the runner returns
+    the input tensor itself, as torch's own backends do, so autograd's version check of a saved input
+    sees an in-place change made after the forward (the program's copy of it would not)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written = {placeholders[i] for i, _ in plan.writebacks}
+    return {k: placeholders.index(o) for k, o in enumerate(out_node.args[0])
+            if isinstance(o, torch.fx.Node) and o.op == "placeholder" and o not in written
+            and isinstance(o.meta.get("val"), torch.Tensor)}
+
+
+def _repeats(out_node, layouts) -> dict:
+    """{output position: (earlier output position, alias)} for a value the graph returns twice: the same
+    node, or ``alias(node)`` (a forward's result that is also saved for backward). The runner returns one
+    tensor (or an alias of it, sharing its version counter), as torch's own backends give, so an in-place
+    change of the result after the forward fails autograd's version check of the saved value instead of
+    leaving backward a stale copy."""
+    first, out = {}, {}
+    for k, o in enumerate(out_node.args[0]):
+        if not isinstance(o, torch.fx.Node) or not isinstance(o.meta.get("val"), torch.Tensor):
+            continue
+        alias = o.target is torch.ops.aten.alias.default and isinstance(o.args[0], torch.fx.Node)
+        src = o.args[0] if alias else o
+        if src in first and (layouts is None or (layouts[k] is None and layouts[first[src]] is None)):
+            out[k] = (first[src], alias)
+        else:
+            first.setdefault(o, k)
+    return out
+
+
 def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
-            tokens=frozenset()):
+            tokens=frozenset(), passthrough=None, repeats=None):
     device = None
+    passthrough = passthrough or {}
+    repeats = repeats or {}
 
     @platform.with_x64
     def run(args):
@@ -585,6 +619,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
                 if device is None:
                     device = platform.jax_device()
                 arrays.append(dtypes.host_to_device(x.detach(), device))
+        same = {k: args[i] for k, i in passthrough.items() if isinstance(args[i], TpuTensor)}
         args.clear()  # boxed convention: let inputs die early
         if random:
             arrays.append(rng.next_key_data())
@@ -603,8 +638,13 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
                 else:  # a host tensor input
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []
-        for o, dt, lay in zip(outs, out_dtypes, layouts or [None] * len(out_dtypes)):
-            if dt in (bool, int, float):  # a Python number the graph returns (x.shape[0] * 3)
+        for k, (o, dt, lay) in enumerate(zip(outs, out_dtypes, layouts or [None] * len(out_dtypes))):
+            if k in same:  # an input returned unchanged: the input itself
+                result.append(same[k])
+            elif k in repeats:  # the value of an earlier output (a result also saved for backward)
+                j, alias = repeats[k]
+                result.append(torch.ops.aten.alias.default(result[j]) if alias else result[j])
+            elif dt in (bool, int, float):  # a Python number the graph returns (x.shape[0] * 3)
                 result.append(o if o is None or type(o) is dt else dt(o))
             elif dt is None or o is None:
                 result.append(o)
