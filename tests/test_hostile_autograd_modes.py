@@ -674,6 +674,28 @@ def _func_functional_call(x):
     return torch.func.grad(lambda p: torch.func.functional_call(m, p, (x,)).pow(2).sum())(params)
 
 
+def _func_compiled(transform):
+    def f(x):
+        return _compiled_on_tpu(transform)(x)
+    return f
+
+
+def _compiled_grad_of_input(x):
+    return torch.func.grad(lambda t: (t.sin() * t).sum())(x)
+
+
+def _compiled_grad_after_op(x):
+    return torch.func.grad(lambda t: (t.sin() * t).sum())(x * 1)
+
+
+def _compiled_vmap(x):
+    return torch.func.vmap(lambda r: r.sin() * 2)(x)
+
+
+def _compiled_jacrev(x):
+    return torch.func.jacrev(lambda t: t.sin().sum(0))(x)
+
+
 FUNC = {
     "grad": (_func_grad, [D.rand(3, 2)]),
     "vjp": (_func_vjp, [D.rand(3, 2)]),
@@ -683,6 +705,10 @@ FUNC = {
     "vmap": (_func_vmap, [D.rand(5, 2), D.rand(3, 2, seed=1)]),
     "hessian": (_func_hessian, [D.rand(3)]),
     "functional_call": (_func_functional_call, [D.rand(4, 2)]),
+    "compiled_grad_after_op": (_func_compiled(_compiled_grad_after_op), [D.rand(3, 2)]),
+    "compiled_grad_of_input": (_func_compiled(_compiled_grad_of_input), [D.rand(3, 2)]),
+    "compiled_vmap": (_func_compiled(_compiled_vmap), [D.rand(3, 2)]),
+    "compiled_jacrev": (_func_compiled(_compiled_jacrev), [D.rand(3, 2)]),
 }
 
 
@@ -722,6 +748,27 @@ def _amp_case(inf_grad, modes):
     return run
 
 
+
+def _amp_compiled_like_eager():
+    """autocast's policy on the tpu is its own (``sum`` runs in float32, as on CUDA; CPU keeps bfloat16), so
+    the compiled forward + backward is compared with tpu eager: same dtypes, values within bfloat16."""
+    def step(x, w, compiled):
+        def f(x, w):
+            with torch.autocast("tpu", dtype=torch.bfloat16):
+                h = (x @ w).relu()
+                return h, h.sum()
+        h, loss = (_compiled_on_tpu(f) if compiled else f)(x, w)
+        loss.backward()
+        return h, loss, x.grad, w.grad
+
+    got = []
+    for compiled in (False, True):
+        x, w = D.rand(4, 8).to("tpu").requires_grad_(True), D.rand(8, 3, seed=1).to("tpu").requires_grad_(True)
+        got.append([t.detach().cpu() for t in step(x, w, compiled)])
+    for what, e, g in zip(("h", "loss", "x.grad", "w.grad"), *got):
+        assert e.dtype == g.dtype, f"[wrong dtype] {what}: eager {e.dtype}, compiled {g.dtype}"
+        torch.testing.assert_close(g, e, atol=2e-2, rtol=2e-2, msg=lambda m: f"[wrong value] {what}: {m}")
+
 # --------------------------------------------------------------------------------------------------
 
 ISOLATED_CASES = {}
@@ -741,9 +788,18 @@ for _m in ("strict", "fused", "compiled"):
         ISOLATED_CASES[f"checkpoint:mask:{_m}:{'reentrant' if _r else 'nonreentrant'}"] = \
             _checkpoint_mask_consistent(_m, _r)
 for _n, (_fn, _args) in FUNC.items():
-    ISOLATED_CASES[f"func:{_n}"] = _sequence_case(_fn, _args, EAGER)
+    ISOLATED_CASES[f"func:{_n}"] = _sequence_case(_fn, _args, ["strict"] if _n.startswith("compiled") else EAGER)
 ISOLATED_CASES["amp:gradscaler"] = _amp_case(False, EAGER)
 ISOLATED_CASES["amp:gradscaler_inf_skips_step"] = _amp_case(True, EAGER)
+ISOLATED_CASES["amp:compiled_like_eager"] = _amp_compiled_like_eager
+
+# Known gaps (strict xfail: the day they pass, the mark must go)
+XFAIL = {
+    "func:compiled_grad_of_input": "torch.compile of torch.func.grad applied directly to a graph input: dynamo "
+    "fakeifies the tpu tensor (a traceable wrapper subclass) inside the grad transform's level and fails with "
+    "'Cannot access storage of TensorWrapper' (backend='eager' too: dynamo/functorch, not the tpu lowering); "
+    "any op on the input before the transform works (func:compiled_grad_after_op)",
+}
 
 
 @pytest.fixture(scope="module")
@@ -751,6 +807,7 @@ def results(request):
     return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=180)
 
 
-@pytest.mark.parametrize("name", list(ISOLATED_CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=XFAIL[n]))
+                                  if n in XFAIL else n for n in ISOLATED_CASES])
 def test_case(results, name):
     D.assert_isolated_result(results, name)
