@@ -495,6 +495,48 @@ def _split_inplace(x):
     return x.grad
 
 
+def _grad_bucket_view(w, b):
+    # DDP-style gradient buckets: .grad set to views of one flat buffer; backward accumulates in place
+    flat = torch.zeros(9, device=w.device)
+    w.grad = flat[:6].view(3, 2)
+    b.grad = flat[6:]
+    for k in (1.0, 2.0):
+        F.linear(torch.ones(4, 2, device=w.device) * k, w, b).sin().sum().backward()
+    return flat, w.grad, b.grad
+
+
+def _grad_transposed_view(w):
+    # compiled: the graph returned buf and buf.t() as two unrelated tensors, so the gradient accumulated
+    # into w.grad never reached buf
+    buf = torch.zeros(2, 3, device=w.device)
+    w.grad = buf.t()
+    (w.exp() * 2).sum().backward()
+    (w * 3).sum().backward()
+    return buf, w.grad
+
+
+def _compiled_outputs_alias(x):
+    # outputs of one compiled graph that alias each other stay aliases (a write through one reaches all)
+    y, t, row = _compiled_on_tpu(lambda x: (lambda y: (y, y.t(), y[1]))(x * 2))(x)
+    y.add_(1)
+    t[0, 0] = -5.0
+    return y, t, row
+
+
+def _optimizer_grad_views(x):
+    torch.manual_seed(0)
+    m = nn.Linear(2, 3).to(x.device)
+    flat = torch.zeros(9, device=x.device)
+    m.weight.grad = flat[:6].view(3, 2)
+    m.bias.grad = flat[6:]
+    opt = torch.optim.Adam(m.parameters(), lr=0.1, foreach=True)
+    for _ in range(2):
+        m(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    return flat, [p.detach() for p in m.parameters()]
+
+
 SEQUENCES = {
     "accumulate": (_accumulate, [_leaf(3, 2)], ALL),
     "retain_twice": (_retain_twice, [_leaf(3, 2)], ALL),
@@ -551,6 +593,10 @@ SEQUENCES = {
     "anomaly_nan": (_anomaly_nan, [_leaf(3, 2)], EAGER),
     "grad_modes": (_grad_modes, [_leaf(3, 2)], ALL),
     "split_inplace": (_split_inplace, [_leaf(4, 2)], ALL),
+    "grad_bucket_view": (_grad_bucket_view, [_leaf(3, 2), _leaf(3, seed=1)], ALL),
+    "grad_transposed_view": (_grad_transposed_view, [_leaf(3, 2)], ALL),
+    "compiled_outputs_alias": (_compiled_outputs_alias, [D.rand(3, 2)], EAGER),
+    "optimizer_grad_views": (_optimizer_grad_views, [D.rand(4, 2)], ["strict", "compiled"]),
     # masked_scatter_backward (no lowering: compiled failed): mask broadcast, fewer ones than source
     "masked_scatter_src_broadcast": (_masked_scatter_src, [_leaf(3, 4), D.rand(4, seed=3) > 0, _leaf(20, seed=1)],
                                      ALL),

@@ -478,8 +478,8 @@ def graph_compiler(kind: str):
 
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else _scalar_type(v) for v in out_vals]
         run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
-                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens), _passthrough(gm, plan, out_node),
-                      _repeats(out_node, layouts))
+                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens), _output_aliases(gm, out_node),
+                      [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"], out_vals)
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
         return run
 
@@ -561,42 +561,63 @@ def _scalar_type(v):
     return None
 
 
-def _passthrough(gm, plan, out_node) -> dict:
-    """{output position: input position} for the graph outputs that are an input unchanged (a forward
-    graph saving an input for backward, a backward graph passing a gradient through): the runner returns
-    the input tensor itself, as torch's own backends do, so autograd's version check of a saved input
-    sees an in-place change made after the forward (the program's copy of it would not)."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    written = {placeholders[i] for i, _ in plan.writebacks}
-    return {k: placeholders.index(o) for k, o in enumerate(out_node.args[0])
-            if isinstance(o, torch.fx.Node) and o.op == "placeholder" and o not in written
-            and isinstance(o.meta.get("val"), torch.Tensor)}
-
-
-def _repeats(out_node, layouts) -> dict:
-    """{output position: (earlier output position, alias)} for a value the graph returns twice: the same
-    node, or ``alias(node)`` (a forward's result that is also saved for backward). The runner returns one
-    tensor (or an alias of it, sharing its version counter), as torch's own backends give, so an in-place
-    change of the result after the forward fails autograd's version check of the saved value instead of
-    leaving backward a stale copy."""
-    first, out = {}, {}
-    for k, o in enumerate(out_node.args[0]):
+def _output_aliases(gm, out_node) -> dict:
+    """{output position: (source, position, view)} for the graph outputs that alias an input or another
+    output: the same node returned twice, an input returned unchanged (a forward saving an input for
+    backward, a backward passing a gradient through), or a chain of view ops of either (``alias(exp)``
+    saved for backward beside the result ``exp``; ``w.grad = buf.view(...)`` beside ``buf``). ``source``
+    is "in" or "out", ``view`` the output's fake value (None: the tensor itself). The runner returns such an
+    output as that tensor or a view of it, as eager and torch's own backends give: an in-place change of a
+    result or of a saved input then fails autograd's version check (backward used a stale copy silently),
+    and a write through one alias reaches the other (``w.grad += g`` left ``buf`` at zero)."""
+    outs = list(out_node.args[0])
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    first = {}
+    for k, o in enumerate(outs):
+        if isinstance(o, torch.fx.Node):
+            first.setdefault(o, k)
+    found = {}
+    for k, o in enumerate(outs):
         if not isinstance(o, torch.fx.Node) or not isinstance(o.meta.get("val"), torch.Tensor):
             continue
-        alias = o.target is torch.ops.aten.alias.default and isinstance(o.args[0], torch.fx.Node)
-        src = o.args[0] if alias else o
-        if src in first and (layouts is None or (layouts[k] is None and layouts[first[src]] is None)):
-            out[k] = (first[src], alias)
-        else:
-            first.setdefault(o, k)
-    return out
+        if first[o] != k:
+            found[k] = ("out", first[o], None)
+            continue
+        if o in placeholders:
+            found[k] = ("in", placeholders[o], None)
+            continue
+        src = o
+        while (src.op == "call_function" and isinstance(src.target, torch._ops.OpOverload) and src.target.is_view
+               and src.args and isinstance(src.args[0], torch.fx.Node)
+               and isinstance(src.args[0].meta.get("val"), torch.Tensor)):
+            src = src.args[0]
+            if src in placeholders:
+                found[k] = ("in", placeholders[src], o.meta["val"])
+                break
+            if first.get(src, k) != k:
+                found[k] = ("out", first[src], o.meta["val"])
+                break
+    return found
+
+
+def _alias_of(base, base_val, view_val):
+    """``base`` (a runtime tensor) viewed as ``view_val`` (a fake view of ``base_val``), or None when the
+    runtime tensor is not laid out as its fake value (then the output stays a fresh tensor)."""
+    if not isinstance(base, TpuTensor):
+        return None
+    if view_val is None:
+        return base
+    if (base_val is None or tuple(base.shape) != tuple(base_val.shape) or base.stride() != base_val.stride()
+            or base.storage_offset() != base_val.storage_offset() or base.dtype != view_val.dtype):
+        return None
+    return base.as_strided(tuple(view_val.shape), view_val.stride(), view_val.storage_offset())
 
 
 def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
-            tokens=frozenset(), passthrough=None, repeats=None):
+            tokens=frozenset(), aliases=None, in_vals=(), out_vals=()):
     device = None
-    passthrough = passthrough or {}
-    repeats = repeats or {}
+    aliases = aliases or {}
+    in_aliased = sorted({i for src, i, _ in aliases.values() if src == "in"})
 
     @platform.with_x64
     def run(args):
@@ -619,7 +640,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
                 if device is None:
                     device = platform.jax_device()
                 arrays.append(dtypes.host_to_device(x.detach(), device))
-        same = {k: args[i] for k, i in passthrough.items() if isinstance(args[i], TpuTensor)}
+        inputs = {i: args[i] for i in in_aliased}
         args.clear()  # boxed convention: let inputs die early
         if random:
             arrays.append(rng.next_key_data())
@@ -639,17 +660,19 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []
         for k, (o, dt, lay) in enumerate(zip(outs, out_dtypes, layouts or [None] * len(out_dtypes))):
-            if k in same:  # an input returned unchanged: the input itself
-                result.append(same[k])
-            elif k in repeats:  # the value of an earlier output (a result also saved for backward)
-                j, alias = repeats[k]
-                result.append(torch.ops.aten.alias.default(result[j]) if alias else result[j])
-            elif dt in (bool, int, float):  # a Python number the graph returns (x.shape[0] * 3)
+            if dt in (bool, int, float):  # a Python number the graph returns (x.shape[0] * 3)
                 result.append(o if o is None or type(o) is dt else dt(o))
             elif dt is None or o is None:
                 result.append(o)
             else:
                 result.append(new_full(o, dt) if lay is None else new_strided(o, lay[0], lay[1], dt))
+        for k, (src, i, view) in aliases.items():  # outputs aliasing an input or an earlier output
+            if src == "in":
+                alias = _alias_of(inputs[i], in_vals[i], view)
+            else:
+                alias = _alias_of(result[i], out_vals[i], view)
+            if alias is not None:
+                result[k] = alias
         return result
 
     return run
