@@ -537,6 +537,104 @@ def _optimizer_grad_views(x):
     return flat, [p.detach() for p in m.parameters()]
 
 
+def _cpu_leaf_through_compiled(x):
+    # a CPU leaf moved to the tpu inside a compiled function: its gradient comes back to the CPU
+    xc = x.detach().cpu().requires_grad_(True)
+    dev = x.device
+
+    def f(t):
+        return (t.to(dev).sin() * 2).sum()
+    (_compiled_on_tpu(f)(xc) if dev.type == "tpu" else f(xc)).backward()
+    return xc.grad.to(dev)
+
+
+def _saved_leaf_modified_nograd(w):
+    loss = (w * w).sum()
+    with torch.no_grad():
+        w.mul_(2)
+    loss.backward()
+    return w.grad
+
+
+class _Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.save_for_backward(x, y)
+        return x * y, (x > 0)
+
+    @staticmethod
+    def backward(ctx, g, _):
+        x, y = ctx.saved_tensors
+        return g * y * 2, g * x
+
+
+class _Dirty(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def _custom_functions(x, y):
+    a, m = _Scaled.apply(x, y)
+    b = _Dirty.apply(x.clone())
+    (a.sum() + (b * b).sum()).backward()
+    return a, m, x.grad, y.grad
+
+
+def _custom_function_compiled(x, y):
+    a, m = _compiled_on_tpu(lambda x, y: _Scaled.apply(x.sin(), y))(x, y)
+    a.sum().backward()
+    return a, m, x.grad, y.grad
+
+
+def _compiled_module_hook(x):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(2, 3), nn.Tanh()).to(x.device)
+    m.register_full_backward_hook(lambda mod, gin, gout: (gin[0] * 0.5,))
+    xi = x.detach().requires_grad_(True)
+    _compiled_on_tpu(m)(xi).sum().backward()
+    return xi.grad, m[0].weight.grad
+
+
+def _compiled_tensor_hook_inside(x):
+    def f(t):
+        y = t.exp()
+        y.register_hook(lambda g: g * 3)
+        return y.sum()
+    _compiled_on_tpu(f)(x).backward()
+    return x.grad
+
+
+def _noncontig_grad_outputs(x):
+    go = torch.linspace(-1, 1, 6, device=x.device).view(2, 3).t()
+    return torch.autograd.grad(x.exp(), x, grad_outputs=go)
+
+
+def _expanded_leaf(x):
+    (x.expand(4, 3, 2) * torch.arange(24., device=x.device).view(4, 3, 2)).sum().backward()
+    return x.grad
+
+
+def _item_in_hook(x):
+    vals = []
+    x.register_hook(lambda g: vals.append(g.sum().item()) or g)
+    (x.exp() * x).sum().backward()
+    return x.grad, vals[0]
+
+
+def _autograd_functional(x):
+    jac = torch.autograd.functional.jacobian(lambda t: t.sin() * t.sum(), x, vectorize=True)
+    hes = torch.autograd.functional.hessian(lambda t: (t.exp() * t).sum(), x)
+    hvp = torch.autograd.functional.hvp(lambda t: (t ** 3).sum(), x, torch.ones_like(x))
+    return jac, hes, hvp
+
+
 SEQUENCES = {
     "accumulate": (_accumulate, [_leaf(3, 2)], ALL),
     "retain_twice": (_retain_twice, [_leaf(3, 2)], ALL),
@@ -597,6 +695,18 @@ SEQUENCES = {
     "grad_transposed_view": (_grad_transposed_view, [_leaf(3, 2)], ALL),
     "compiled_outputs_alias": (_compiled_outputs_alias, [D.rand(3, 2)], EAGER),
     "optimizer_grad_views": (_optimizer_grad_views, [D.rand(4, 2)], ["strict", "compiled"]),
+    "cpu_leaf_through_compiled": (_cpu_leaf_through_compiled, [D.rand(3, 2)], ["strict"]),
+    # compiled: torch itself refuses at compile time (BackendCompilerFailed, w left unchanged, also with
+    # backend="aot_eager"), so only the eager modes are compared with CPU
+    "saved_leaf_modified_nograd": (_saved_leaf_modified_nograd, [_leaf(3, 2)], EAGER),
+    "custom_functions": (_custom_functions, [_leaf(3, 2), _leaf(3, 2, seed=1)], ALL),
+    "custom_function_compiled": (_custom_function_compiled, [_leaf(3, 2), _leaf(3, 2, seed=1)], ["strict"]),
+    "compiled_module_hook": (_compiled_module_hook, [D.rand(4, 2)], ["strict"]),
+    "compiled_tensor_hook_inside": (_compiled_tensor_hook_inside, [_leaf(3, 2)], ["strict"]),
+    "noncontig_grad_outputs": (_noncontig_grad_outputs, [_leaf(3, 2)], ALL),
+    "expanded_leaf": (_expanded_leaf, [_leaf(3, 2)], ALL),
+    "item_in_hook": (_item_in_hook, [_leaf(3, 2)], EAGER),
+    "autograd_functional": (_autograd_functional, [D.rand(3)], EAGER),
     # masked_scatter_backward (no lowering: compiled failed): mask broadcast, fewer ones than source
     "masked_scatter_src_broadcast": (_masked_scatter_src, [_leaf(3, 4), D.rand(4, seed=3) > 0, _leaf(20, seed=1)],
                                      ALL),
@@ -681,6 +791,22 @@ def _checkpoint_mask_consistent(mode, reentrant):
             expected = keep * 2 * torch.cos(x.detach().cpu())
             torch.testing.assert_close(x.grad.cpu(), expected, atol=1e-5, rtol=1e-5,
                                        msg=lambda m: f"[wrong value] the replayed dropout mask differs: {m}")
+    return run
+
+
+def _checkpoint_randn(mode):
+    """checkpoint of x * randn_like(x): the backward's recomputation must draw the same noise n; the
+    gradient of sum((x n)^2) is 2 a^2 / x with a the forward's output."""
+    def run():
+        from torch.utils.checkpoint import checkpoint
+
+        x = (D.rand(4, 3) + 3).to("tpu").requires_grad_(True)
+        with _mode(x, mode):
+            torch.manual_seed(5)
+            a = checkpoint(lambda t: t * torch.randn_like(t), x, use_reentrant=False)
+            (a * a).sum().backward()
+            torch.testing.assert_close(x.grad.cpu(), (2 * a.detach() ** 2 / x.detach()).cpu(), atol=1e-4,
+                                       rtol=1e-4, msg=lambda m: f"[wrong value] the replayed noise differs: {m}")
     return run
 
 
@@ -833,6 +959,8 @@ for _m in ("strict", "fused", "compiled"):
     for _r in (False, True):
         ISOLATED_CASES[f"checkpoint:mask:{_m}:{'reentrant' if _r else 'nonreentrant'}"] = \
             _checkpoint_mask_consistent(_m, _r)
+for _m in ("DEFER_NEVER", "DEFER_AND_FUSE"):
+    ISOLATED_CASES[f"checkpoint:randn:{_m}"] = _checkpoint_randn(_m)
 for _n, (_fn, _args) in FUNC.items():
     ISOLATED_CASES[f"func:{_n}"] = _sequence_case(_fn, _args, ["strict"] if _n.startswith("compiled") else EAGER)
 ISOLATED_CASES["amp:gradscaler"] = _amp_case(False, EAGER)
