@@ -478,7 +478,7 @@ def graph_compiler(kind: str):
 
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else _scalar_type(v) for v in out_vals]
         run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
-                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens), _output_aliases(gm, out_node),
+                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens), _output_aliases(gm, out_node, {i for i, _ in plan.writebacks}),
                       [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"], out_vals)
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
         return run
@@ -561,7 +561,7 @@ def _scalar_type(v):
     return None
 
 
-def _output_aliases(gm, out_node) -> dict:
+def _output_aliases(gm, out_node, written=frozenset()) -> dict:
     """{output position: (source, position, view)} for the graph outputs that alias an input or another
     output: the same node returned twice, an input returned unchanged (a forward saving an input for
     backward, a backward passing a gradient through), or a chain of view ops of either (``alias(exp)``
@@ -569,7 +569,8 @@ def _output_aliases(gm, out_node) -> dict:
     is "in" or "out", ``view`` the output's fake value (None: the tensor itself). The runner returns such an
     output as that tensor or a view of it, as eager and torch's own backends give: an in-place change of a
     result or of a saved input then fails autograd's version check (backward used a stale copy silently),
-    and a write through one alias reaches the other (``w.grad += g`` left ``buf`` at zero)."""
+    and a write through one alias reaches the other (``w.grad += g`` left ``buf`` at zero). Inputs the
+    graph writes (``written``: their old value may be what is saved) keep a fresh output."""
     outs = list(out_node.args[0])
     placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
     first = {}
@@ -584,7 +585,8 @@ def _output_aliases(gm, out_node) -> dict:
             found[k] = ("out", first[o], None)
             continue
         if o in placeholders:
-            found[k] = ("in", placeholders[o], None)
+            if placeholders[o] not in written:
+                found[k] = ("in", placeholders[o], None)
             continue
         src = o
         while (src.op == "call_function" and isinstance(src.target, torch._ops.OpOverload) and src.target.is_view
@@ -592,9 +594,10 @@ def _output_aliases(gm, out_node) -> dict:
                and isinstance(src.args[0].meta.get("val"), torch.Tensor)):
             src = src.args[0]
             if src in placeholders:
-                found[k] = ("in", placeholders[src], o.meta["val"])
+                if placeholders[src] not in written:
+                    found[k] = ("in", placeholders[src], o.meta["val"])
                 break
-            if first.get(src, k) != k:
+            if first.get(src, k) < k:
                 found[k] = ("out", first[src], o.meta["val"])
                 break
     return found
