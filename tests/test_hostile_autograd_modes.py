@@ -548,6 +548,14 @@ def _cpu_leaf_through_compiled(x):
     return xc.grad.to(dev)
 
 
+def _cpu_leaf_roundtrip(x):
+    # a CPU leaf moved cpu -> tpu -> cpu (for the CPU reference: no move): both copies' backward run
+    xc = x.detach().cpu().requires_grad_(True)
+    y = (xc.to(x.device).exp() * 2).to("cpu").sin()
+    (y * torch.linspace(-1, 1, y.numel()).view(y.shape)).sum().backward()
+    return y.to(x.device), xc.grad.to(x.device)
+
+
 def _saved_leaf_modified_nograd(w):
     loss = (w * w).sum()
     with torch.no_grad():
@@ -695,6 +703,7 @@ SEQUENCES = {
     "grad_transposed_view": (_grad_transposed_view, [_leaf(3, 2)], ALL),
     "compiled_outputs_alias": (_compiled_outputs_alias, [D.rand(3, 2)], EAGER),
     "optimizer_grad_views": (_optimizer_grad_views, [D.rand(4, 2)], ["strict", "compiled"]),
+    "cpu_leaf_roundtrip": (_cpu_leaf_roundtrip, [D.rand(3, 2)], EAGER),
     "cpu_leaf_through_compiled": (_cpu_leaf_through_compiled, [D.rand(3, 2)], ["strict"]),
     # compiled: torch itself refuses at compile time (BackendCompilerFailed, w left unchanged, also with
     # backend="aot_eager"), so only the eager modes are compared with CPU
