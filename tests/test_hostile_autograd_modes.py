@@ -643,6 +643,15 @@ def _autograd_functional(x):
     return jac, hes, hvp
 
 
+def _index_fill_value_compiled(x, v):
+    # index_fill's backward for a tensor value takes _unique(index): a data-dependent shape. AOTAutograd
+    # traces that backward with fake tpu tensors on autograd's tpu thread, where the fake kernel's error
+    # aborted the process ("terminate called without an active exception"); CPU falls back to eager
+    idx = torch.tensor([0, 2, 4, 1, 3, 2], device=x.device)
+    out = _compiled_on_tpu(lambda x, i, v: x.index_fill(-1, i, v) * x)(x, idx, v)
+    return out, torch.autograd.grad(out.sum(), [x, v])
+
+
 SEQUENCES = {
     "accumulate": (_accumulate, [_leaf(3, 2)], ALL),
     "retain_twice": (_retain_twice, [_leaf(3, 2)], ALL),
@@ -716,6 +725,7 @@ SEQUENCES = {
     "expanded_leaf": (_expanded_leaf, [_leaf(3, 2)], ALL),
     "item_in_hook": (_item_in_hook, [_leaf(3, 2)], EAGER),
     "autograd_functional": (_autograd_functional, [D.rand(3)], EAGER),
+    "index_fill_value_compiled": (_index_fill_value_compiled, [_leaf(5, 5), torch.tensor(-1.5, requires_grad=True)], EAGER),
     # masked_scatter_backward (no lowering: compiled failed): mask broadcast, fewer ones than source
     "masked_scatter_src_broadcast": (_masked_scatter_src, [_leaf(3, 4), D.rand(4, seed=3) > 0, _leaf(20, seed=1)],
                                      ALL),
@@ -817,6 +827,25 @@ def _checkpoint_randn(mode):
             torch.testing.assert_close(x.grad.cpu(), (2 * a.detach() ** 2 / x.detach()).cpu(), atol=1e-4,
                                        rtol=1e-4, msg=lambda m: f"[wrong value] the replayed noise differs: {m}")
     return run
+
+
+def _checkpoint_compiled_three_random_ops():
+    """Three random ops in one compiled checkpoint (two dropouts, rand_like): each is replayed with its
+    own key. a = M (sin x + 3) r, so d sum(a) / dx = a cos x / (sin x + 3)."""
+    from torch.utils.checkpoint import checkpoint
+
+    def body(t):
+        return F.dropout(F.dropout(t.sin() + 3, 0.3), 0.5) * torch.rand_like(t)
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    x = torch.randn(16, 8).to("tpu").requires_grad_(True)
+    a = torch.compile(lambda t: checkpoint(body, t, use_reentrant=False), backend="tpu", dynamic=False)(x)
+    a.sum().backward()
+    assert 0.3 < float((a == 0).float().mean().cpu()) < 0.9, "test setup: the dropouts dropped nothing"
+    xd = x.detach()
+    torch.testing.assert_close(x.grad.cpu(), (a.detach() * torch.cos(xd) / (torch.sin(xd) + 3)).cpu(), atol=1e-5,
+                               rtol=1e-4, msg=lambda m: f"[wrong value] a replayed random op differs: {m}")
 
 
 def _func_grad(x):
@@ -970,6 +999,7 @@ for _m in ("strict", "fused", "compiled"):
             _checkpoint_mask_consistent(_m, _r)
 for _m in ("DEFER_NEVER", "DEFER_AND_FUSE"):
     ISOLATED_CASES[f"checkpoint:randn:{_m}"] = _checkpoint_randn(_m)
+ISOLATED_CASES["checkpoint:compiled_three_random_ops"] = _checkpoint_compiled_three_random_ops
 for _n, (_fn, _args) in FUNC.items():
     ISOLATED_CASES[f"func:{_n}"] = _sequence_case(_fn, _args, ["strict"] if _n.startswith("compiled") else EAGER)
 ISOLATED_CASES["amp:gradscaler"] = _amp_case(False, EAGER)
