@@ -125,6 +125,8 @@ class _Plan:
                 missing.append(str(func))
                 continue
             if low.data_dependent:
+                low = _static_variant(node, func, low)
+            if low.data_dependent:
                 raise NotImplementedError(
                     f"torch.compile(backend='tpu'): {func} has a data-dependent output shape and cannot "
                     "be part of a static-shape program; run it eagerly (a graph break) instead")
@@ -294,6 +296,20 @@ def _rng_state(jax, rng_key):
 def _rng_key_of_state(jax, state):
     data = jax.lax.bitcast_convert_type(state.reshape(-1, 4), jax.numpy.uint32)
     return rng.make_key(data)
+
+
+def _static_variant(node, func, low):
+    """A data-dependent op whose output shape the graph fixes anyway (``repeat_interleave(repeats,
+    output_size=n)``: the backward of repeat_interleave with output_size, too): its traceable lowering."""
+    if func is torch.ops.aten.repeat_interleave.Tensor:
+        size = node.kwargs.get("output_size", node.args[1] if len(node.args) > 1 else None)
+        if isinstance(size, int):
+            import dataclasses
+
+            from ..ops import indexing
+
+            return dataclasses.replace(low, fn=indexing.repeat_interleave_tensor_sized, data_dependent=False)
+    return low
 
 
 def _is_host(val) -> bool:
