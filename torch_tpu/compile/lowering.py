@@ -11,6 +11,7 @@ from ..ops import calling, checks, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
+from . import graph_outputs, special_nodes
 
 _counters = counters.counters
 _DECOMPS = None
@@ -86,7 +87,7 @@ class _Plan:
         self.writebacks: list[tuple[int, torch.fx.Node]] = []  # (placeholder position, copy_ node)
         # activation checkpointing's recomputed random ops: ``run_and_save_rng_state(op, *args)`` in the
         # forward returns (its rng state, op's outputs); ``run_with_rng_state(state, op, *args)`` in the
-        # backward replays op with that state. The state is the op's key data (``_rng_state``); its
+        # backward replays op with that state. The state is the op's key data (``special_nodes``); its
         # nodes (torch describes them as CPU tensors) are exempt from the host-tensor check
         self.rng_states: set = set()
         placeholders = [n for n in self.nodes if n.op == "placeholder"]
@@ -106,7 +107,7 @@ class _Plan:
             if func is torch.ops.higher_order.with_effects:
                 self._add_effect(node)
                 continue
-            if func in _RNG_HOPS:
+            if func in special_nodes.RNG_HOPS:
                 missing += self._add_rng_hop(node, placeholders)
                 continue
             if not isinstance(func, torch._ops.OpOverload):
@@ -125,7 +126,7 @@ class _Plan:
                 missing.append(str(func))
                 continue
             if low.data_dependent:
-                low = _static_variant(node, func, low)
+                low = special_nodes.static_variant(node, func, low)
             if low.data_dependent:
                 raise NotImplementedError(
                     f"torch.compile(backend='tpu'): {func} has a data-dependent output shape and cannot "
@@ -153,7 +154,7 @@ class _Plan:
             self.tokens.add(node.args[0])
 
     def _add_rng_hop(self, node, placeholders) -> list:
-        saving = node.target is _RNG_HOPS[0]
+        saving = node.target is special_nodes.RNG_HOPS[0]
         op = node.args[0] if saving else node.args[1]
         low = registry.resolve(op)[0] if isinstance(op, torch._ops.OpOverload) else None
         if low is None:
@@ -235,8 +236,8 @@ class _Plan:
                 if collective is not None:
                     env[node] = collective(args, kwargs)
                     continue
-                if node.target in _RNG_HOPS:
-                    env[node] = self._rng_hop(jax, node, args, kwargs, key, idx)
+                if node.target in special_nodes.RNG_HOPS:
+                    env[node] = special_nodes.run_hop(self, jax, node, args, kwargs, key, idx, _conform_like)
                     continue
                 low = self.lowerings[node]
                 first_check = len(found)
@@ -256,60 +257,6 @@ class _Plan:
                 result = load(node.args[0])
         return result
 
-    def _rng_hop(self, jax, node, args, kwargs, key, idx):
-        low = self.lowerings[node]
-        if node.target is _RNG_HOPS[0]:
-            op, op_args, rng_key = args[0], args[1:], jax.random.fold_in(key, idx)
-        else:
-            op, op_args, rng_key = args[1], args[2:], _rng_key_of_state(jax, args[0])
-        try:
-            out = calling.invoke(low, op_args, kwargs, precision=self.precision, rng_key=rng_key)
-        except Exception as exc:
-            raise RuntimeError(f"torch.compile(backend='tpu'): lowering {op} ({node.target}) failed: "
-                               f"{type(exc).__name__}: {exc}") from exc
-        out = _conform_like(_OpOutputs(node, op), out)
-        return (_rng_state(jax, rng_key), out) if node.target is _RNG_HOPS[0] else out
-
-
-_RNG_HOPS = (torch.ops.higher_order.run_and_save_rng_state, torch.ops.higher_order.run_with_rng_state)
-
-
-class _OpOutputs:
-    """The node an rng HOP's op outputs conform to: the HOP node's own value (``run_with_rng_state``) or
-    its ``getitem(node, 1)`` user's (``run_and_save_rng_state`` returns (state, outputs))."""
-
-    def __init__(self, node, op):
-        val = node.meta.get("val")
-        if node.target is _RNG_HOPS[0]:
-            users = [u for u in node.users if u.target is operator.getitem and u.args[1] == 1]
-            val = users[0].meta.get("val") if users else None
-        self.meta = {"val": val}
-        self.target = op
-
-
-def _rng_state(jax, rng_key):
-    """A key as the uint8 vector torch's rng state is (its key data's bytes)."""
-    data = jax.random.key_data(rng_key).reshape(-1)
-    return jax.lax.bitcast_convert_type(data, jax.numpy.uint8).reshape(-1)
-
-
-def _rng_key_of_state(jax, state):
-    data = jax.lax.bitcast_convert_type(state.reshape(-1, 4), jax.numpy.uint32)
-    return rng.make_key(data)
-
-
-def _static_variant(node, func, low):
-    """A data-dependent op whose output shape the graph fixes anyway (``repeat_interleave(repeats,
-    output_size=n)``: the backward of repeat_interleave with output_size, too): its traceable lowering."""
-    if func is torch.ops.aten.repeat_interleave.Tensor:
-        size = node.kwargs.get("output_size", node.args[1] if len(node.args) > 1 else None)
-        if isinstance(size, int):
-            import dataclasses
-
-            from ..ops import indexing
-
-            return dataclasses.replace(low, fn=indexing.repeat_interleave_tensor_sized, data_dependent=False)
-    return low
 
 
 def _is_host(val) -> bool:
@@ -464,7 +411,7 @@ def graph_compiler(kind: str):
         jax = platform.jax()
         tokens = {i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if n in plan.tokens}
         tensor_pos = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and i not in tokens]
-        example_inputs = _concrete_rng_states(gm, plan, example_inputs)
+        example_inputs = special_nodes.concrete_rng_states(gm, plan, example_inputs)
         specs = [jax.ShapeDtypeStruct(tuple(example_inputs[i].shape), dtypes.to_jax_dtype(example_inputs[i].dtype))
                  for i in tensor_pos]
         if plan.random:
@@ -494,24 +441,12 @@ def graph_compiler(kind: str):
 
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else _scalar_type(v) for v in out_vals]
         run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
-                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens), _output_aliases(gm, out_node, {i for i, _ in plan.writebacks}),
+                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens), graph_outputs.output_aliases(gm, out_node, {i for i, _ in plan.writebacks}),
                       [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"], out_vals)
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
         return run
 
     return compile_graph
-
-
-def _concrete_rng_states(gm, plan, example_inputs):
-    """A backward graph's saved rng states (``run_with_rng_state``) come with a symbolic size (torch
-    describes a CPU generator state); the program takes a key's bytes (``_rng_state``)."""
-    if not plan.rng_states:
-        return example_inputs
-    jax = platform.jax()
-    nbytes = jax.random.key_data(rng.make_key(rng.peek_key_data())).size * 4
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    return [torch.empty(nbytes, dtype=torch.uint8, device="meta") if p in plan.rng_states else x
-            for p, x in zip(placeholders, example_inputs)]
 
 
 _DEVICE_CHECKS: dict = caches.register("compiled graph checks", caches.Bounded(program_cache.max_programs))  # program key -> check messages
@@ -577,61 +512,6 @@ def _scalar_type(v):
     return None
 
 
-def _output_aliases(gm, out_node, written=frozenset()) -> dict:
-    """{output position: (source, position, view)} for the graph outputs that alias an input or another
-    output: the same node returned twice, an input returned unchanged (a forward saving an input for
-    backward, a backward passing a gradient through), or a chain of view ops of either (``alias(exp)``
-    saved for backward beside the result ``exp``; ``w.grad = buf.view(...)`` beside ``buf``). ``source``
-    is "in" or "out", ``view`` the output's fake value (None: the tensor itself). The runner returns such an
-    output as that tensor or a view of it, as eager and torch's own backends give: an in-place change of a
-    result or of a saved input then fails autograd's version check (backward used a stale copy silently),
-    and a write through one alias reaches the other (``w.grad += g`` left ``buf`` at zero). Inputs the
-    graph writes (``written``: their old value may be what is saved) keep a fresh output."""
-    outs = list(out_node.args[0])
-    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
-    first = {}
-    for k, o in enumerate(outs):
-        if isinstance(o, torch.fx.Node):
-            first.setdefault(o, k)
-    found = {}
-    for k, o in enumerate(outs):
-        if not isinstance(o, torch.fx.Node) or not isinstance(o.meta.get("val"), torch.Tensor):
-            continue
-        if first[o] != k:
-            found[k] = ("out", first[o], None)
-            continue
-        if o in placeholders:
-            if placeholders[o] not in written:
-                found[k] = ("in", placeholders[o], None)
-            continue
-        src = o
-        while (src.op == "call_function" and isinstance(src.target, torch._ops.OpOverload) and src.target.is_view
-               and src.args and isinstance(src.args[0], torch.fx.Node)
-               and isinstance(src.args[0].meta.get("val"), torch.Tensor)):
-            src = src.args[0]
-            if src in placeholders:
-                if placeholders[src] not in written:
-                    found[k] = ("in", placeholders[src], o.meta["val"])
-                break
-            if first.get(src, k) < k:
-                found[k] = ("out", first[src], o.meta["val"])
-                break
-    return found
-
-
-def _alias_of(base, base_val, view_val):
-    """``base`` (a runtime tensor) viewed as ``view_val`` (a fake view of ``base_val``), or None when the
-    runtime tensor is not laid out as its fake value (then the output stays a fresh tensor)."""
-    if not isinstance(base, TpuTensor):
-        return None
-    if view_val is None:
-        return base
-    if (base_val is None or tuple(base.shape) != tuple(base_val.shape) or base.stride() != base_val.stride()
-            or base.storage_offset() != base_val.storage_offset() or base.dtype != view_val.dtype):
-        return None
-    return base.as_strided(tuple(view_val.shape), view_val.stride(), view_val.storage_offset())
-
-
 def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
             tokens=frozenset(), aliases=None, in_vals=(), out_vals=()):
     device = None
@@ -687,9 +567,9 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
                 result.append(new_full(o, dt) if lay is None else new_strided(o, lay[0], lay[1], dt))
         for k, (src, i, view) in aliases.items():  # outputs aliasing an input or an earlier output
             if src == "in":
-                alias = _alias_of(inputs[i], in_vals[i], view)
+                alias = graph_outputs.alias_of(inputs[i], in_vals[i], view)
             else:
-                alias = _alias_of(result[i], out_vals[i], view)
+                alias = graph_outputs.alias_of(result[i], out_vals[i], view)
             if alias is not None:
                 result[k] = alias
         return result
