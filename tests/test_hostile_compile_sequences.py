@@ -1036,9 +1036,6 @@ def results(request):
 
 
 XFAIL = {
-    "double_backward": "the second backward through a compiled graph fails with autograd's 'differentiated Tensor "
-                       "... not used in the graph' (the compiled backward's graph hangs off a size-0 CPU leaf, not "
-                       "the input) instead of AOTAutograd's 'does not currently support double backward'",
     "resize_input": "x.resize_(6) on a graph input: AOTAutograd's TpuTensor.__tensor_unflatten__ shape assertion "
                     "(CPU aot_eager resizes and returns)",
 }

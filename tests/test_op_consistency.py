@@ -73,7 +73,7 @@ COMPOSITES = {
 RANDOM = {"bernoulli", "multinomial", "normal", "normal.number_mean", "randn", "randn_like", "rand_like",
           "randint", "randint_like", "nn.functional.dropout"}
 # Uninitialised memory: shape and dtype only.
-UNINITIALISED = {"empty_like", "new_empty", "empty", "empty_strided", "empty_permuted"}
+UNINITIALISED = {"empty_like", "new_empty", "new_empty_strided", "empty", "empty_strided", "empty_permuted"}
 
 # (atol, rtol) overrides: {(name, dtype or None): (atol, rtol)} -- each with its reason.
 TOLERANCES = {}

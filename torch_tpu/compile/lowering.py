@@ -11,6 +11,7 @@ from ..ops import calling, checks, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
+from . import graph_outputs, special_nodes
 
 _counters = counters.counters
 _DECOMPS = None
@@ -84,6 +85,11 @@ class _Plan:
         # ``copy_(input, new value)``): the program returns the new values, the runner writes them into
         # the input tensors (one storage update each instead of an eager ``copy_`` per input)
         self.writebacks: list[tuple[int, torch.fx.Node]] = []  # (placeholder position, copy_ node)
+        # activation checkpointing's recomputed random ops: ``run_and_save_rng_state(op, *args)`` in the
+        # forward returns (its rng state, op's outputs); ``run_with_rng_state(state, op, *args)`` in the
+        # backward replays op with that state. The state is the op's key data (``special_nodes``); its
+        # nodes (torch describes them as CPU tensors) are exempt from the host-tensor check
+        self.rng_states: set = set()
         placeholders = [n for n in self.nodes if n.op == "placeholder"]
         missing = []
         for node in self.nodes:
@@ -101,6 +107,9 @@ class _Plan:
             if func is torch.ops.higher_order.with_effects:
                 self._add_effect(node)
                 continue
+            if func in special_nodes.RNG_HOPS:
+                missing += self._add_rng_hop(node, placeholders)
+                continue
             if not isinstance(func, torch._ops.OpOverload):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unexpected call {func} in the aten graph")
             if func is torch.ops.aten.copy_.default and node.args[0] in placeholders:
@@ -117,13 +126,15 @@ class _Plan:
                 missing.append(str(func))
                 continue
             if low.data_dependent:
+                low = special_nodes.static_variant(node, func, low)
+            if low.data_dependent:
                 raise NotImplementedError(
                     f"torch.compile(backend='tpu'): {func} has a data-dependent output shape and cannot "
                     "be part of a static-shape program; run it eagerly (a graph break) instead")
             self.random |= low.random
             self.lowerings[node] = low
             _check_like_eager(node, func, target)
-        _check_host_tensors(placeholders, self.nodes[-1])
+        _check_host_tensors(placeholders, self.nodes[-1], self.rng_states)
         if missing:
             raise NotImplementedError(
                 "torch.compile(backend='tpu'): no tpu lowering for aten op(s) "
@@ -141,6 +152,20 @@ class _Plan:
         self.effects.add(node)
         if node.args[0].op == "placeholder":  # the effect token: an input without a value (None at run time)
             self.tokens.add(node.args[0])
+
+    def _add_rng_hop(self, node, placeholders) -> list:
+        saving = node.target is special_nodes.RNG_HOPS[0]
+        op = node.args[0] if saving else node.args[1]
+        low = registry.resolve(op)[0] if isinstance(op, torch._ops.OpOverload) else None
+        if low is None:
+            return [f"{node.target}({op})"]
+        self.random |= low.random
+        self.lowerings[node] = low
+        if saving:  # getitem(node, 0): the state
+            self.rng_states.update(u for u in node.users if u.target is operator.getitem and u.args[1] == 0)
+        elif isinstance(node.args[0], torch.fx.Node):
+            self.rng_states.add(node.args[0])
+        return []
 
     def _add_collective(self, node) -> None:
         from ..distributed import compiled
@@ -211,6 +236,9 @@ class _Plan:
                 if collective is not None:
                     env[node] = collective(args, kwargs)
                     continue
+                if node.target in special_nodes.RNG_HOPS:
+                    env[node] = special_nodes.run_hop(self, jax, node, args, kwargs, key, idx, _conform_like)
+                    continue
                 low = self.lowerings[node]
                 first_check = len(found)
                 try:
@@ -230,6 +258,7 @@ class _Plan:
         return result
 
 
+
 def _is_host(val) -> bool:
     """A CPU tensor with elements (0-dim ones are scalars; an empty one is, e.g., an effect token)."""
     return isinstance(val, torch.Tensor) and val.device.type == "cpu" and val.dim() > 0 and val.numel() > 0
@@ -239,12 +268,12 @@ _CPU_INDEX_USERS = {torch.ops.aten.index.Tensor, torch.ops.aten.index_put.defaul
                     torch.ops.aten._unsafe_index.Tensor, torch.ops.aten._unsafe_index_put.default}
 
 
-def _check_host_tensors(placeholders, output) -> None:
+def _check_host_tensors(placeholders, output, rng_states=frozenset()) -> None:
     """CPU tensors may enter the program only to be moved to the device (a CPU mask captured by a
     compiled function and moved with ``.to(x.device)``: the runner uploads it with the call); CPU
     computation inside the graph, or a CPU result, would run on the device and come back on it."""
     for i, p in enumerate(placeholders):
-        if not _is_host(p.meta.get("val")):
+        if p in rng_states or not _is_host(p.meta.get("val")):
             continue
         for user in p.users:
             if user.target in _CPU_INDEX_USERS and p is not user.args[0] and p not in user.args[2:]:
@@ -257,7 +286,7 @@ def _check_host_tensors(placeholders, output) -> None:
                     "module) to 'tpu' first, or compute it outside the compiled function")
     for node in torch.utils._pytree.tree_leaves(output.args):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else node
-        if _is_host(val) and not _read_back(node):
+        if node not in rng_states and _is_host(val) and not _read_back(node):
             raise RuntimeError(f"torch.compile(backend='tpu'): the graph returns a cpu tensor "
                                f"{tuple(val.shape)} computed inside it; compute it outside the compiled function")
 
@@ -388,6 +417,7 @@ def graph_compiler(kind: str):
         jax = platform.jax()
         tokens = {i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if n in plan.tokens}
         tensor_pos = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and i not in tokens]
+        example_inputs = special_nodes.concrete_rng_states(gm, plan, example_inputs)
         specs = [jax.ShapeDtypeStruct(tuple(example_inputs[i].shape), dtypes.to_jax_dtype(example_inputs[i].dtype))
                  for i in tensor_pos]
         if plan.random:
@@ -417,7 +447,8 @@ def graph_compiler(kind: str):
 
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else _scalar_type(v) for v in out_vals]
         run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
-                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens))
+                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens), graph_outputs.output_aliases(gm, out_node, {i for i, _ in plan.writebacks}),
+                      [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"], out_vals)
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
         return run
 
@@ -488,8 +519,10 @@ def _scalar_type(v):
 
 
 def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
-            tokens=frozenset()):
+            tokens=frozenset(), aliases=None, in_vals=(), out_vals=()):
     device = None
+    aliases = aliases or {}
+    in_aliased = sorted({i for src, i, _ in aliases.values() if src == "in"})
 
     @platform.with_x64
     def run(args):
@@ -512,6 +545,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
                 if device is None:
                     device = platform.jax_device()
                 arrays.append(dtypes.host_to_device(x.detach(), device))
+        inputs = {i: args[i] for i in in_aliased}
         args.clear()  # boxed convention: let inputs die early
         if random:
             arrays.append(rng.next_key_data())
@@ -530,13 +564,20 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
                 else:  # a host tensor input
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []
-        for o, dt, lay in zip(outs, out_dtypes, layouts or [None] * len(out_dtypes)):
+        for k, (o, dt, lay) in enumerate(zip(outs, out_dtypes, layouts or [None] * len(out_dtypes))):
             if dt in (bool, int, float):  # a Python number the graph returns (x.shape[0] * 3)
                 result.append(o if o is None or type(o) is dt else dt(o))
             elif dt is None or o is None:
                 result.append(o)
             else:
                 result.append(new_full(o, dt) if lay is None else new_strided(o, lay[0], lay[1], dt))
+        for k, (src, i, view) in aliases.items():  # outputs aliasing an input or an earlier output
+            if src == "in":
+                alias = graph_outputs.alias_of(inputs[i], in_vals[i], view)
+            else:
+                alias = graph_outputs.alias_of(result[i], out_vals[i], view)
+            if alias is not None:
+                result[k] = alias
         return result
 
     return run

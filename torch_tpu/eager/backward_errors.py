@@ -199,7 +199,52 @@ def install() -> None:
             cls.__torch_dispatch__ = _guard_dispatch(raw)
 
     mode_cls.__init_subclass__ = classmethod(guarded_init_subclass)
+    _guard_fake_mode()
     _INSTALLED.append(True)
+
+
+def _guard_fake_mode() -> None:
+    """AOTAutograd traces a compiled graph's backward with fake tpu tensors through autograd's engine, on
+    the tpu device thread: a fake kernel's error there (``_unique`` in index_fill's backward: a
+    data-dependent shape) aborted the process. Such an error is queued for the end of the traced backward
+    (so it leaves ``autograd.grad`` inside AOTAutograd, and torch.compile falls back as on the CPU) and the
+    op gets fake placeholders of its meta shapes (empty tensors where none can be computed)."""
+    from torch._subclasses import fake_tensor
+
+    cls = fake_tensor.FakeTensorMode
+    raw = cls.__dict__["__torch_dispatch__"]
+    if getattr(raw, "_tpu_guarded", False):
+        return
+
+    @functools.wraps(raw)
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        try:
+            return raw(self, func, types, args, kwargs)
+        except BaseException as exc:
+            if not (in_backward() and isinstance(func, torch._ops.OpOverload)
+                    and (_has_tpu_tensor(args) or _has_tpu_tensor(kwargs or {}))):
+                raise
+            try:
+                meta_out = func(*to_meta(list(args)), **{k: to_meta(v) for k, v in (kwargs or {}).items()})
+            except Exception:  # noqa: BLE001 - data-dependent or no meta kernel: empty stand-ins
+                meta_out = _schema_stand_ins(func)
+                if meta_out is None:
+                    raise exc from None
+            _queue(exc)
+            return _fake_placeholders(self, meta_out)
+
+    __torch_dispatch__._tpu_guarded = True
+    cls.__torch_dispatch__ = __torch_dispatch__
+
+
+def _fake_placeholders(mode, x):
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(x, torch.Tensor):
+        return FakeTensor(mode, torch.empty(tuple(x.shape), dtype=x.dtype, device="meta"), torch.device("tpu", 0))
+    if type(x) in (list, tuple):
+        return type(x)(_fake_placeholders(mode, e) for e in x)
+    return x
 
 
 def _guard_dispatch(raw):

@@ -97,6 +97,19 @@ def empty_permuted(size, physical_layout, dtype=None, layout=None, device=None, 
     return jnp.zeros(tuple(size), jdtype(dtype) or jnp.float32)
 
 
+# The same in compiled backward graphs: CopySlices' backward allocates its result with
+# ``new_empty_strided`` (then fills it), ``sgn``/``angle``'s backward gives a known zero as
+# ``_efficientzerotensor`` (eager allocates both through its storage and factory kernels).
+@register(aten.new_empty_strided.default)
+def new_empty_strided(x, size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), jdtype(dtype) or x.dtype)
+
+
+@register(aten._efficientzerotensor.default)
+def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(tuple(size), jdtype(dtype) or jnp.float32)
+
+
 @register(aten.kaiser_window)
 def kaiser_window(window_length, periodic=True, beta=12.0, dtype=None, layout=None, device=None, pin_memory=None):
     import jax.scipy.special

@@ -226,6 +226,18 @@ def masked_scatter(x, mask, source):
     return jnp.where(flat_mask, vals.astype(x.dtype), x.reshape(-1)).reshape(x.shape)
 
 
+@register(aten.masked_scatter_backward.default)
+def masked_scatter_backward(grad, mask, sizes):
+    # torch: grad.masked_select(mask), zero-padded to prod(sizes), viewed as sizes (the gradient of
+    # masked_scatter's source: the selected elements in order, then zeros); a static shape
+    grad, mask = jnp.broadcast_arrays(grad, mask)
+    flat_mask = mask.reshape(-1)
+    n = int(np.prod(sizes)) if len(sizes) else 1
+    pos = jnp.cumsum(flat_mask.astype(jnp.int64)) - 1
+    out = jnp.zeros((n,), grad.dtype).at[jnp.where(flat_mask, pos, n)].set(grad.reshape(-1), mode="drop")
+    return out.reshape(tuple(sizes))
+
+
 @register(aten.take.default)
 def take(x, index):
     require(index_in_range(index, x.size, True), f"out of range: an index addresses none of the {x.size} elements")
@@ -346,4 +358,15 @@ def repeat_interleave_tensor(repeats, output_size=None):
     r = np.asarray(repeats)
     if r.size and r.min() < 0:
         raise RuntimeError("repeats can not be negative")
+    if output_size is not None and int(r.sum()) != output_size:  # CPU torch refuses (it returned r.sum())
+        raise RuntimeError(f"repeat_interleave: allocated size does not match required size (output_size="
+                           f"{output_size}, repeats sum to {int(r.sum())})")
     return jnp.asarray(np.repeat(np.arange(r.shape[0]), r).astype(np.int64))
+
+
+def repeat_interleave_tensor_sized(repeats, output_size=None):
+    """``repeat_interleave(repeats, output_size=n)`` in a static-shape program (compiled graphs: the
+    output length is given, so the shape is not data-dependent); CPU torch refuses a wrong size."""
+    require(jnp.all(repeats >= 0), "repeats can not be negative")
+    require(jnp.sum(repeats) == output_size, "repeat_interleave: allocated size does not match required size")
+    return jnp.repeat(jnp.arange(repeats.shape[0], dtype=jnp.int64), repeats, total_repeat_length=output_size)
