@@ -517,6 +517,13 @@ def _interrupt_storm():
                             acc.cpu()
                 except KeyboardInterrupt:
                     interrupts += 1
+                except SystemError as exc:
+                    # the signal landed inside a C extension's callback (numpy asking JAX's scalar type
+                    # for its dtype): CPython reports "returned a result with an exception set", chained
+                    # to the KeyboardInterrupt; the values must hold all the same
+                    if not isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+                        raise
+                    interrupts += 1
                 finally:
                     signal.setitimer(signal.ITIMER_REAL, 0)
                 v = acc.cpu()[0].item()

@@ -113,3 +113,18 @@ def test_save_pretrained_from_device_and_reload(tmp_path):
     expected = vae.state_dict()
     for name, value in AutoencoderKL.from_pretrained(tmp_path / "vae", torch_dtype=torch.bfloat16).state_dict().items():
         assert value.dtype == torch.bfloat16 and torch.equal(value, expected[name].cpu()), name
+
+
+def test_set_to_a_tpu_storage_under_a_default_device_mode():
+    """``torch.set_default_device("cpu")`` leaves a torch-function mode active; ``set_`` of a tpu storage
+    then sent its internal meta call back through dispatch and failed ("storage on different device
+    tpu:0")."""
+    torch.set_default_device("cpu")
+    try:
+        x = torch.arange(12, dtype=torch.float32).to("tpu")
+        y = torch.empty(0, device="tpu").set_(x.untyped_storage())
+        z = torch.empty(0, device="tpu").set_(x[2:])
+        y[0] = -1.0
+        assert x.cpu()[0].item() == -1.0 and z.shape == (10,) and z.cpu()[0].item() == 2.0
+    finally:
+        torch.set_default_device(None)

@@ -230,16 +230,26 @@ def _fold_view(func, x, sig, arrays):
         arrays.append(np.int64(x.storage_offset()))
 
 
+def _stride_order(shape, stride):
+    """The dims of extent > 1 from the largest stride to the smallest, or None in natural order."""
+    real = [k for k, n in enumerate(shape) if n != 1]
+    order = sorted(real, key=lambda k: -stride[k])
+    return None if order == real else tuple(order)
+
+
 def _walk(func, x, sig, arrays, allow_cpu):
     if isinstance(x, TpuTensor):
         if x._tpu_full:
             sig.append((x.shape, x.dtype))
             arrays.append(_storage_array(x._tpu_storage))
         elif _has_read_value(x):  # a view whose value was read already (and is still current): that value
-            # its strides set the result's layout (torch's meta kernel keeps a permuted input's order), so
-            # a non-contiguous one must not share the key of a contiguous tensor of its shape: either
-            # entry, built first, gave the other its layout (c.exp() came back permuted, .view(-1) failed)
-            sig.append((x.shape, x.dtype) if x.is_contiguous() else (x.shape, x.dtype, x.stride()))
+            # the order of its strides sets the result's layout (torch's meta kernels keep a permuted
+            # input's order), so a permuted one must not share the key of a contiguous tensor of its shape:
+            # either entry, built first, gave the other its layout (c.exp() came back permuted and
+            # .view(-1) failed). A slice in natural order (gaps only) lays results out contiguously.
+            order = _stride_order(x.shape, x.stride())
+            sig.append((x.shape, x.dtype) if order is None else
+                       (x.shape, x.dtype, order, strided.memory_order(tuple(x.shape), x.stride()) is not None))
             arr = x._tpu_cache
             if type(arr) is LazyArray:
                 arr = x._tpu_cache = launchers.current.take(arr)

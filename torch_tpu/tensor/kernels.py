@@ -185,7 +185,10 @@ def _set_sizes(dst: TpuTensor, offset: int, size, stride, source=None) -> None:
     one whose byte count that kernel just records. With ``source`` (a tpu tensor) the wrapper also takes
     the source's torch-level storage, as ``set_(tensor)`` does on CPU."""
     holder = torch._C.TensorBase.untyped_storage(dst if source is None else source)
-    aten.set_.source_Storage_storage_offset._op_dk(_META, dst, holder, offset, size, stride)
+    # (a torch-function mode, such as the one set_default_device leaves active, must not send this
+    # internal call back through dispatch: it reached this kernel with the wrapper's own storage)
+    with torch._C.DisableTorchFunction():
+        aten.set_.source_Storage_storage_offset._op_dk(_META, dst, holder, offset, size, stride)
 
 
 def _retarget(dst: TpuTensor, storage: TpuStorage) -> TpuTensor:
