@@ -20,7 +20,7 @@ import torch
 import torch_tpu
 from torch_tpu.errors import DeviceAssertError
 
-SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_SEEDS", "400")))
+SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_SEEDS", "200")))
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.complex64]
 NUMBERS = [0, 1, -1, 2, 7, True, False, 0.0, -0.0, 1.0, 2.5, -3.5, 1e10, float("inf"), float("nan"), 1 + 0j,

@@ -14,7 +14,7 @@ import torch
 
 import torch_tpu
 
-SEEDS = range(int(__import__("os").environ.get("TORCH_TPU_FUZZ_SEEDS", "80")))
+SEEDS = range(int(__import__("os").environ.get("TORCH_TPU_FUZZ_SEEDS", "50")))
 
 # each entry: (name, function of (tensor, rng) -> tensor); names make failures readable
 VIEWS = [

@@ -67,11 +67,11 @@ BUGS_COMPILED = ["masked_scatter", "sgn", "angle"]
 # repeat_interleave with output_size was refused as data-dependent
 BUGS_COMPILED_LAST = ["index_fill", "repeat_interleave"]
 # a spread of families: elementwise, reductions with ties, scans, scatters, views, norms, pools, sorts
-COMPILED_SUBSET = ["add", "matmul", "cumsum", "cumprod", "index_put", "scatter_reduce.prod", "native_layer_norm",
-                   "nn.functional.max_pool2d", "sort", "where", "logsumexp", "as_strided_scatter",
-                   "diagonal_scatter", "unfold_copy", "std_mean", "gather", "amax", "kthvalue"]
-FUSED_SUBSET = ["index_put", "scatter_reduce.amax", "cummax", "topk", "as_strided_scatter", "masked_scatter",
-                "native_group_norm", "kthvalue", "unfold_copy", "slice_scatter", "prod", "repeat_interleave"]
+# (the whole sweep passes; the suite keeps a few per family for its time on 2 cores)
+COMPILED_SUBSET = ["add", "cumprod", "index_put", "scatter_reduce.prod", "native_layer_norm",
+                   "nn.functional.max_pool2d", "sort", "as_strided_scatter", "std_mean", "kthvalue"]
+FUSED_SUBSET = ["index_put", "scatter_reduce.amax", "cummax", "as_strided_scatter", "masked_scatter",
+                "native_group_norm", "slice_scatter", "repeat_interleave"]
 
 
 def _opinfo_case(name, mode, sample=0):
@@ -93,23 +93,7 @@ def _opinfo_case(name, mode, sample=0):
 
 
 def _compiled_opinfo(HB, name, index=0):
-    op = HB._opinfos()[name]
-    sample = list(op.sample_inputs("cpu", torch.float32, requires_grad=True))[index]
-    tensors = []
-
-    def lift(x):
-        if isinstance(x, torch.Tensor):
-            tensors.append(x)
-            return ("__T", len(tensors) - 1)
-        return x
-
-    spec = pytree.tree_map(lift, (sample.input, sample.args, sample.kwargs))
-    is_t = lambda x: isinstance(x, tuple) and len(x) == 2 and x[0] == "__T"  # noqa: E731
-
-    def call(*ts):
-        inp, args, kwargs = pytree.tree_map(lambda x: ts[x[1]] if is_t(x) else x, spec, is_leaf=is_t)
-        return op.op(inp, *args, **kwargs)
-
+    call, tensors = HB.opinfo_call(name, index)
     return HB._fwd_bwd(_compiled_on_tpu(call)), tensors
 
 

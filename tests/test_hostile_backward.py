@@ -87,9 +87,11 @@ def _opinfo_names():
     return OPINFO_NAMES
 
 
-def _opinfo_case(name):
+def opinfo_call(name, index=0):
+    """(the OpInfo sample's op as a function of its tensors, those tensors): sample ``index``'s tensors
+    become positional arguments, everything else stays as the sample gives it."""
     op = _opinfos()[name]
-    sample = next(iter(op.sample_inputs("cpu", torch.float32, requires_grad=True)))
+    sample = list(op.sample_inputs("cpu", torch.float32, requires_grad=True))[index]
     tensors = []
 
     def lift(x):
@@ -99,16 +101,17 @@ def _opinfo_case(name):
         return x
 
     spec = pytree.tree_map(lift, (sample.input, sample.args, sample.kwargs))
+    is_t = lambda x: isinstance(x, tuple) and len(x) == 2 and x[0] == "__T"  # noqa: E731
 
     def call(*ts):
-        def drop(x):
-            if isinstance(x, tuple) and len(x) == 2 and x[0] == "__T":
-                return ts[x[1]]
-            return x
-        inp, args, kwargs = pytree.tree_map(drop, spec, is_leaf=lambda x: isinstance(x, tuple) and len(x) == 2
-                                            and x[0] == "__T")
+        inp, args, kwargs = pytree.tree_map(lambda x: ts[x[1]] if is_t(x) else x, spec, is_leaf=is_t)
         return op.op(inp, *args, **kwargs)
 
+    return call, tensors
+
+
+def _opinfo_case(name):
+    call, tensors = opinfo_call(name)
     return _fwd_bwd(call), tensors
 
 
