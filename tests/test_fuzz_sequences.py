@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import torch_tpu
+from torch_tpu.engine import fused
 
 SEEDS = range(int(__import__("os").environ.get("TORCH_TPU_FUZZ_SEEDS", "50")))
 
@@ -91,6 +92,10 @@ def program(seed: int, device: str, log: list | None = None):
                 name = "read"
                 if t.dtype == torch.float32:
                     t.cpu()  # a value read in the middle (kept by the view, reused by the next op)
+            elif k < 0.68:
+                name = "flush"  # fused eager: the graph so far ends (and may wait for its program)
+                if device == "tpu":
+                    fused.flush()
             else:
                 name, f = r.choice(OPS)
                 if t.dtype == torch.int32:
@@ -124,10 +129,14 @@ def _compare(seed, a, b):
                                    msg=lambda m: f"seed {seed}, result {i}: {m}")
 
 
-@pytest.mark.parametrize("mode", ["strict", "fused"])
-def test_random_sequences_match_cpu(mode):
-    ctx = (torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE) if mode == "fused"
-           else torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_NEVER))
+@pytest.mark.parametrize("mode", ["strict", "fused", "fused-background-compile"])
+def test_random_sequences_match_cpu(mode, monkeypatch):
+    if mode == "fused-background-compile":  # every graph compiles on a compile thread and waits for it
+        monkeypatch.setenv("TORCH_TPU_COMPILE_THREADS", "2")
+        monkeypatch.setenv("TORCH_TPU_CACHE_DIR", "")
+        torch_tpu.reset_caches()
+    ctx = (torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_NEVER) if mode == "strict"
+           else torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE))
     with ctx:
         for seed in SEEDS:
             expected = program(seed, "cpu")

@@ -103,6 +103,9 @@ VARIABLES = (
     Variable("TORCH_TPU_FUSED_DONATE_INPLACE", "fused_donate_inplace", _flag, False,
              "fused graphs reuse the buffers of values replaced in place (less memory; a graph that fails "
              "while running then loses those values instead of undoing the writes)"),
+    Variable("TORCH_TPU_COMPILE_THREADS", "compile_threads", _int_at_least(0), None,
+             "threads that compile fused graphs in the background while the program goes on recording "
+             "(default: one per core, at most 4); 0: compile on the calling thread"),
     Variable("TORCH_TPU_MAX_CACHED_PROGRAMS", "max_cached_programs", _int_at_least(16), 4096,
              "in-memory program and op-entry caches forget their oldest quarter beyond this many"),
     Variable("TORCH_TPU_CHECKS", "checks", _flag, True,
@@ -139,6 +142,7 @@ class Settings:
     defer_and_fuse: bool
     fused_max_nodes: int
     fused_donate_inplace: bool
+    compile_threads: int | None
     max_cached_programs: int
     checks: bool
     cpu_fallback: bool

@@ -18,6 +18,8 @@ block boundaries long before).
 """
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import os
 import sys
 import threading
@@ -28,14 +30,11 @@ import numpy as np
 from .. import config
 from ..runtime import caches, counters, platform, program_cache, spmd, stable_keys
 from . import recovery
+from .graph_sets import donation_for as _donation_for, outputs_for as _outputs_for
 from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
 
 _counters = counters.counters
 _AVALS: dict = caches.register("fused output avals", caches.Bounded(program_cache.max_programs))
-# graph key less its outputs -> the outputs its program returns (see _outputs_for)
-_OUTPUT_SETS: dict = caches.register("fused output sets", caches.Bounded(program_cache.max_programs))
-# graph key less its donation and outputs -> the inputs its program donates (see _donation_for)
-_DONATIONS: dict = caches.register("fused donation sets", caches.Bounded(program_cache.max_programs))
 # A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
 stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(node[0]) for node in key[1]))
 
@@ -43,7 +42,7 @@ stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(n
 class LazyArray:
     """A deferred device value: the j-th output of a recorded node (or, after a flush, a concrete array)."""
 
-    __slots__ = ("shape", "dtype", "node", "out", "concrete", "error", "__weakref__")
+    __slots__ = ("shape", "dtype", "node", "out", "concrete", "error", "launch", "__weakref__")
 
     def __init__(self, shape, dtype, node, out):
         self.shape = tuple(shape)
@@ -52,6 +51,7 @@ class LazyArray:
         self.out = out
         self.concrete = None
         self.error = None  # set when the graph that computes it failed (see recovery.py)
+        self.launch = None  # the _Launch of its flushed graph while that graph's program compiles
 
     @property
     def ndim(self):
@@ -161,6 +161,8 @@ def _input_signature(a):
     """An input's part of a graph key: shape and dtype; a Python number (weakly typed) by its type."""
     if type(a) in _PY_NUMBERS:
         return type(a)
+    if type(a) is LazyArray:  # a value of a graph waiting to launch: keyed as its array will be
+        return (a.shape, str(np.dtype(a.dtype)))
     return (np.shape(a), str(_dtype_of(a)))
 
 
@@ -223,6 +225,10 @@ def _record(key, fn, args, avals, what):
                 refs.append(_input_ref(g, a.concrete))
             elif a.node is not None and a.node < len(g.nodes) and _owner(g, a):
                 refs.append(("n", a.node, a.out))
+            elif a.launch is not None and a.error is None:
+                # computed by a flushed graph whose program is still compiling: an input of this graph
+                # (read when this one launches), so recording goes on without waiting for the compiler
+                refs.append(_input_ref(g, a))
             else:  # a value from an abandoned graph: materialise it first
                 refs.append(_input_ref(g, materialize(a)))
         else:
@@ -250,8 +256,10 @@ def materialize(a):
     if type(a) is not LazyArray:
         return a
     if a.concrete is None:
-        if a.error is None:
+        if a.launch is None and a.error is None:
             flush()
+        if a.launch is not None:  # its graph waits for its program (or for earlier graphs)
+            a.launch.complete()
         if a.error is not None:
             raise a.error
         if a.concrete is None:
@@ -267,9 +275,25 @@ def note_write(storage, old, new: LazyArray) -> None:
 
 
 def flush() -> None:
-    """Compile (or reuse) and run the pending graph; fill in every live lazy array."""
+    """Compile (or reuse) and run the pending graph; fill in every live lazy array. A graph whose
+    program must be compiled is handed to a compile thread and runs once that is done (see _Launch):
+    its values are filled in then, or when one of them is needed."""
     with _STATE.lock, platform.X64():  # JAX's 64-bit mode for this thread (platform.X64)
         _flush()
+        _launch_ready()
+
+
+def finish() -> None:
+    """``flush()``, then run every graph still waiting for its program (sync, a mode change)."""
+    with _STATE.lock, platform.X64():
+        _flush()
+        while _LAUNCHES:
+            _LAUNCHES[0].complete()
+
+
+def waiting_graphs() -> int:
+    """Flushed graphs waiting for their programs to compile (for tests and debugging)."""
+    return len(_LAUNCHES)
 
 
 def _flush() -> None:
@@ -298,6 +322,10 @@ def _run(g: _Graph) -> None:
     _STATE.last_flush = (len(g.nodes), len(live))
     if not live:
         return
+    if g.mesh is not None:  # an SPMD program over several processes: no background compile
+        while _LAUNCHES:
+            _LAUNCHES[0].complete()
+        g.inputs = [materialize(a) for a in g.inputs]
     inputs = g.inputs
     in_sig = tuple(_input_signature(a) for a in inputs)
     # the outputs' shapes too: an op key does not say whether its result comes in torch's layout or as
@@ -307,7 +335,7 @@ def _run(g: _Graph) -> None:
     donate = _donation_for(("fused", structure, in_sig, g.mesh),
                            _donatable(inputs, [la for _, _, la in live], g.writes))
     for i in donate:
-        _counters["donated_bytes"] += inputs[i].nbytes
+        _counters["donated_bytes"] += _nbytes(inputs[i])
     out_sig = _outputs_for(("fused", structure, in_sig, donate, g.mesh), live_sig)
     key = ("fused", structure, in_sig, out_sig, donate, g.mesh)
     nodes = g.nodes
@@ -322,36 +350,124 @@ def _run(g: _Graph) -> None:
         return tuple(env[i][j] for i, j in out_sig)
 
     graph_fn.__name__ = graph_fn.__qualname__ = _graph_name()  # in traces and the compile log
+    launch = _Launch(key, inputs, live, out_sig, live_sig, nodes, g.writes, donate, g.mesh)
     prog = program_cache.lookup(key)
+    if prog is None and g.mesh is None:
+        prog = program_cache.in_flight(key)  # the same graph flushed before, still compiling
     try:
         if prog is None:
             if g.mesh is None:
                 # its ops' device-side checks are known to their entries (recorded with them), so
                 # the graph has none of its own to learn: found by key even when it holds some
-                prog = program_cache.compile_program(key, graph_fn, tuple(inputs), donate=donate, checks=[])
+                prog = program_cache.compile_program(key, graph_fn, tuple(_example(a) for a in inputs),
+                                                     donate=donate, checks=[], background=True)
             else:
                 prog = spmd.compile_program(key, graph_fn, tuple(inputs), g.mesh, donate=donate,
                                             out_ndims=[len(la.shape) for _, _, la in live],
                                             what=_collectives_of(nodes))
-            _check_program_shapes(prog, key, donate, out_sig, live)
-        results = prog(*inputs)
-        program_cache.note_launch(results)
-        _counters["executions"] += 1
-    except Exception as exc:
-        if g.mesh is not None:  # collectives: no op-by-op replay; the SPMD runner named them
-            for _, _, la in live:
-                la.error = exc
-                la.node = None
-            raise
-        error = recovery.replay(nodes, inputs, live, g.writes, exc)
-        if error is not None:
-            raise error from exc
+    except Exception as exc:  # tracing or lowering failed: the graph runs op by op (the error goes there)
+        launch.prog = exc
+    else:
+        launch.prog = prog
+    if _LAUNCHES or type(launch.prog) is concurrent.futures.Future \
+            or any(type(a) is LazyArray for a in inputs):
+        # its program is compiling, or an earlier graph's is (its values may be inputs here, and graphs
+        # launch in the order they were recorded): it waits in line; recording goes on meanwhile
+        for _, _, la in live:
+            la.node = None
+            la.launch = launch
+        _LAUNCHES.append(launch)
         return
-    try:
-        _fill(live, results, out_sig, live_sig)
-    except BaseException:  # interrupted while filling in: finish (the inputs may be donated, gone)
-        _fill(live, results, out_sig, live_sig)
-        raise
+    launch.execute()
+
+
+_LAUNCHES: "collections.deque" = collections.deque()  # flushed graphs waiting to launch, in record order
+
+
+def _launch_ready() -> None:
+    """Launch the waiting graphs at the head of the line whose programs are compiled (never waits)."""
+    while _LAUNCHES and _LAUNCHES[0].ready():
+        _LAUNCHES[0].complete()
+
+
+def _example(a):
+    """What compiling needs of an input: its shape and dtype (a value still being computed has no
+    array yet; and the compile thread must not hold input buffers: it would keep them from donation)."""
+    if type(a) in _PY_NUMBERS:
+        return a
+    jax = platform.jax()
+    sharding = getattr(a, "sharding", None) if type(a) is not LazyArray else None
+    return jax.ShapeDtypeStruct(tuple(a.shape), _dtype_of(a), sharding=sharding)
+
+
+def _nbytes(a) -> int:
+    n = np.dtype(a.dtype).itemsize
+    for d in a.shape:
+        n *= d
+    return n
+
+
+class _Launch:
+    """A flushed graph: its program (or the Future of one compiling, or the error tracing it raised),
+    inputs (arrays, numbers, values of earlier graphs) and the values it fills in."""
+
+    __slots__ = ("key", "prog", "inputs", "live", "out_sig", "live_sig", "nodes", "writes", "donate",
+                 "mesh", "done")
+
+    def __init__(self, key, inputs, live, out_sig, live_sig, nodes, writes, donate, mesh):
+        self.key, self.inputs, self.live, self.out_sig, self.live_sig = key, inputs, live, out_sig, live_sig
+        self.nodes, self.writes, self.donate, self.mesh = nodes, writes, donate, mesh
+        self.prog = None
+        self.done = False
+
+    def ready(self) -> bool:
+        return type(self.prog) is not concurrent.futures.Future or self.prog.done()
+
+    def complete(self) -> None:
+        """Launch this graph, after every graph recorded before it (waits for its program)."""
+        with _STATE.lock, platform.X64():
+            while not self.done:
+                if not _LAUNCHES:
+                    raise RuntimeError("tpu fused eager: a graph waiting to launch was lost (internal error)")
+                head = _LAUNCHES[0]
+                if type(head.prog) is concurrent.futures.Future:
+                    head.prog.exception()  # wait here, where an interrupt leaves it in line
+                _LAUNCHES.popleft()
+                head.execute()
+
+    def execute(self) -> None:
+        self.done = True
+        live = self.live
+        try:
+            inputs = [materialize(a) if type(a) is LazyArray else a for a in self.inputs]
+        except Exception as exc:  # an earlier graph computing an input failed
+            recovery.fail(live, self.writes, exc, self.nodes)
+            return
+        prog = self.prog
+        try:
+            if type(prog) is concurrent.futures.Future:
+                prog = program_cache.adopt(self.key, prog)
+            elif isinstance(prog, Exception):
+                raise prog
+            _check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
+            results = prog(*inputs)
+            program_cache.note_launch(results)
+            _counters["executions"] += 1
+        except Exception as exc:
+            if self.mesh is not None:  # collectives: no op-by-op replay; the SPMD runner named them
+                for _, _, la in live:
+                    la.error = exc
+                    la.node = la.launch = None
+                raise
+            error = recovery.replay(self.nodes, inputs, live, self.writes, exc)
+            if error is not None:
+                raise error from exc
+            return
+        try:
+            _fill(live, results, self.out_sig, self.live_sig)
+        except BaseException:  # interrupted while filling in: finish (the inputs may be donated, gone)
+            _fill(live, results, self.out_sig, self.live_sig)
+            raise
 
 
 def _check_program_shapes(prog, key, donate, out_sig, live) -> None:
@@ -378,41 +494,7 @@ def _fill(live, results, out_sig, live_sig) -> None:
         results = [results[position[o]] for o in live_sig]
     for (_, _, la), arr in zip(live, results):
         la.concrete = arr
-        la.node = None
-
-
-def _outputs_for(base, live_sig: tuple) -> tuple:
-    """The outputs the program of graph ``base`` (its key less the outputs) returns: which values are
-    still referenced when a graph ends changes between otherwise identical steps (a loss kept in a list
-    during warm-up, dropped later), so a program returning a superset of the live values is reused (the
-    others are dropped), and a new live value makes one program returning the union of both."""
-    known = _OUTPUT_SETS.get(base)
-    if known is None or known == live_sig:
-        out = live_sig
-    elif set(live_sig) <= set(known):
-        out = known
-    else:
-        out = tuple(sorted(set(known) | set(live_sig)))
-    _OUTPUT_SETS[base] = out
-    return out
-
-
-def _donation_for(base, donatable: tuple) -> tuple:
-    """The inputs the program of graph ``base`` (its key less donation and outputs) donates: which
-    buffers are free to reuse changes between otherwise identical steps (the first denoising step's
-    latents are still referenced when its scheduler update runs, the next steps' are not), and a program
-    per donation set would compile the same graph again. A program donating a subset of what may be
-    donated now is reused (the others are simply not donated); else the graph donates what both allow,
-    so the set only shrinks and a graph compiles at most a few times."""
-    known = _DONATIONS.get(base)
-    if known is None:
-        out = donatable
-    elif set(known) <= set(donatable):
-        out = known
-    else:
-        out = tuple(i for i in known if i in donatable)
-    _DONATIONS[base] = out
-    return out
+        la.node = la.launch = None
 
 
 def _collectives_of(nodes) -> str:
@@ -427,8 +509,8 @@ def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
     jax = platform.jax()
     held = {}  # references the graph's undo records hold (the value a failed write is undone to)
     for _, old, _ in writes:
-        if type(old) is LazyArray:  # a value of an earlier graph: its array is referenced through it
-            old = old.concrete
+        if type(old) is LazyArray and old.concrete is not None:  # a value of an earlier graph
+            old = old.concrete  # (its array is referenced through it)
         held[id(old)] = held.get(id(old), 0) + 1
     if not config.settings().fused_donate_inplace:
         held = {k: None for k in held}  # not safe to lose: never donated
@@ -438,12 +520,21 @@ def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
         wanted[k] = wanted.get(k, 0) + 1
     donate = []
     for i in range(len(inputs)):
-        # two references: the graph's input list and getrefcount's own argument
-        extra = held.get(id(inputs[i]), 0)
-        if extra is not None and inputs[i] is program_cache.last_launched():
+        a = inputs[i]
+        # three references: the graph's input list, ``a`` and getrefcount's own argument
+        extra = held.get(id(a), 0)
+        if extra is None:
+            continue
+        if type(a) is LazyArray:  # a value of a graph still waiting to launch
+            if a.launch is None or a.error is not None:
+                continue
+            extra += 1  # the reference its graph's launch keeps (to fill it in)
+        elif not isinstance(a, jax.Array):
+            continue
+        elif a is program_cache.last_launched():
             extra += 1  # the reference sync keeps to the last launched program's output
-        if extra is not None and isinstance(inputs[i], jax.Array) and sys.getrefcount(inputs[i]) == 2 + extra:
-            k = (tuple(inputs[i].shape), np.dtype(inputs[i].dtype))
+        if sys.getrefcount(a) == 3 + extra:
+            k = (tuple(a.shape), np.dtype(a.dtype))
             if wanted.get(k, 0) > 0:
                 wanted[k] -= 1
                 donate.append(i)

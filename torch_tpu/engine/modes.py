@@ -52,7 +52,7 @@ def set_mode(mode) -> None:
     if launchers.current is launchers.FORKED:
         raise platform.fork_error()
     if _mode is EagerMode.DEFER_AND_FUSE and mode is not EagerMode.DEFER_AND_FUSE:
-        fused.flush()  # pending work runs before the mode changes
+        fused.finish()  # pending work runs before the mode changes
         module_graphs.remove_module_hooks()
     _mode = mode
     launchers.current = _LAUNCHERS[mode]

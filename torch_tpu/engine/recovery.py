@@ -73,14 +73,31 @@ def replay(nodes, inputs, live, writes, exc) -> RuntimeError | None:
             la.error = out
         else:
             la.concrete = out[j]
-        la.node = None
+        la.node = la.launch = None
     if failed is not None:
-        for storage_ref, old, new in reversed(writes):
-            storage = storage_ref()
-            if storage is not None and storage.array is new and new.error is not None:
-                storage.set(old)  # the tensor holds its value from before the failing op
+        _undo(writes)
     else:
         counters.counters["fused_graph_replays"] += 1
         warnings.warn(f"tpu fused eager: a graph of {len(nodes)} ops failed as a whole ({exc}); it ran op "
                       "by op instead", RuntimeWarning, stacklevel=4)
     return failed
+
+
+def _undo(writes) -> None:
+    for storage_ref, old, new in reversed(writes):
+        storage = storage_ref()
+        if storage is not None and storage.array is new and new.error is not None:
+            storage.set(old)  # the tensor holds its value from before the failing op
+
+
+def fail(live, writes, cause: BaseException, nodes) -> None:
+    """A graph whose input an earlier graph failed to compute (it launched later, see fused._Launch):
+    every value it computes fails with that cause, and its writes are undone."""
+    op, where = nodes[0].where if nodes else ("?", "?")
+    error = FusedGraphError(f"tpu fused eager: the graph of {len(nodes)} ops from {op} (created at {where}) "
+                            f"did not run: an earlier graph computing one of its inputs failed ({cause})")
+    error.__cause__ = cause
+    for _, _, la in live:
+        la.error = error
+        la.node = la.launch = None
+    _undo(writes)

@@ -16,7 +16,7 @@ def sync() -> None:
     if "jax" not in sys.modules:  # nothing ever ran on the device
         return
     with platform.X64():
-        fused.flush()
+        fused.finish()
         jax = platform.jax()
         try:
             jax.block_until_ready(jax.live_arrays())

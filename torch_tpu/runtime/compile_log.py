@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import sys
+import threading
 import time
 
 from .. import config
@@ -87,6 +88,14 @@ def done(token, key, name: str, example_args: tuple) -> None:
     """After compiling ``name`` for ``example_args``: one log line."""
     if token is None:
         return
+    with _lock:  # (compile threads log too)
+        _done(token, key, name, example_args)
+
+
+_lock = threading.Lock()
+
+
+def _done(token, key, name: str, example_args: tuple) -> None:
     t0, hits0 = token
     seconds = time.perf_counter() - t0
     loaded = counters.counters.get("cache_loads", 0) > hits0

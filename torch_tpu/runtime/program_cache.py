@@ -20,11 +20,12 @@ import hashlib
 import json
 import logging
 import pickle
+import threading
 import time
 from typing import Any, Callable
 
 from .. import config
-from . import caches, compile_log, counters, disk_cache, platform, prefetch, stable_keys
+from . import caches, compile_log, compile_pool, counters, disk_cache, platform, prefetch, stable_keys
 
 
 def max_programs() -> int:
@@ -205,14 +206,19 @@ def _usable(found, checks) -> bool:
     return True
 
 
-def compile_program(key, fn: Callable, example_args: tuple, device=None, donate: tuple = (), checks=None):
+def compile_program(key, fn: Callable, example_args: tuple, device=None, donate: tuple = (), checks=None,
+                    background: bool = False):
     """The program of ``fn`` for ``example_args`` (arrays, ShapeDtypeStructs or Python numbers): from
     memory, from disk, or traced and compiled now (so failures surface here, with the op's name).
 
     ``checks`` says how the caller learns the program's device-side checks: None, by tracing ``fn`` only
     (a program holding checks is then found by its module, traced in every process); or a list of their
     messages, which tracing ``fn`` fills (or the caller already knows): they are kept with the program's
-    key, and a program found by key fills an empty list (one that holds other messages is not used)."""
+    key, and a program found by key fills an empty list (one that holds other messages is not used).
+
+    ``background``: when XLA has to compile, do that on a compile thread (``compile_pool``) and return a
+    ``Future`` of the program (tracing and lowering errors still raise here); ``in_flight(key)`` finds it
+    meanwhile."""
     jax = platform.jax()
     _counters["cache_misses"] += 1
     disk = disk_cache.enabled()
@@ -234,6 +240,7 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
     jitted = jax.jit(fn, **kwargs)
     token = compile_log.start()
     checks_before = _counters["device_checks_traced"]
+    module_key = None
     with platform.X64():  # traced and compiled in JAX's 64-bit mode, like every call of it
         if device is not None and not example_args:
             with jax.default_device(device):
@@ -244,22 +251,76 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         if disk:
             module_key = _module_disk_key(lowered, device, donate)
             prog = _load_module_entry(module_key)
-        if prog is None:
-            prog = lowered.compile()
-            if disk:
-                disk_cache.store(module_key, lambda compiled=prog: _serialize(compiled))
     # a caller that learns checks by tracing only finds a program with checks by its module (a program
     # found by key alone is never traced); the others find it by key, with the checks' messages
+    alias = None
     if disk and (checks is not None or _counters["device_checks_traced"] == checks_before):
         alias = structural_disk_key(key, device, donate)
         if alias is not None:
-            # written after the module entry (one writer thread, in order), and only if that entry is
-            # there: some executables cannot be serialized (XLA:CPU's sort: "`LessThan` is not
-            # serializable"), and an alias to nothing made every later process drop it and compile again
-            payload = _alias_payload(module_key, () if checks is None else checks)
-            disk_cache.store(alias, lambda: payload if disk_cache.exists(module_key) else None)
-            prefetch.seen(alias)
+            prefetch.seen(alias)  # (in the order this thread needs programs)
+    done = (key, module_key, alias, () if checks is None else tuple(checks), token, name, example_args)
+    if prog is None and background:
+        with _FLIGHT_LOCK:
+            future = compile_pool.submit(_compile_and_keep, lowered, done)
+            if future is not None:
+                _IN_FLIGHT[key] = future
+                return future
+    if prog is None:
+        with platform.X64():
+            prog = _compile_and_keep(lowered, done)
+    else:
+        _keep(prog, done, compiled_now=False)
+    _PROGRAMS[key] = prog
+    return prog
+
+
+def _compile_and_keep(lowered, done):
+    """XLA's compilation of ``lowered`` (on the caller's thread or a compile thread), kept on disk."""
+    with platform.X64():
+        prog = lowered.compile()
+    _keep(prog, done, compiled_now=True)
+    return prog
+
+
+def _keep(prog, done, compiled_now: bool) -> None:
+    key, module_key, alias, checks, token, name, example_args = done
+    if module_key is not None and compiled_now:
+        disk_cache.store(module_key, lambda compiled=prog: _serialize(compiled))
+    if alias is not None:
+        # written after the module entry (one writer thread, in order), and only if that entry is
+        # there: some executables cannot be serialized (XLA:CPU's sort: "`LessThan` is not
+        # serializable"), and an alias to nothing made every later process drop it and compile again
+        payload = _alias_payload(module_key, checks)
+        disk_cache.store(alias, lambda: payload if disk_cache.exists(module_key) else None)
     compile_log.done(token, key, name, example_args)
+
+
+_IN_FLIGHT: dict = {}  # key -> Future of a program compiling on a compile thread
+_FLIGHT_LOCK = threading.Lock()
+
+
+def in_flight(key):
+    """The program of ``key`` compiling in the background: the program once it is done (now kept in
+    memory like any other), else its Future; None when none is."""
+    with _FLIGHT_LOCK:
+        future = _IN_FLIGHT.get(key)
+        if future is None or not future.done():
+            return future
+        del _IN_FLIGHT[key]
+    if future.exception() is not None:
+        return future  # the caller gets the error from it (and the next one compiles again)
+    prog = _PROGRAMS[key] = future.result()
+    return prog
+
+
+def adopt(key, future):
+    """The program of a finished ``future`` for ``key`` (waits for it; raises its compile error)."""
+    try:
+        prog = future.result()
+    finally:
+        with _FLIGHT_LOCK:
+            if _IN_FLIGHT.get(key) is future:
+                del _IN_FLIGHT[key]
     _PROGRAMS[key] = prog
     return prog
 
