@@ -216,3 +216,30 @@ def test_no_compile_threads_compiles_on_the_calling_thread(gate, monkeypatch):
         got = y.cpu()
     assert gate.state["background"] == 0
     torch.testing.assert_close(got, (x - 1).abs())
+
+
+def test_training_steps_with_graphs_waiting_match_cpu(gate):
+    torch.manual_seed(1)
+    net, x, y = _Net(), torch.randn(8, 16), torch.randn(8, 16)
+    tnet = _Net().to("tpu")
+    tnet.load_state_dict(net.state_dict())
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    topt = torch.optim.AdamW(tnet.parameters(), lr=1e-2)
+    tx, ty = x.to("tpu"), y.to("tpu")
+    losses, tlosses = [], []
+    with torch.tpu.set_eager_mode(FUSE):
+        for step in range(3):
+            for model, o, a, b, out in ((net, opt, x, y, losses), (tnet, topt, tx, ty, tlosses)):
+                o.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(a), b)
+                loss.backward()       # backward reads values of graphs still compiling
+                o.step()
+                out.append(loss.detach())
+            if step == 0:
+                assert fused.waiting_graphs() >= 1
+                gate.set()
+        got = [t.cpu() for t in tlosses]
+        params = {k: v.cpu() for k, v in tnet.state_dict().items()}
+    torch.testing.assert_close(torch.stack(got), torch.stack(losses), atol=1e-5, rtol=1e-5)
+    for k, v in net.state_dict().items():
+        torch.testing.assert_close(params[k], v, atol=1e-5, rtol=1e-5)
