@@ -243,3 +243,26 @@ def test_training_steps_with_graphs_waiting_match_cpu(gate):
     torch.testing.assert_close(torch.stack(got), torch.stack(losses), atol=1e-5, rtol=1e-5)
     for k, v in net.state_dict().items():
         torch.testing.assert_close(params[k], v, atol=1e-5, rtol=1e-5)
+
+
+def test_the_line_of_waiting_graphs_is_bounded(gate, monkeypatch):
+    monkeypatch.setattr(fused, "_MAX_WAITING", 3)
+    x = torch.randn(5)
+    tx = x.to("tpu")
+    waited = []
+
+    def release_soon():
+        gate.wait(0.5)
+        gate.set()
+
+    with torch.tpu.set_eager_mode(FUSE):
+        threading.Thread(target=release_soon, daemon=True).start()
+        for i in range(6):
+            tx = tx * 2 + i  # one graph (one program) per step, all waiting for the first compile
+            fused.flush()
+            waited.append(fused.waiting_graphs())
+        got = tx.cpu()
+    assert max(waited) <= 3
+    for i in range(6):
+        x = x * 2 + i
+    torch.testing.assert_close(got, x)

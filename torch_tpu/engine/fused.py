@@ -384,9 +384,13 @@ def _run(g: _Graph) -> None:
 _LAUNCHES: "collections.deque" = collections.deque()  # flushed graphs waiting to launch, in record order
 
 
+_MAX_WAITING = 64  # graphs in line at most (each holds its inputs): then the oldest is waited for
+
+
 def _launch_ready() -> None:
-    """Launch the waiting graphs at the head of the line whose programs are compiled (never waits)."""
-    while _LAUNCHES and _LAUNCHES[0].ready():
+    """Launch the waiting graphs at the head of the line whose programs are compiled (waits only when
+    the line is full)."""
+    while _LAUNCHES and (_LAUNCHES[0].ready() or len(_LAUNCHES) > _MAX_WAITING):
         _LAUNCHES[0].complete()
 
 
