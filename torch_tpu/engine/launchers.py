@@ -34,10 +34,15 @@ class Strict:
     def run_op(self, entry, arrays: list, args, kwargs):
         prog = entry.compiled
         if prog is None:
+            arrays = [fused.materialize(a) for a in arrays]  # (see below)
             prog = entry.compile(arrays, args, kwargs)
         try:
             outs = prog(*arrays)
         except Exception as exc:
+            if any(type(a) is fused.LazyArray for a in arrays):
+                # another thread left fused mode between this op's inputs and its launch: they were taken
+                # as deferred values (checked here, off the hot path)
+                return self.run_op(entry, [fused.materialize(a) for a in arrays], args, kwargs)
             oom = out_of_memory(exc, f"running {entry.func} ({describe(args, kwargs)})")
             raise (oom or OpError(f"tpu: {entry.func} failed to run ({describe(args, kwargs)}): {exc}")) from exc
         _counters["executions"] += 1
