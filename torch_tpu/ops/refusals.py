@@ -265,6 +265,19 @@ def _output_padding(x, weight, bias, stride, padding, dilation, transposed, outp
         raise RuntimeError(f"output padding must be smaller than either stride or dilation, but got {got}")
 
 
+@validates(aten.histc.default)
+def _histc_integral(x, *_, **__):
+    """CPU's histc has floating kernels only (the tpu counted integers)."""
+    if not x.is_floating_point():
+        raise NotImplementedError(f'"histogram_cpu" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+
+
+@validates(*_functional_overloads("nansum"))
+def _nansum_complex(x, *_, **__):
+    if x.is_complex():
+        raise RuntimeError("nansum on CPU does not support complex inputs")
+
+
 def _refuse_empty(name):
     def check(x, *_, **__):
         if x.numel() == 0:
@@ -289,6 +302,10 @@ def _refuse_unary(name, kernel):
             return
         if x.dtype == torch.bool and name == "relu":
             raise RuntimeError("Boolean inputs not supported for relu")
+        if name == "round" and "decimals" in __ and not (x.is_floating_point() or x.is_complex()):
+            # round(decimals=) has no integer kernel on CPU (plain round of integers is the identity)
+            kernel_name = "round_vml_cpu" if __["decimals"] == 0 else "round_cpu"
+            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
         if x.dtype == torch.bool or (name == "frac" and not (x.is_floating_point() or x.is_complex())):
             if kernel is not None:
                 raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
