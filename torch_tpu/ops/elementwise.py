@@ -222,8 +222,9 @@ def pow_(x, y):
     if kind is complex:
         return _complex_safe_power(x, y)
     y = jnp.asarray(y, dt)
-    if is_float(x):  # a traced exponent: torch's sqrt/rsqrt forms for +-0.5
-        # (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where pow gives 0.0 and inf)
+    if is_float(x) and dt != jnp.float16:  # a traced exponent: torch's sqrt/rsqrt forms for +-0.5
+        # (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where pow gives 0.0 and inf; CPU's float16 kernel calls
+        # std::pow for every exponent: (-inf) ** 0.5 is inf there)
         return jnp.where(y == 0.5, jnp.sqrt(x), jnp.where(y == -0.5, jax.lax.rsqrt(x), jnp.power(x, y)))
     return _complex_safe_power(x, y)
 
