@@ -272,6 +272,33 @@ def _histc_integral(x, *_, **__):
         raise NotImplementedError(f'"histogram_cpu" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
 
 
+@validates(aten.threshold.default)
+def _threshold_dtypes(x, *_, **__):
+    if x.dtype == torch.bool or x.is_complex():
+        raise NotImplementedError(f'"threshold_cpu" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+
+
+@validates(aten.addcmul.default)
+def _addcmul_bool(x, t1, t2, **_):
+    if x.dtype == t1.dtype == t2.dtype == torch.bool:
+        raise NotImplementedError("\"addcmul_cpu_out\" not implemented for 'Bool'")
+
+
+@validates(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode_bool(x, other, rounding_mode=None):
+    """A rounding division of bools (bool result) has no CPU kernel (the tpu divided, or asserted a zero)."""
+    if rounding_mode is not None and torch.result_type(x, other) == torch.bool:
+        name = "div_trunc_cpu" if rounding_mode == "trunc" else "div_floor_cpu"
+        raise NotImplementedError(f'"{name}" not implemented for \'Bool\'')
+
+
+@validates(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _arange_dtype(*_, dtype=None, **__):
+    """CPU has no bool or complex arange (the tpu counted in them)."""
+    if dtype is not None and (dtype == torch.bool or dtype.is_complex):
+        raise NotImplementedError(f'"arange_cpu" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
+
+
 @validates(*_functional_overloads("nansum"))
 def _nansum_complex(x, *_, **__):
     if x.is_complex():
