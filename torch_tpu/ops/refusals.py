@@ -292,6 +292,12 @@ def _div_mode_bool(x, other, rounding_mode=None):
         raise NotImplementedError(f'"{name}" not implemented for \'Bool\'')
 
 
+@validates(aten.heaviside.default)
+def _heaviside_dtypes(x, values):
+    if isinstance(values, torch.Tensor) and values.dtype != x.dtype and not (x.is_complex() or values.is_complex()):
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+
+
 @validates(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def _arange_dtype(*_, dtype=None, **__):
     """CPU has no bool or complex arange (the tpu counted in them)."""
