@@ -283,7 +283,8 @@ def masked_select(x, mask):
 
 @register(aten._unique2.default, data_dependent=True)
 def unique2(x, sorted=True, return_inverse=False, return_counts=False):
-    vals, inv, counts = np.unique(np.asarray(x), return_inverse=True, return_counts=True)
+    # NaNs are distinct values, as on CPU (numpy merges them by default)
+    vals, inv, counts = np.unique(np.asarray(x), return_inverse=True, return_counts=True, equal_nan=False)
     return (jnp.asarray(vals), jnp.asarray(inv.reshape(x.shape).astype(np.int64)),
             jnp.asarray(counts.astype(np.int64)) if return_counts else jnp.zeros((0,), jnp.int64))
 

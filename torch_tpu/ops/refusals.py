@@ -298,6 +298,14 @@ def _heaviside_dtypes(x, values):
         raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
 
 
+@validates(aten._unique2.default, aten._unique.default, aten.unique_dim.default, aten.unique_consecutive.default)
+def _unique_complex(x, *args, **kwargs):
+    """CPU has no complex unique (the tpu sorted complex values)."""
+    if x.is_complex():
+        name = "unique_dim" if args and type(args[0]) is int else "unique"  # (unique_dim(x, dim, ...))
+        raise NotImplementedError(f'"{name}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+
+
 @validates(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def _arange_dtype(*_, dtype=None, **__):
     """CPU has no bool or complex arange (the tpu counted in them)."""
