@@ -381,6 +381,11 @@ def _ordering(r):
     size = x.cpu_value.shape[dim] if x.cpu_value.dim() else 1
     k = r.randint(0, max(size, 1))
     name = r.choice(ORDERING)
+    if name == "unique_dim" and dtype.is_floating_point and bool(x.cpu_value.isnan().any()):
+        # CPU sorts the slices with a comparator to which NaN equals everything (no strict weak order:
+        # std::sort's result is undefined): NaN-free slices here
+        v = torch.nan_to_num(x.cpu_value, nan=0.0, posinf=math.inf, neginf=-math.inf)
+        x = _tensor(r, dtype, tuple(v.shape), "contiguous", values=v.reshape(-1).contiguous())
     if name in ("median", "nanmedian") and x.cpu_value.numel() == 0 and not dtype.is_floating_point:
         name = "sort"  # CPU's median of no integers is NaN cast to the integer dtype (undefined); tpu refuses
     fns = {
@@ -660,6 +665,13 @@ REGRESSIONS = {
     # heaviside of tensors of different dtypes: CPU refuses, torch's decomposition on the tpu computed
     "heaviside_dtypes": (lambda x, v: torch.heaviside(x, v), [D.t(0.0, 2.0, -1.0), D.t(1, 1, 1, dtype=torch.int16)],
                          True),
+    # torch.unique keeps every NaN as a value of its own (numpy's unique merged them: counts and inverse off)
+    "unique_nans": (lambda x: torch.unique(x, return_inverse=True, return_counts=True),
+                    [torch.tensor([math.nan, 1.0, math.nan, -0.0, 0.0, 1.0])], False),
+    # ... and has no complex kernel on CPU (the tpu sorted complex values)
+    "unique_complex": (lambda x: torch.unique(x), [torch.tensor([1j, 1j, 2])], True),
+    "unique_dim_complex": (lambda x: torch.unique(x, dim=0), [torch.tensor([1j, 1j, 2])], True),
+    "unique_consecutive_complex": (lambda x: torch.unique_consecutive(x), [torch.tensor([1j, 1j, 2])], True),
     # xlogy with a Python number: CPU takes it in the result's dtype first (70000 is inf as a float16)
     "xlogy_half_number": (lambda x: torch.xlogy(x, 70000.0), [torch.tensor([1.0, 0.0, 3.0]).half()], False),
     "xlogy_bf16_number": (lambda x: torch.xlogy(x, 1.0039), [torch.tensor([1.0, 0.0, 3.0]).bfloat16()], False),
