@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from ..runtime import dtypes
 from .checks import require
 from .registry import aten, prims, register
-from ._util import is_float, is_value, jdtype, no_pred, to_float, torch_operands, upcast
+from ._util import _weak, is_float, is_low_precision, is_value, jdtype, no_pred, to_float, torch_operands, upcast
 
 
 def _up(x):
@@ -57,10 +57,29 @@ def rsub(x, y, alpha=1):
     return _minus(y, x, alpha)
 
 
+def _number(v) -> bool:
+    """A Python number operand (static, or a dynamic Scalar: weakly typed)."""
+    return type(v) in (int, float) or (_weak(v) and getattr(v, "ndim", 0) == 0 and not jnp.iscomplexobj(v))
+
+
+def _opmath_by_number(x, y, fn):
+    """fn(x, y) of a float16/bfloat16 tensor x and a Python number y as CPU's (and CUDA's) mul/div
+    kernels compute it: in float32 with the number's float32 value, rounded once (the number was rounded
+    to the half type first: bf16 x * 1.0039 was x * 1.0, float16 x / 70000 was x / inf), else None."""
+    if hasattr(x, "dtype") and is_low_precision(x) and _number(y):
+        return fn(upcast(x), y).astype(x.dtype)
+    return None
+
+
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def mul(x, y):
     if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
         return jnp.logical_and(x, y)
+    by_number = _opmath_by_number(x, y, jnp.multiply)
+    if by_number is None:
+        by_number = _opmath_by_number(y, x, jnp.multiply)
+    if by_number is not None:
+        return by_number
     x, y = no_pred(*_u64(x, y))
     return x * y
 
@@ -91,6 +110,9 @@ def div(x, y):
     dt = jnp.result_type(x, y)
     if jnp.issubdtype(dt, jnp.complexfloating):
         return _complex_div(x, y, dt)
+    by_number = _opmath_by_number(x, y, jnp.true_divide)
+    if by_number is not None:
+        return by_number
     x, y = no_pred(x, y)
     if not is_float(x) and not is_float(y):  # integer and bool division is float division (x / 0 is inf/nan)
         x = to_float(x)
@@ -106,11 +128,28 @@ def _integer_divisor(x, y) -> None:
         require(jnp.asarray(y).astype(jnp.result_type(x, y)) != 0, "ZeroDivisionError")
 
 
+def _ints_as_float_operand(x, y):
+    """An integer/bool tensor divided with a floating tensor as that tensor's dtype first, as torch converts
+    operands to the result's dtype (an int64 past float16's range is inf, so int64 // half(2) is nan, where
+    converting it to float32 for the computation gave a finite quotient that overflowed to inf)."""
+    def strong_float(v):
+        return hasattr(v, "dtype") and is_float(v) and not _weak(v) and not jnp.iscomplexobj(v)
+
+    def integral(v):
+        return hasattr(v, "dtype") and not is_float(v) and not jnp.iscomplexobj(v)
+
+    if strong_float(y) and integral(x):
+        x = to_float(x).astype(y.dtype)
+    elif strong_float(x) and integral(y):
+        y = to_float(y).astype(x.dtype)
+    return x, y
+
+
 @register(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(x, y, rounding_mode=None):
     if rounding_mode is None:
         return div(x, y)
-    x, y = torch_operands(x, y)
+    x, y = _ints_as_float_operand(*torch_operands(x, y))
     _integer_divisor(x, y)
     if rounding_mode == "trunc":
         if is_float(x) or is_float(y):
@@ -124,7 +163,7 @@ def div_mode(x, y, rounding_mode=None):
 
 @register(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(x, y):
-    x, y = torch_operands(x, y)
+    x, y = _ints_as_float_operand(*torch_operands(x, y))
     if is_float(x) or is_float(y):
         # bf16/fp16: divide in fp32 and round once (as torch's CPU/CUDA kernels)
         return _floor_divide_floating(_up(x), _up(y))
@@ -222,8 +261,9 @@ def pow_(x, y):
     if kind is complex:
         return _complex_safe_power(x, y)
     y = jnp.asarray(y, dt)
-    if is_float(x):  # a traced exponent: torch's sqrt/rsqrt forms for +-0.5
-        # (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where pow gives 0.0 and inf)
+    if is_float(x) and dt != jnp.float16:  # a traced exponent: torch's sqrt/rsqrt forms for +-0.5
+        # (sqrt(-0.0) is -0.0 and sqrt(-inf) NaN, where pow gives 0.0 and inf; CPU's float16 kernel calls
+        # std::pow for every exponent: (-inf) ** 0.5 is inf there)
         return jnp.where(y == 0.5, jnp.sqrt(x), jnp.where(y == -0.5, jax.lax.rsqrt(x), jnp.power(x, y)))
     return _complex_safe_power(x, y)
 
@@ -302,8 +342,24 @@ register(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar
 
 @register(aten.xlogy.Tensor, aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other)
 def xlogy(x, y):
+    # a Python number as the result's dtype first, as CPU's wrapped number (xlogy(half, 70000) is inf there)
+    if _number(y) and hasattr(x, "dtype"):
+        y = jnp.asarray(y, x.dtype if is_float(x) else jnp.float32)
+    if _number(x) and hasattr(y, "dtype"):
+        x = jnp.asarray(x, y.dtype if is_float(y) else jnp.float32)
     x, y = to_float(jnp.asarray(x)), to_float(jnp.asarray(y))
+    dt = jnp.result_type(x, y)  # (the log of a float16 y was taken in float16 for a float64 x)
+    x, y = x.astype(dt), y.astype(dt)
     return jnp.where(x == 0, jnp.where(jnp.isnan(y), jnp.nan, 0.0), x * jnp.log(y))
+
+
+@register(aten.heaviside.default)
+def heaviside(x, values):
+    """values where x is 0, else 1 for x > 0 and 0 below (NaN too). A lowering of its own so the dtype
+    checks of refusals.py run (torch's decomposition computed float32 against int16 values, which CPU
+    refuses)."""
+    x, values = jnp.broadcast_arrays(x, values)
+    return jnp.where(x == 0, values, (x > 0).astype(values.dtype))
 
 
 @register(aten.bitwise_not.default)
@@ -443,8 +499,17 @@ def round_(x):
 
 @register(aten.round.decimals)
 def round_decimals(x, decimals=0):
-    scale = 10.0 ** decimals
-    return jnp.round(x * scale) / scale
+    """CPU's kernel: in float32 for float16/bfloat16 (x * 1000 of a half overflowed, and was rounded to the
+    half), divided by 10 ** -decimals for negative decimals (multiplying by 0.1, inexact, rounded 25 to 30)."""
+    y = upcast(x)
+    # the scale behind a barrier: XLA turns a division by a constant into a product with its reciprocal
+    # (one ulp off CPU's quotient)
+    scale = 10.0 ** abs(decimals) if abs(decimals) <= 308 else float("inf")  # (CPU: std::pow, inf past double)
+    scale = scale if scale <= float(jnp.finfo(y.dtype).max) else float("inf")
+    scale = jax.lax.optimization_barrier(jnp.asarray(scale, y.dtype))
+    if decimals < 0:
+        return (jnp.round(y / scale) * scale).astype(x.dtype)
+    return (jnp.round(y * scale) / scale).astype(x.dtype)
 
 
 # --- activations --------------------------------------------------------------------------------

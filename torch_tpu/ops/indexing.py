@@ -283,7 +283,8 @@ def masked_select(x, mask):
 
 @register(aten._unique2.default, data_dependent=True)
 def unique2(x, sorted=True, return_inverse=False, return_counts=False):
-    vals, inv, counts = np.unique(np.asarray(x), return_inverse=True, return_counts=True)
+    # NaNs are distinct values, as on CPU (numpy merges them by default)
+    vals, inv, counts = np.unique(np.asarray(x), return_inverse=True, return_counts=True, equal_nan=False)
     return (jnp.asarray(vals), jnp.asarray(inv.reshape(x.shape).astype(np.int64)),
             jnp.asarray(counts.astype(np.int64)) if return_counts else jnp.zeros((0,), jnp.int64))
 
@@ -298,6 +299,10 @@ def unique(x, sorted=True, return_inverse=False):
 
 @register(aten.unique_dim.default, data_dependent=True)
 def unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
+    if x.ndim == 0:  # (numpy's AxisError leaked out)
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    if x.size == 0 and x.shape[dim % x.ndim] != 0:  # (the tpu returned an empty result)
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
     vals, inv, counts = np.unique(np.asarray(x), axis=dim, return_inverse=True, return_counts=True)
     return jnp.asarray(vals), jnp.asarray(inv.reshape(-1).astype(np.int64)), jnp.asarray(counts.astype(np.int64))
 
@@ -349,6 +354,8 @@ def bincount(x, weights=None, minlength=0):
         if w.ndim != 1 or w.shape[0] != a.shape[0]:
             raise RuntimeError("weights should be 1-d and have the same length as input")
         w = w.astype(np.float32 if w.dtype == np.float32 else np.float64)
+    if a.size == 0:  # CPU: int64 zeros of minlength, weights or not (its early return ignores them)
+        return jnp.zeros((minlength,), jnp.int64)
     out = np.bincount(a, w, minlength)
     return jnp.asarray(out.astype(np.int64) if w is None else out.astype(w.dtype))
 

@@ -6,6 +6,7 @@ tensor a failed write leaves behind holds no value written at a wrapped or clamp
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 from .checks import index_in_range, require
@@ -71,22 +72,31 @@ def one_hot(x, num_classes):
 
 @register(aten.histc.default)
 def histc(x, bins=100, min=0, max=0):
-    """torch.histc: ``bins`` equal bins over [min, max] (the data's range when both are 0; widened by 1
-    on each side when that range is empty); values outside it and NaN are ignored."""
+    """torch.histc as CPU's kernel computes it: ``bins`` equal bins over [min, max] (the data's range when
+    min == max, widened by 1 on each side when that range is empty); values outside it and NaN are ignored;
+    a value's bin is ``int((v - lo) * bins / (hi - lo))`` with every step rounded to x's dtype (float16
+    and bfloat16 arithmetic on CPU; computing it in float32 put values near an edge into the next bin),
+    the last edge inclusive."""
     if x.size == 0:
         return jnp.zeros((bins,), x.dtype)
     ft = x.dtype if x.dtype == jnp.float64 else jnp.float32
+    if x.dtype in (jnp.float16, jnp.bfloat16):
+        info = jnp.finfo(x.dtype)
+        rnd = lambda a: jax.lax.reduce_precision(a, info.nexp, info.nmant)  # noqa: E731 - kept when fused
+    else:
+        rnd = lambda a: a  # noqa: E731
     v = x.reshape(-1).astype(ft)
-    lo, hi = jnp.asarray(min, ft), jnp.asarray(max, ft)
-    from_data = (lo == 0) & (hi == 0)
-    lo = jnp.where(from_data, jnp.min(v), lo)
-    hi = jnp.where(from_data, jnp.max(v), hi)
+    if min == max:  # (torch: any empty range given, not only 0 and 0)
+        lo, hi = jnp.min(v), jnp.max(v)
+    else:
+        lo, hi = jnp.asarray(min, ft), jnp.asarray(max, ft)
     require(jnp.isfinite(lo) & jnp.isfinite(hi), "histc: the range of the values is not finite")
     require(lo <= hi, "max must be larger than min")
     same = lo == hi
-    lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
-    pos = jnp.floor((v - lo) * bins / (hi - lo)).astype(jnp.int64)
-    pos = jnp.where(v == hi, bins - 1, pos)
+    lo, hi = rnd(jnp.where(same, lo - 1, lo)), rnd(jnp.where(same, hi + 1, hi))
+    width = rnd(hi - lo)
+    pos = jnp.trunc(rnd(rnd(rnd(v - lo) * rnd(jnp.asarray(bins, ft))) / width)).astype(jnp.int64)
+    pos = jnp.where(pos == bins, bins - 1, pos)
     keep = (v >= lo) & (v <= hi)
     counts = jnp.zeros((bins,), ft).at[jnp.where(keep, pos, bins)].add(1, mode="drop")
     return counts.astype(x.dtype)

@@ -249,6 +249,8 @@ def cummin(x, dim):
 def logcumsumexp(x, dim):
     if x.ndim == 0:
         return x
+    if x.size == 0:  # (the complex scan below indexed the first element of nothing)
+        return x
     if jnp.iscomplexobj(x):  # torch's complex logaddexp step by step (cumlogsumexp's imag was off by 2 pi)
         moved = jnp.moveaxis(x, dim % x.ndim, 0)
         step = lambda acc, v: (complex_logaddexp(acc, v),) * 2  # noqa: E731

@@ -265,6 +265,60 @@ def _output_padding(x, weight, bias, stride, padding, dilation, transposed, outp
         raise RuntimeError(f"output padding must be smaller than either stride or dilation, but got {got}")
 
 
+@validates(aten.histc.default)
+def _histc_integral(x, *_, **__):
+    """CPU's histc has floating kernels only (the tpu counted integers)."""
+    if not x.is_floating_point():
+        raise NotImplementedError(f'"histogram_cpu" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+
+
+@validates(aten.threshold.default)
+def _threshold_dtypes(x, *_, **__):
+    if x.dtype == torch.bool or x.is_complex():
+        raise NotImplementedError(f'"threshold_cpu" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+
+
+@validates(aten.addcmul.default)
+def _addcmul_bool(x, t1, t2, **_):
+    if x.dtype == t1.dtype == t2.dtype == torch.bool:
+        raise NotImplementedError("\"addcmul_cpu_out\" not implemented for 'Bool'")
+
+
+@validates(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode_bool(x, other, rounding_mode=None):
+    """A rounding division of bools (bool result) has no CPU kernel (the tpu divided, or asserted a zero)."""
+    if rounding_mode is not None and torch.result_type(x, other) == torch.bool:
+        name = "div_trunc_cpu" if rounding_mode == "trunc" else "div_floor_cpu"
+        raise NotImplementedError(f'"{name}" not implemented for \'Bool\'')
+
+
+@validates(aten.heaviside.default)
+def _heaviside_dtypes(x, values):
+    if isinstance(values, torch.Tensor) and values.dtype != x.dtype and not (x.is_complex() or values.is_complex()):
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+
+
+@validates(aten._unique2.default, aten._unique.default, aten.unique_dim.default, aten.unique_consecutive.default)
+def _unique_complex(x, *args, **kwargs):
+    """CPU has no complex unique (the tpu sorted complex values)."""
+    if x.is_complex():
+        name = "unique_dim" if args and type(args[0]) is int else "unique"  # (unique_dim(x, dim, ...))
+        raise NotImplementedError(f'"{name}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+
+
+@validates(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _arange_dtype(*_, dtype=None, **__):
+    """CPU has no bool or complex arange (the tpu counted in them)."""
+    if dtype is not None and (dtype == torch.bool or dtype.is_complex):
+        raise NotImplementedError(f'"arange_cpu" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
+
+
+@validates(*_functional_overloads("nansum"))
+def _nansum_complex(x, *_, **__):
+    if x.is_complex():
+        raise RuntimeError("nansum on CPU does not support complex inputs")
+
+
 def _refuse_empty(name):
     def check(x, *_, **__):
         if x.numel() == 0:
@@ -289,6 +343,10 @@ def _refuse_unary(name, kernel):
             return
         if x.dtype == torch.bool and name == "relu":
             raise RuntimeError("Boolean inputs not supported for relu")
+        if name == "round" and "decimals" in __ and not (x.is_floating_point() or x.is_complex()):
+            # round(decimals=) has no integer kernel on CPU (plain round of integers is the identity)
+            kernel_name = "round_vml_cpu" if __["decimals"] == 0 else "round_cpu"
+            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
         if x.dtype == torch.bool or (name == "frac" and not (x.is_floating_point() or x.is_complex())):
             if kernel is not None:
                 raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')

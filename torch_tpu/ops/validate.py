@@ -95,14 +95,32 @@ def per_call_check(func, target_func, out_meta):
         return each
     position = [a.name for a in func._schema.arguments].index(name)
 
+    # CPU fills one float16/bfloat16 element without the range check (its scalar_fill path: a 0-dim
+    # torch.full(70000.0) is inf, where two elements raise); masked_fill and index_fill check. (The count
+    # from the call's arguments: an entry loaded from disk knows its result's dtype, not its shape.)
+    low_fill = dtype in (torch.float16, torch.bfloat16) and target_func in (
+        aten.full.default, aten.full_like.default, aten.fill.Scalar)
+
     def check(args, kwargs):
         value = kwargs[name] if name in kwargs else args[position] if position < len(args) else None
-        if type(value) in (int, float, complex):
+        if type(value) not in (int, float, complex):
+            pass
+        elif low_fill and type(value) is not complex and _one_element(target_func, args, kwargs):
+            pass
+        else:
             check_fits(value, dtype)
         if each is not None:
             each(args, kwargs)
 
     return check
+
+
+def _one_element(target_func, args, kwargs) -> bool:
+    """Whether a full/full_like/fill call makes one element."""
+    first = args[0] if args else kwargs.get("size", kwargs.get("self"))
+    if target_func is aten.full.default:
+        return all(int(n) == 1 for n in first)
+    return isinstance(first, torch.Tensor) and first.numel() == 1
 
 
 def check_graph_call(func, target_func, args, kwargs, out_meta) -> None:
@@ -180,15 +198,28 @@ _C_NAMES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t"
             torch.int64: "int64_t"}
 
 
+_FLOAT_NAMES = {torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float",
+                torch.float64: "double", torch.complex64: "c10::complex<float>",
+                torch.complex128: "c10::complex<double>"}
+
+
 def check_fits(value, dtype: torch.dtype) -> None:
-    """Raise torch's error when ``value`` cannot be stored in ``dtype`` without overflow."""
-    if type(value) is bool or dtype == torch.bool or dtype.is_complex:
+    """Raise torch's error when ``value`` cannot be stored in ``dtype`` without overflow (c10's
+    ``overflows``: a finite value past a floating dtype's largest, 70000 as float16 or 1e40 as float32,
+    included; infinities and NaN fit a floating dtype)."""
+    if type(value) is bool or dtype == torch.bool:
         return
-    if type(value) is complex:
+    if type(value) is complex and not dtype.is_complex:
         if value.imag != 0:
             name = {torch.float32: "float"}.get(dtype, _C_NAMES.get(dtype, "double"))
             raise RuntimeError(f"value cannot be converted to type {name} without overflow")
         value = value.real
+    if dtype in _FLOAT_NAMES:
+        largest = torch.finfo(dtype).max
+        parts = (value.real, value.imag) if type(value) is complex else (value,)
+        if any(p == p and abs(p) != float("inf") and abs(p) > largest for p in parts):
+            raise RuntimeError(f"value cannot be converted to type {_FLOAT_NAMES[dtype]} without overflow")
+        return
     if dtype not in _C_NAMES:
         return
     info = torch.iinfo(dtype)
@@ -235,20 +266,66 @@ def _integer_power(dtype, x, exponent):
         raise RuntimeError("Integers to negative integer powers are not allowed.")
     if type(exponent) is int:
         check_fits(exponent, dtype)
+    elif type(exponent) is float and dtype in (torch.float16, torch.bfloat16):
+        check_fits(exponent, dtype)  # (CPU's half kernels take the exponent as the dtype: 70000 raises)
 
 
 @validates_each_call(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor,
                      aten.rsub.Scalar)
 def _alpha_fits(dtype, x, other, alpha=1, **_):
-    if type(alpha) is int:
+    if type(alpha) in (int, float):  # (a float alpha past float16's range: CPU raises, the tpu gave inf)
         check_fits(alpha, dtype)
 
 
 @validates_each_call(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
 def _bounds_fit(dtype, x, *bounds, **named):
     for b in (*bounds, *named.values()):
-        if type(b) is int:
+        if type(b) in (int, float):  # (clamp(min=1e40) of float32: CPU raises, the tpu clamped to inf)
             check_fits(b, dtype)
+
+
+# Scalars CPU kernels convert to the tensor's dtype (checked): past its range they raise, the tpu computed
+# with inf (threshold's and scatter's values, hardtanh's bounds)
+@validates_each_call(aten.threshold.default)
+def _threshold_fits(dtype, x, threshold, value):
+    for v in (threshold, value):
+        if type(v) in (int, float, complex):
+            check_fits(v, dtype)
+
+
+@validates_each_call(aten.hardtanh.default)
+def _hardtanh_fits(dtype, x, min_val=-1, max_val=1):
+    if dtype.is_floating_point:
+        for v in (min_val, max_val):
+            if type(v) in (int, float, complex):
+                check_fits(v, dtype)
+
+
+@validates_each_call(aten.scatter.value)
+def _scatter_value_fits(dtype, x, dim, index, value, **_):
+    if type(value) in (int, float, complex):
+        check_fits(value, dtype)
+
+
+# ... or to the dtype they compute in (float32 for float16/bfloat16): addcmul's value, lerp's weight
+def _opmath(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+@validates_each_call(aten.addcmul.default, aten.addcdiv.default)
+def _addc_value_fits(dtype, x, t1, t2, value=1):
+    if type(value) not in (int, float, complex):
+        return
+    if dtype.is_floating_point or dtype.is_complex:
+        check_fits(value, _opmath(dtype))
+    elif dtype != torch.bool:
+        check_fits(value, dtype)
+
+
+@validates_each_call(aten.lerp.Scalar)
+def _lerp_weight_fits(dtype, x, end, weight):
+    if type(weight) in (int, float, complex):
+        check_fits(weight, _opmath(dtype))
 
 
 # Scalar-bounded clamp, fmod, remainder, floor division and pow of a Scalar base have no bool CPU kernel
