@@ -645,6 +645,23 @@ def _repeat_interleave_sized(x, r):
     return out, torch.autograd.grad((out * torch.arange(6., device=x.device).view(6, 1)).sum(), x)
 
 
+def _hook_on_stale_view(x):
+    # a view whose base changed in place, hooked before anything read its grad_fn: torch refreshes the
+    # view's grad_fn inside Tensor.register_hook after creating its hook dict, the refresh clears the
+    # dict, and torch dereferenced it (segfault, CPU tensors too). The CPU reference reads grad_fn first,
+    # which CPU torch needs to survive; the tpu must survive without it
+    y = x * 1
+    v = y[:2]
+    w = y.t()[1]
+    y.add_(1)
+    if not _on_tpu(x):
+        v.grad_fn, w.grad_fn  # noqa: B018
+    v.register_hook(lambda g: g * 3)
+    w.register_hook(lambda g: g - 1)
+    ((v * v).sum() + w.exp().sum() + y.sum()).backward()
+    return v, w, x.grad
+
+
 def _repeat_interleave_wrong_size(r):
     # CPU torch refuses an output_size the repeats do not sum to; strict eager returned r.sum() elements
     return torch.repeat_interleave(r, output_size=5)
@@ -725,6 +742,7 @@ SEQUENCES = {
     "autograd_functional": (_autograd_functional, [D.rand(3)], EAGER),
     "index_fill_value_compiled": (_index_fill_value_compiled, [_leaf(5, 5), torch.tensor(-1.5, requires_grad=True)], EAGER),
     "repeat_interleave_sized": (_repeat_interleave_sized, [_leaf(4, 1), torch.tensor([0, 1, 2, 3])], ALL),
+    "hook_on_stale_view": (_hook_on_stale_view, [_leaf(3, 2)], EAGER),
     "repeat_interleave_wrong_size": (_repeat_interleave_wrong_size, [torch.tensor([0, 1, 2, 3])], ALL),
     # masked_scatter_backward (no lowering: compiled failed): mask broadcast, fewer ones than source
     "masked_scatter_src_broadcast": (_masked_scatter_src, [_leaf(3, 4), D.rand(4, seed=3) > 0, _leaf(20, seed=1)],

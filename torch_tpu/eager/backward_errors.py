@@ -159,6 +159,13 @@ def install() -> None:
     register_post = torch.Tensor.register_post_accumulate_grad_hook
 
     def tpu_register_hook(self, hook):
+        # A view whose base (or another view of it) changed in place gets a new grad_fn the next time its
+        # grad_fn is read, and that refresh clears the tensor's Python hook dict. Tensor.register_hook sets
+        # the dict first and reads grad_fn after, so the refresh happened in between and torch dereferenced
+        # the cleared dict (a segfault, CPU tensors too: ``v = y[:2]; y.add_(1); v.register_hook(f)``).
+        # Reading grad_fn first refreshes it before the dict exists.
+        if self.requires_grad:
+            self.grad_fn  # noqa: B018 - the read refreshes a stale view's grad_fn
         return register_hook(self, guard_hook(hook))
 
     def tpu_register_post_accumulate_grad_hook(self, hook):
