@@ -662,6 +662,19 @@ def _hook_on_stale_view(x):
     return v, w, x.grad
 
 
+def _sdpa_double_backward(x, k):
+    # create_graph=True through SDPA: the differentiable backward took autograd.grad of the decomposition
+    # with respect to q, k, v themselves, i.e. the total derivative: one tensor as q, k and v
+    # (self-attention) had its gradient 3x too large, a v computed from q counted q's path through v twice
+    w = torch.linspace(-1, 1, 6, device=x.device).view(1, 3, 2)
+    out = F.scaled_dot_product_attention(x, x, x)
+    g, = torch.autograd.grad((out * w).sum(), x, create_graph=True)
+    out2 = F.scaled_dot_product_attention(x, k, x * 0.5 + k, is_causal=True)
+    g2 = torch.autograd.grad((out2 * w).sum(), [x, k], create_graph=True)
+    gg = torch.autograd.grad((g2[0] ** 2).sum() + g.sum(), [x, k])
+    return g, g2, gg
+
+
 def _repeat_interleave_wrong_size(r):
     # CPU torch refuses an output_size the repeats do not sum to; strict eager returned r.sum() elements
     return torch.repeat_interleave(r, output_size=5)
@@ -743,6 +756,7 @@ SEQUENCES = {
     "index_fill_value_compiled": (_index_fill_value_compiled, [_leaf(5, 5), torch.tensor(-1.5, requires_grad=True)], EAGER),
     "repeat_interleave_sized": (_repeat_interleave_sized, [_leaf(4, 1), torch.tensor([0, 1, 2, 3])], ALL),
     "hook_on_stale_view": (_hook_on_stale_view, [_leaf(3, 2)], EAGER),
+    "sdpa_double_backward": (_sdpa_double_backward, [_leaf(1, 3, 2), _leaf(1, 3, 2, seed=1)], EAGER),
     "repeat_interleave_wrong_size": (_repeat_interleave_wrong_size, [torch.tensor([0, 1, 2, 3])], ALL),
     # masked_scatter_backward (no lowering: compiled failed): mask broadcast, fewer ones than source
     "masked_scatter_src_broadcast": (_masked_scatter_src, [_leaf(3, 4), D.rand(4, seed=3) > 0, _leaf(20, seed=1)],
