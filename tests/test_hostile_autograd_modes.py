@@ -675,6 +675,36 @@ def _sdpa_double_backward(x, k):
     return g, g2, gg
 
 
+def _inference_view(write):
+    # a view made outside inference_mode of a tensor made inside it is an inference tensor too: torch
+    # refuses to write it or make it require grad. The tpu made it a normal tensor, so the write went
+    # through silently (into the inference tensor's storage)
+    def f(x):
+        with torch.inference_mode():
+            y = x * 2
+        write(y)
+        return y
+    return f
+
+
+def _inference_resize(x):
+    # resize_ of an inference tensor outside inference_mode: torch resizes, then refuses (both); the tpu's
+    # resize took a new tensor's dispatch keys, so y stopped being an inference tensor (requires_grad_
+    # and writes then went through)
+    with torch.inference_mode():
+        y = x * 2
+    try:
+        y.resize_(8)
+    except RuntimeError:
+        pass
+    with torch.inference_mode():
+        z = x.detach().clone()
+    z2 = x.detach().clone()
+    with torch.inference_mode():
+        z2.resize_(9)  # a normal tensor resized under inference_mode stays normal
+    return y.is_inference(), z.is_inference(), z2.is_inference(), y.shape, z2.shape
+
+
 def _repeat_interleave_wrong_size(r):
     # CPU torch refuses an output_size the repeats do not sum to; strict eager returned r.sum() elements
     return torch.repeat_interleave(r, output_size=5)
@@ -756,6 +786,15 @@ SEQUENCES = {
     "index_fill_value_compiled": (_index_fill_value_compiled, [_leaf(5, 5), torch.tensor(-1.5, requires_grad=True)], EAGER),
     "repeat_interleave_sized": (_repeat_interleave_sized, [_leaf(4, 1), torch.tensor([0, 1, 2, 3])], ALL),
     "hook_on_stale_view": (_hook_on_stale_view, [_leaf(3, 2)], EAGER),
+    "inference_view_add_": (_inference_view(lambda y: y[1:].add_(1)), [_leaf(3, 2)], EAGER),
+    "inference_view_setitem": (_inference_view(lambda y: y.__setitem__(0, 5.0)), [_leaf(3, 2)], EAGER),
+    "inference_view_index_add_": (_inference_view(
+        lambda y: y.t().index_add_(0, torch.tensor([1], device=y.device), torch.ones(1, 3, device=y.device))),
+        [_leaf(3, 2)], EAGER),
+    "inference_view_requires_grad": (_inference_view(lambda y: y.t().requires_grad_()), [_leaf(3, 2)], EAGER),
+    "inference_view_saved": (_inference_view(lambda y: (y[0] * torch.ones(2, device=y.device, requires_grad=True))
+                                             .sum().backward()), [_leaf(3, 2)], EAGER),
+    "inference_resize": (_inference_resize, [_leaf(3, 2)], EAGER),
     "sdpa_double_backward": (_sdpa_double_backward, [_leaf(1, 3, 2), _leaf(1, 3, 2, seed=1)], EAGER),
     "repeat_interleave_wrong_size": (_repeat_interleave_wrong_size, [torch.tensor([0, 1, 2, 3])], ALL),
     # masked_scatter_backward (no lowering: compiled failed): mask broadcast, fewer ones than source
