@@ -675,6 +675,9 @@ class Program:
         calls = self.calls
 
         def hook(g):
+            if g is None:  # an unused output of a multi-output op (split, chunk): a gradient of None
+                calls.append((n, None))
+                return None
             calls.append((n, g.detach().double().sum().item()))
             return g * c
         if t.device.type == "cpu" and t.requires_grad:
