@@ -645,6 +645,84 @@ def _repeat_interleave_sized(x, r):
     return out, torch.autograd.grad((out * torch.arange(6., device=x.device).view(6, 1)).sum(), x)
 
 
+def _hook_on_stale_view(x):
+    # a view whose base changed in place, hooked before anything read its grad_fn: torch refreshes the
+    # view's grad_fn inside Tensor.register_hook after creating its hook dict, the refresh clears the
+    # dict, and torch dereferenced it (segfault, CPU tensors too). The CPU reference reads grad_fn first,
+    # which CPU torch needs to survive; the tpu must survive without it
+    y = x * 1
+    v = y[:2]
+    w = y.t()[1]
+    y.add_(1)
+    if not _on_tpu(x):
+        v.grad_fn, w.grad_fn  # noqa: B018
+    v.register_hook(lambda g: g * 3)
+    w.register_hook(lambda g: g - 1)
+    ((v * v).sum() + w.exp().sum() + y.sum()).backward()
+    return v, w, x.grad
+
+
+def _sdpa_double_backward(x, k):
+    # create_graph=True through SDPA: the differentiable backward took autograd.grad of the decomposition
+    # with respect to q, k, v themselves, i.e. the total derivative: one tensor as q, k and v
+    # (self-attention) had its gradient 3x too large, a v computed from q counted q's path through v twice
+    w = torch.linspace(-1, 1, 6, device=x.device).view(1, 3, 2)
+    out = F.scaled_dot_product_attention(x, x, x)
+    g, = torch.autograd.grad((out * w).sum(), x, create_graph=True)
+    out2 = F.scaled_dot_product_attention(x, k, x * 0.5 + k, is_causal=True)
+    g2 = torch.autograd.grad((out2 * w).sum(), [x, k], create_graph=True)
+    gg = torch.autograd.grad((g2[0] ** 2).sum() + g.sum(), [x, k])
+    return g, g2, gg
+
+
+def _inference_view(write):
+    # a view made outside inference_mode of a tensor made inside it is an inference tensor too: torch
+    # refuses to write it or make it require grad. The tpu made it a normal tensor, so the write went
+    # through silently (into the inference tensor's storage)
+    def f(x):
+        with torch.inference_mode():
+            y = x * 2
+        write(y)
+        return y
+    return f
+
+
+def _inference_resize(x):
+    # resize_ of an inference tensor outside inference_mode: torch resizes, then refuses (both); the tpu's
+    # resize took a new tensor's dispatch keys, so y stopped being an inference tensor (requires_grad_
+    # and writes then went through)
+    with torch.inference_mode():
+        y = x * 2
+    try:
+        y.resize_(8)
+    except RuntimeError:
+        pass
+    with torch.inference_mode():
+        z = x.detach().clone()
+    z2 = x.detach().clone()
+    with torch.inference_mode():
+        z2.resize_(9)  # a normal tensor resized under inference_mode stays normal
+    return y.is_inference(), z.is_inference(), z2.is_inference(), y.shape, z2.shape
+
+
+def _sdpa_input_modified(x, k):
+    q = x * 1
+    out = F.scaled_dot_product_attention(q, k, k)
+    q.add_(1)
+    out.sum().backward()
+    return x.grad, k.grad
+
+
+def _leaf_view_base_changed(x):
+    base = x.detach() * 1
+    leaf = base[1:].requires_grad_()  # an autograd view of a tensor that does not require grad
+    v = leaf.t()
+    with torch.no_grad():
+        leaf.mul_(2)
+    (v * 2).sum().backward()  # CPU: v's refreshed grad_fn leads to base, so leaf.grad stays None
+    return leaf.grad, v
+
+
 def _repeat_interleave_wrong_size(r):
     # CPU torch refuses an output_size the repeats do not sum to; strict eager returned r.sum() elements
     return torch.repeat_interleave(r, output_size=5)
@@ -725,6 +803,20 @@ SEQUENCES = {
     "autograd_functional": (_autograd_functional, [D.rand(3)], EAGER),
     "index_fill_value_compiled": (_index_fill_value_compiled, [_leaf(5, 5), torch.tensor(-1.5, requires_grad=True)], EAGER),
     "repeat_interleave_sized": (_repeat_interleave_sized, [_leaf(4, 1), torch.tensor([0, 1, 2, 3])], ALL),
+    "hook_on_stale_view": (_hook_on_stale_view, [_leaf(3, 2)], EAGER),
+    "inference_view_add_": (_inference_view(lambda y: y[1:].add_(1)), [_leaf(3, 2)], EAGER),
+    "inference_view_setitem": (_inference_view(lambda y: y.__setitem__(0, 5.0)), [_leaf(3, 2)], EAGER),
+    "inference_view_index_add_": (_inference_view(
+        lambda y: y.t().index_add_(0, torch.tensor([1], device=y.device), torch.ones(1, 3, device=y.device))),
+        [_leaf(3, 2)], EAGER),
+    "inference_view_requires_grad": (_inference_view(lambda y: y.t().requires_grad_()), [_leaf(3, 2)], EAGER),
+    "inference_view_saved": (_inference_view(lambda y: (y[0] * torch.ones(2, device=y.device, requires_grad=True))
+                                             .sum().backward()), [_leaf(3, 2)], EAGER),
+    "inference_resize": (_inference_resize, [_leaf(3, 2)], EAGER),
+    "leaf_view_base_changed": (_leaf_view_base_changed, [_leaf(3, 2)], EAGER),
+    "sdpa_3d_input_modified": (_sdpa_input_modified, [_leaf(1, 3, 2), _leaf(1, 3, 2, seed=1)], EAGER),
+    "sdpa_4d_input_modified": (_sdpa_input_modified, [_leaf(1, 2, 3, 2), _leaf(1, 2, 3, 2, seed=1)], EAGER),
+    "sdpa_double_backward": (_sdpa_double_backward, [_leaf(1, 3, 2), _leaf(1, 3, 2, seed=1)], EAGER),
     "repeat_interleave_wrong_size": (_repeat_interleave_wrong_size, [torch.tensor([0, 1, 2, 3])], ALL),
     # masked_scatter_backward (no lowering: compiled failed): mask broadcast, fewer ones than source
     "masked_scatter_src_broadcast": (_masked_scatter_src, [_leaf(3, 4), D.rand(4, seed=3) > 0, _leaf(20, seed=1)],
@@ -1010,6 +1102,15 @@ ISOLATED_CASES["amp:compiled_like_eager"] = _amp_compiled_like_eager
 
 # Known gaps (strict xfail: the day they pass, the mark must go)
 XFAIL = {
+    "seq:leaf_view_base_changed": "a view v of a leaf that is itself an autograd view of a tensor not requiring "
+    "grad, after an in-place write bumped their version: torch refreshes v's grad_fn by replaying the views "
+    "from the base for every __torch_dispatch__ subclass (TwoTensor on the CPU fails alike) and asserts on the "
+    "missing grad_fn ('new_fn INTERNAL ASSERT FAILED', a RuntimeError; the process survives); CPU tensors "
+    "take the as_strided path. torch's C++, not reachable from the backend",
+    "seq:sdpa_3d_input_modified": "q changed in place after SDPA, then backward: tpu::attention saves q, k, v "
+    "for its backward (as CPU's flash kernel does for 4-D inputs, where CPU raises the same version error: "
+    "seq:sdpa_4d_input_modified); CPU's math path, which it takes for 3-D inputs, saves scaled copies and "
+    "runs. Matching it would mean copying q, k, v at every forward",
     "func:compiled_grad_of_input": "torch.compile of torch.func.grad applied directly to a graph input: dynamo "
     "fakeifies the tpu tensor (a traceable wrapper subclass) inside the grad transform's level and fails with "
     "'Cannot access storage of TensorWrapper' (backend='eager' too: dynamo/functorch, not the tpu lowering); "

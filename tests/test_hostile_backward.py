@@ -304,6 +304,20 @@ RAISING_BACKWARD = {
             assert any("_thnn_fused_gru_cell_backward" in str(m.message) for m in w), [str(m.message) for m in w]
         print("OK" if (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0] else "BROKEN")
     """,
+    # a tensor hook called with None (the gradient of an unused output of a multi-output op) that raises:
+    # the guard looked for a tpu tensor among the hook's arguments, found none, and let the error
+    # through the device thread's guard (abort: "terminate called without an active exception")
+    "hook_raises_on_undefined_grad": """
+        x = torch.rand(4, device="tpu", requires_grad=True)
+        a, b = x.chunk(2)
+        a.register_hook(lambda g: g.detach() * 0.5)
+        try:
+            (b * 2).sum().backward()
+            print("NO-RAISE")
+        except AttributeError as e:
+            print("RAISED", e)
+        print("OK" if (torch.ones(2, device="tpu") + 1).cpu().tolist() == [2.0, 2.0] else "BROKEN")
+    """,
     "builtin_backward_no_lowering": """
         import torch.nn.functional as F
         x = torch.rand(1, 1, 3, 3, device="tpu", requires_grad=True)

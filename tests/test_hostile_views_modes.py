@@ -342,6 +342,9 @@ VIEW_CASES = {
     "resize_view_bigger": (_resize_view_bigger, X),
     "resize_t": (_resize_t, X),
     "inplace_on_view_of_pending": (_inplace_on_view_of_pending, X),
+    # ``2 ** x``: CPU lays the result out contiguously, the meta kernel after x (the tpu followed it, so a
+    # .view(-1) of it failed on the tpu only)
+    "rpow_of_transposed": (lambda x: ((2 ** x.t()), (2 ** x.t()).view(-1), torch.pow(1.5, x.t()[1:])), X),
 }
 
 

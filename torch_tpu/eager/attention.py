@@ -45,7 +45,11 @@ class _Attention(torch.autograd.Function):
 def _differentiable_backward(grad_out, q, k, v, attn_mask, is_causal, scale, enable_gqa):
     """The gradients through torch's decomposition of SDPA, recorded by autograd (double backward,
     gradient penalties): the one-op backward above is a single program autograd cannot see into."""
-    qkv = [t if t.requires_grad else t.detach().requires_grad_() for t in (q, k, v)]
+    # each input through its own alias: autograd.grad then gives the partial derivative through that
+    # argument only. With q, k, v themselves it gave the total one: a v computed from q (``v = q * 0.5
+    # + k``), or one tensor passed as q, k and v (self-attention), counted the other arguments' paths again
+    # (gradients 3x too large in self-attention), and autograd added them once more
+    qkv = [t.view_as(t) if t.requires_grad else t.detach().requires_grad_() for t in (q, k, v)]
     out = torch.ops.aten.scaled_dot_product_attention.default.decompose(
         *qkv, attn_mask, 0.0, is_causal, scale=scale, enable_gqa=enable_gqa)
     return torch.autograd.grad(out, qkv, grad_out, create_graph=True)

@@ -95,9 +95,11 @@ def _has_tpu_tensor(x) -> bool:
     return False
 
 
-def guard_hook(hook):
+def guard_hook(hook, on_tpu: bool = False):
     """``hook`` (any arguments) whose exception, raised inside a backward pass over tpu tensors, is
-    queued for the end of that backward pass instead of aborting the process."""
+    queued for the end of that backward pass instead of aborting the process. ``on_tpu``: the hook
+    belongs to a tpu tensor (its argument may be None: the gradient of an unused output of a
+    multi-output op, ``a, b = x.chunk(2)`` with a hook on ``a`` and backward through ``b``)."""
     if getattr(hook, "_tpu_guarded", False) or not callable(hook):
         return hook
 
@@ -106,7 +108,7 @@ def guard_hook(hook):
         try:
             return hook(*args, **kwargs)
         except BaseException as exc:
-            if not in_backward() or not (_has_tpu_tensor(args) or _has_tpu_tensor(kwargs)):
+            if not in_backward() or not (on_tpu or _has_tpu_tensor(args) or _has_tpu_tensor(kwargs)):
                 raise
             _queue(exc)
             return None
@@ -159,10 +161,17 @@ def install() -> None:
     register_post = torch.Tensor.register_post_accumulate_grad_hook
 
     def tpu_register_hook(self, hook):
-        return register_hook(self, guard_hook(hook))
+        # A view whose base (or another view of it) changed in place gets a new grad_fn the next time its
+        # grad_fn is read, and that refresh clears the tensor's Python hook dict. Tensor.register_hook sets
+        # the dict first and reads grad_fn after, so the refresh happened in between and torch dereferenced
+        # the cleared dict (a segfault, CPU tensors too: ``v = y[:2]; y.add_(1); v.register_hook(f)``).
+        # Reading grad_fn first refreshes it before the dict exists.
+        if self.requires_grad:
+            self.grad_fn  # noqa: B018 - the read refreshes a stale view's grad_fn
+        return register_hook(self, guard_hook(hook, on_tpu=True))
 
     def tpu_register_post_accumulate_grad_hook(self, hook):
-        return register_post(self, guard_hook(hook))
+        return register_post(self, guard_hook(hook, on_tpu=True))
 
     functools.update_wrapper(tpu_register_hook, register_hook)
     functools.update_wrapper(tpu_register_post_accumulate_grad_hook, register_post)

@@ -163,7 +163,10 @@ def resize_view(x: TpuTensor, size) -> None:
 def resize_whole(x: TpuTensor, size) -> None:
     """``x`` (a whole storage) becomes a contiguous tensor of ``size`` on a new storage that starts with
     x's elements (as CPU's resize_; new elements read as zeros). Views of the old storage keep it."""
-    new = deterministic_fill(empty(tuple(size), x.dtype, x.device.index or 0))
+    # (x.data = new takes new's dispatch keys: made in x's inference state, so an inference tensor stays
+    # one and a normal tensor resized under inference_mode stays normal)
+    with torch.inference_mode(x.is_inference()):
+        new = deterministic_fill(empty(tuple(size), x.dtype, x.device.index or 0))
     keep = min(x.numel(), new.numel())
     if keep:
         copy_into(new.view(-1)[:keep], x.reshape(-1)[:keep])

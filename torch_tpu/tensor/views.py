@@ -60,6 +60,12 @@ def run_view(func, args, kwargs):
         # a view of a normal tensor stays a normal tensor (autograd sets its version counter)
         with torch.inference_mode(False):
             views = [_view(storage, *spec) for spec in specs]
+    elif x.is_inference() and not torch.is_inference_mode_enabled():
+        # a view of an inference tensor is one too, wherever it is made: torch refuses to write it, to
+        # save it for backward or to make it require grad outside inference_mode (a view made outside was
+        # a normal tensor, so ``v = y[1:]; v.add_(1)`` wrote the inference tensor y without an error)
+        with torch.inference_mode(True):
+            views = [_view(storage, *spec) for spec in specs]
     else:
         views = [_view(storage, *spec) for spec in specs]
     return views[0] if single else views
