@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from ._util import upcast
-from .elementwise import gelu, mish, silu, softplus
+from .activations import gelu, mish, silu, softplus
 from .registry import aten, register
 
 

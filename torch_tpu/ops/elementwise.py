@@ -1,4 +1,4 @@
-"""Pointwise ops: arithmetic, comparisons, math functions, activations."""
+"""Pointwise ops: arithmetic, comparisons, math functions (activations: activations.py)."""
 from __future__ import annotations
 
 import jax
@@ -510,82 +510,6 @@ def round_decimals(x, decimals=0):
     if decimals < 0:
         return (jnp.round(y / scale) * scale).astype(x.dtype)
     return (jnp.round(y * scale) / scale).astype(x.dtype)
-
-
-# --- activations --------------------------------------------------------------------------------
-@register(aten.relu.default)
-def relu(x):
-    return jnp.maximum(x, jnp.zeros((), x.dtype))
-
-
-@register(aten.gelu.default)
-def gelu(x, approximate="none"):
-    y = upcast(x)
-    return jax.nn.gelu(y, approximate=approximate == "tanh").astype(x.dtype)
-
-
-@register(aten.silu.default)
-def silu(x):
-    y = upcast(x)
-    return (y * jax.nn.sigmoid(y)).astype(x.dtype)
-
-
-@register(aten.mish.default)
-def mish(x):
-    y = upcast(x)
-    return (y * jnp.tanh(jax.nn.softplus(y))).astype(x.dtype)
-
-
-@register(aten.softplus.default)
-def softplus(x, beta=1, threshold=20):
-    y = upcast(x)
-    bx = y * beta
-    return jnp.where(bx > threshold, y, jnp.log1p(jnp.exp(bx)) / beta).astype(x.dtype)
-
-
-@register(aten.elu.default)
-def elu(x, alpha=1, scale=1, input_scale=1):
-    y = upcast(x)
-    return jnp.where(y > 0, y * scale, alpha * scale * jnp.expm1(y * input_scale)).astype(x.dtype)
-
-
-@register(aten.leaky_relu.default)
-def leaky_relu(x, negative_slope=0.01):
-    return jnp.where(x > 0, x, x * negative_slope)
-
-
-@register(aten.hardtanh.default)
-def hardtanh(x, min_val=-1, max_val=1):
-    return jnp.clip(x, min_val, max_val)
-
-
-@register(aten.hardsigmoid.default)
-def hardsigmoid(x):
-    return jnp.clip(x / 6 + 0.5, 0, 1)
-
-
-@register(aten.hardswish.default)
-def hardswish(x):
-    return x * jnp.clip(x / 6 + 0.5, 0, 1)
-
-
-@register(aten.glu.default)
-def glu(x, dim=-1):
-    a, b = jnp.split(x, 2, axis=dim)
-    return a * jax.nn.sigmoid(b)
-
-
-@register(aten.log_sigmoid_forward.default)
-def log_sigmoid_forward(x):
-    y = upcast(x)
-    # the buffer is only used by torch's CPU backward; its shape follows the meta kernel
-    return jax.nn.log_sigmoid(y).astype(x.dtype), jnp.zeros_like(x)
-
-
-@register(aten.prelu.default, aten._prelu_kernel.default)
-def prelu(x, weight):
-    w = weight.reshape((-1,) + (1,) * max(x.ndim - 2, 0)) if x.ndim >= 2 and weight.size > 1 else weight
-    return jnp.where(x > 0, x, w * x)
 
 
 # --- dtype / fill -------------------------------------------------------------------------------
