@@ -21,8 +21,8 @@ _pool_threads = 0
 def threads() -> int:
     """How many compile threads the settings ask for (0: compile on the calling thread)."""
     n = config.settings().compile_threads
-    if n is None:
-        n = min(4, os.cpu_count() or 1)
+    if n is None:  # the caller's thread keeps one core busy tracing and recording
+        n = max(1, min(4, (os.cpu_count() or 1) - 1))
     return n
 
 
