@@ -222,7 +222,8 @@ def _record(key, fn, args, avals, what):
     for a in args:
         if type(a) is LazyArray:
             if a.concrete is not None:
-                refs.append(_input_ref(g, a.concrete))
+                idx = g.input_ids.get(id(a))  # an input already, taken while its graph was waiting
+                refs.append(("i", idx) if idx is not None else _input_ref(g, a.concrete))
             elif a.node is not None and a.node < len(g.nodes) and _owner(g, a):
                 refs.append(("n", a.node, a.out))
             elif a.launch is not None and a.error is None:
@@ -326,6 +327,9 @@ def _run(g: _Graph) -> None:
         while _LAUNCHES:
             _LAUNCHES[0].complete()
         g.inputs = [materialize(a) for a in g.inputs]
+    # values of graphs that launched meanwhile enter as their arrays, as they would have had their
+    # graphs not waited: the same donation set, so the same program as in a process that compiled nothing
+    g.inputs = [a.concrete if type(a) is LazyArray and a.concrete is not None else a for a in g.inputs]
     inputs = g.inputs
     in_sig = tuple(_input_signature(a) for a in inputs)
     # the outputs' shapes too: an op key does not say whether its result comes in torch's layout or as
@@ -518,6 +522,13 @@ def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
         held[id(old)] = held.get(id(old), 0) + 1
     if not config.settings().fused_donate_inplace:
         held = {k: None for k in held}  # not safe to lose: never donated
+    # an input of a graph waiting in line is free once that graph has launched, which is before this one
+    # (graphs launch in record order): so the same set is donated as when nothing waits
+    waiting: dict = {}
+    for launch in _LAUNCHES:
+        for a in launch.inputs:
+            if type(a) not in _PY_NUMBERS:
+                waiting[id(a)] = waiting.get(id(a), 0) + 1
     wanted: dict = {}
     for la in outputs:
         k = (la.shape, np.dtype(la.dtype))
@@ -529,6 +540,7 @@ def _donatable(inputs: list, outputs: list, writes: list) -> tuple:
         extra = held.get(id(a), 0)
         if extra is None:
             continue
+        extra += waiting.get(id(a), 0)
         if type(a) is LazyArray:  # a value of a graph still waiting to launch
             if a.launch is None or a.error is not None:
                 continue
