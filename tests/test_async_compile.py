@@ -266,3 +266,19 @@ def test_the_line_of_waiting_graphs_is_bounded(gate, monkeypatch):
     for i in range(6):
         x = x * 2 + i
     torch.testing.assert_close(got, x)
+
+
+def test_leaving_fused_mode_when_a_waiting_graph_fails_still_leaves_it(gate):
+    from test_errors import _boom_op
+
+    op = _boom_op()
+    x = torch.ones(3, device="tpu")
+    with pytest.raises(RuntimeError, match="tputest.boom"):
+        with torch.tpu.set_eager_mode(FUSE):
+            y = op(x * 2)
+            fused.flush()
+            gate.set()
+    assert torch.tpu.eager_mode == EagerMode.DEFER_NEVER  # the error did not keep the process fused
+    with pytest.raises(RuntimeError, match="tputest.boom"):
+        y.cpu()
+    torch.testing.assert_close((x + 1).cpu(), torch.full((3,), 2.0))

@@ -51,13 +51,17 @@ def set_mode(mode) -> None:
     mode = _as_mode(mode)
     if launchers.current is launchers.FORKED:
         raise platform.fork_error()
-    if _mode is EagerMode.DEFER_AND_FUSE and mode is not EagerMode.DEFER_AND_FUSE:
-        fused.finish()  # pending work runs before the mode changes
-        module_graphs.remove_module_hooks()
-    _mode = mode
-    launchers.current = _LAUNCHERS[mode]
-    if mode is EagerMode.DEFER_AND_FUSE:
-        module_graphs.install_module_hooks()
+    leaving = _mode is EagerMode.DEFER_AND_FUSE and mode is not EagerMode.DEFER_AND_FUSE
+    try:
+        if leaving:
+            fused.finish()  # pending work runs before the mode changes
+    finally:  # its error (a graph that failed) is raised with the mode changed: it must not stay fused
+        if leaving:
+            module_graphs.remove_module_hooks()
+        _mode = mode
+        launchers.current = _LAUNCHERS[mode]
+        if mode is EagerMode.DEFER_AND_FUSE:
+            module_graphs.install_module_hooks()
 
 
 class eager_mode_context:
