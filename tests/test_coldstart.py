@@ -379,7 +379,7 @@ print(json.dumps({"same": same, "stats": torch_tpu.stats()}))
 def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode, threads):
     """The background threads of a warm process load the last run's programs and read its op
     descriptions; the main thread then takes them (none is read twice) and computes the same values."""
-    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path), TORCH_TPU_LOG="compiles")
 
     def child():
         out = subprocess.run([sys.executable, "-c", _AHEAD_CHILD, mode, str(threads)], env=env, capture_output=True,
@@ -387,11 +387,14 @@ def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode,
         assert out.returncode == 0, out.stderr[-3000:]
         r = json.loads(out.stdout.strip().splitlines()[-1])
         assert r["same"], r
-        return r["stats"]
+        return r["stats"], [line for line in out.stderr.splitlines() if "torch_tpu" in line and " in " in line]
 
-    cold = child()
+    (cold, cold_log) = child()
     assert cold["compiles"] > 0 and cold["cache_prefetched"] == 0, cold
-    warm = child()
+    assert len([m for m in cold_log if "] compiled " in m]) == cold["compiles"], cold_log
+    (warm, warm_log) = child()
+    # the compile log says where each program came from (it said "compiled in 0.000s" of read-ahead ones)
+    assert warm_log and all("] loaded from cache (read ahead) " in m for m in warm_log), warm_log
     assert warm["compiles"] == 0 and warm["cache_rejects"] == 0, warm
     assert warm["op_loads"] > 0, warm
     # every program and op description the warm run read from disk came from the background thread

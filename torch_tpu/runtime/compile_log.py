@@ -14,7 +14,6 @@ import threading
 import time
 
 from .. import config
-from . import counters
 
 LOGGER_NAME = "torch_tpu.compiles"
 log = logging.getLogger(LOGGER_NAME)
@@ -59,11 +58,11 @@ def _describe(a) -> str:
     return f"{dtype}[{','.join(str(s) for s in shape)}]"
 
 
-def start() -> tuple | None:
+def start() -> float | None:
     """Before compiling: a token for ``done`` (None when the log is off)."""
     if not enabled():
         return None
-    return time.perf_counter(), counters.counters.get("cache_loads", 0)
+    return time.perf_counter()
 
 
 def _reason(key, name: str, signature: tuple) -> str:
@@ -84,26 +83,26 @@ def _reason(key, name: str, signature: tuple) -> str:
     return "same inputs as an earlier program of this name, new static arguments or structure"
 
 
-def done(token, key, name: str, example_args: tuple) -> None:
-    """After compiling ``name`` for ``example_args``: one log line."""
+def done(token, key, name: str, example_args: tuple, how: str = "compiled") -> None:
+    """After building ``name`` for ``example_args``: one log line. ``how``: "compiled" (by XLA now),
+    "loaded" (read from the persistent cache now) or "prefetched" (read ahead by a background thread)."""
     if token is None:
         return
     with _lock:  # (compile threads log too)
-        _done(token, key, name, example_args)
+        _done(token, key, name, example_args, how)
 
 
 _lock = threading.Lock()
 
 
-def _done(token, key, name: str, example_args: tuple) -> None:
-    t0, hits0 = token
-    seconds = time.perf_counter() - t0
-    loaded = counters.counters.get("cache_loads", 0) > hits0
+def _done(token, key, name: str, example_args: tuple, how: str) -> None:
+    seconds = time.perf_counter() - token
     signature = tuple(_describe(a) for a in example_args)
     reason = _reason(key, name, signature)
     shown = ", ".join(signature[:6]) + (f", ... ({len(signature)} inputs)" if len(signature) > 6 else "")
-    log.info("%s %s in %.3fs (%s): inputs (%s)", "loaded" if loaded else "compiled", name, seconds,
-             reason, shown)
+    verb = {"compiled": "compiled", "loaded": "loaded from cache",
+            "prefetched": "loaded from cache (read ahead)"}[how]
+    log.info("%s %s in %.3fs (%s): inputs (%s)", verb, name, seconds, reason, shown)
     _by_name[name] = signature
     try:
         _seen[hash(key)] = None

@@ -181,16 +181,17 @@ def _load_alias(alias: str):
 
 
 def load_by_key(key, device=None, donate: tuple = ()):
-    """(program, its device-check messages) of a persistent structural key from disk (no tracing), or
-    None."""
+    """(program, its device-check messages, "prefetched" or "loaded") of a persistent structural key from
+    disk (no tracing), or None."""
     alias = structural_disk_key(key, device, donate)
     if alias is None:
         return None
     prefetch.seen(alias)
     found = prefetch.take(alias)
-    if found is None:
-        found = _load_alias(alias)
-    return found
+    if found is not None:
+        return found[0], found[1], "prefetched"
+    found = _load_alias(alias)
+    return None if found is None else (found[0], found[1], "loaded")
 
 
 def _usable(found, checks) -> bool:
@@ -229,7 +230,7 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         found = load_by_key(key, device, donate)
         if found is not None and _usable(found, checks):
             prog = _PROGRAMS[key] = found[0]
-            compile_log.done(token, key, compile_log.program_name(fn, key), example_args)
+            compile_log.done(token, key, compile_log.program_name(fn, key), example_args, found[2])
             return prog
     kwargs = {}
     if device is not None:
@@ -292,7 +293,7 @@ def _keep(prog, done, compiled_now: bool) -> None:
         # serializable"), and an alias to nothing made every later process drop it and compile again
         payload = _alias_payload(module_key, checks)
         disk_cache.store(alias, lambda: payload if disk_cache.exists(module_key) else None)
-    compile_log.done(token, key, name, example_args)
+    compile_log.done(token, key, name, example_args, "compiled" if compiled_now else "loaded")
 
 
 _IN_FLIGHT: dict = {}  # key -> Future of a program compiling on a compile thread
