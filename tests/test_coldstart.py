@@ -397,8 +397,53 @@ def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode,
     assert warm_log and all("] loaded from cache (read ahead) " in m for m in warm_log), warm_log
     assert warm["compiles"] == 0 and warm["cache_rejects"] == 0, warm
     assert warm["op_loads"] > 0, warm
-    # every program and op description the warm run read from disk came from the background thread
-    assert warm["cache_prefetched"] == warm["cache_loads"] + warm["op_loads"], warm
+    # every program, op description and fused graph set the warm run read came from the background thread
+    assert warm["cache_prefetched"] == warm["cache_loads"] + warm["op_loads"] + warm["graph_set_loads"], warm
+    assert (warm["graph_set_loads"] > 0) == (mode == "DEFER_AND_FUSE"), warm
+
+
+_SETS_CHILD = r"""
+import json, sys, torch, torch_tpu
+from torch_tpu.runtime import disk_cache
+hold = sys.argv[1] == "hold"
+x0 = torch.linspace(-1, 1, 24).reshape(4, 6)
+ref = x0.clone()
+for _ in range(3):
+    ref = torch.tanh(ref) * 0.5 + 0.1
+x = x0.to("tpu")
+kept = [x] if hold else []  # the first step's input stays referenced: not free to donate then
+torch.tpu.eager_mode = torch_tpu.EagerMode.DEFER_AND_FUSE
+compiles = []
+for _ in range(3):
+    before = torch_tpu.stats()["compiles"]
+    x = torch.tanh(x) * 0.5 + 0.1
+    torch.tpu.synchronize()
+    compiles.append(torch_tpu.stats()["compiles"] - before)
+same = torch.allclose(x.cpu(), ref, atol=1e-6, rtol=1e-6)
+disk_cache.flush_writes()
+print(json.dumps({"same": same, "compiles": compiles, "stats": torch_tpu.stats()}))
+"""
+
+
+def test_a_warm_process_starts_from_the_donation_sets_the_last_one_ended_with(tmp_path):
+    """The first step's graph of a warm process may find more inputs free to donate than the last
+    process's first step did (there, a value was still referenced: held by the user, or by a graph
+    waiting for its background compile). The last run's donation set is kept on disk, so the warm
+    process reuses its program instead of compiling the same graph with another donation set."""
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
+
+    def child(arg):
+        out = subprocess.run([sys.executable, "-c", _SETS_CHILD, arg], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        assert r["same"], r
+        return r
+
+    cold = child("hold")
+    assert cold["compiles"][0] >= 1 and cold["compiles"][1:] == [0, 0], cold  # one set, kept to the end
+    warm = child("free")
+    assert warm["compiles"] == [0, 0, 0] and warm["stats"]["cache_rejects"] == 0, warm
 
 
 # -------------------------------------------------------------------------------------------------

@@ -1,13 +1,23 @@
 """Which outputs a fused graph's program returns and which inputs it donates, kept per graph structure
-so that steps which differ only in what happens to be alive or free share one program (``fused.py``)."""
+so that steps which differ only in what happens to be alive or free share one program (``fused.py``).
+
+Both sets are also kept on disk (verified entries, by the graph's structural key), so a warm process starts
+from the sets the last process ended with: the first occurrence of a graph in a process may see another
+set (in a process compiling in the background, a value is still held by a graph waiting to launch), and
+without the last run's sets it would compile a program the cache holds under a neighbouring key."""
 from __future__ import annotations
 
-from ..runtime import caches, program_cache
+import json
 
-# graph key less its outputs -> the outputs its program returns (see _outputs_for)
+from ..runtime import caches, counters, disk_cache, prefetch, program_cache, stable_keys
+
+# graph key less its outputs -> the outputs its program returns (see outputs_for)
 _OUTPUT_SETS: dict = caches.register("fused output sets", caches.Bounded(program_cache.max_programs))
-# graph key less its donation and outputs -> the inputs its program donates (see _donation_for)
+# graph key less its donation and outputs -> the inputs its program donates (see donation_for)
 _DONATIONS: dict = caches.register("fused donation sets", caches.Bounded(program_cache.max_programs))
+
+_OUTPUTS_KIND = "fused-output-set"
+_DONATION_KIND = "fused-donation-set"
 
 
 def outputs_for(base, live_sig: tuple) -> tuple:
@@ -16,13 +26,15 @@ def outputs_for(base, live_sig: tuple) -> tuple:
     during warm-up, dropped later), so a program returning a superset of the live values is reused (the
     others are dropped), and a new live value makes one program returning the union of both."""
     known = _OUTPUT_SETS.get(base)
+    if known is None:
+        known = _load(_OUTPUTS_KIND, base)
     if known is None or known == live_sig:
         out = live_sig
     elif set(live_sig) <= set(known):
         out = known
     else:
         out = tuple(sorted(set(known) | set(live_sig)))
-    _OUTPUT_SETS[base] = out
+    _remember(_OUTPUT_SETS, _OUTPUTS_KIND, base, out)
     return out
 
 
@@ -35,10 +47,76 @@ def donation_for(base, donatable: tuple) -> tuple:
     so the set only shrinks and a graph compiles at most a few times."""
     known = _DONATIONS.get(base)
     if known is None:
+        known = _load(_DONATION_KIND, base)
+    if known is None:
         out = donatable
     elif set(known) <= set(donatable):
         out = known
     else:
         out = tuple(i for i in known if i in donatable)
-    _DONATIONS[base] = out
+    _remember(_DONATIONS, _DONATION_KIND, base, out)
     return out
+
+
+def _disk_key(kind: str, base) -> str | None:
+    if not disk_cache.enabled():
+        return None
+    text = stable_keys.text(base)
+    if text is None:
+        return None
+    return kind + "\n" + text + "\n" + stable_keys.environment(True)
+
+
+def _remember(memory: dict, kind: str, base, value: tuple) -> None:
+    """Keep ``value`` in memory and, when it changed, on disk (written off the critical path)."""
+    if memory.get(base) == value:
+        return
+    memory[base] = value
+    key = _disk_key(kind, base)
+    if key is not None:
+        disk_cache.store(key, json.dumps(_plain(value)).encode())
+
+
+def _load(kind: str, base) -> tuple | None:
+    """The set the last process kept for ``base``, or None."""
+    key = _disk_key(kind, base)
+    if key is None:
+        return None
+    prefetch.seen(key)
+    payload = prefetch.take(key)
+    if payload is None:
+        payload = disk_cache.load(key)
+    if payload is None:
+        return None
+    try:
+        value = _tuple(json.loads(payload))
+    except (ValueError, TypeError):  # verified bytes we cannot read: the set is learnt again
+        disk_cache.forget(key)
+        return None
+    memory = _OUTPUT_SETS if kind == _OUTPUTS_KIND else _DONATIONS
+    memory[base] = value
+    counters.add("graph_set_loads", 1)
+    return value
+
+
+def _plain(value: tuple) -> list:
+    return [list(v) if type(v) is tuple else v for v in value]
+
+
+def _tuple(value) -> tuple:
+    """A set read back: ints (donated inputs) or pairs of ints (outputs: node, output)."""
+    if type(value) is not list:
+        raise TypeError("not a set")
+    out = []
+    for v in value:
+        if type(v) is int:
+            out.append(v)
+        elif type(v) is list and len(v) == 2 and all(type(n) is int for n in v):
+            out.append(tuple(v))
+        else:
+            raise TypeError("not a set")
+    return tuple(out)
+
+
+prefetch.set_loader(_OUTPUTS_KIND, disk_cache.load)
+prefetch.set_loader(_DONATION_KIND, disk_cache.load)

@@ -11,8 +11,9 @@ _FIELDS = {
     "cache_rejects": 0,       # disk cache entries ignored (wrong key, bad checksum, unloadable): rebuilt
     "cache_stores": 0,        # entries written to the disk cache
     "cache_evictions": 0,     # entries deleted to keep the disk cache under TORCH_TPU_CACHE_MAX_MB
-    "cache_prefetched": 0,    # programs and op descriptions read ahead of need on a background thread (warm processes)
+    "cache_prefetched": 0,    # programs, op descriptions, graph sets read ahead of need on a background thread
     "op_loads": 0,            # op descriptions loaded from disk (no meta kernel, no tracing)
+    "graph_set_loads": 0,     # fused graphs' output/donation sets the last process kept, read from disk
     "cache_hits": 0,          # op/graph program cache hits (in-memory)
     "cache_misses": 0,
     "executions": 0,          # compiled programs launched
