@@ -352,6 +352,18 @@ def test_the_background_loader_keeps_a_bounded_number_of_programs_ahead(monkeypa
     prefetch.stop(timeout=10)
     assert not any(t.is_alive() for t in st.threads)
 
+    # small entries (op descriptions) do not count: a warm pipeline's 225 of them came first and kept its
+    # programs from loading until the main thread took some
+    monkeypatch.setattr(prefetch, "_small", {"test-small"})
+    monkeypatch.setitem(prefetch._loaders, "test-small", lambda key: loaded.append(key) or ("desc", key))
+    st.ready.clear()
+    loaded.clear()
+    small = [f"test-small\n{i}" for i in range(40)]
+    prefetch._launch(small + keys[100:140])
+    settle()
+    assert len(loaded) == 40 + 16 and all(k in st.ready for k in small), len(loaded)
+    prefetch.stop(timeout=10)
+
 
 _AHEAD_CHILD = r"""
 import json, sys, torch, torch_tpu

@@ -78,7 +78,7 @@ def _dtype(name: str) -> torch.dtype:
     return dt
 
 
-prefetch.set_loader("op-description", disk_cache.load)
+prefetch.set_loader("op-description", disk_cache.load, small=True)
 
 
 def save(program_key, entry, meta_out, in_place: bool, check_meta) -> None:

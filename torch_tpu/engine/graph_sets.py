@@ -118,5 +118,5 @@ def _tuple(value) -> tuple:
     return tuple(out)
 
 
-prefetch.set_loader(_OUTPUTS_KIND, disk_cache.load)
-prefetch.set_loader(_DONATION_KIND, disk_cache.load)
+prefetch.set_loader(_OUTPUTS_KIND, disk_cache.load, small=True)
+prefetch.set_loader(_DONATION_KIND, disk_cache.load, small=True)

@@ -29,7 +29,9 @@ _WAIT_S = 60.0        # longest wait for a program the thread is loading (then t
 _MAX_KEYS = 50_000    # longest sequence kept
 _AHEAD = 256          # most programs held loaded and not yet taken: a process that starts like the last
                       # run and then does something else must not load and keep all of that run's programs
+                      # (small entries, op descriptions, do not count: 225 of them held up the programs)
 _loaders: dict = {}   # a key's kind (its first line) -> loader: key -> what the main thread takes, or None
+_small: set = set()   # kinds whose entries are a few bytes (not bounded by _AHEAD)
 
 
 class _State:
@@ -46,10 +48,18 @@ class _State:
     threads: list = []          # loader threads started (joined at exit)
 
 
-def set_loader(kind: str, fn) -> None:
+def set_loader(kind: str, fn, small: bool = False) -> None:
     """``fn`` loads the keys whose first line is ``kind`` (program_cache: programs; op_store: op
-    descriptions, read ahead as verified bytes)."""
+    descriptions, read ahead as verified bytes, ``small``)."""
     _loaders[kind] = fn
+    if small:
+        _small.add(kind)
+
+
+def _programs_held() -> int:
+    """Loaded or loading entries not taken yet that count towards _AHEAD (call with the lock held)."""
+    return sum(1 for held in (_State.ready, _State.loading) for k in held
+               if k.partition("\n")[0] not in _small)
 
 
 def _load(key: str):
@@ -179,7 +189,7 @@ def _run(todo: list, cursor: list, stop: threading.Event) -> None:
     st = _State
     while not stop.is_set():
         with st.lock:  # claim the next key nobody has asked for, loaded or claimed
-            while len(st.ready) + len(st.loading) >= _AHEAD and not stop.is_set():
+            while _programs_held() >= _AHEAD and not stop.is_set():
                 st.taken.wait(1.0)
             key = None
             while cursor[0] < len(todo):
