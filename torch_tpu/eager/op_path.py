@@ -303,11 +303,22 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.out_dtypes = desc.out_dtypes
     entry.rebuild = None if desc.structure is None else _rebuilder(desc.structure)
     entry.layouts = desc.layouts
-    check_meta = None if desc.check_dtype is None else torch.empty((), dtype=desc.check_dtype, device="meta")
+    check_meta = None if desc.check_dtype is None else _scalar_meta(desc.check_dtype)
     entry.check = validate.per_call_check(func, registry.resolve(func)[1], check_meta)
     entry.device_checks = list(desc.device_checks)  # (the checks setting is part of its disk key)
     launchers.current.prepare(entry, example, args, kwargs)
     return entry
+
+
+_SCALAR_METAS: dict = {}
+
+
+def _scalar_meta(dtype: torch.dtype) -> torch.Tensor:
+    """A 0-dim meta tensor of ``dtype`` (only its dtype is read): one per dtype, not one per op entry."""
+    found = _SCALAR_METAS.get(dtype)
+    if found is None:
+        found = _SCALAR_METAS[dtype] = torch.empty((), dtype=dtype, device="meta")
+    return found
 
 
 def _write_orders(func, args, kwargs):
