@@ -632,6 +632,15 @@ REGRESSIONS = {
     "threshold_value_overflow": (lambda x: torch.threshold(x, 0.5, 300), [D.t(1, 0, 3, dtype=torch.int8)], True),
     "hardtanh_half_overflow": (lambda x: torch.nn.functional.hardtanh(x, -1e10, 1e10),
                                [torch.zeros(3, dtype=torch.float16)], True),
+    # integer hardtanh: bounds past the dtype raise on CPU (the tpu clamped with them); negative bounds of
+    # uint8 raise (the tpu raised for the first call's key only, then clamped)
+    "hardtanh_uint8_overflow": (lambda x: torch.nn.functional.hardtanh(x, 0.0, 300.0), [D.t(1, 200, dtype=torch.uint8)],
+                                True),
+    "hardtanh_int8_overflow": (lambda x: torch.nn.functional.hardtanh(x, -200, 1), [D.t(1, -100, dtype=torch.int8)],
+                               True),
+    "hardtanh_uint8_in_range_then_negative": (
+        lambda x: (torch.nn.functional.hardtanh(x, 0.5, 2.5), torch.nn.functional.hardtanh(x, -1.0, 1.0)),
+        [D.t(1, 200, dtype=torch.uint8)], True),
     "clamp_float_overflow": (lambda x: x.clamp(min=1e40), [D.t(1, 2)], True),
     "add_alpha_half_overflow": (lambda x: torch.add(x, x, alpha=70000.0), [torch.ones(2, dtype=torch.float16)], True),
     "addcmul_value_overflow": (lambda x: torch.addcmul(x, x, x, value=1e40), [torch.ones(2)], True),

@@ -299,10 +299,11 @@ def _threshold_fits(dtype, x, threshold, value):
 
 @validates_each_call(aten.hardtanh.default)
 def _hardtanh_fits(dtype, x, min_val=-1, max_val=1):
-    if dtype.is_floating_point:
-        for v in (min_val, max_val):
-            if type(v) in (int, float, complex):
-                check_fits(v, dtype)
+    if dtype == torch.uint8 and any(type(v) in (int, float) and v < 0 for v in (min_val, max_val)):
+        raise RuntimeError("cannot do hardtanh on an unsigned type with negative limits")
+    for v in (min_val, max_val):
+        if type(v) in (int, float, complex):
+            check_fits(v, dtype)
 
 
 @validates_each_call(aten.scatter.value)
