@@ -97,7 +97,30 @@ def _composite_explicit(func):
 
 
 def python_entry(func):
-    """Decomposition (torch's own tables), composite kernel or CPU fallback for ``func``, or None."""
+    """Decomposition (torch's own tables), composite kernel or CPU fallback for ``func``, or None; with
+    the op's per-call checks of its Scalars (``validate.validates_each_call``: CPU raises for them, a
+    decomposition would compute: celu with alpha 0, hardshrink's lambda past float16)."""
+    entry = _python_entry(func)
+    if entry is None:
+        return None
+    from ..ops import validate
+
+    target = func if func in validate.EACH_CALL else registry.functional_variant(func) if \
+        registry.mutated_arguments(func) else None
+    if target is None or target not in validate.EACH_CALL:
+        return entry
+    run = entry.fn
+
+    def checked(*args, **kwargs):
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if first is not None:
+            validate.each_call(target, first.dtype)(args, kwargs)
+        return run(*args, **kwargs)
+
+    return PythonEntry(checked)
+
+
+def _python_entry(func):
     if has_composite_implicit(func):
         return PythonEntry(lambda *a, **k: func.decompose(*a, **k))
     from torch._decomp import decomposition_table

@@ -8,7 +8,7 @@ def load() -> None:
     from ..runtime import platform
 
     platform.jax()  # configure JAX (x64, caches) before any lowering module imports it
-    from . import elementwise, reductions, nn, attention, spatial, shape, indexing, random, factories  # noqa: F401
+    from . import elementwise, reductions, variance, nn, attention, spatial, shape, indexing, random, factories  # noqa: F401
     from . import activations, activation_backward, amp, ctc, fft, indexing_extra, linalg, nn_fastpaths, refusals, rnn, special  # noqa: F401
     from . import validate  # noqa: F401
     from . import meta_kernels

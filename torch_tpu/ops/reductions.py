@@ -137,48 +137,6 @@ def any_(x, dim=None, keepdim=False):
     return jnp.any(x != 0, axis=axis, keepdims=keepdim)
 
 
-def _correction(correction, unbiased=None):
-    if correction is not None:
-        return correction
-    if unbiased is None:
-        return 1
-    return 1 if unbiased else 0
-
-
-def _var(y, axis, correction, keepdim):
-    """torch's variance: the squared deviations' sum over max(0, N - correction) (inf or NaN when that is
-    0; jnp.var makes every N <= correction NaN)."""
-    n = math.prod(y.shape[a] for a in axis) if axis is not None else y.size
-    mean = jnp.mean(y, axis=axis, keepdims=True)
-    d = y - mean
-    sq = jnp.real(d * jnp.conj(d)) if jnp.iscomplexobj(d) else d * d
-    return jnp.sum(sq, axis=axis, keepdims=keepdim) / max(0, n - correction)
-
-
-@register(aten.var.correction)
-def var(x, dim=None, correction=None, keepdim=False):
-    y = to_float(_acc(x) if is_low_precision(x) else x)
-    return _var(y, dims_tuple(dim, x.ndim) if dim is not None else None, _correction(correction), keepdim)
-
-
-@register(aten.std.correction)
-def std(x, dim=None, correction=None, keepdim=False):
-    return jnp.sqrt(var(x, dim, correction=correction, keepdim=keepdim))
-
-
-@register(aten.var_mean.correction)
-def var_mean(x, dim=None, correction=None, keepdim=False):
-    y = to_float(_acc(x) if is_low_precision(x) else x)
-    axis = dims_tuple(dim, x.ndim) if dim is not None else None
-    return _var(y, axis, _correction(correction), keepdim), jnp.mean(y, axis=axis, keepdims=keepdim)
-
-
-@register(aten.std_mean.correction)
-def std_mean(x, dim=None, correction=None, keepdim=False):
-    v, m = var_mean(x, dim, correction=correction, keepdim=keepdim)
-    return jnp.sqrt(v), m
-
-
 @register(aten.logsumexp.default)
 def logsumexp(x, dim, keepdim=False):
     y = to_float(_acc(x) if is_low_precision(x) else x)

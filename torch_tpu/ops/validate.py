@@ -327,6 +327,57 @@ def _addc_value_fits(dtype, x, t1, t2, value=1):
         check_fits(value, dtype)
 
 
+# activations' parameters: CPU converts them to the type it computes in (float for float16/bfloat16), or to
+# the dtype itself (hardshrink's lambda); past its range they raise, the tpu computed with inf. (celu,
+# hardshrink and softshrink are decomposed: fallbacks.python_entry runs these checks with the input's dtype)
+_ACTIVATION_PARAMETERS = {aten.leaky_relu.default: ("negative_slope",), aten.elu.default: ("alpha", "scale", "input_scale"),
+                          aten.celu.default: ("alpha",), aten.softplus.default: ("beta", "threshold"),
+                          aten.rrelu_with_noise.default: ("lower", "upper"),
+                          aten.rrelu_with_noise_functional.default: ("lower", "upper")}
+
+
+def _parameters_fit(func, names):
+    position = {a.name: i for i, a in enumerate(func._schema.arguments)}
+
+    def check(dtype, *args, **kwargs):
+        if not dtype.is_floating_point:
+            return
+        for name in names:
+            k = position[name]
+            v = kwargs[name] if name in kwargs else args[k] if k < len(args) else None
+            if type(v) in (int, float):
+                check_fits(v, _opmath(dtype))
+
+    return check
+
+
+for _op, _names in _ACTIVATION_PARAMETERS.items():
+    validates_each_call(_op)(_parameters_fit(_op, _names))
+
+
+@validates_each_call(aten.celu.default)
+def _celu_alpha(dtype, x, alpha=1.0):
+    if type(alpha) in (int, float) and alpha == 0:
+        raise RuntimeError("ZeroDivisionError: alpha cannot be 0 for CELU")
+
+
+@validates_each_call(aten.hardshrink.default)
+def _hardshrink_lambda(dtype, x, lambd=0.5):
+    if type(lambd) in (int, float) and dtype.is_floating_point:
+        check_fits(lambd, dtype)
+
+
+@validates_each_call(aten.softshrink.default)
+def _softshrink_lambda(dtype, x, lambd=0.5):
+    if type(lambd) in (int, float) and dtype.is_floating_point:
+        largest = torch.finfo(dtype).max
+        if not 0 <= lambd <= largest:
+            name = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                    torch.bfloat16: "BFloat16"}[dtype]
+            raise RuntimeError(f"lambda must be in range [0, {largest:g}] for input dtype {name}, but found "
+                               f"lambd={lambd:g}")
+
+
 @validates_each_call(aten.lerp.Scalar)
 def _lerp_weight_fits(dtype, x, end, weight):
     if type(weight) in (int, float, complex):
