@@ -8,10 +8,14 @@ CPU torch through ``differential`` (equal results and inputs afterwards, or both
 crash-tolerant child process.
 
 Found here:
-* ``module.to("tpu")`` untied tied parameters (an embedding shared with the output projection):
-  ``nn.Module._apply`` keeps a parameter's identity only where the moved tensor can replace the old one's
-  data, which a tpu wrapper tensor cannot, so each module holding the parameter got its own copy and
-  training updated two parameters with half the gradient each (``tensor/module_moves.py``).
+* ``module.to("tpu")`` built new parameter objects: ``nn.Module._apply`` keeps a parameter's identity only
+  where the moved tensor can replace the old one's data, which a tpu wrapper tensor cannot. Tied parameters
+  (an embedding shared with the output projection) became two, each trained with half the gradient, and an
+  optimizer built before the move stepped the stale CPU parameters: the model never changed. The moved
+  values are swapped into the old objects now (``tensor/module_moves.py``).
+* ``torch.autocast("tpu")`` cast the weights at every use: a training loop inside one autocast region read
+  the new weights after each optimizer step where CUDA and the CPU read the casts cached at their first use
+  in the region (``cached_cast``): other losses and parameters from the second step on.
 * ``F.multi_margin_loss`` could not train (``multi_margin_loss_backward`` had no lowering: "invalid
   gradient"); its unbatched unreduced loss had shape [1] where CPU's is the target's shape; it computed
   half, bfloat16 and integer inputs and a weight of another dtype, which CPU's kernel refuses.
@@ -107,6 +111,50 @@ def _tied_moves(idx):
             m.out.weight.grad, lstm(torch.ones(2, 1, 3, device=idx.device))[0]]
 
 
+def _optimizer_before_move(x):
+    """the optimizer (and a parameter attribute) made on the CPU model, then model.to(device): on CUDA the
+    parameters keep their identity, so the optimizer trains the moved model"""
+    torch.manual_seed(0)
+    m = MLP()
+    m[0].weight.tag = "kept"
+    opt = O.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    m(x.cpu()).sum().backward()  # a gradient before the move, moved with it
+    m.to(x.device)
+    out = []
+    for i in range(2):
+        opt.step()
+        opt.zero_grad()
+        m(x).pow(2).mean().backward()
+        out += _params(m) + [p.grad for p in m.parameters()]
+    return out + [torch.tensor([m[0].weight.tag == "kept", opt.param_groups[0]["params"][0] is m[0].weight])]
+
+
+# ---------------------------------------------------------------------------------------------------
+# AMP
+
+
+def _autocast_loop(dtype, cache_enabled=True):
+    """the whole loop inside one autocast region: the weights' casts are cached until the region exits, so
+    the forward after an optimizer step reads the casts made before it (CUDA's and the CPU's cached_cast)"""
+    def fn(m, x):
+        dev = x.device.type
+        opt = O.SGD(m.parameters(), lr=0.5)
+        out = []
+        with torch.autocast(dev, dtype=dtype, cache_enabled=cache_enabled):
+            for i in range(3):
+                opt.zero_grad()
+                y = m(x)
+                y.float().pow(2).mean().backward()
+                opt.step()
+                out += [y.float().detach()] + _params(m)
+            with torch.autocast(dev, dtype=dtype):  # nested: the same cache
+                out.append(m(x).float().detach())
+        with torch.autocast(dev, dtype=dtype):  # a new region casts again
+            out.append(m(x).float().detach())
+        return out
+    return fn
+
+
 # ---------------------------------------------------------------------------------------------------
 # multi_margin_loss
 
@@ -157,6 +205,10 @@ MM_REFUSED = {
 CASES = {
     "tied:train": lambda: D.check(_tied_train, _module(Tied), IDS.clone(), modes=EAGER, atol=1e-5, rtol=1e-4),
     "tied:moves": lambda: D.check(_tied_moves, IDS.clone(), modes=EAGER, atol=1e-5),
+    **{f"amp:loop_in_one_region_{n}{'' if c else '_nocache'}": (
+        lambda dt=dt, c=c: D.check(_autocast_loop(dt, c), _module(MLP), X.clone(), modes=EAGER, atol=2e-2, rtol=2e-2))
+       for n, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)) for c in (True, False)},
+    "moves:optimizer_before_move": lambda: D.check(_optimizer_before_move, X.clone(), modes=EAGER, atol=1e-5, rtol=1e-4),
     **{f"multi_margin:p{p}_m{m}_w{int(w)}_{r}": (lambda p=p, m=m, w=w, r=r: D.check(
         _multi_margin(p, m, w, r), _leaf(5, 4, seed=3), MM_T.clone(), modes=EAGER, atol=1e-5, rtol=1e-4))
        for p, m, w, r in ((1, 1.0, False, "mean"), (2, 0.5, True, "sum"), (1, 1.0, True, "none"),
