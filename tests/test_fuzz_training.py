@@ -129,6 +129,26 @@ def _optimizer_before_move(x):
     return out + [torch.tensor([m[0].weight.tag == "kept", opt.param_groups[0]["params"][0] is m[0].weight])]
 
 
+def _round_trip_mid_training(x):
+    """train, move the model to the CPU for an evaluation (values still pending in fused mode), move it
+    back, train on with the same optimizer (its state stays on the device, as on CUDA)"""
+    torch.manual_seed(0)
+    m = Tied().to(x.device)
+    opt = O.Adam(m.parameters(), lr=0.05)
+    idx = IDS.to(x.device)
+    out = []
+    for i in range(4):
+        if i == 2:
+            m.cpu()
+            out.append(m(IDS).detach())
+            m.to(x.device)
+        opt.zero_grad()
+        F.cross_entropy(m(idx), idx.roll(1)).backward()
+        opt.step()
+        out += _params(m)
+    return out + _state(opt)
+
+
 # ---------------------------------------------------------------------------------------------------
 # AMP
 
@@ -208,6 +228,8 @@ CASES = {
     **{f"amp:loop_in_one_region_{n}{'' if c else '_nocache'}": (
         lambda dt=dt, c=c: D.check(_autocast_loop(dt, c), _module(MLP), X.clone(), modes=EAGER, atol=2e-2, rtol=2e-2))
        for n, dt in (("bf16", torch.bfloat16), ("fp16", torch.float16)) for c in (True, False)},
+    "moves:round_trip_mid_training": lambda: D.check(_round_trip_mid_training, X.clone(), modes=EAGER, atol=1e-5,
+                                                     rtol=1e-4),
     "moves:optimizer_before_move": lambda: D.check(_optimizer_before_move, X.clone(), modes=EAGER, atol=1e-5, rtol=1e-4),
     **{f"multi_margin:p{p}_m{m}_w{int(w)}_{r}": (lambda p=p, m=m, w=w, r=r: D.check(
         _multi_margin(p, m, w, r), _leaf(5, 4, seed=3), MM_T.clone(), modes=EAGER, atol=1e-5, rtol=1e-4))
