@@ -21,7 +21,7 @@ from .eager import (amp, attention, autocast, backward_errors, fused_optim, deri
                     whole_ops)
 from .engine import modes
 from .runtime import dynamo_frames
-from .tensor import interop, kernels, serialization, untyped
+from .tensor import interop, kernels, module_moves, serialization, untyped
 
 _DONE = False
 _LIB = None
@@ -82,6 +82,7 @@ def register() -> None:
     router.add_handlers(fused_optim.HANDLERS)
     _register_autocast()
     serialization.install()
+    module_moves.install()  # module.to("tpu") keeps tied parameters tied
     untyped.install()
     interop.install()
     _register_distributed()

@@ -8,10 +8,17 @@
   floating input cast to the widest floating dtype among them, so mixed bf16/fp32 code runs as on CUDA.
 
 Every other op falls through unchanged. Only floating tpu tensors other than float64 are cast (CUDA's
-``is_eligible``). ``tests/test_hostile_ecosystem.py`` checks the lists against torch's own CUDA autocast
+``is_eligible``). Casts of float32 leaf tensors that require grad (the weights) to the autocast dtype are
+cached until the outermost autocast region exits, as CUDA's ``cached_cast`` does: a weight is cast once per
+region, and a weight changed in place inside the region (an optimizer step) is still read as its cast from
+before, as on CUDA and the CPU (the tpu read the new value: a training loop inside one autocast region
+computed other losses than on CUDA). ``tests/test_hostile_ecosystem.py`` checks the lists against torch's own CUDA autocast
 test lists (``torch.testing._internal.autocast_test_lists``).
 """
 from __future__ import annotations
+
+import threading
+import weakref
 
 import torch
 
@@ -46,9 +53,41 @@ def _eligible(x) -> bool:
         and x.dtype != torch.float64
 
 
+_LOCAL = threading.local()  # torch's cast cache is per thread too
+
+
+def _cache() -> dict:
+    c = getattr(_LOCAL, "casts", None)
+    if c is None:
+        c = _LOCAL.casts = {}
+    return c
+
+
+def _cached(x, dtype):
+    """torch's ``cached_cast``: a float32 leaf that requires grad, cast to the autocast dtype, once per
+    region (the cache is emptied by ``torch.clear_autocast_cache``, which the outermost region's exit calls)."""
+    if not (x.dtype == torch.float32 and dtype == torch.get_autocast_dtype("tpu") and x.requires_grad
+            and x.is_leaf and not x._is_view() and torch.is_autocast_cache_enabled()):
+        return x.to(dtype)
+    cache = _cache()
+    hit = cache.get(id(x))
+    if hit is not None and hit[0]() is x:
+        return hit[1]
+    out = x.to(dtype)
+    cache[id(x)] = (weakref.ref(x), out)
+    return out
+
+
+def _clear_cache(original):
+    def clear_autocast_cache():
+        _cache().clear()
+        original()
+    return clear_autocast_cache
+
+
 def _cast(x, dtype):
     if _eligible(x):
-        return x.to(dtype)
+        return _cached(x, dtype)
     if type(x) in (list, tuple):
         return type(x)(_cast(e, dtype) for e in x)
     return x
@@ -100,6 +139,7 @@ def register():
     # bfloat16 is the TPU convention (torch's default for a new device is float16). torch keeps this
     # per thread: other threads get it from torch.autocast("tpu", dtype=...) or set_autocast_dtype.
     torch.set_autocast_dtype("tpu", torch.bfloat16)
+    torch.clear_autocast_cache = _clear_cache(torch.clear_autocast_cache)  # torch.autocast's exit calls it
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
     ops = torch.library.Library("aten", "IMPL")

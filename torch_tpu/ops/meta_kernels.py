@@ -54,6 +54,7 @@ KERNELS = {
     "geqrf": _geqrf,
     "fractional_max_pool3d_backward": _like_second,
     "multilabel_margin_loss_backward": _like_second,
+    "multi_margin_loss_backward": _like_second,
     "histogram.bin_ct": _histogram,
     "histogram.bins_tensor": _histogram_edges,
     "_thnn_fused_gru_cell": _gru_cell,

@@ -328,6 +328,30 @@ def multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
     return pull(upcast(grad).reshape(jnp.shape(grad)))[0].astype(x.dtype)
 
 
+@register(aten.multi_margin_loss.default)
+def multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=1):
+    """torch's kernel: a sample's loss sums ``w[y] * max(0, margin - x[y] + x[j]) ** p`` over the classes
+    j != y, over the number of classes (a margin of exactly 0 contributes no gradient, as on CPU)."""
+    c = x.shape[-1]
+    require(index_in_range(target, c, False), f"multi_margin_loss: target out of range (classes: {c})")
+    y = upcast(x).reshape(-1, c)
+    t = jnp.clip(target.reshape(-1), 0, c - 1)
+    z = margin - jnp.take_along_axis(y, t[:, None], axis=1) + y
+    z = jnp.where((z > 0) & (jnp.arange(c) != t[:, None]), z, 0.0)
+    z = z * z if p == 2 else z
+    if weight is not None:
+        z = z * upcast(weight)[t][:, None]
+    loss = (jnp.sum(z, axis=1) / c).reshape(x.shape[:-1]).astype(x.dtype)
+    return _reduce_loss(loss, reduction)
+
+
+@register(aten.multi_margin_loss_backward.default)
+def multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reduction=1):
+    # (an unbatched input's unreduced loss has shape [1] in torch, [] here: the cotangent takes the loss's shape)
+    loss, pull = jax.vjp(lambda v: multi_margin_loss(v, target, p, margin, weight, reduction), upcast(x))
+    return pull(upcast(grad).reshape(jnp.shape(loss)).astype(loss.dtype))[0].astype(x.dtype)
+
+
 @register(aten.binary_cross_entropy.default)
 def binary_cross_entropy(x, target, weight=None, reduction=1):
     require((x >= 0) & (x <= 1), "binary_cross_entropy: all elements of input should be between 0 and 1")

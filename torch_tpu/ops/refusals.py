@@ -458,6 +458,25 @@ for _name, (_kernel, _takes) in _KERNEL_DTYPES.items():
     validates(*_functional_overloads(_name))(_refuse_kernel_dtypes(_kernel, _takes))
 
 
+def _multi_margin_dtypes(kernel, x, weight):
+    """CPU's kernels take float and double inputs only, and a weight of the input's dtype."""
+    if x.dtype not in _FLOAT_DOUBLE:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+    if isinstance(weight, torch.Tensor) and weight.dtype != x.dtype:
+        raise RuntimeError(f"expected scalar type {_TYPE_NAMES.get(x.dtype)} but found "
+                           f"{_TYPE_NAMES.get(weight.dtype, weight.dtype)}")
+
+
+@validates(*_functional_overloads("multi_margin_loss"))
+def _multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1, **_):
+    _multi_margin_dtypes("multi_margin_loss_cpu_kernel", self, weight)
+
+
+@validates(*_functional_overloads("multi_margin_loss_backward"))
+def _multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=1, **_):
+    _multi_margin_dtypes("multi_margin_loss_backward_cpu_kernel", self, weight)
+
+
 # --- bool inputs CPU kernels refuse (meta kernels accept) ---------------------------------------------
 _BOOL_REFUSED = {
     "argmax": (RuntimeError, "argmax(): does not support bool input"),

@@ -135,7 +135,7 @@ def check_graph_call(func, target_func, args, kwargs, out_meta) -> None:
 def corrected_meta(func, args, kwargs, meta_out):
     """torch's meta kernel's result where it disagrees with the CPU kernel: ``bool_tensor ** True`` is
     bool on CPU (the meta kernel says int64); an unbatched multilabel_margin_loss without reduction is
-    0-d (the meta kernel says (1,)); ``2 ** x`` is contiguous on CPU (the meta kernel keeps x's layout)."""
+    0-d (the meta kernel says (1,)), an unbatched multi_margin_loss's has the target's shape; ``2 ** x`` is contiguous on CPU (the meta kernel keeps x's layout)."""
     if func is aten.pow.Tensor_Scalar and isinstance(meta_out, torch.Tensor) and meta_out.dtype != torch.bool:
         x = args[0]
         y = args[1] if len(args) > 1 else kwargs.get("exponent")
@@ -148,6 +148,9 @@ def corrected_meta(func, args, kwargs, meta_out):
     if func is aten.multilabel_margin_loss_forward.default and args[0].dim() <= 1 and \
             (args[2] if len(args) > 2 else kwargs.get("reduction")) == 0:
         return torch.empty((), dtype=meta_out[0].dtype, device="meta"), meta_out[1]  # meta says (1,)
+    if func is aten.multi_margin_loss.default and args[0].dim() <= 1 and \
+            (args[5] if len(args) > 5 else kwargs.get("reduction", 1)) == 0:
+        return torch.empty(args[1].shape, dtype=meta_out.dtype, device="meta")  # the target's shape, as on CPU
     return meta_out
 
 
