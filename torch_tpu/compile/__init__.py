@@ -209,6 +209,13 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
         fake = FakeTensor(fake_mode, meta, x.device)
         if x.requires_grad:
             fake.requires_grad_(True)
+            if not x.is_leaf:
+                # a non-leaf stays one (as dynamo's own fakes do): AOTAutograd writes a leaf's mutation
+                # back with ``detach().copy_()``, hidden from autograd (``x.mul_(s)`` on ``w * 1`` then
+                # left ``x`` with its old grad_fn: the gradient skipped the multiplication)
+                with torch.enable_grad():
+                    fake = torch._C._functions.DelayedError(
+                        "Internal error: Tried to backward() through example input", 1)(fake)
         return fake
 
     fakes = [stand_in(x) for x in example_inputs]
