@@ -225,9 +225,34 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
         bw_compiler=_graph_compiler(lowering.graph_compiler("backward")),
         inference_compiler=_graph_compiler(lowering.graph_compiler("inference"), inference=True),
         decompositions={**lowering.decompositions(), **composites.decompositions()},
-        # an inference graph's writes to its inputs stay in the graph (the program writes them back)
-        keep_inference_input_mutations=True,
+        # an inference graph's writes to its inputs stay in the graph (the program writes them back);
+        # not where the graph may train and returns an input it writes (``_returns_an_input``)
+        keep_inference_input_mutations=not (any(isinstance(x, torch.Tensor) and x.requires_grad for x in fakes)
+                                            and _returns_an_input(gm)),
     )
+
+
+def _returns_an_input(gm: torch.fx.GraphModule) -> bool:
+    """Whether dynamo's graph returns one of its inputs itself (``y.add_(1); return y``, ``return
+    y.add_(1)``). With input mutations kept in the graph, AOTAutograd's training graph (an input requires
+    grad) returns such an input in the place of another mutated input's new value: ``x.mul_(2); y[0] = 1;
+    return y`` with ``x`` requiring grad wrote ``y``'s values into ``x`` (torch 2.13, inductor too)."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    for node in _flat_nodes(out.args[0]):
+        while node.op in ("call_method", "call_function") and node.args and isinstance(node.args[0], torch.fx.Node):
+            name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+            if not (name.endswith("_") and not name.endswith("__")):
+                break
+            node = node.args[0]  # an in-place call returns its self
+        if node.op == "placeholder":
+            return True
+    return False
+
+
+def _flat_nodes(arg) -> list:
+    nodes: list = []
+    torch.fx.node.map_arg(arg, nodes.append)
+    return nodes
 
 
 def _graph_compiler(graph_compiler, inference=False):
