@@ -993,6 +993,11 @@ def _inplace_on_nonleaf_input_grad():
         x[::2].add_(x[1::2] * s)
         return (x * x).sum()
 
+    def h(x, s):
+        with torch.no_grad():
+            x.add_(s)  # hidden from autograd: the gradient passes as through the identity
+        return x
+
     def run(fn, s):
         def go(c, w):
             w = w.detach().clone().requires_grad_()
@@ -1008,7 +1013,7 @@ def _inplace_on_nonleaf_input_grad():
         return (lambda fn: fn) if d == "cpu" else (lambda fn: torch.compile(fn, backend="tpu", dynamic=False))
 
     D.check_sequence([call("x.mul_(-3); return x", run(f, -3)), call("again, s=2.5", run(f, 2.5)),
-                      call("write through views", run(g, 2))],
+                      call("write through views", run(g, 2)), call("no_grad write, return x", run(h, 1.5))],
                      D.per_device(make), D.rand(4, 3), atol=1e-5, rtol=1e-5, signed_zeros=False)
 
 

@@ -219,43 +219,46 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
         return fake
 
     fakes = [stand_in(x) for x in example_inputs]
-    return aot_module_simplified(
-        gm, fakes,
-        fw_compiler=_graph_compiler(lowering.graph_compiler("forward")),
-        bw_compiler=_graph_compiler(lowering.graph_compiler("backward")),
-        inference_compiler=_graph_compiler(lowering.graph_compiler("inference"), inference=True),
-        decompositions={**lowering.decompositions(), **composites.decompositions()},
-        # an inference graph's writes to its inputs stay in the graph (the program writes them back);
-        # not where the graph may train and returns an input it writes (``_returns_an_input``)
-        keep_inference_input_mutations=not (any(isinstance(x, torch.Tensor) and x.requires_grad for x in fakes)
-                                            and _returns_an_input(gm)),
-    )
+
+    def compile_with(keep_mutations: bool):
+        return aot_module_simplified(
+            gm, fakes,
+            fw_compiler=_graph_compiler(lowering.graph_compiler("forward")),
+            bw_compiler=_graph_compiler(lowering.graph_compiler("backward"), backward=True),
+            inference_compiler=_graph_compiler(lowering.graph_compiler("inference"), inference=True),
+            decompositions={**lowering.decompositions(), **composites.decompositions()},
+            # an inference graph's writes to its inputs stay in the graph (the program writes them back)
+            keep_inference_input_mutations=keep_mutations,
+        )
+
+    try:
+        return compile_with(True)
+    except _MisplacedInputOutput:
+        return compile_with(False)
 
 
-def _returns_an_input(gm: torch.fx.GraphModule) -> bool:
-    """Whether dynamo's graph returns one of its inputs itself (``y.add_(1); return y``, ``return
-    y.add_(1)``). With input mutations kept in the graph, AOTAutograd's training graph (an input requires
-    grad) returns such an input in the place of another mutated input's new value: ``x.mul_(2); y[0] = 1;
-    return y`` with ``x`` requiring grad wrote ``y``'s values into ``x`` (torch 2.13, inductor too)."""
-    out = next(n for n in gm.graph.nodes if n.op == "output")
-    for node in _flat_nodes(out.args[0]):
-        while node.op in ("call_method", "call_function") and node.args and isinstance(node.args[0], torch.fx.Node):
-            name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-            if not (name.endswith("_") and not name.endswith("__")):
-                break
-            node = node.args[0]  # an in-place call returns its self
-        if node.op == "placeholder":
-            return True
-    return False
+class _MisplacedInputOutput(Exception):
+    """AOTAutograd (torch 2.13) traced a graph that returns an input it writes in the graph, beside
+    inputs whose new values the runtime writes back: it put that input among the graph's outputs at the
+    position of the user output in the list *without* the written-back inputs' new values, over one of
+    them (``x.mul_(2); y[0] = s; return y``, ``x`` requiring grad: ``x`` was overwritten with ``y``).
+    The backend then compiles the function again with every input mutation written back by the runtime."""
 
 
-def _flat_nodes(arg) -> list:
-    nodes: list = []
-    torch.fx.node.map_arg(arg, nodes.append)
-    return nodes
+def _check_input_outputs() -> None:
+    from torch._functorch._aot_autograd.schemas import MutationType, OutputType
+    from torch._guards import TracingContext
+
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    if meta is None or not meta.num_mutated_inp_runtime_indices:
+        return
+    for info in meta.output_info:
+        if info.output_type == OutputType.is_input and info.base_idx is not None \
+                and meta.input_info[info.base_idx].mutation_type == MutationType.MUTATED_IN_GRAPH:
+            raise _MisplacedInputOutput()
 
 
-def _graph_compiler(graph_compiler, inference=False):
+def _graph_compiler(graph_compiler, inference=False, backward=False):
     """AOTAutograd's compiler for one aten graph (``lowering.graph_compiler``), run outside the fake mode
     AOTAutograd traced in (graph constants are real tensors). The program computes every output on the
     device; an output torch puts on the CPU (``x.cpu()`` inside the compiled region) is copied there, as
@@ -265,6 +268,8 @@ def _graph_compiler(graph_compiler, inference=False):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+        if not backward:
+            _check_input_outputs()
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         n_outputs = len(out_node.args[0])
         views = _output_views(gm, out_node) if inference else []  # may add hidden base outputs
