@@ -1049,6 +1049,28 @@ def _returned_written_input_beside_grad_input_write():
                      D.per_device(make), D.rand(2, 5), D.rand(5, seed=2), atol=1e-5, rtol=1e-5, signed_zeros=False)
 
 
+def _float_after_shape_change():
+    """dynamic=None: a new shape (a per-shape program, ``specialize.py``), then a new Python float that
+    dynamo passes unspecialised (a host 0-d tensor read with ``.item()``): the per-shape compile saw
+    ``.item()`` as an op no program runs ("no tpu lowering for aten._local_scalar_dense"; found by
+    tests/test_fuzz_compiled.py, seed 0 with dynamic=None)."""
+    def f(x, s):
+        t = x * s
+        x[0] = s
+        return t, x.fill_(s) if x.shape[0] > 3 else x
+
+    def go(shape, s):
+        def call_(c, x):
+            xx = torch.ones(shape, device=x.device)
+            return c(xx, s), xx
+        return call_
+
+    D.check_sequence([call("4x4, 0", go((4, 4), 0)), call("2x3, 0", go((2, 3), 0)),
+                      call("4x4, -0.25", go((4, 4), -0.25)), call("4x4, 1.5", go((4, 4), 1.5)),
+                      call("2x3, 1.5", go((2, 3), 1.5)), call("4x4, -0.25 again", go((4, 4), -0.25))],
+                     compiled(f), D.rand(1))
+
+
 ISOLATED_CASES = {
     "recompile_dtype": _recompile_dtype,
     "recompile_requires_grad": _recompile_requires_grad,
@@ -1098,6 +1120,7 @@ ISOLATED_CASES = {
     "resize_input": _resize_input,
     "inplace_on_nonleaf_input_grad": _inplace_on_nonleaf_input_grad,
     "returned_written_input_beside_grad_input_write": _returned_written_input_beside_grad_input_write,
+    "float_after_shape_change": _float_after_shape_change,
 }
 
 
