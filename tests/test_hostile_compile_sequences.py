@@ -1071,6 +1071,21 @@ def _float_after_shape_change():
                      compiled(f), D.rand(1))
 
 
+def _input_rank_change_dynamic_none():
+    """dynamic=None: a second input that changes from (4,) to (3, 4) between calls was traced with
+    symbolic sizes while no size was a graph input; the backend refused it as "dynamic" (StaticShapeError)
+    although nothing asked for dynamism (found by tests/test_fuzz_compiled.py, seed 23 with dynamic=None)."""
+    def f(x, y):
+        t = (x + y).index_select(-1, torch.tensor([0, 2], device=x.device))
+        return torch.cat([x, x.flip(-1)], -1).t(), t
+
+    def go(yshape):
+        return lambda c, x: c(x, torch.arange(float(torch.Size(yshape).numel()), device=x.device).reshape(yshape))
+
+    D.check_sequence([call("y (4,)", go((4,))), call("y (3, 4)", go((3, 4))), call("y (4,) again", go((4,))),
+                      call("y (1, 4)", go((1, 4)))], compiled(f), D.rand(3, 4))
+
+
 ISOLATED_CASES = {
     "recompile_dtype": _recompile_dtype,
     "recompile_requires_grad": _recompile_requires_grad,
@@ -1121,6 +1136,7 @@ ISOLATED_CASES = {
     "inplace_on_nonleaf_input_grad": _inplace_on_nonleaf_input_grad,
     "returned_written_input_beside_grad_input_write": _returned_written_input_beside_grad_input_write,
     "float_after_shape_change": _float_after_shape_change,
+    "input_rank_change_dynamic_none": _input_rank_change_dynamic_none,
 }
 
 

@@ -38,6 +38,14 @@ def _is_symbolic(v) -> bool:
     return False
 
 
+def _has_symbolic_placeholders(gm: torch.fx.GraphModule) -> bool:
+    """A placeholder whose traced value is symbolic while the example inputs are not (after a shape
+    change, dynamo traced ``y`` of (3, 4) with sizes it shares with no size input): also compiled per
+    shape (it was refused as "dynamic" although no dynamism was asked for)."""
+    return any(node.op == "placeholder" and _is_symbolic(node.meta.get("example_value", node.meta.get("val")))
+               for node in gm.graph.nodes)
+
+
 def _check_static(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         if node.op != "placeholder":
@@ -149,7 +157,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
 
     _refuse_requested_dynamism(example_inputs, options)
     _check_inplace_calls(gm)
-    if specialize.has_symbolic_inputs(example_inputs):
+    if specialize.has_symbolic_inputs(example_inputs) or _has_symbolic_placeholders(gm):
         # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
         # compiled per concrete signature when called
         return aliasing.guard(specialize.PerShape(gm, example_inputs, _compile_static), gm)
