@@ -89,6 +89,30 @@ def test_bad_index_in_compiled_fn():
     D.check(lambda x, i: (x * 2)[i], D.rand(4, 3), torch.tensor([0, 7]), modes=["compiled"], match=r"(?i)index")
 
 
+def test_bad_index_with_input_writes_in_compiled_fn():
+    """A bad index before and after writes to the input in one compiled graph: the clear error comes at
+    the read, and the writes the function made before the failing op stay (CPU: partly done)."""
+    def f(x, i):
+        x.add_(1)
+        x[i] = 5
+        return x * 2
+
+    D.check(f, D.rand(4, 3), torch.tensor([1, 9]), modes=["compiled"], match=r"(?i)index", expect_raise=True)
+
+
+@pytest.mark.xfail(strict=True, reason="a compiled graph is one program: its writes to inputs after an op "
+                   "whose device-side index check fails still land (the error is raised at the next read); "
+                   "CPU stops at the failing op. Fused eager replays a failed graph op by op "
+                   "(engine/recovery.py); compiled graphs have no such replay yet")
+def test_bad_index_then_input_write_in_compiled_fn():
+    def f(x, i):
+        y = x[i]
+        x.mul_(3)
+        return y
+
+    D.check(f, D.rand(4, 3), torch.tensor([1, 9]), modes=["compiled"], match=r"(?i)index", expect_raise=True)
+
+
 def test_compiled_scalar_type_variants():
     """One compiled function called with uint8 then float scalars through a closure-free argument."""
     def f(x, s):

@@ -980,6 +980,112 @@ def _resize_input():
                      compiled(lambda x: x.resize_(6).fill_(1), cpu="eager", dynamic=False), torch.zeros(3))
 
 
+def _inplace_on_nonleaf_input_grad():
+    """A compiled function writing in place to an input that requires grad and is not a leaf (``w * 1``):
+    the backend's fake inputs were all leaves, so AOTAutograd wrote the mutation back with
+    ``detach().copy_()``, hidden from autograd: ``x`` kept its old grad_fn and the gradient skipped the
+    write (found by tests/test_fuzz_compiled.py, seed 11)."""
+    def f(x, s):
+        x.mul_(s)
+        return x
+
+    def g(x, s):
+        x[::2].add_(x[1::2] * s)
+        return (x * x).sum()
+
+    def h(x, s):
+        with torch.no_grad():
+            x.add_(s)  # hidden from autograd: the gradient passes as through the identity
+        return x
+
+    def run(fn, s):
+        def go(c, w):
+            w = w.detach().clone().requires_grad_()
+            x = w * 1
+            out = c(fn)(x, s)
+            (out * (torch.arange(out.numel(), device=w.device) + 1).reshape(out.shape)).sum().backward()
+            return out, x, w.grad
+        return go
+
+    def make(d):
+        import torch._dynamo
+        torch._dynamo.reset()
+        return (lambda fn: fn) if d == "cpu" else (lambda fn: torch.compile(fn, backend="tpu", dynamic=False))
+
+    D.check_sequence([call("x.mul_(-3); return x", run(f, -3)), call("again, s=2.5", run(f, 2.5)),
+                      call("write through views", run(g, 2)), call("no_grad write, return x", run(h, 1.5))],
+                     D.per_device(make), D.rand(4, 3), atol=1e-5, rtol=1e-5, signed_zeros=False)
+
+
+def _returned_written_input_beside_grad_input_write():
+    """A training graph (an input requires grad and is written) that returns another input it writes
+    (``y[0] = s; return y``): with input mutations kept in the graph, AOTAutograd's forward returned ``y``
+    in the place of ``x``'s new value, so ``x`` was overwritten with ``y``'s values (torch's own bug;
+    found by tests/test_fuzz_compiled.py, seed 33)."""
+    def f(x, y, s):
+        x.diagonal()[0] = s
+        y[0] = s
+        return y
+
+    def h(x, y, s):
+        x.mul_(2)
+        return y.add_(s)
+
+    def run(fn):
+        def go(c, w, y):
+            w = w.detach().clone().requires_grad_()
+            x = w * 1
+            out = c(fn)(x, y, -3)
+            (x * x).sum().backward()
+            return out, x, y.clone(), w.grad
+        return go
+
+    def make(d):
+        import torch._dynamo
+        torch._dynamo.reset()
+        return (lambda fn: fn) if d == "cpu" else (lambda fn: torch.compile(fn, backend="tpu", dynamic=False))
+
+    D.check_sequence([call("diagonal write, return y", run(f)), call("mul_, return y.add_", run(h))],
+                     D.per_device(make), D.rand(2, 5), D.rand(5, seed=2), atol=1e-5, rtol=1e-5, signed_zeros=False)
+
+
+def _float_after_shape_change():
+    """dynamic=None: a new shape (a per-shape program, ``specialize.py``), then a new Python float that
+    dynamo passes unspecialised (a host 0-d tensor read with ``.item()``): the per-shape compile saw
+    ``.item()`` as an op no program runs ("no tpu lowering for aten._local_scalar_dense"; found by
+    tests/test_fuzz_compiled.py, seed 0 with dynamic=None)."""
+    def f(x, s):
+        t = x * s
+        x[0] = s
+        return t, x.fill_(s) if x.shape[0] > 3 else x
+
+    def go(shape, s):
+        def call_(c, x):
+            xx = torch.ones(shape, device=x.device)
+            return c(xx, s), xx
+        return call_
+
+    D.check_sequence([call("4x4, 0", go((4, 4), 0)), call("2x3, 0", go((2, 3), 0)),
+                      call("4x4, -0.25", go((4, 4), -0.25)), call("4x4, 1.5", go((4, 4), 1.5)),
+                      call("2x3, 1.5", go((2, 3), 1.5)), call("4x4, -0.25 again", go((4, 4), -0.25))],
+                     compiled(f), D.rand(1))
+
+
+def _input_rank_change_dynamic_none():
+    """dynamic=None: a second input that changes from (4,) to (3, 4) between calls was traced with
+    symbolic sizes while no size was a graph input; the backend refused it as "dynamic" (StaticShapeError)
+    although nothing asked for dynamism (found by tests/test_fuzz_compiled.py, seed 23 with dynamic=None)."""
+    def f(x, y):
+        t = (x + y).index_select(-1, torch.tensor([0, 2], device=x.device))
+        return torch.cat([x, x.flip(-1)], -1).t(), t
+
+    def go(yshape):
+        return lambda c, x: c(x, torch.arange(float(torch.Size(yshape).numel()), device=x.device).reshape(yshape))
+
+    D.check_sequence([call("y (4,)", go((4,))), call("y (3, 4)", go((3, 4))), call("y (4,) again", go((4,))),
+                      call("y (1, 4)", go((1, 4)))], compiled(f), D.rand(3, 4))
+
+
 ISOLATED_CASES = {
     "recompile_dtype": _recompile_dtype,
     "recompile_requires_grad": _recompile_requires_grad,
@@ -1027,6 +1133,10 @@ ISOLATED_CASES = {
     "cpu_inputs_to_tpu_compiled": _cpu_inputs_to_tpu_compiled,
     "overlapping_output_views": _overlapping_output_views,
     "resize_input": _resize_input,
+    "inplace_on_nonleaf_input_grad": _inplace_on_nonleaf_input_grad,
+    "returned_written_input_beside_grad_input_write": _returned_written_input_beside_grad_input_write,
+    "float_after_shape_change": _float_after_shape_change,
+    "input_rank_change_dynamic_none": _input_rank_change_dynamic_none,
 }
 
 

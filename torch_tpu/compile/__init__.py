@@ -38,6 +38,14 @@ def _is_symbolic(v) -> bool:
     return False
 
 
+def _has_symbolic_placeholders(gm: torch.fx.GraphModule) -> bool:
+    """A placeholder whose traced value is symbolic while the example inputs are not (after a shape
+    change, dynamo traced ``y`` of (3, 4) with sizes it shares with no size input): also compiled per
+    shape (it was refused as "dynamic" although no dynamism was asked for)."""
+    return any(node.op == "placeholder" and _is_symbolic(node.meta.get("example_value", node.meta.get("val")))
+               for node in gm.graph.nodes)
+
+
 def _check_static(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:
         if node.op != "placeholder":
@@ -149,7 +157,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
 
     _refuse_requested_dynamism(example_inputs, options)
     _check_inplace_calls(gm)
-    if specialize.has_symbolic_inputs(example_inputs):
+    if specialize.has_symbolic_inputs(example_inputs) or _has_symbolic_placeholders(gm):
         # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
         # compiled per concrete signature when called
         return aliasing.guard(specialize.PerShape(gm, example_inputs, _compile_static), gm)
@@ -209,21 +217,56 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
         fake = FakeTensor(fake_mode, meta, x.device)
         if x.requires_grad:
             fake.requires_grad_(True)
+            if not x.is_leaf:
+                # a non-leaf stays one (as dynamo's own fakes do): AOTAutograd writes a leaf's mutation
+                # back with ``detach().copy_()``, hidden from autograd (``x.mul_(s)`` on ``w * 1`` then
+                # left ``x`` with its old grad_fn: the gradient skipped the multiplication)
+                with torch.enable_grad():
+                    fake = torch._C._functions.DelayedError(
+                        "Internal error: Tried to backward() through example input", 1)(fake)
         return fake
 
     fakes = [stand_in(x) for x in example_inputs]
-    return aot_module_simplified(
-        gm, fakes,
-        fw_compiler=_graph_compiler(lowering.graph_compiler("forward")),
-        bw_compiler=_graph_compiler(lowering.graph_compiler("backward")),
-        inference_compiler=_graph_compiler(lowering.graph_compiler("inference"), inference=True),
-        decompositions={**lowering.decompositions(), **composites.decompositions()},
-        # an inference graph's writes to its inputs stay in the graph (the program writes them back)
-        keep_inference_input_mutations=True,
-    )
+
+    def compile_with(keep_mutations: bool):
+        return aot_module_simplified(
+            gm, fakes,
+            fw_compiler=_graph_compiler(lowering.graph_compiler("forward")),
+            bw_compiler=_graph_compiler(lowering.graph_compiler("backward"), backward=True),
+            inference_compiler=_graph_compiler(lowering.graph_compiler("inference"), inference=True),
+            decompositions={**lowering.decompositions(), **composites.decompositions()},
+            # an inference graph's writes to its inputs stay in the graph (the program writes them back)
+            keep_inference_input_mutations=keep_mutations,
+        )
+
+    try:
+        return compile_with(True)
+    except _MisplacedInputOutput:
+        return compile_with(False)
 
 
-def _graph_compiler(graph_compiler, inference=False):
+class _MisplacedInputOutput(Exception):
+    """AOTAutograd (torch 2.13) traced a graph that returns an input it writes in the graph, beside
+    inputs whose new values the runtime writes back: it put that input among the graph's outputs at the
+    position of the user output in the list *without* the written-back inputs' new values, over one of
+    them (``x.mul_(2); y[0] = s; return y``, ``x`` requiring grad: ``x`` was overwritten with ``y``).
+    The backend then compiles the function again with every input mutation written back by the runtime."""
+
+
+def _check_input_outputs() -> None:
+    from torch._functorch._aot_autograd.schemas import MutationType, OutputType
+    from torch._guards import TracingContext
+
+    meta = getattr(TracingContext.try_get(), "fw_metadata", None)
+    if meta is None or not meta.num_mutated_inp_runtime_indices:
+        return
+    for info in meta.output_info:
+        if info.output_type == OutputType.is_input and info.base_idx is not None \
+                and meta.input_info[info.base_idx].mutation_type == MutationType.MUTATED_IN_GRAPH:
+            raise _MisplacedInputOutput()
+
+
+def _graph_compiler(graph_compiler, inference=False, backward=False):
     """AOTAutograd's compiler for one aten graph (``lowering.graph_compiler``), run outside the fake mode
     AOTAutograd traced in (graph constants are real tensors). The program computes every output on the
     device; an output torch puts on the CPU (``x.cpu()`` inside the compiled region) is copied there, as
@@ -233,6 +276,8 @@ def _graph_compiler(graph_compiler, inference=False):
     def compile_graph(gm: torch.fx.GraphModule, example_inputs):
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+        if not backward:
+            _check_input_outputs()
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         n_outputs = len(out_node.args[0])
         views = _output_views(gm, out_node) if inference else []  # may add hidden base outputs

@@ -51,39 +51,65 @@ class PerShape:
         self.gm = gm
         self.compile_static = compile_static  # (gm, example inputs, fake_mode) -> callable
         self.scalar_positions = [i for i, x in enumerate(example_inputs) if not isinstance(x, torch.Tensor)]
+        # host 0-d tensors only read with ``.item()``: Python floats dynamo left unspecialised. Outside
+        # dynamo's fake mode their ``.item()`` is no longer a symbolic float AOTAutograd turns back into
+        # tensor ops but an op no program can run (``x[0] = s`` after a shape change raised "no tpu
+        # lowering for aten._local_scalar_dense"): each value gets its program, as a specialised float
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.item_positions = [i for i, x in enumerate(example_inputs)
+                               if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() == 0
+                               and i < len(placeholders) and _only_read_by_item(placeholders[i])]
         self.compiled = _Cache()
         _LIVE.append(self.compiled)
 
     def __call__(self, *args):
-        key = (torch.is_grad_enabled(), tuple(_arg_key(a) for a in args))
+        key = (torch.is_grad_enabled(), tuple(_arg_key(a) for a in args),
+               tuple(args[i].item() for i in self.item_positions))
         fn = self.compiled.get(key)
         if fn is None:
             fn = self.compiled[key] = self._compile(args)
-        skip = self.scalar_positions
+        skip = self.scalar_positions + self.item_positions
         return fn(*[a for i, a in enumerate(args) if i not in skip]) if skip else fn(*args)
 
     def _compile(self, args):
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-        gm = specialised(self.gm, {i: args[i] for i in self.scalar_positions})
-        tensors = [a for i, a in enumerate(args) if i not in self.scalar_positions]
+        gm = specialised(self.gm, {i: args[i] for i in self.scalar_positions},
+                         {i: args[i].item() for i in self.item_positions})
+        skip = self.scalar_positions + self.item_positions
+        tensors = [a for i, a in enumerate(args) if i not in skip]
         # a shape environment, as dynamo's own: AOTAutograd turns Python floats that dynamo passed as
         # 0-d tensors (unspecialised floats) back into tensor operations with it
         return self.compile_static(gm, tensors, FakeTensorMode(shape_env=ShapeEnv()))
 
 
-def specialised(gm: torch.fx.GraphModule, values: dict) -> torch.fx.GraphModule:
+def _only_read_by_item(node: torch.fx.Node) -> bool:
+    return bool(node.users) and all(u.op == "call_method" and u.target == "item" for u in node.users)
+
+
+def _replace_uses(node: torch.fx.Node, value) -> None:
+    for user in list(node.users):
+        user.args = torch.fx.node.map_arg(user.args, lambda n: value if n is node else n)
+        user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: value if n is node else n)
+
+
+def specialised(gm: torch.fx.GraphModule, values: dict, items: dict | None = None) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose placeholders at the positions in ``values`` (symbolic ints, floats, bools)
-    are replaced by those concrete values, and removed."""
+    are replaced by those concrete values, and removed; so are the placeholders at the positions in
+    ``items`` (host 0-d tensors read only by ``.item()``), their ``.item()`` replaced by the value."""
     graph = copy.deepcopy(gm.graph)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for pos, value in (items or {}).items():
+        node = placeholders[pos]
+        for user in list(node.users):
+            _replace_uses(user, value)
+            graph.erase_node(user)
+        graph.erase_node(node)
     for pos, value in values.items():
         node = placeholders[pos]
         value = _concrete(value)
-        for user in list(node.users):
-            user.args = torch.fx.node.map_arg(user.args, lambda n: value if n is node else n)
-            user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda n: value if n is node else n)
+        _replace_uses(node, value)
         graph.erase_node(node)
     for node in graph.nodes:  # the graph no longer describes symbolic inputs
         if node.op == "placeholder":
