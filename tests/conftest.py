@@ -23,7 +23,9 @@ _SLOW_FIRST = ["test_op_consistency.py", "test_hostile_workflows.py", "test_dist
                "test_hostile_ecosystem.py", "test_hostile_functional.py", "test_hostile_autograd_modes.py",
                "test_coldstart.py", "test_hostile_backward.py", "test_hostile_compile_sequences.py",
                "test_hostile_plumbing.py", "test_hostile_modules.py", "test_hostile_opinfo.py",
-               "test_hostile_views_modes.py", "test_hostile_sequences.py", "test_demo.py", "test_compile.py"]
+               "test_hostile_views_modes.py", "test_hostile_sequences.py", "test_fuzz_values.py",
+               "test_fuzz_compiled.py", "test_fuzz_autograd.py", "test_fuzz_training.py", "test_demo.py",
+               "test_compile.py"]
 
 
 def pytest_collection_modifyitems(session, config, items):
