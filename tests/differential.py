@@ -740,6 +740,20 @@ def rand(*shape, dtype=torch.float32, seed=0, low=-2.0, high=2.0) -> torch.Tenso
     return x.to(dtype)
 
 
+def module_per_device(make: Callable[[], torch.nn.Module], seed: int = 0) -> PerDevice:
+    """A module built the same way on each device (same seed, same parameters)."""
+    def on(device):
+        torch.manual_seed(seed)
+        return make().to(device)
+    return per_device(on)
+
+
+def leaf_per_device(*shape, seed: int = 1, dtype=torch.float32) -> PerDevice:
+    """The same random values on each device, as a leaf requiring grad."""
+    data = rand(*shape, seed=seed).to(dtype)
+    return per_device(lambda d: data.clone().to(d).requires_grad_())
+
+
 def ids(cases: Iterable) -> list[str]:
     return [c[0] for c in cases]
 

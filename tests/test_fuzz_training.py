@@ -38,16 +38,8 @@ EAGER = ["strict", "fused"]
 X = D.rand(6, 4)
 
 
-def _module(make, seed=0):
-    def on(device):
-        torch.manual_seed(seed)
-        return make().to(device)
-    return D.per_device(on)
-
-
-def _leaf(*shape, seed=1, dtype=torch.float32):
-    data = D.rand(*shape, seed=seed).to(dtype)
-    return D.per_device(lambda d: data.clone().to(d).requires_grad_())
+_module = D.module_per_device
+_leaf = D.leaf_per_device
 
 
 def MLP():

@@ -21,17 +21,8 @@ ALL = ["strict", "fused", "compiled"]
 EAGER = ["strict", "fused"]
 
 
-def _module(make, seed=0):
-    """A module built the same way on each device (same seed, same parameters)."""
-    def on(device):
-        torch.manual_seed(seed)
-        return make().to(device)
-    return D.per_device(on)
-
-
-def _leaf(*shape, seed=1, dtype=torch.float32):
-    data = D.rand(*shape, seed=seed).to(dtype)
-    return D.per_device(lambda d: data.clone().to(d).requires_grad_())
+_module = D.module_per_device
+_leaf = D.leaf_per_device
 
 
 def _grads(m, x, out):

@@ -114,10 +114,7 @@ def load(program_key):
     key = _disk_key(program_key)
     if key is None:
         return None
-    prefetch.seen(key)  # a warm process's background thread reads the next ones meanwhile
-    payload = prefetch.take(key)
-    if payload is None:
-        payload = disk_cache.load(key)
+    payload = prefetch.read(key)  # a warm process's background thread reads the next ones meanwhile
     if payload is None:
         return None
     try:

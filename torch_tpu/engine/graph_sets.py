@@ -82,10 +82,7 @@ def _load(kind: str, base) -> tuple | None:
     key = _disk_key(kind, base)
     if key is None:
         return None
-    prefetch.seen(key)
-    payload = prefetch.take(key)
-    if payload is None:
-        payload = disk_cache.load(key)
+    payload = prefetch.read(key)
     if payload is None:
         return None
     try:

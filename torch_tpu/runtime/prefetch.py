@@ -158,6 +158,14 @@ def _check_guess() -> None:
         st.source = None
 
 
+def read(key: str):
+    """What the background thread loaded for ``key``, else the verified bytes on disk, or None (for
+    kinds whose loader is ``disk_cache.load``: op descriptions, graph sets); ``key`` is noted as needed."""
+    seen(key)
+    payload = take(key)
+    return disk_cache.load(key) if payload is None else payload
+
+
 def take(key: str):
     """What the background thread loaded for ``key`` (waiting while it loads it now), or None."""
     st = _State
