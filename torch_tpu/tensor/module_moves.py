@@ -48,7 +48,9 @@ def _slots(module: torch.nn.Module) -> dict[int, list]:
 
 
 def _apply(self, fn, recurse=True):
-    if not recurse or getattr(_STATE, "inside", False) or \
+    # (inside a function torch.compile traces, dynamo follows torch's own code: it could not trace the
+    # swap, and a module built and moved inside a compiled function has no earlier holders to keep)
+    if not recurse or getattr(_STATE, "inside", False) or torch.compiler.is_compiling() or \
             torch.__future__.get_overwrite_module_params_on_conversion():  # new parameters asked for
         return _ORIGINAL(self, fn, recurse)
     shared = _slots(self)
