@@ -85,6 +85,8 @@ OPS = {
     "cross_entropy_none": (4, lambda v: (lambda x, i: F.cross_entropy(x[:2, :].repeat(1, 2)[:, :4], i,
                                                                       reduction="none"), (X, _idx(v)))),
     "one_hot": (4, lambda v: (lambda x, i: F.one_hot(i, 4), (X, _idx(v)))),
+    # sorter entries address the sequence's elements: the tpu searched a gathered (clamped) sequence
+    "searchsorted_sorter": (2, lambda v: (lambda x, i: torch.searchsorted(x[0, 1:] * torch.tensor([-1.0, 1.0], device=x.device), x[1], sorter=i), (X, _idx(v)))),
 }
 # bincount allocates max(index)+1 bins on CPU: only the negative values (a 2^31 value would fill 16 GB)
 BINCOUNT_BAD = ["-1", "-n", "-n-1"]

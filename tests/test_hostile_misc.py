@@ -357,3 +357,27 @@ def test_launch_blocking_error_at_call():
     """Under launch blocking an op's runtime error comes from the op's own call."""
     D.check(lambda x, i: x[i], torch.ones(3), torch.tensor([5]), modes=["blocking"], raise_at_call=True)
     D.check(lambda x: torch.multinomial(x * 0, 1), torch.ones(3), modes=["blocking"], raise_at_call=True)
+
+
+# Ops that had no lowering although CPU torch has a kernel (a user met a NotImplementedError)
+SEARCH = {
+    "nonzero_static_pad": (lambda x: torch.nonzero_static(x > 0, size=7, fill_value=-3), (D.rand(2, 3),)),
+    "nonzero_static_cut": (lambda x: torch.nonzero_static(x, size=1), (torch.tensor([0.0, 2.0, 3.0]),)),
+    "nonzero_static_empty": (lambda x: torch.nonzero_static(x, size=0), (torch.tensor([1, 0]),)),
+    "nonzero_static_0d": (lambda x: torch.nonzero_static(x, size=2), (torch.tensor(5),)),
+    "nonzero_static_negative": (lambda x: torch.nonzero_static(x, size=-1), (torch.tensor([1]),)),
+    "searchsorted_scalar": (lambda s: torch.searchsorted(s, 2.5), (torch.tensor([1.0, 2.0, 3.0]),)),
+    "searchsorted_scalar_int_right": (lambda s: torch.searchsorted(s, 2, right=True, out_int32=True),
+                                      (torch.tensor([1, 2, 2, 3]),)),
+    "searchsorted_scalar_sorter": (lambda s: torch.searchsorted(s, 2, sorter=torch.tensor([1, 2, 0], device=s.device)),
+                                   (torch.tensor([3, 1, 2]),)),
+    "bucketize_scalar": (lambda s: torch.bucketize(2, s), (torch.tensor([1, 2, 3]),)),
+    "bucketize_scalar_float_right": (lambda s: torch.bucketize(2.0, s, right=True, out_int32=True),
+                                     (torch.tensor([1.0, 2.0, 3.0]),)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEARCH))
+def test_search_ops(eager_mode, case):
+    fn, args = SEARCH[case]
+    D.check(fn, *args)

@@ -19,6 +19,7 @@ I = torch.arange(6).reshape(2, 3)
 BO = torch.tensor([True, False, True])
 E = torch.zeros(0, 3)
 Z0 = torch.tensor(2.5)
+B = torch.tensor([[True, False], [True, True]])
 
 # name -> (fn, args); devices of extra tensors follow the first argument
 CASES = {
@@ -182,6 +183,11 @@ CASES = {
     "topk_0d": (lambda z: z.topk(1), (Z0,)),
     "cumsum_0d": (lambda z: z.cumsum(0), (Z0,)),
     "softmax_0d": (lambda z: z.softmax(0), (Z0,)),
+    # matrix products of bools: CPU and CUDA have no kernel (the tpu computed them)
+    **{f"bool_{name}": (fn, (B,)) for name, fn in {
+        "mm": lambda b: b @ b, "mv": lambda b: b @ b[0], "dot": lambda b: b[0] @ b[1], "bmm": lambda b: b[None] @ b[None],
+        "addmm": lambda b: torch.addmm(b, b, b), "linear": lambda b: F.linear(b, b),
+        "baddbmm": lambda b: torch.baddbmm(b[None], b[None], b[None]), "vdot": lambda b: torch.vdot(b[0], b[1])}.items()},
     "transpose_0d": (lambda z: z.t(), (Z0,)),
     "index_0d": (lambda z: z[0], (Z0,)),
     "unbind_0d": (lambda z: z.unbind(), (Z0,)),

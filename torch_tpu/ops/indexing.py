@@ -248,7 +248,11 @@ def take(x, index):
 def searchsorted(sorted_seq, x, out_int32=False, right=False, side=None, sorter=None):
     side = side or ("right" if right else "left")
     if sorter is not None:
-        sorted_seq = jnp.take_along_axis(sorted_seq, sorter, axis=-1)
+        n = sorted_seq.shape[-1]
+        require(index_in_range(sorter, n, False), f"torch.searchsorted(): sorter index out of range "
+                f"(the sorted sequence has {n} elements per row)")
+        sorted_seq = jnp.take_along_axis(sorted_seq, in_range_or_dropped(sorter, n, False), axis=-1,
+                                         mode="fill", fill_value=0)
     if sorted_seq.ndim == 1:
         return jnp.searchsorted(sorted_seq, x, side=side)
     flat_s = sorted_seq.reshape(-1, sorted_seq.shape[-1])
@@ -257,15 +261,36 @@ def searchsorted(sorted_seq, x, out_int32=False, right=False, side=None, sorter=
     return out.reshape(x.shape)
 
 
+@register(aten.searchsorted.Scalar)
+def searchsorted_scalar(sorted_seq, value, out_int32=False, right=False, side=None, sorter=None):
+    return searchsorted(sorted_seq, jnp.asarray(value), out_int32, right, side, sorter)
+
+
 @register(aten.bucketize.Tensor)
 def bucketize(x, boundaries, out_int32=False, right=False):
     return jnp.searchsorted(boundaries, x, side="right" if right else "left")
+
+
+@register(aten.bucketize.Scalar)
+def bucketize_scalar(value, boundaries, out_int32=False, right=False):
+    return bucketize(jnp.asarray(value), boundaries, out_int32, right)
 
 
 @register(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
 def isin(elements, test_elements, assume_unique=False, invert=False):
     res = jnp.isin(elements, test_elements)
     return ~res if invert else res
+
+
+@register(aten.nonzero_static.default)
+def nonzero_static(x, *, size, fill_value=-1):
+    """nonzero padded (or cut) to ``size`` rows: a static shape, so it stays inside programs."""
+    if size < 0:
+        raise RuntimeError("nonzero_static: 'size' must be an non-negative integer")
+    if x.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    coords = jnp.nonzero(x, size=size, fill_value=fill_value)
+    return jnp.stack(coords, axis=1).astype(jnp.int64)
 
 
 # --- data-dependent output shapes (run eagerly on concrete arrays) ------------------------------

@@ -284,6 +284,24 @@ def _addcmul_bool(x, t1, t2, **_):
         raise NotImplementedError("\"addcmul_cpu_out\" not implemented for 'Bool'")
 
 
+_BOOL_PRODUCT_KERNEL = {aten.mm.default: "addmm_impl_cpu_", aten.addmm.default: "addmm_impl_cpu_",
+                        aten.addbmm.default: "addmm_impl_cpu_", aten.linear.default: "addmm_impl_cpu_",
+                        aten.bmm.default: "bmm", aten.baddbmm.default: "baddbmm", aten.mv.default: "addmv_impl_cpu",
+                        aten.addmv.default: "addmv_impl_cpu", aten.dot.default: "dot", aten.vdot.default: "dot"}
+
+
+def _refuse_bool_product(kernel):
+    def refuse(*args, **kwargs):
+        """Matrix products of bools have no CPU (or CUDA) kernel; the tpu computed them."""
+        if any(isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in args[:3]):
+            raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
+    return refuse
+
+
+for _op, _kernel in _BOOL_PRODUCT_KERNEL.items():
+    validates(_op)(_refuse_bool_product(_kernel))
+
+
 @validates(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode_bool(x, other, rounding_mode=None):
     """A rounding division of bools (bool result) has no CPU kernel (the tpu divided, or asserted a zero)."""
