@@ -60,6 +60,11 @@ VIEW_WRITES = {
     "inplace_out_alias": lambda x: torch.add(x[0], x[1], out=x[0]),
     "index_copy_self_source": lambda x: x.index_copy_(0, torch.tensor([0, 1], device=x.device), x[2:]),
     "view_then_resize_base_read": lambda x: (lambda v: (x.mul_(2), v.sum()))(x[1:3, 2:]),
+    # a whole tensor shrunk by resize_ keeps its storage (views taken before see its writes; the tpu
+    # gave it a new storage, so the view kept the old values)
+    "resize_shrink_then_write": lambda x: (lambda v: (x.resize_(2, 5), x.fill_(7), v * 1))(x[0, :3]),
+    "resize_shrink_out_then_view": lambda x: (lambda v: (torch.add(x[0, :4], 1, out=x.resize_(0)), v * 1))(x[1]),
+    "resize_same_numel_then_write": lambda x: (lambda v: (x.resize_(6, 4), x[0].fill_(-1), v * 1))(x[0]),
 }
 
 

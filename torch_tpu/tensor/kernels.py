@@ -131,7 +131,8 @@ def resize_(func, args, kwargs):
     x, size = args[0], tuple(args[1])
     if tuple(x.shape) == size:
         return x
-    if not x._tpu_full:
+    if not x._tpu_full or view_resizable(x, size):
+        # (shrinking keeps the storage, as CPU does: views taken before still share it)
         resize_view(x, size)
         return x
     resize_whole(x, size)
