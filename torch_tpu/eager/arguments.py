@@ -280,6 +280,13 @@ _CPU_INDEX_OPS = {id(op) for op in (torch.ops.aten.index.Tensor, torch.ops.aten.
                                     torch.ops.aten.index_put_.default, torch.ops.aten._index_put_impl_.default)}
 
 
+# foreach ops whose per-tensor scalars come as a 1-D tensor: torch reads it on the host (CUDA requires
+# it on the CPU), so a CPU tensor is accepted in that position only
+_aten = torch.ops.aten
+_CPU_SCALARS_OPS = {id(op): 3 for op in (_aten._foreach_addcdiv.Tensor, _aten._foreach_addcdiv_.Tensor,
+                                         _aten._foreach_addcmul.Tensor, _aten._foreach_addcmul_.Tensor)}
+
+
 def key_and_inputs(func, args, kwargs):
     """(structural key, dynamic inputs) of a call: arrays, and Python numbers of dynamic Scalars.
     Hot path: plain tpu tensors are inlined."""
@@ -306,14 +313,14 @@ def key_and_inputs(func, args, kwargs):
             else:
                 sig.append(static_key(a))
         else:
-            _walk(func, a, sig, arrays, allow_cpu)
+            _walk(func, a, sig, arrays, allow_cpu or _CPU_SCALARS_OPS.get(id(func)) == i)
     if kwargs:
         for k, v in kwargs.items():
             sig.append(k)
             if type(v) in _NUMBERS and _dynamic_name(_scalar_slots(func), k, v):
                 _scalar(v, sig, arrays, args)
             else:
-                _walk(func, v, sig, arrays, allow_cpu)
+                _walk(func, v, sig, arrays, allow_cpu or (k == "scalars" and id(func) in _CPU_SCALARS_OPS))
     default = _get_default_dtype()
     if default is not _FLOAT32:
         # the result dtype of factories and of int-with-float promotions is the default dtype: an entry
