@@ -281,3 +281,12 @@ def test_random_support(eager_mode, case):
     assert got.dtype == cpu.dtype and got.shape == tuple(cpu.shape), (
         f"[wrong dtype] {case}: CPU {cpu.dtype}{list(cpu.shape)}, tpu {got.dtype}{list(got.shape)}")
     assert SUPPORT[case](got.value), f"[wrong value] {case}: tpu values outside the support: {got.value[:20].tolist()}"
+
+
+@pytest.mark.parametrize("where", ["alone", "first", "second"])
+def test_cat_of_zero_dim_tensor_raises_cpus_error(eager_mode, where):
+    """torch's meta kernel raised an IndexError ("list assignment index out of range"); CPU names the
+    0-dim tensor (found by test_fuzz_sequences, seed 2758)."""
+    lists = {"alone": lambda z, v: [z], "first": lambda z, v: [z, v], "second": lambda z, v: [v, z]}
+    D.check(lambda z, v: torch.cat(lists[where](z, v)), torch.tensor(1.0), torch.ones(2),
+            match=r"^zero-dimensional tensor \(at position \d\) cannot be concatenated$")

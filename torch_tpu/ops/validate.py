@@ -256,6 +256,14 @@ def _matmul_dtypes(*args, **kwargs):
                            f"{_CPP_NAMES.get(a, a)} != {_CPP_NAMES.get(b, b)}")
 
 
+@validates(aten.cat.default)
+def _cat_zero_dim(tensors, dim=0):
+    """CPU's message (torch's meta kernel raised an IndexError from inside its shape code)."""
+    for i, t in enumerate(tensors):
+        if isinstance(t, torch.Tensor) and t.dim() == 0:
+            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
+
+
 @validates(aten.dot.default, aten.vdot.default)
 def _dot_dtypes(x, y):
     if x.dtype != y.dtype:
