@@ -501,6 +501,7 @@ def _warned(fn):
 A23 = D.rand(2, 3, seed=1)
 B34 = D.rand(3, 4, seed=2)
 I23 = D.t([[-7, 7, 5], [-5, 0, 3]], dtype=torch.int64)
+HALF = D.t([12.0, 0.3333, 300.0, 1.001], dtype=torch.float16)
 
 OUT = {
     "add_out_int_from_float": (lambda a: torch.add(a, a, out=_e(a, 2, 3, dtype=torch.int32)), [A23]),
@@ -571,6 +572,18 @@ OUT = {
     "arange_out_dtype": (lambda a: torch.arange(5, out=_e(a, 5, dtype=torch.int32)), [A23]),
     "linspace_out_noncontig": (lambda a, base: (torch.linspace(0, 1, 3, out=base[:, 1]), base),
                                [A23, torch.zeros(3, 2)]),
+    # CPU computes in the inputs' dtype and casts into a wider out=: half results overflow to inf and
+    # round to half first (the tpu's half lowerings computed in float32 and wrote the float32 value)
+    **{f"{name}_half_out_float": (lambda h, fn=fn: fn(h, _e(h, 4, dtype=torch.float32)), [HALF],
+                                  {"atol": 1e-3, "rtol": 1e-3})  # (half rounding: 1 ulp)
+       for name, fn in {"exp": lambda h, o: torch.exp(h, out=o), "sinh": lambda h, o: torch.sinh(h, out=o),
+                        "pow": lambda h, o: torch.pow(h, 3.1, out=o), "mul": lambda h, o: torch.mul(h, h, out=o),
+                        "sigmoid": lambda h, o: torch.sigmoid(h, out=o), "log": lambda h, o: torch.log(h, out=o),
+                        "div": lambda h, o: torch.div(h, 7.0, out=o), "rsqrt": lambda h, o: torch.rsqrt(h, out=o)}.items()},
+    "exp_bf16_out_double": (lambda h: torch.exp(h.bfloat16(), out=_e(h, 4, dtype=torch.float64)), [HALF]),
+    "softmax_half_out_float": (lambda h: torch._softmax(h, 0, False, out=_e(h, 4, dtype=torch.float32)), [HALF]),
+    "sort_half_out_float_raises": (lambda h: torch.sort(h, out=(_e(h, 4, dtype=torch.float32),
+                                                                _e(h, 4, dtype=torch.int64))), [HALF]),
 }
 
 

@@ -461,3 +461,37 @@ def test_deepcopy_tensor_in_process(eager_mode):
     y.add_(1)
     D.assert_same(X, D.read(x), where="original after writing the copy")
     D.assert_same(X + 1, D.read(y), where="copy")
+
+
+def _permuted_whole_storage_add(x):
+    """A transposed (2, 2) tensor that is its whole (2, 2) storage, read, then written in place."""
+    t = x[:4].reshape(2, 2).clone().t()
+    t.cpu()
+    return t.add_(1), t.contiguous()
+
+
+def _permuted_flat_memory_add(x):
+    """The same geometry over a flat (4,) memory: a dtype round trip of a transposed view keeps its
+    layout (CPU's preserve_format) and lays its result out in a fresh flat storage."""
+    t = x.as_strided((2, 2), (1, 2), 1).to(torch.bfloat16).float()
+    return t.add_(1), t.contiguous()
+
+
+def test_permuted_whole_storages_of_other_shapes_do_not_share_an_entry(eager_mode):
+    """Both write back the storage's memory in the storage's shape; their op key left the storage's shape
+    out, so the second wrote a (2, 2) array into the (4,) storage and the next read crashed inside JAX
+    ("Argument types differ ..."; found by test_fuzz_sequences, seeds 3388 then 3403)."""
+    D.check_both_orders([D.named("whole (2, 2) storage", _permuted_whole_storage_add),
+                         D.named("flat (4,) memory", _permuted_flat_memory_add)], X.clone().reshape(-1))
+
+
+def test_permuted_whole_storage_write_keeps_its_storage_shape(eager_mode):
+    """The internal invariant behind the test above (a crash needs a read program compiled before the
+    bad write): after both writes, each storage holds an array of its own shape."""
+    x = X.clone().reshape(-1).to(D.DEV)
+    for make in (_permuted_whole_storage_add, _permuted_flat_memory_add):
+        t, _ = make(x)
+        D.sync()
+        st = t._tpu_storage
+        assert tuple(st.value().shape) == tuple(st.shape), \
+            f"[wrong shape] {make.__name__}: storage of shape {st.shape} holds an array of {st.value().shape}"

@@ -248,8 +248,12 @@ def _walk(func, x, sig, arrays, allow_cpu):
             # either entry, built first, gave the other its layout (c.exp() came back permuted and
             # .view(-1) failed). A slice in natural order (gaps only) lays results out contiguously.
             order = _stride_order(x.shape, x.stride())
+            # (a permuted view that is its whole storage is written back as the storage's memory, in the
+            # storage's shape: op_path._write_orders; a transposed (2, 2) and the same view of a (4,) memory
+            # shared one entry, which wrote a (2, 2) array into the (4,) storage)
             sig.append((x.shape, x.dtype) if order is None else
-                       (x.shape, x.dtype, order, strided.memory_order(tuple(x.shape), x.stride()) is not None))
+                       (x.shape, x.dtype, order, strided.memory_order(tuple(x.shape), x.stride()) is not None,
+                        x._tpu_storage.shape, x._tpu_storage.dtype, x.storage_offset() == 0))
             arr = x._tpu_cache
             if type(arr) is LazyArray:
                 arr = x._tpu_cache = launchers.current.take(arr)

@@ -14,7 +14,7 @@ from ..ops import registry
 from ..runtime import caches, counters
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, wrap
-from .arguments import fill, key_and_inputs, templates
+from .arguments import fill, key_and_inputs, templates, to_meta
 
 _counters = counters.counters
 
@@ -103,17 +103,21 @@ def python_entry(func):
     entry = _python_entry(func)
     if entry is None:
         return None
-    from ..ops import validate
+    from ..ops import refusals, validate
 
     target = func if func in validate.EACH_CALL else registry.functional_variant(func) if \
         registry.mutated_arguments(func) else None
-    if target is None or target not in validate.EACH_CALL:
+    exact_out = refusals.demands_exact_out(func)
+    if not exact_out and (target is None or target not in validate.EACH_CALL):
         return entry
     run = entry.fn
 
     def checked(*args, **kwargs):
+        if exact_out:  # (the decomposition would cast its result into a wider out= tensor)
+            refusals.check_exact_out(func, registry.functional_variant(func), to_meta(list(args)),
+                                     {k: to_meta(v) for k, v in kwargs.items()})
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        if first is not None:
+        if first is not None and target in validate.EACH_CALL:
             validate.each_call(target, first.dtype)(args, kwargs)
         return run(*args, **kwargs)
 

@@ -380,6 +380,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders
 
     # The functional call of an in-place/out= op drops the out= arguments.
     call_args, call_kwargs = tmpl_args, dict(tmpl_kwargs)
+    computes_in = None
     if target_func is not func:
         out_names = {a.name for a in func._schema.arguments if a.is_out}
         for name in out_names:
@@ -387,6 +388,8 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders
         if out_names:
             call_args = [a for a, s in zip(tmpl_args, func._schema.arguments) if not s.is_out]
             _out_dtype_computes(target_func, call_args, call_kwargs, write_metas)
+            computes_in = _functional_dtypes(func, target_func, meta_args, meta_kwargs, call_args, call_kwargs,
+                                             write_metas)
     precision = calling.matmul_precision(low)
 
     def call_lowering(arrs):
@@ -431,6 +434,8 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders
             device_checks.extend(message for _, message in found)
         if in_place:
             updates, result = result, ()
+            if computes_in is not None:  # rounded to the dtype torch computes in, then cast to out='s
+                updates = _round_to(updates, computes_in)
         elif writes:
             result, updates = result
         else:
@@ -459,6 +464,35 @@ def _out_dtype_computes(target_func, call_args, call_kwargs, write_metas) -> Non
             call_args[at] = write_metas[0].dtype
     elif call_kwargs.get("dtype") is None:
         call_kwargs["dtype"] = write_metas[0].dtype
+
+
+def _functional_dtypes(func, target_func, meta_args, meta_kwargs, call_args, call_kwargs, write_metas):
+    """The dtypes the functional overload of an out= op returns, where one differs from its out=
+    tensor's (else None). CPU computes in the inputs' dtype and casts into out=: ``exp(f16, out=f32)``
+    overflows to inf; lowerings that compute half types in float32 must be rounded before the cast."""
+    fargs = [a for a, s in zip(meta_args, func._schema.arguments) if not s.is_out]
+    # (a dtype= that _out_dtype_computes filled in is the call's own)
+    fargs = [c if isinstance(c, torch.dtype) else a for a, c in zip(fargs, call_args)]
+    fkwargs = {k: meta_kwargs.get(k, v) if not isinstance(v, torch.dtype) else v for k, v in call_kwargs.items()}
+    try:
+        result = target_func(*fargs, **fkwargs)
+    except Exception:  # noqa: BLE001 - the out= call's own meta kernel decided already
+        return None
+    dts = [r.dtype if isinstance(r, torch.Tensor) else None for r in leaves(result)]
+    if len(dts) != len(write_metas) or all(
+            d is None or not isinstance(m, torch.Tensor) or d == m.dtype for d, m in zip(dts, write_metas)):
+        return None
+    return dts
+
+
+def _round_to(updates, dts):
+    jnp = platform.jax().numpy
+    res = list(leaves(updates)) if isinstance(updates, (tuple, list)) else [updates]
+    if len(res) != len(dts):
+        return updates
+    out = [r if d is None or r is None else dtypes.astype(jnp.asarray(r), dtypes.to_jax_dtype(d))
+           for r, d in zip(res, dts)]
+    return out if isinstance(updates, (tuple, list)) else out[0]
 
 
 class _StaticScalarsNeeded(Exception):
