@@ -153,10 +153,12 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend "tpu" (static shapes, ahead-of-time XLA compilation)."""
     from torch._guards import TracingContext
 
-    from . import aliasing, specialize
+    from . import aliasing, overlaps, specialize
 
     _refuse_requested_dynamism(example_inputs, options)
     _check_inplace_calls(gm)
+    if overlaps.refused(gm, example_inputs):
+        return gm  # eager refuses a write into memory its input shares: run eagerly, the op raises
     if specialize.has_symbolic_inputs(example_inputs) or _has_symbolic_placeholders(gm):
         # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
         # compiled per concrete signature when called

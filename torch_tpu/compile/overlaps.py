@@ -1,0 +1,77 @@
+"""In-place writes inside a compiled graph that eager refuses for overlapping memory.
+
+CPU torch refuses an in-place op whose input shares part of the memory it writes (``x[1:].add_(x[:-1])``,
+``x[1:] = x[:-1]``, ``x.index_add_(0, i, x[:2])``, ``torch.mul(x[1:], 2, out=x[:-1])``, ``x.t().add_(x)``)
+and tpu eager refuses it the same way (``eager/op_path.py``). AOTAutograd's functionalisation turns such
+writes into pure ops on copies, so the compiled program computed them silently. Fake tensors keep the
+storage relations of views made inside the graph, so dynamo's graph is run once on fakes of the example
+inputs with eager's overlap rules checked at every aten call that writes. A graph that breaks them runs
+eagerly (dynamo's torch-level graph on the tpu tensors): the failing op raises eager's error, after the
+writes before it landed, as on CPU. Inputs that are views of one tensor are handled by ``aliasing.py``.
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class _Overlap(Exception):
+    pass
+
+
+class _Check(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.storages: dict = {}  # fake storage address -> one object per storage (compared with ``is``)
+
+    def storage_of(self, t):
+        return self.storages.setdefault(t.untyped_storage()._cdata, object())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        from ..eager import op_path
+
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.OpOverload) and func._schema.is_mutable:
+            try:
+                op_path.refuse_overlapping_writes(func, args, kwargs, FakeTensor, self.storage_of)
+            except RuntimeError as exc:
+                raise _Overlap(str(exc)) from exc
+        return func(*args, **kwargs)
+
+
+def eager_refuses(gm: torch.fx.GraphModule, example_inputs) -> str | None:
+    """The message of eager's overlap refusal that running ``gm`` would raise, or None (also when the
+    graph cannot be run on fake tensors: best effort, the compiled program then runs as before)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def fake(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        meta = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+        return torch._subclasses.fake_tensor.FakeTensor(mode, meta, x.device)
+
+    try:
+        with mode:
+            fakes = [fake(x) for x in example_inputs]
+            with _Check(), torch.no_grad():
+                gm(*fakes)
+    except _Overlap as exc:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a graph fakes cannot run (data-dependent ops...): not checked
+        return None
+    return None
+
+
+def refused(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """Does ``gm`` write in place into memory one of its inputs shares, as eager refuses? Then the
+    backend returns ``gm`` itself (run eagerly: the failing op raises, the writes before it landed)."""
+    from . import aliasing
+
+    if not aliasing.may_write_in_place(gm) or any(
+            isinstance(x, torch.Tensor) and x.device.type == "meta" for x in example_inputs):
+        return False
+    return eager_refuses(gm, example_inputs) is not None
