@@ -156,6 +156,8 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from . import aliasing, overlaps, specialize
 
     _refuse_requested_dynamism(example_inputs, options)
+    if _host_only(gm, example_inputs):
+        return gm  # no tpu tensor anywhere (a CPU tensor passed to a function compiled for the tpu)
     _check_inplace_calls(gm)
     if overlaps.refused(gm, example_inputs):
         return gm  # eager refuses a write into memory its input shares: run eagerly, the op raises
@@ -166,6 +168,21 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     _check_static(gm)
     ctx = TracingContext.try_get()
     return aliasing.guard(_compile_static(gm, example_inputs, ctx.fake_mode if ctx is not None else None), gm)
+
+
+def _host_only(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """A graph that neither takes nor makes a tpu tensor (the function compiled for the tpu called with
+    CPU tensors): it runs as dynamo's graph, on the CPU, which gives what the function gives uncompiled
+    (a program would run on the device and return device tensors)."""
+    if not any(isinstance(x, torch.Tensor) for x in example_inputs):
+        return False
+    if any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in example_inputs):
+        return False
+    for node in gm.graph.nodes:
+        for v in torch.utils._pytree.tree_leaves(node.meta.get("example_value", node.meta.get("val"))):
+            if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                return False
+    return True
 
 
 def _refuse_requested_dynamism(example_inputs, options) -> None:

@@ -43,27 +43,43 @@ class _Check(TorchDispatchMode):
 
 def eager_refuses(gm: torch.fx.GraphModule, example_inputs) -> str | None:
     """The message of eager's overlap refusal that running ``gm`` would raise, or None (also when the
-    graph cannot be run on fake tensors: best effort, the compiled program then runs as before)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    graph cannot be run on fake tensors: best effort, the compiled program then runs as before). Inputs
+    and the graph's attributes (an optimizer's parameters and state) become fakes: nothing real is
+    touched, and a real tensor reaching an op stops the check."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = FakeTensorMode()
+    memo: dict = {}
 
     def fake(x):
         if not isinstance(x, torch.Tensor):
             return x
-        meta = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
-        return torch._subclasses.fake_tensor.FakeTensor(mode, meta, x.device)
+        if id(x) not in memo:
+            meta = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+            memo[id(x)] = (x, FakeTensor(mode, meta, x.device))
+        return memo[id(x)][1]
+
+    class Fakes(torch.fx.Interpreter):
+        def get_attr(self, target, args, kwargs):
+            return torch.utils._pytree.tree_map(fake, super().get_attr(target, args, kwargs))
+
+        def call_module(self, target, args, kwargs):
+            raise _Unchecked()  # a module's real parameters: not checked
 
     try:
         with mode:
             fakes = [fake(x) for x in example_inputs]
             with _Check(), torch.no_grad():
-                gm(*fakes)
+                Fakes(gm).run(*fakes)
     except _Overlap as exc:
         return str(exc)
     except Exception:  # noqa: BLE001 - a graph fakes cannot run (data-dependent ops...): not checked
         return None
     return None
+
+
+class _Unchecked(Exception):
+    pass
 
 
 def refused(gm: torch.fx.GraphModule, example_inputs) -> bool:
