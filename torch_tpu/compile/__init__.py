@@ -153,7 +153,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend "tpu" (static shapes, ahead-of-time XLA compilation)."""
     from torch._guards import TracingContext
 
-    from . import aliasing, overlaps, specialize
+    from . import aliasing, overlaps, replay, specialize
 
     _refuse_requested_dynamism(example_inputs, options)
     if _host_only(gm, example_inputs):
@@ -164,10 +164,11 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     if specialize.has_symbolic_inputs(example_inputs) or _has_symbolic_placeholders(gm):
         # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
         # compiled per concrete signature when called
-        return aliasing.guard(specialize.PerShape(gm, example_inputs, _compile_static), gm)
+        return replay.on_check_failure(aliasing.guard(specialize.PerShape(gm, example_inputs, _compile_static), gm), gm)
     _check_static(gm)
     ctx = TracingContext.try_get()
-    return aliasing.guard(_compile_static(gm, example_inputs, ctx.fake_mode if ctx is not None else None), gm)
+    compiled = _compile_static(gm, example_inputs, ctx.fake_mode if ctx is not None else None)
+    return replay.on_check_failure(aliasing.guard(compiled, gm), gm)
 
 
 def _host_only(gm: torch.fx.GraphModule, example_inputs) -> bool:
