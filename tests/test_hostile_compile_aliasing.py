@@ -31,8 +31,11 @@ pytestmark = pytest.mark.usefixtures("watchdog")
 
 # the sweep (issue 10, compiled12): family -> (cases tried, outcome)
 SWEEP_LOG = {
-    "in-graph partial-overlap writes (18 ops x 1-D/2-D)": (31, "30 silent results -> fixed (overlaps.py); "
+    "in-graph partial-overlap writes (18 ops x 1-D/2-D)": (31, "21 silent results -> fixed (overlaps.py); "
                                                             "1 'too hard' (non-dense) overlap: strict eager too"),
+    "writes into self-overlapping views (unfold add_/fill_, expand mul_)": (3, "fill_ refused by "
+                                                                           "functionalisation -> fixed; add_ "
+                                                                           "refused as strict eager refuses"),
     "aliased inputs x8 functions x {1-D, 2-D} x {strict, fused}": (32, "index_add_ self/source overlap "
                                                                   "silent -> fixed; rest ok"),
     "view and base, offsets/strides, lists, module buffer as input": (10, "ok"),
@@ -164,6 +167,11 @@ def _diag_add_row(x):
     return x
 
 
+def _fill_overlapping_view(x):
+    x.unfold(0, 3, 1).fill_(2)  # one value for every element: eager allows it; functionalisation refused it
+    return x
+
+
 OVERLAP_CASES = [
     ("add_ shifted", _add_shifted, (D.rand(6),)),
     ("add_ shifted 2d", _add_shifted, (D.rand(4, 3),)),
@@ -184,6 +192,7 @@ OVERLAP_CASES = [
     ("mask from shifted view", _masked_fill_shifted_mask, (D.rand(6),)),
     ("interleaved halves", _interleaved, (D.rand(6),)),
     ("diagonal += row", _diag_add_row, (D.rand(4, 4),)),
+    ("fill_ a self-overlapping view", _fill_overlapping_view, (D.rand(6),)),
 ]
 
 

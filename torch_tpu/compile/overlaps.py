@@ -31,6 +31,8 @@ class _Check(TorchDispatchMode):
         from torch._subclasses.fake_tensor import FakeTensor
 
         from ..eager import op_path
+        from ..ops import registry
+        from ..tensor import strided
 
         kwargs = kwargs or {}
         if isinstance(func, torch._ops.OpOverload) and func._schema.is_mutable:
@@ -38,6 +40,11 @@ class _Check(TorchDispatchMode):
                 op_path.refuse_overlapping_writes(func, args, kwargs, FakeTensor, self.storage_of)
             except RuntimeError as exc:
                 raise _Overlap(str(exc)) from exc
+            for pos, name in registry.mutated_arguments(func):
+                t = kwargs[name] if name in kwargs else args[pos] if pos < len(args) else None
+                if isinstance(t, FakeTensor) and strided._self_overlapping(tuple(t.shape), tuple(t.stride())):
+                    # functionalisation refuses it (x.unfold(0, 3, 1).fill_(2)); eager fills it
+                    raise _Overlap(f"{func} writes a view whose elements share memory")
         return func(*args, **kwargs)
 
 
@@ -87,7 +94,43 @@ def refused(gm: torch.fx.GraphModule, example_inputs) -> bool:
     backend returns ``gm`` itself (run eagerly: the failing op raises, the writes before it landed)."""
     from . import aliasing
 
-    if not aliasing.may_write_in_place(gm) or any(
-            isinstance(x, torch.Tensor) and x.device.type == "meta" for x in example_inputs):
+    if any(isinstance(x, torch.Tensor) and x.device.type == "meta" for x in example_inputs):
         return False
+    if not any(aliasing.node_may_write(n) and _may_overlap(n) for n in gm.graph.nodes):
+        return False  # (an optimizer step: each write reads tensors of other storages)
     return eager_refuses(gm, example_inputs) is not None
+
+
+def _may_overlap(node) -> bool:
+    """From dynamo's traced values: may this writing call's tensors share memory (two of them one storage,
+    or one whose elements overlap)? True when unknown."""
+    from ..tensor import strided
+
+    if "out" in node.kwargs:
+        return True  # some out= ops refuse any overlap, the written tensor passed as an input too
+    seen = set()
+    nodes = dict.fromkeys(a for a in torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+                          if isinstance(a, torch.fx.Node))  # one node twice: the same tensor (x.add_(x))
+    for a in nodes:
+        v = a.meta.get("example_value")
+        if a.op == "get_attr":  # a real tensor (an optimizer's state): its tpu storage tells
+            v = getattr(a.graph.owning_module, a.target, None)
+            if isinstance(v, torch.Tensor) and hasattr(v, "_tpu_storage"):
+                key = id(v._tpu_storage)
+                if key in seen or strided._self_overlapping(tuple(v.shape), tuple(v.stride())):
+                    return True
+                seen.add(key)
+                continue
+        if v is None:
+            return True
+        if not isinstance(v, torch.Tensor):
+            continue
+        try:
+            key = v.untyped_storage()._cdata
+            overlapping = strided._self_overlapping(tuple(v.shape), tuple(v.stride()))
+        except Exception:  # noqa: BLE001 - no storage to tell (a subclass, symbolic sizes)
+            return True
+        if key in seen or overlapping:
+            return True
+        seen.add(key)
+    return False
