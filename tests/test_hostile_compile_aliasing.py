@@ -31,13 +31,13 @@ pytestmark = pytest.mark.usefixtures("watchdog")
 
 # the sweep (issue 10, compiled12): family -> (cases tried, outcome)
 SWEEP_LOG = {
-    "in-graph partial-overlap writes (18 ops x 1-D/2-D)": (31, "21 silent results -> fixed (overlaps.py); "
+    "in-graph partial-overlap writes (18 ops x 1-D/2-D)": (31, "19 silent results -> fixed (overlaps.py); "
                                                             "1 'too hard' (non-dense) overlap: strict eager too"),
     "writes into self-overlapping views (unfold add_/fill_, expand mul_)": (3, "fill_ refused by "
                                                                            "functionalisation -> fixed; add_ "
                                                                            "refused as strict eager refuses"),
-    "aliased inputs x8 functions x {1-D, 2-D} x {strict, fused}": (32, "index_add_ self/source overlap "
-                                                                  "silent -> fixed; rest ok"),
+    "aliased inputs x8 functions x {1-D, 2-D} x {strict, fused}": (32, "index_add_ source overlapping self: 2 "
+                                                                  "silent -> fixed; x with x.t(): too hard, as eager"),
     "view and base, offsets/strides, lists, module buffer as input": (10, "ok"),
     "returned views of written inputs, caller writes": (12, "ok (x.t().view(-1) refusal: dynamo's own, as "
                                                         "backend='eager')"),
