@@ -101,9 +101,12 @@ def test_bad_index_with_input_writes_in_compiled_fn():
 
 
 @pytest.mark.xfail(strict=True, reason="a compiled graph is one program: its writes to inputs after an op "
-                   "whose device-side index check fails still land (the error is raised at the next read); "
-                   "CPU stops at the failing op. Fused eager replays a failed graph op by op "
-                   "(engine/recovery.py); compiled graphs have no such replay yet")
+                   "whose device-side index check fails still land (the error is raised at the next wait); CPU "
+                   "stops at the failing op. Strict and fused eager do the same (asynchronous checks, as CUDA's "
+                   "device-side asserts; engine/recovery.py replays graphs that fail as a whole, not failed "
+                   "checks); under launch blocking compiled graphs stop at the op (test_hostile_compile_aliasing). "
+                   "Undoing at the next wait would hold every written input's pre-call array until then, and eager "
+                   "work run meanwhile on the written values cannot be undone")
 def test_bad_index_then_input_write_in_compiled_fn():
     def f(x, i):
         y = x[i]

@@ -153,17 +153,37 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend "tpu" (static shapes, ahead-of-time XLA compilation)."""
     from torch._guards import TracingContext
 
-    from . import aliasing, specialize
+    from . import aliasing, overlaps, replay, specialize
 
     _refuse_requested_dynamism(example_inputs, options)
+    if _host_only(gm, example_inputs):
+        return gm  # no tpu tensor anywhere (a CPU tensor passed to a function compiled for the tpu)
     _check_inplace_calls(gm)
+    if overlaps.refused(gm, example_inputs):
+        return gm  # eager refuses a write into memory its input shares: run eagerly, the op raises
     if specialize.has_symbolic_inputs(example_inputs) or _has_symbolic_placeholders(gm):
         # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
         # compiled per concrete signature when called
-        return aliasing.guard(specialize.PerShape(gm, example_inputs, _compile_static), gm)
+        return replay.on_check_failure(aliasing.guard(specialize.PerShape(gm, example_inputs, _compile_static), gm), gm)
     _check_static(gm)
     ctx = TracingContext.try_get()
-    return aliasing.guard(_compile_static(gm, example_inputs, ctx.fake_mode if ctx is not None else None), gm)
+    compiled = _compile_static(gm, example_inputs, ctx.fake_mode if ctx is not None else None)
+    return replay.on_check_failure(aliasing.guard(compiled, gm), gm)
+
+
+def _host_only(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """A graph that neither takes nor makes a tpu tensor (the function compiled for the tpu called with
+    CPU tensors): it runs as dynamo's graph, on the CPU, which gives what the function gives uncompiled
+    (a program would run on the device and return device tensors)."""
+    if not any(isinstance(x, torch.Tensor) for x in example_inputs):
+        return False
+    if any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in example_inputs):
+        return False
+    for node in gm.graph.nodes:
+        for v in torch.utils._pytree.tree_leaves(node.meta.get("example_value", node.meta.get("val"))):
+            if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+                return False
+    return True
 
 
 def _refuse_requested_dynamism(example_inputs, options) -> None:

@@ -28,24 +28,23 @@ def _inplace_name(name: str) -> bool:
 
 def may_write_in_place(gm: torch.fx.GraphModule) -> bool:
     """Conservative: True when any node of dynamo's graph could write to a tensor it did not create."""
-    for node in gm.graph.nodes:
-        if node.op == "call_module":
+    return any(node_may_write(node) for node in gm.graph.nodes)
+
+
+def node_may_write(node: torch.fx.Node) -> bool:
+    if node.op == "call_module":
+        return True
+    if node.op == "call_method":
+        return _inplace_name(node.target)
+    if node.op == "call_function":
+        target = node.target
+        if target in _INPLACE_OPERATORS or "out" in node.kwargs or node.kwargs.get("inplace") is True:
             return True
-        if node.op == "call_method":
-            if _inplace_name(node.target):
-                return True
-        elif node.op == "call_function":
-            target = node.target
-            if target in _INPLACE_OPERATORS or "out" in node.kwargs or node.kwargs.get("inplace") is True:
-                return True
-            if isinstance(target, torch._ops.OpOverload):
-                if target._schema.is_mutable:
-                    return True
-            elif isinstance(target, torch._ops.OpOverloadPacket):
-                if any(getattr(target, ov)._schema.is_mutable for ov in target.overloads()):
-                    return True
-            elif _inplace_name(getattr(target, "__name__", "")):
-                return True
+        if isinstance(target, torch._ops.OpOverload):
+            return target._schema.is_mutable
+        if isinstance(target, torch._ops.OpOverloadPacket):
+            return any(getattr(target, ov)._schema.is_mutable for ov in target.overloads())
+        return _inplace_name(getattr(target, "__name__", ""))
     return False
 
 

@@ -11,7 +11,7 @@ from ..ops import calling, checks, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
-from . import graph_outputs, special_nodes
+from . import graph_outputs, replay, special_nodes
 
 _counters = counters.counters
 _DECOMPS = None
@@ -555,6 +555,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
         if device_checks:
             deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")
             outs = outs[:-1]
+            replay.verify_now()  # launch blocking: a failed check raises before any write-back
         if targets:
             news = outs[len(outs) - len(targets):]
             outs = outs[:len(outs) - len(targets)]

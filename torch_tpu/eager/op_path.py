@@ -168,30 +168,39 @@ _NO_SELF_OVERLAP = {_aten.kthvalue.values: ("self",), _aten.gather.out: ("self",
 _ONE_VALUE = {torch.ops.aten.fill_.Scalar, torch.ops.aten.fill_.Tensor, torch.ops.aten.zero_.default}
 
 
-def _refuse_partial_overlap(func, writes, args, kwargs) -> None:
+def refuse_overlapping_writes(func, args, kwargs, kind, storage_of) -> None:
+    """Eager's overlap rules for one call of ``func`` on tensors of type ``kind`` whose storage identity
+    is ``storage_of(t)``: compiled graphs check their in-place calls with it on fake tensors
+    (``compile/overlaps.py``)."""
+    writes = registry.mutated_arguments(func)
+    if writes and func not in _OVERLAP_UNCHECKED:
+        _refuse_partial_overlap(func, writes, args, kwargs, kind, storage_of)
+
+
+def _refuse_partial_overlap(func, writes, args, kwargs, kind=TpuTensor, storage_of=strided.tpu_storage_of) -> None:
     if func not in _ONE_VALUE:
         for pos, name in writes:
             target = kwargs[name] if name in kwargs else args[pos]
-            if isinstance(target, TpuTensor) and not target._tpu_full:
+            if isinstance(target, kind) and not getattr(target, "_tpu_full", False):
                 strided.check_no_internal_overlap(target, func)
-    inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, TpuTensor)]
+    inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, kind)]
     for a in (*args, *kwargs.values()):
         if type(a) in (list, tuple):
-            inputs.extend(e for e in a if isinstance(e, TpuTensor))
+            inputs.extend(e for e in a if isinstance(e, kind))
     if len(inputs) < 2:
         return
     if func in _NO_SELF_OVERLAP:
         call = dict(zip([a.name for a in func._schema.arguments], args), **kwargs)
-        read = [call[n] for n in _NO_SELF_OVERLAP[func] if isinstance(call.get(n), TpuTensor)]
+        read = [call[n] for n in _NO_SELF_OVERLAP[func] if isinstance(call.get(n), kind)]
         for pos, name in writes:
-            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read)
+            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read, storage_of)
     if func in _NO_OVERLAP:  # every input but the out= argument itself (a list may hold it: cat([a], out=a))
-        read = [e for a in args if type(a) in (list, tuple) for e in a if isinstance(e, TpuTensor)]
+        read = [e for a in args if type(a) in (list, tuple) for e in a if isinstance(e, kind)]
         for pos, name in writes:
-            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read)
+            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read, storage_of)
         return
     for pos, name in writes:
-        strided.check_no_partial_overlap(kwargs[name] if name in kwargs else args[pos], inputs)
+        strided.check_no_partial_overlap(kwargs[name] if name in kwargs else args[pos], inputs, storage_of)
 
 
 def _functional_of(func):

@@ -252,13 +252,18 @@ def _dense_range(t):
     return t.storage_offset(), t.storage_offset() + t.numel()
 
 
-def check_no_partial_overlap(written, inputs) -> None:
+def tpu_storage_of(t):
+    return getattr(t, "_tpu_storage", None)
+
+
+def check_no_partial_overlap(written, inputs, storage_of=tpu_storage_of) -> None:
     """torch's rule for an op that writes ``written`` while reading ``inputs``: an input sharing some
     but not all of the written memory, or all of it in another order (``x.t().add_(x)``), raises (the
-    result would depend on the order of the writes)."""
-    storage = written._tpu_storage
+    result would depend on the order of the writes). ``storage_of``: a tensor's storage identity (a
+    compiled graph's fake tensors are checked with their fake storages)."""
+    storage = storage_of(written)
     for a in inputs:
-        if a is written or getattr(a, "_tpu_storage", None) is not storage or not a.numel() \
+        if a is written or storage is None or storage_of(a) is not storage or not a.numel() \
                 or not written.numel():
             continue
         w, r = _dense_range(written), _dense_range(a)
@@ -268,13 +273,13 @@ def check_no_partial_overlap(written, inputs) -> None:
             raise RuntimeError(_OVERLAP_MSG)
 
 
-def check_no_overlap(written, inputs) -> None:
+def check_no_overlap(written, inputs, storage_of=tpu_storage_of) -> None:
     """The stricter rule of ops such as ``cat(out=)``: no input may share any of the written memory
     (the written tensor itself included)."""
-    storage = written._tpu_storage
+    storage = storage_of(written)
     w = _dense_range(written)
     for a in inputs:
-        if a is written or getattr(a, "_tpu_storage", None) is storage:
+        if a is written or (storage is not None and storage_of(a) is storage):
             r = _dense_range(a)
             if w is None or r is None or (w[0] < r[1] and r[0] < w[1] and a.numel() and written.numel()):
                 raise RuntimeError(_OVERLAP_MSG)

@@ -1,0 +1,42 @@
+"""Launch blocking in compiled graphs: a device-side check that fails is raised at the op, as eager's.
+
+Under ``DEFER_NEVER_AND_LAUNCH_BLOCKING`` an eager op whose device-side check fails (an index out of
+range) raises at the op itself, after the writes of the ops before it, as CPU torch does. A compiled
+graph is one program: its runner reads the graph's checks right after the launch and, when one failed,
+raises ``CheckFailed`` before writing anything back into the inputs (AOTAutograd's own write-backs are
+skipped too, the call having raised). The call is then replayed as dynamo's torch-level graph, eagerly,
+still launch blocking, on the untouched inputs: the failing op raises its own error, after the writes
+before it landed (``y = x[bad]; x.mul_(3)`` leaves ``x`` as it was; ``x.add_(1); x[bad] = 5`` keeps the
+add). No memory is held beyond the call. The other modes report the check at the next wait, as eager's
+asynchronous checks (and CUDA's device-side asserts) do.
+"""
+from __future__ import annotations
+
+from ..engine import deferred_errors, launchers
+from ..errors import DeviceAssertError
+
+
+class CheckFailed(DeviceAssertError):
+    """A compiled graph's device-side check failed under launch blocking (nothing written back)."""
+
+
+def verify_now() -> None:
+    """In launch blocking mode: read the graph's checks now; a failure raises ``CheckFailed``."""
+    if not launchers.current.verifies_each_op:
+        return
+    try:
+        deferred_errors.verify()
+    except DeviceAssertError as exc:
+        raise CheckFailed(str(exc)) from exc
+
+
+def on_check_failure(compiled, gm):
+    """``compiled``, replayed eagerly as ``gm`` when a check fails under launch blocking."""
+    def run(*args):
+        try:
+            return compiled(*args)
+        except CheckFailed as exc:
+            gm(*args)  # the failing op raises here, after the writes before it
+            raise exc  # (the replay passed: the program's own error stands)
+
+    return run
