@@ -71,9 +71,14 @@ class DeviceWork(dist._Work):
         return True
 
     def is_completed(self):
+        """True once the device computed the outputs (never flushes: a fused graph not yet run is not)."""
         for t in self._outputs:
             arr = t._tpu_storage.array
-            if arr is None or isinstance(arr, fused.LazyArray) or not arr.is_ready():
+            if isinstance(arr, fused.LazyArray):
+                if arr.error is not None:
+                    continue  # finished, with the failure its wait/read raises
+                arr = arr.concrete  # set once its graph ran
+            if arr is None or not arr.is_ready():
                 return False
         return True
 
