@@ -84,6 +84,7 @@ class _Log:
         self.entries = []
 
     def run(self, name, fn):
+        self.t0 = time.time()
         try:
             fn()
         except AssertionError as exc:
@@ -96,6 +97,7 @@ class _Log:
 
     def refused(self, name, fn, *words):
         """fn must raise an exception whose message names every word (case-insensitive)."""
+        self.t0 = time.time()
         try:
             fn()
         except Exception as exc:  # noqa: BLE001
@@ -108,6 +110,8 @@ class _Log:
         self.save()
 
     def save(self):
+        if self.entries and len(self.entries[-1]) == 3:
+            self.entries[-1].append(round(time.time() - self.t0, 3))
         with open(self.path, "w") as f:
             json.dump(self.entries, f)
 
@@ -668,33 +672,60 @@ def _reinit(log, rank, world):
         dist.destroy_process_group()
 
 
+def _same_as_cpu(name, fn, atol=1e-5):
+    """fn(device, mesh) on the tpu mesh (tpu_dist) == on the cpu mesh (gloo), in the same job; where torch
+    refuses the case on the cpu mesh, the tpu mesh must refuse it too."""
+    outcomes = []
+    for dev in ("tpu", "cpu"):
+        try:
+            outcomes.append((True, fn(dev)))
+        except Exception as exc:  # noqa: BLE001
+            outcomes.append((False, exc))
+    (ok_t, got), (ok_c, want) = outcomes
+    if not ok_c:
+        assert not ok_t, f"{name}: CPU/gloo refuses it ({type(want).__name__}: {want}) but tpu returned a value"
+        return
+    if not ok_t:
+        raise got
+    got = got if isinstance(got, (list, tuple)) else [got]
+    want = want if isinstance(want, (list, tuple)) else [want]
+    assert len(got) == len(want), (name, len(got), len(want))
+    for i, (g, w) in enumerate(zip(got, want)):
+        _check(f"{name}[{i}]", g.detach(), w.detach(), atol=atol)
+
+
 def scenario_dtensor(out_dir):
+    import copy
+
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
 
-    dist.init_process_group(backend="tpu_dist")
+    dist.init_process_group(backend="cpu:gloo,tpu:tpu_dist")  # cpu meshes: gloo, the reference
     rank, world = dist.get_rank(), dist.get_world_size()
     log = _Log(out_dir, rank, "dtensor")
-    mesh = init_device_mesh("tpu", (world,))
+    meshes = {"tpu": init_device_mesh("tpu", (world,)), "cpu": init_device_mesh("cpu", (world,))}
+
+    def full(x):
+        return x.full_tensor() if isinstance(x, DTensor) else x
+
     torch.manual_seed(0)
-    shapes = [(8, 6), (5, 7), (3, 1), (1, 4)]  # even, uneven, fewer rows than ranks on dim 1 ...
     placements = {"S0": Shard(0), "S1": Shard(1), "R": Replicate()}
-    for shape in shapes:
+    for shape in [(8, 6), (5, 7), (3, 1), (1, 4)]:  # even, uneven, fewer rows/cols than ranks
         A = torch.randn(shape)
         for a, pa in placements.items():
             for b, pb in placements.items():
                 def case(A=A, pa=pa, pb=pb, a=a, b=b, shape=shape):
-                    d = distribute_tensor(A.to("tpu"), mesh, [pa])
-                    _check(f"{shape} {a} full_tensor", d.full_tensor(), A)
-                    if isinstance(pa, Replicate):
-                        want_local = A
-                    else:  # torch.chunk's pieces, empty ones for the ranks past the last
-                        want_local = (list(A.chunk(world, pa.dim)) + [A.narrow(pa.dim, 0, 0)] * world)[rank]
-                    _check(f"{shape} {a} local", d.to_local(), want_local)
-                    r = d.redistribute(mesh, [pb])
-                    _check(f"{shape} {a}->{b} full_tensor", r.full_tensor(), A)
+                    def fn(dev):
+                        d = distribute_tensor(A.to(dev), meshes[dev], [pa])
+                        r = d.redistribute(meshes[dev], [pb])
+                        return [d.to_local(), d.full_tensor(), r.to_local(), r.full_tensor()]
+                    _same_as_cpu(f"{shape} {a} -> {b}", fn)
+                    d = distribute_tensor(A.to("tpu"), meshes["tpu"], [pa])
+                    _check(f"{shape} {a} full_tensor == A", d.full_tensor(), A)
                 log.run(f"dtensor/{shape} distribute {a} -> redistribute {b}", case)
 
     A, B = torch.randn(6, 8), torch.randn(8, 4)
@@ -708,7 +739,8 @@ def scenario_dtensor(out_dir):
         "mean over sharded dim": (lambda a, b: a.mean(1), [Shard(1)], None),
         "softmax over the sharded dim": (lambda a, b: torch.softmax(a, 1), [Shard(1)], None),
         "softmax over the other dim": (lambda a, b: torch.softmax(a, 1), [Shard(0)], None),
-        "view (6,8)->(3,16) of S0": (lambda a, b: a.view(3, 16), [Shard(0)], None),
+        "view (6,8)->(3,16) of S0 (torch refuses)": (lambda a, b: a.view(3, 16), [Shard(0)], None),
+        "view (6,8)->(2,3,8) of S0": (lambda a, b: a.view(2, 3, 8), [Shard(0)], None),
         "reshape (6,8)->(48,) of S1": (lambda a, b: a.reshape(48), [Shard(1)], None),
         "add Replicate to S0": (lambda a, b: a + (a.redistribute(a.device_mesh, [Replicate()])
                                                   if isinstance(a, DTensor) else a), [Shard(0)], None),
@@ -717,32 +749,41 @@ def scenario_dtensor(out_dir):
         "gelu then sum": (lambda a, b: torch.nn.functional.gelu(a).sum(0), [Shard(1)], None),
         "bf16 matmul S1 @ S0": (lambda a, b: (a.bfloat16() @ b.bfloat16()).float(), [Shard(1)], [Shard(0)]),
         "layer_norm over a sharded dim": (lambda a, b: torch.nn.functional.layer_norm(a, (8,)), [Shard(1)], None),
+        "in-place mul_ of S1": (lambda a, b: a.mul_(3), [Shard(1)], None),
+        "index a sharded dim": (lambda a, b: a[:, 2], [Shard(1)], None),
+        "cat along the sharded dim": (lambda a, b: torch.cat([a, a], 1), [Shard(1)], None),
     }
     for name, (fn, pa, pb) in ops.items():
         def case(fn=fn, pa=pa, pb=pb, name=name):
-            want = fn(A, B)
-            da = distribute_tensor(A.to("tpu"), mesh, pa)
-            db = distribute_tensor(B.to("tpu"), mesh, pb) if pb else None
-            got = fn(da, db)
-            assert isinstance(got, DTensor), type(got)
-            _check(f"DTensor {name}", got.full_tensor(), want, atol=3e-2 if "bf16" in name else 1e-5)
+            def run(dev):
+                da = distribute_tensor(A.to(dev), meshes[dev], pa)
+                db = distribute_tensor(B.to(dev), meshes[dev], pb) if pb else None
+                out = fn(da, db)
+                return [out.to_local(), full(out)]
+            _same_as_cpu(f"DTensor {name}", run, atol=3e-2 if "bf16" in name else 1e-5)
+            if "refuses" not in name:  # and the global value is the plain CPU computation's
+                da = distribute_tensor(A.to("tpu"), meshes["tpu"], pa)
+                db = distribute_tensor(B.to("tpu"), meshes["tpu"], pb) if pb else None
+                _check(f"DTensor {name} == CPU math", full(fn(da, db)), fn(A.clone(), B),
+                       atol=3e-2 if "bf16" in name else 1e-5)
         log.run(f"dtensor/op {name}", case)
 
     # Partial placements of each reduce op, redistributed
     for op in ("sum", "avg", "max", "min"):
         def partial(op=op):
             xs = [_make(70 + r, (4, 3), torch.float32) for r in range(world)]
-            d = DTensor.from_local(xs[rank].to("tpu"), mesh, [Partial(op)])
-            want = _ref_reduce(xs, op.upper())
-            _check(f"Partial({op}) -> Replicate", d.redistribute(mesh, [Replicate()]).to_local(), want)
-            d = DTensor.from_local(xs[rank].to("tpu"), mesh, [Partial(op)])
-            _check(f"Partial({op}) -> Shard(0)", d.redistribute(mesh, [Shard(0)]).to_local(),
-                   want.chunk(world)[rank])
+
+            def run(dev):
+                d = DTensor.from_local(xs[rank].to(dev), meshes[dev], [Partial(op)])
+                e = DTensor.from_local(xs[rank].to(dev), meshes[dev], [Partial(op)])
+                return [d.redistribute(meshes[dev], [Replicate()]).to_local(),
+                        e.redistribute(meshes[dev], [Shard(0)]).to_local()]
+            _same_as_cpu(f"Partial({op})", run)
+            d = DTensor.from_local(xs[rank].to("tpu"), meshes["tpu"], [Partial(op)])
+            _check(f"Partial({op}) == CPU math", d.full_tensor(), _ref_reduce(xs, op.upper()))
         log.run(f"dtensor/Partial({op}) -> Replicate, Shard(0)", partial)
 
-    # tensor-parallel MLP: forward and backward == the same MLP in one CPU process
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
+    # tensor-parallel MLPs: forward and backward == the same MLP in one CPU process
     for mode in ("strict", "fuse"):
         for bias in (True, False):
             def mlp_case(mode=mode, bias=bias):
@@ -751,20 +792,17 @@ def scenario_dtensor(out_dir):
                                           torch.nn.Linear(8, 6, bias=bias), torch.nn.ReLU(),
                                           torch.nn.Linear(6, 4, bias=bias), torch.nn.Tanh(),
                                           torch.nn.Linear(4, 6, bias=bias))
-                import copy
-
                 model = copy.deepcopy(ref).to("tpu")
                 inp = torch.randn(5, 6)
                 out_ref = ref(inp)
                 out_ref.square().mean().backward()
-                tp = parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel(),
-                                                      "4": ColwiseParallel(), "6": RowwiseParallel()})
+                tp = parallelize_module(model, meshes["tpu"], {"0": ColwiseParallel(), "2": RowwiseParallel(),
+                                                               "4": ColwiseParallel(), "6": RowwiseParallel()})
                 with torch.tpu.set_eager_mode(torch_tpu_mode(mode)):
                     out = tp(inp.to("tpu"))
                     out.square().mean().backward()
                     got_out = out.detach().cpu()
-                    grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).cpu()
-                             for n, p in tp.named_parameters()}
+                    grads = {n: full(p.grad).cpu() for n, p in tp.named_parameters()}
                 _check(f"TP MLP forward ({mode}, bias={bias})", got_out, out_ref.detach(), atol=1e-5)
                 for n, p in ref.named_parameters():
                     _check(f"TP MLP grad {n} ({mode}, bias={bias})", grads[n], p.grad, atol=1e-5)
@@ -773,14 +811,11 @@ def scenario_dtensor(out_dir):
     def tp_sgd_steps():
         torch.manual_seed(4)
         ref = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 6))
-        import copy
-
-        tp = parallelize_module(copy.deepcopy(ref).to("tpu"), mesh,
+        tp = parallelize_module(copy.deepcopy(ref).to("tpu"), meshes["tpu"],
                                 {"0": ColwiseParallel(), "2": RowwiseParallel()})
         o1 = torch.optim.SGD(ref.parameters(), lr=0.1)
         o2 = torch.optim.SGD(tp.parameters(), lr=0.1)
-        xs_ = [torch.randn(4, 6) for _ in range(3)]
-        for x in xs_:
+        for x in [torch.randn(4, 6) for _ in range(3)]:
             o1.zero_grad()
             ref(x).square().sum().backward()
             o1.step()
@@ -788,40 +823,35 @@ def scenario_dtensor(out_dir):
             tp(x.to("tpu")).square().sum().backward()
             o2.step()
         for (n, p), q in zip(ref.named_parameters(), tp.parameters()):
-            _check(f"TP SGD param {n}", q.full_tensor(), p.detach(), atol=1e-5)
+            _check(f"TP SGD param {n}", full(q), p.detach(), atol=1e-5)
     log.run("tp/MLP 3 SGD steps", tp_sgd_steps)
 
-    def tp_uneven():
-        torch.manual_seed(5)
-        ref = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
-        import copy
+    def tp_vs_gloo(name, build, plan, x_of):
+        def case():
+            def run(dev):
+                torch.manual_seed(5)
+                model = build().to(dev)
+                tp = parallelize_module(model, meshes[dev], plan())
+                out = tp(x_of(dev))
+                full(out).square().sum().backward()
+                return [full(out)] + [full(p.grad) for p in tp.parameters()]
+            _same_as_cpu(name, run)
+        log.run(name, case)
 
-        tp = parallelize_module(copy.deepcopy(ref).to("tpu"), mesh,
-                                {"0": ColwiseParallel(), "2": RowwiseParallel()})
-        x = torch.randn(2, 5)
-        _check("TP MLP with a hidden size not divisible by the world", tp(x.to("tpu")).detach(), ref(x).detach(),
-               atol=1e-5)
-    log.run("tp/MLP hidden 7 over 2 ranks (uneven shards)", tp_uneven)
-
-    def seq_parallel():
-        from torch.distributed.tensor.parallel import SequenceParallel
-
-        torch.manual_seed(6)
-        ref = torch.nn.Sequential(torch.nn.LayerNorm(6), torch.nn.Linear(6, 8), torch.nn.GELU(),
-                                  torch.nn.Linear(8, 6))
-        import copy
-
-        tp = parallelize_module(copy.deepcopy(ref).to("tpu"), mesh, {
-            "0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(0)),
-            "3": RowwiseParallel(output_layouts=Shard(0))})
-        x = torch.randn(4, 6)
-        out = tp(x.to("tpu"))
-        got = out.full_tensor() if isinstance(out, DTensor) else out
-        want = ref(x).detach()
-        if not isinstance(out, DTensor):  # a local shard of dim 0
-            want = want.chunk(world)[rank]
-        _check("sequence parallel LayerNorm + MLP", got.detach(), want, atol=1e-5)
-    log.run("tp/SequenceParallel LayerNorm + Colwise/Rowwise(Shard(0))", seq_parallel)
+    tp_vs_gloo("tp/MLP hidden 7 over 2 ranks (uneven shards) vs gloo",
+               lambda: torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3)),
+               lambda: {"0": ColwiseParallel(), "2": RowwiseParallel()},
+               lambda dev: torch.randn(2, 5, generator=torch.Generator().manual_seed(1)).to(dev))
+    tp_vs_gloo("tp/SequenceParallel LayerNorm + Colwise/Rowwise(Shard(1)) vs gloo",
+               lambda: torch.nn.Sequential(torch.nn.LayerNorm(6), torch.nn.Linear(6, 8), torch.nn.GELU(),
+                                           torch.nn.Linear(8, 6)),
+               lambda: {"0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(1)),
+                        "3": RowwiseParallel(output_layouts=Shard(1))},
+               lambda dev: torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(2 + rank)).to(dev))
+    tp_vs_gloo("tp/Colwise with Shard(-1) output (use_local_output=False) vs gloo",
+               lambda: torch.nn.Sequential(torch.nn.Linear(6, 8)),
+               lambda: {"0": ColwiseParallel(use_local_output=False)},
+               lambda dev: torch.randn(3, 6, generator=torch.Generator().manual_seed(3)).to(dev))
     dist.destroy_process_group()
     log.save()
 
@@ -859,7 +889,7 @@ def _family(job, prefix):
     _assert_ok(job["results"])  # no rank crashed, hung or exited non-zero
     bad, seen = [], 0
     for rank, entries in enumerate(job["logs"]):
-        for name, outcome, detail in entries:
+        for name, outcome, detail, _secs in entries:
             if not name.startswith(prefix) and not name.startswith("in step"):
                 continue
             seen += 1
