@@ -138,12 +138,21 @@ def scenario_sweep(out_dir):
     rank, world = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
     log = _Log(out_dir, rank, "sweep")
-    _views(log, rank, world, gloo)
-    _dtypes(log, rank, world, gloo)
-    _async(log, rank, world)
-    _p2p_objects_groups(log, rank, world, gloo)
+    only = os.environ.get("HOSTILE_ONLY", "views,dtypes,async,p2p").split(",")  # to bisect by hand
+    if "views" in only:
+        _views(log, rank, world, gloo)
+    if "dtypes" in only:
+        _dtypes(log, rank, world, gloo)
+    if "async" in only:
+        _async(log, rank, world, gloo)
+    if "p2p" in only:
+        _p2p_objects_groups(log, rank, world, gloo)
+    import faulthandler
+
+    faulthandler.dump_traceback_later(25)  # a rank stuck in re-initialisation says where
     dist.destroy_process_group()
     _reinit(log, rank, world)
+    faulthandler.cancel_dump_traceback_later()
     log.save()
 
 
@@ -215,9 +224,8 @@ def _views(log, rank, world, gloo):
             {"contig": wbig[0, 2:2 + world * n], "strided": wbig[:, 2:2 + world * n].t()[:, 1]}[out_kind].copy_(torch.cat([w.reshape(-1) for w in want_in]))
             _check(f"all_gather_into_tensor {in_kind} -> {out_kind}: base", big, wbig)
         return case
-    for ik in ("contig", "transposed", "strided", "offset"):
-        for ok in ("contig", "strided"):
-            log.run(f"views/all_gather_into_tensor {ik} -> {ok}", ag(ok, ik))
+    for ik, ok in (("contig", "strided"), ("transposed", "strided"), ("strided", "contig"), ("offset", "strided")):
+        log.run(f"views/all_gather_into_tensor {ik} -> {ok}", ag(ok, ik))
 
     # all_gather_into_tensor with a 2-D output holding world x input (dim 0 stacking, transposed out)
     def ag_2d():
@@ -230,7 +238,7 @@ def _views(log, rank, world, gloo):
     log.run("views/all_gather_into_tensor transposed 2-D output", ag_2d)
 
     # reduce_scatter_tensor: non-contiguous input, strided output, every op for float32
-    for opn in ("SUM", "AVG", "MAX", "MIN", "PRODUCT"):
+    for opn in ("SUM", "AVG", "MIN"):
         def rs(opn=opn):
             inp = xs[rank].to("tpu").t()  # (8, 6), non-contiguous
             holder = torch.zeros(world, 8 // world * 6 + 1, device="tpu")
@@ -293,7 +301,7 @@ def _views(log, rank, world, gloo):
         log.run(f"views/all_to_all_single {name}, views in and out", a2a(sp, name))
 
     # broadcast from rank 1 into views; gather / scatter with view outputs, root 1
-    for vname in ("strided slice", "0-d select", "empty", "transposed strided offset", "as_strided"):
+    for vname in ("0-d select", "empty", "transposed strided offset"):
         def bc(make_view=views[vname], vname=vname):
             base = xs[rank].to("tpu")
             dist.broadcast(make_view(base), src=1)
@@ -351,89 +359,111 @@ def torch_tpu_mode(name):
 
 def _dtypes(log, rank, world, gloo):
     """Every dtype x every ReduceOp through all_reduce and reduce_scatter_tensor, plus the dtype-only
-    collectives (broadcast, all_gather_into_tensor, all_to_all_single), against gloo or CPU math."""
+    collectives (broadcast, all_gather(_into_tensor), all_to_all_single), against gloo or CPU math.
+
+    Per dtype, the collectives are issued in fused eager mode (one graph, one program: the whole grid
+    costs a few compiles); SUM and MAX also in strict mode. Argument errors are raised at the call."""
     import torch
     import torch.distributed as dist
 
     for dname in DTYPES:
         dtype = getattr(torch, dname)
         xs = [_make(10 + r, (4, 3), dtype) for r in range(world)]
+        rs_ins = [torch.cat([x, ~x]) if dname == "bool" else torch.cat([x, x.flip(0)]) for x in xs]
+        wants, refused = {}, {}
         for opn in OPS:
             op = getattr(dist.ReduceOp, opn)
-            # what does gloo (CPU tensors) do with it?
             ref = xs[rank].clone()
-            try:
+            try:  # what gloo (CPU tensors) does with it
                 dist.all_reduce(ref, op=op, group=gloo)
-                gloo_err = None
-            except Exception as exc:  # noqa: BLE001
-                gloo_err = exc
-            if gloo_err is None:
-                want = ref
-            elif opn == "AVG" and not (dtype.is_floating_point or dtype.is_complex) and dtype != torch.bool:
-                want = _ref_reduce(xs, "AVG")  # tpu_dist's integer average truncates, as NCCL's
-            else:
-                want = None
-            name = f"dtypes/all_reduce {opn} {dname}"
-            if want is None:
-                # torch itself refuses complex tensors for ops other than SUM/AVG ("on complex tensors")
-                log.refused(name, lambda: dist.all_reduce(xs[rank].to("tpu"), op=op) or torch.tpu.synchronize(),
-                            "complex" if dtype.is_complex else dname, opn, "all_reduce")
-                _in_step(log, name)
-                continue
-
-            def ar(op=op, want=want, opn=opn, dname=dname, xs=xs):
-                t = xs[rank].to("tpu")
-                dist.all_reduce(t, op=op)
-                _check(f"all_reduce {opn} {dname}", t, want)
-                if gloo_err is None and opn not in ("AVG",):
-                    _check(f"all_reduce {opn} {dname} vs CPU math", want, _ref_reduce(xs, opn))
-            log.run(name, ar)
-
-            # reduce_scatter_tensor, same dtype/op; reference: the gloo all_reduce's own block
-            def rs(op=op, want=want, opn=opn, dname=dname):
-                inp = torch.cat([xs[rank], xs[rank].flip(0)]) if dname != "bool" else \
-                    torch.cat([xs[rank], ~xs[rank]])
-                refs = []
-                for r in range(world):
-                    other = torch.cat([xs[r], xs[r].flip(0)]) if dname != "bool" else torch.cat([xs[r], ~xs[r]])
-                    refs.append(other)
-                if opn == "AVG" and not (dtype.is_floating_point or dtype.is_complex):
-                    full = _ref_reduce(refs, "AVG")
+            except Exception:  # noqa: BLE001
+                if opn == "AVG" and not (dtype.is_floating_point or dtype.is_complex) and dtype != torch.bool:
+                    ref = _ref_reduce(xs, "AVG")  # tpu_dist's integer average truncates, as NCCL's
                 else:
-                    full = _ref_reduce(refs, opn)
-                out = torch.empty(4 * 2 // world, 3, dtype=dtype, device="tpu")
-                dist.reduce_scatter_tensor(out, inp.to("tpu"), op=op)
-                _check(f"reduce_scatter_tensor {opn} {dname}", out, full.chunk(world)[rank])
-            if dname == "complex64" and opn != "SUM" and opn != "AVG":
+                    ref = None
+            if ref is None:
+                refused[opn] = op
                 continue
-            if opn == "AVG" and dname == "bool":
-                continue
-            log.run(f"dtypes/reduce_scatter_tensor {opn} {dname}", rs)
+            if opn != "AVG":
+                _check(f"gloo all_reduce {opn} {dname} == CPU math", ref, _ref_reduce(xs, opn))
+            wants[f"all_reduce {opn}"] = ref
+            if not dtype.is_complex:  # torch's reduce_scatter_tensor of complex: SUM/AVG only, below
+                wants[f"reduce_scatter_tensor {opn}"] = _ref_reduce(rs_ins, opn).chunk(world)[rank]
+        if dtype.is_complex:
+            for opn in ("SUM", "AVG"):
+                wants[f"reduce_scatter_tensor {opn}"] = _ref_reduce(rs_ins, opn).chunk(world)[rank]
+        wants["broadcast from 1"] = xs[1]
+        wants["all_gather_into_tensor"] = torch.cat(xs)
+        for r in range(world):
+            wants[f"all_gather[{r}]"] = xs[r]
+        wants["all_to_all_single"] = torch.cat([x.chunk(world)[rank] for x in xs])
 
-        def others(dtype=dtype, dname=dname, xs=xs):
-            t = xs[rank].to("tpu")
-            dist.broadcast(t, src=1)
-            _check(f"broadcast {dname}", t, xs[1])
-            out = torch.empty(4 * world, 3, dtype=dtype, device="tpu")
-            dist.all_gather_into_tensor(out, xs[rank].to("tpu"))
-            _check(f"all_gather_into_tensor {dname}", out, torch.cat(xs))
-            outs = [torch.empty(4, 3, dtype=dtype, device="tpu") for _ in range(world)]
-            dist.all_gather(outs, xs[rank].to("tpu"))
-            for r in range(world):
-                _check(f"all_gather[{r}] {dname}", outs[r], xs[r])
-            out = torch.empty(4, 3, dtype=dtype, device="tpu")
-            dist.all_to_all_single(out, xs[rank].to("tpu"))
-            _check(f"all_to_all_single {dname}", out, torch.cat([x.chunk(world)[rank] for x in xs]))
+        def issue(names):
+            got = {}
+            for name in names:
+                kind, _, opn = name.partition(" ")
+                op = getattr(dist.ReduceOp, opn) if opn in OPS else None
+                if kind == "all_reduce":
+                    got[name] = xs[rank].to("tpu")
+                    dist.all_reduce(got[name], op=op)
+                elif kind == "reduce_scatter_tensor":
+                    got[name] = torch.empty(4 * 2 // world, 3, dtype=dtype, device="tpu")
+                    dist.reduce_scatter_tensor(got[name], rs_ins[rank].to("tpu"), op=op)
+                elif kind == "broadcast":
+                    got[name] = xs[rank].to("tpu")
+                    dist.broadcast(got[name], src=1)
+                elif kind == "all_gather_into_tensor":
+                    got[name] = torch.empty(4 * world, 3, dtype=dtype, device="tpu")
+                    dist.all_gather_into_tensor(got[name], xs[rank].to("tpu"))
+                elif name == "all_gather[0]":
+                    outs = [torch.empty(4, 3, dtype=dtype, device="tpu") for _ in range(world)]
+                    dist.all_gather(outs, xs[rank].to("tpu"))
+                    got.update({f"all_gather[{r}]": outs[r] for r in range(world)})
+                elif kind == "all_to_all_single":
+                    got[name] = torch.empty(4, 3, dtype=dtype, device="tpu")
+                    dist.all_to_all_single(got[name], xs[rank].to("tpu"))
+            return {k: v.cpu() for k, v in got.items()}
+
+        results = {}
+
+        def fused_grid(dname=dname, wants=wants, results=results):
+            with torch.tpu.set_eager_mode(torch_tpu_mode("fuse")):
+                results.update(issue([n for n in wants if not n.startswith("all_gather[") or n.endswith("[0]")]))
+        log.run(f"dtypes/{dname}: issue the grid in fused mode", fused_grid)
+        for name, want in wants.items():
+            if name in results:
+                log.run(f"dtypes/fused {name} {dname}", lambda name=name, want=want: _check(
+                    f"fused {name} {dname}", results[name], want))
+        strict_names = [n for n in ("all_reduce SUM", "all_reduce MAX", "reduce_scatter_tensor SUM") if n in wants]
+
+        def strict(dname=dname, wants=wants, strict_names=strict_names):
+            got = issue(strict_names)
+            for name in strict_names:
+                _check(f"strict {name} {dname}", got[name], wants[name])
+        log.run(f"dtypes/strict all_reduce SUM, MAX, reduce_scatter_tensor SUM {dname}", strict)
+
+        def uneven(dtype=dtype, dname=dname, xs=xs):
             insp = [1, 3] if rank == 0 else [3, 1]
-            outsp = [1, 3] if rank == 0 else [3, 1]
-            out = torch.empty(sum(outsp), 3, dtype=dtype, device="tpu")
-            dist.all_to_all_single(out, xs[rank].to("tpu"), outsp, insp)
+            out = torch.empty(4, 3, dtype=dtype, device="tpu")
+            dist.all_to_all_single(out, xs[rank].to("tpu"), insp, insp)
             want = torch.cat([xs[0][:1], xs[1][:3]]) if rank == 0 else torch.cat([xs[0][1:], xs[1][3:]])
             _check(f"uneven all_to_all_single {dname}", out, want)
-        log.run(f"dtypes/broadcast, all_gather(_into_tensor), all_to_all_single {dname}", others)
+        log.run(f"dtypes/uneven all_to_all_single (host-staged) {dname}", uneven)
+
+        for opn, op in refused.items():
+            name = f"dtypes/all_reduce {opn} {dname} refused"
+            # torch itself refuses complex tensors for ops other than SUM/AVG ("on complex tensors")
+            log.refused(name, lambda op=op: dist.all_reduce(xs[rank].to("tpu"), op=op) or torch.tpu.synchronize(),
+                        "complex" if dtype.is_complex else dname, opn, "all_reduce")
+            if not dtype.is_complex:
+                log.refused(f"dtypes/reduce_scatter_tensor {opn} {dname} refused",
+                            lambda op=op: dist.reduce_scatter_tensor(
+                                torch.empty(4, 3, dtype=dtype, device="tpu"), rs_ins[rank].to("tpu"), op=op),
+                            dname, opn, "reduce_scatter_tensor")
+        _in_step(log, f"dtypes {dname}")
 
 
-def _async(log, rank, world):
+def _async(log, rank, world, gloo):
     import torch
     import torch.distributed as dist
 
@@ -515,6 +545,31 @@ def _async(log, rank, world):
         assert early is False, "is_completed() was True before the fused graph ran"
     log.run("async/fuse: is_completed false before the flush, true after", fused_not_completed)
 
+    def fused_reader_before():
+        with torch.tpu.set_eager_mode(torch_tpu_mode("fuse")):
+            t = xs[rank].to("tpu") * 1.0
+            y = t + 1                     # pending, reads t before the collective
+            w = dist.all_reduce(t, async_op=True)
+            z = t + 1                     # reads the result
+            del t                         # the output dropped before wait
+            w.wait()
+            got = (y.cpu(), z.cpu())
+        _check("fused: a read recorded before the collective", got[0], xs[rank] + 1)
+        _check("fused: a read recorded after the collective", got[1], total + 1)
+    log.run("async/fuse: reads recorded before/after, output dropped before wait", fused_reader_before)
+
+    def expanded():
+        # an output whose elements share memory: torch refuses in-place writes into such tensors (gloo
+        # writes one element several times); tpu_dist refuses it before any collective starts
+        t = torch.ones(1, device="tpu").expand(4)
+        try:
+            dist.all_reduce(t)
+        except ValueError as exc:
+            assert "all_reduce" in str(exc) and "share memory" in str(exc) and "float32[4]" in str(exc), exc
+        else:
+            raise AssertionError("all_reduce into an expanded tensor was accepted")
+    log.run("async/strict: all_reduce into an expanded (self-overlapping) tensor", expanded)
+
     def wait_timeout():
         import datetime
 
@@ -585,6 +640,17 @@ def _p2p_objects_groups(log, rank, world, gloo):
         _check("batch_isend_irecv bf16 transposed", out, _make(40 + peer, (3, 3), torch.bfloat16).t().contiguous())
     log.run("p2p/batch_isend_irecv bfloat16, transposed send", batch)
 
+    def any_source():
+        if rank == 1:
+            dist.send(torch.full((3,), 7.0, device="tpu"), dst=0)
+        else:
+            got = torch.zeros(3, device="tpu")
+            sender = dist.recv(got, src=None)
+            assert sender == 1, sender
+            _check("recv from any source", got, torch.full((3,), 7.0))
+        # (dist.monitored_barrier: torch itself refuses every backend but gloo, ours included)
+    log.run("p2p/recv from any source", any_source)
+
     def objects():
         objs = [None] * world
         big = "y" * (200_000 if rank == 1 else 1)
@@ -615,6 +681,7 @@ def _p2p_objects_groups(log, rank, world, gloo):
         only1 = dist.new_group([1], backend="tpu_dist")   # every rank calls new_group
         both = dist.new_group([1, 0], backend="tpu_dist")
         t = torch.full((3,), float(rank + 1), device="tpu")
+        dist.barrier(group=only1)                         # a non-member's barrier: a no-op
         res = dist.all_reduce(t, group=only1)             # rank 0 is not a member: a no-op
         assert res is None
         _check("subgroup [1]", t, torch.full((3,), float(rank + 1)))
@@ -714,7 +781,7 @@ def scenario_dtensor(out_dir):
 
     torch.manual_seed(0)
     placements = {"S0": Shard(0), "S1": Shard(1), "R": Replicate()}
-    for shape in [(8, 6), (5, 7), (3, 1), (1, 4)]:  # even, uneven, fewer rows/cols than ranks
+    for shape in [(5, 7), (3, 1)]:  # uneven; fewer columns than ranks (test_distributed.py: even ones)
         A = torch.randn(shape)
         for a, pa in placements.items():
             for b, pb in placements.items():
@@ -783,30 +850,67 @@ def scenario_dtensor(out_dir):
             _check(f"Partial({op}) == CPU math", d.full_tensor(), _ref_reduce(xs, op.upper()))
         log.run(f"dtensor/Partial({op}) -> Replicate, Shard(0)", partial)
 
+    # functional collectives (what DTensor and compiled graphs call) on odd inputs, vs the cpu mesh
+    import torch.distributed._functional_collectives as funcol
+
+    xs = [_make(80 + r, (4, 6), torch.float32) for r in range(world)]
+    fc_cases = {
+        "all_reduce of a 0-d tensor": lambda x, m: funcol.all_reduce(x[1, 2], "max", m),
+        "all_reduce of a transposed view": lambda x, m: funcol.all_reduce(x.t(), "sum", m),
+        "all_reduce bf16 avg": lambda x, m: funcol.all_reduce(x.bfloat16(), "avg", m).float(),
+        "all_gather_tensor dim 1 of a transposed view": lambda x, m: funcol.all_gather_tensor(x.t(), 1, m),
+        "reduce_scatter_tensor dim 1, max": lambda x, m: funcol.reduce_scatter_tensor(x, "max", 1, m),
+        "reduce_scatter_tensor of a strided view": lambda x, m: funcol.reduce_scatter_tensor(x[:, ::3], "sum", 0, m),
+        "all_to_all_single uneven": lambda x, m: funcol.all_to_all_single(
+            x, [1, 3] if rank == 0 else [3, 1], [1, 3] if rank == 0 else [3, 1], m),
+        "all_to_all_single_autograd": lambda x, m: funcol.all_to_all_single_autograd(x, None, None, m),
+        "broadcast of a bool 0-d": lambda x, m: funcol.broadcast(x[0, 0] > 0, 1, m),
+        "all_reduce_coalesced": lambda x, m: funcol.all_reduce_coalesced([x, x[0]], "sum", m),
+        "all_gather_into_tensor_coalesced": lambda x, m: funcol.all_gather_into_tensor_coalesced([x, x[:, 0]], m),
+    }
+    for name, fn in fc_cases.items():
+        def fc(fn=fn, name=name):
+            _same_as_cpu(f"funcol {name}", lambda dev: fn(xs[rank].to(dev), meshes[dev]),
+                         atol=3e-2 if "bf16" in name else 1e-5)
+        log.run(f"funcol/{name}", fc)
+
+    def compiled_uneven():
+        f = torch.compile(lambda x: funcol.all_to_all_single(x * 2, [1, 3] if rank == 0 else [3, 1],
+                                                             [1, 3] if rank == 0 else [3, 1], meshes["tpu"]),
+                          backend="tpu")
+        try:
+            got = f(xs[rank].to("tpu"))
+        except Exception as exc:  # noqa: BLE001
+            assert "all_to_all" in str(exc) and "uneven" in str(exc), exc
+            return
+        want = funcol.all_to_all_single(xs[rank] * 2, [1, 3] if rank == 0 else [3, 1],
+                                        [1, 3] if rank == 0 else [3, 1], meshes["cpu"])
+        _check("compiled uneven all_to_all_single", got, want)
+    log.run("funcol/compiled all_to_all_single with uneven splits", compiled_uneven)
+
     # tensor-parallel MLPs: forward and backward == the same MLP in one CPU process
-    for mode in ("strict", "fuse"):
-        for bias in (True, False):
-            def mlp_case(mode=mode, bias=bias):
-                torch.manual_seed(3)
-                ref = torch.nn.Sequential(torch.nn.Linear(6, 8, bias=bias), torch.nn.GELU(),
-                                          torch.nn.Linear(8, 6, bias=bias), torch.nn.ReLU(),
-                                          torch.nn.Linear(6, 4, bias=bias), torch.nn.Tanh(),
-                                          torch.nn.Linear(4, 6, bias=bias))
-                model = copy.deepcopy(ref).to("tpu")
-                inp = torch.randn(5, 6)
-                out_ref = ref(inp)
-                out_ref.square().mean().backward()
-                tp = parallelize_module(model, meshes["tpu"], {"0": ColwiseParallel(), "2": RowwiseParallel(),
-                                                               "4": ColwiseParallel(), "6": RowwiseParallel()})
-                with torch.tpu.set_eager_mode(torch_tpu_mode(mode)):
-                    out = tp(inp.to("tpu"))
-                    out.square().mean().backward()
-                    got_out = out.detach().cpu()
-                    grads = {n: full(p.grad).cpu() for n, p in tp.named_parameters()}
-                _check(f"TP MLP forward ({mode}, bias={bias})", got_out, out_ref.detach(), atol=1e-5)
-                for n, p in ref.named_parameters():
-                    _check(f"TP MLP grad {n} ({mode}, bias={bias})", grads[n], p.grad, atol=1e-5)
-            log.run(f"tp/MLP colwise/rowwise x2 forward+backward {mode} bias={bias}", mlp_case)
+    for mode, bias in (("strict", True), ("fuse", False)):
+        def mlp_case(mode=mode, bias=bias):
+            torch.manual_seed(3)
+            ref = torch.nn.Sequential(torch.nn.Linear(6, 8, bias=bias), torch.nn.GELU(),
+                                      torch.nn.Linear(8, 6, bias=bias), torch.nn.ReLU(),
+                                      torch.nn.Linear(6, 4, bias=bias), torch.nn.Tanh(),
+                                      torch.nn.Linear(4, 6, bias=bias))
+            model = copy.deepcopy(ref).to("tpu")
+            inp = torch.randn(5, 6)
+            out_ref = ref(inp)
+            out_ref.square().mean().backward()
+            tp = parallelize_module(model, meshes["tpu"], {"0": ColwiseParallel(), "2": RowwiseParallel(),
+                                                           "4": ColwiseParallel(), "6": RowwiseParallel()})
+            with torch.tpu.set_eager_mode(torch_tpu_mode(mode)):
+                out = tp(inp.to("tpu"))
+                out.square().mean().backward()
+                got_out = out.detach().cpu()
+                grads = {n: full(p.grad).cpu() for n, p in tp.named_parameters()}
+            _check(f"TP MLP forward ({mode}, bias={bias})", got_out, out_ref.detach(), atol=1e-5)
+            for n, p in ref.named_parameters():
+                _check(f"TP MLP grad {n} ({mode}, bias={bias})", grads[n], p.grad, atol=1e-5)
+        log.run(f"tp/MLP colwise/rowwise x2 forward+backward {mode} bias={bias}", mlp_case)
 
     def tp_sgd_steps():
         torch.manual_seed(4)
@@ -904,7 +1008,7 @@ def test_sweep(sweep, prefix):
     _family(sweep, prefix)
 
 
-@pytest.mark.parametrize("prefix", ["dtensor/", "tp/"])
+@pytest.mark.parametrize("prefix", ["dtensor/", "funcol/", "tp/"])
 def test_dtensor(dtensor, prefix):
     _family(dtensor, prefix)
 

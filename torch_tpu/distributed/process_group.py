@@ -72,6 +72,12 @@ def _check_sizes(method: str, args: tuple, world: int) -> None:
         raise ValueError(f"tpu_dist: {PUBLIC_NAMES.get(method, method)}: {what} (world size {world}); "
                          "no collective was started")
 
+    for pos in _OUTPUTS.get(method, ()):  # torch refuses in-place writes into self-overlapping memory
+        for t in _flat_tensors(args[pos]) if pos < len(args) else ():
+            if t.numel() > 1 and torch._debug_has_internal_overlap(t) == 1:
+                fail(f"the output {_desc(t)} (strides {tuple(t.stride())}) has elements that share memory, "
+                     "e.g. an expanded tensor; clone() it first")
+
     def same_dtype(out, inp):
         if isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor) and out.dtype != inp.dtype:
             fail(f"the output {_desc(out)} and the input {_desc(inp)} differ in dtype")
