@@ -708,6 +708,20 @@ def _p2p_objects_groups(log, rank, world, gloo):
         _check("mesh [1, 0] local rank", torch.tensor(mesh.get_local_rank()), torch.tensor(cpu_mesh.get_local_rank()))
     log.run("groups/DeviceMesh [1, 0]: all_gather order, broadcast root", mesh_reversed)
 
+    def detail_two_groups():
+        # TORCH_DISTRIBUTED_DEBUG=DETAIL checks each collective through keys per group: two groups over
+        # the same devices (the world and new_group([1, 0])) crashed with ALREADY_EXISTS
+        g = dist.new_group([1, 0], backend="tpu_dist")
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
+        try:
+            for grp in (None, g, None, g):
+                t = torch.full((2,), float(rank + 1), device="tpu")
+                dist.all_reduce(t, group=grp)
+                _check("DETAIL all_reduce", t, torch.full((2,), float(sum(range(1, world + 1)))))
+        finally:
+            dist.set_debug_level(dist.DebugLevel.OFF)
+    log.run("groups/TORCH_DISTRIBUTED_DEBUG=DETAIL with two groups over the same devices", detail_two_groups)
+
     def non_member_send():
         only0 = dist.new_group([0], backend="tpu_dist")
         t = torch.ones(2, device="tpu")
@@ -729,7 +743,11 @@ def _reinit(log, rank, world):
         dist.init_process_group(backend="tpu_dist")
         xs = [_make(60 + r, (5,), torch.float32) for r in range(world)]
         t = xs[rank].to("tpu")
-        dist.all_reduce(t)
+        dist.set_debug_level(dist.DebugLevel.DETAIL)  # the check's keys of the first incarnation are taken
+        try:
+            dist.all_reduce(t)
+        finally:
+            dist.set_debug_level(dist.DebugLevel.OFF)
         _check("all_reduce after re-init", t, _ref_reduce(xs, "SUM"))
         out = torch.empty(5 * world, device="tpu")
         dist.all_gather_into_tensor(out, xs[rank].to("tpu"))

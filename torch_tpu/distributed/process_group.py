@@ -485,6 +485,9 @@ def _bind_local_device() -> None:
         platform.devices.cache_clear()
 
 
+_INCARNATIONS: dict = {}
+
+
 def create_process_group(opts, backend_options):
     """The creator registered with ``dist.Backend.register_backend`` (extended API)."""
     timeout = opts.timeout
@@ -495,14 +498,21 @@ def create_process_group(opts, backend_options):
     from ..runtime import multiprocess, platform
 
     device = platform.jax_device()  # this process's device is now chosen (DeviceMesh then leaves it alone)
-    store = dist.PrefixStore("tpu_dist_gloo", opts.store)
+    # A group created again under the same name (destroy_process_group, then init_process_group) may get
+    # the same store: torch's TCPStore server is shared within a process while any old reference lives, so
+    # the first incarnation's gloo addresses are still there and a fresh gloo group would connect to them
+    # and hang. Every member creates a group as often as the others: count the incarnations per group.
+    ident = (opts.group_id, tuple(opts.global_ranks_in_group or range(opts.group_size)))
+    _INCARNATIONS[ident] = incarnation = _INCARNATIONS.get(ident, 0) + 1
+    store = dist.PrefixStore(f"tpu_dist_gloo/{incarnation}", opts.store)
     host_pg = dist.ProcessGroupGloo(store, opts.group_rank, opts.group_size, timeout)
     transport = HostStaged(host_pg, opts.group_size)
     if multiprocess.active():
         from .xla_transport import XlaTransport
 
         ranks = list(opts.global_ranks_in_group or range(opts.group_size))
-        transport = XlaTransport(transport, ranks, multiprocess.device_ids(ranks, device.id), opts.group_rank)
+        transport = XlaTransport(transport, ranks, multiprocess.device_ids(ranks, device.id), opts.group_rank,
+                                 name=f"{opts.group_id}.{incarnation}")
         # the first collective over a device set also sets up XLA's communicator for it: do it now,
         # while every member is creating the group anyway
         transport.barrier()
