@@ -604,15 +604,16 @@ def job_env(tmp_path_factory):
     return env
 
 
-def _spawn(scenario, out_dir, env, nproc=2, timeout=150, extra=None, rank0_only=False):
-    """Start nproc ranks as plain processes with torchrun's environment; return [(rc, stderr, secs)]."""
+def _spawn(scenario, out_dir, env, nproc=2, timeout=150, extra=None, rank0_only=False, script=HERE):
+    """Start nproc ranks as plain processes with torchrun's environment; return [(rc, stderr, secs)].
+    ``script``: the file whose ``scenario_<name>`` the children run (its ``__main__`` picks it)."""
     port = str(_free_port())
     procs = []
     t0 = time.time()
     for rank in range(nproc):
         e = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **(extra or {}))
-        procs.append(subprocess.Popen([sys.executable, HERE, scenario, str(out_dir)], env=e, cwd=REPO,
+        procs.append(subprocess.Popen([sys.executable, script, scenario, str(out_dir)], env=e, cwd=REPO,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     results = []
     try:

@@ -36,15 +36,23 @@ def _out_shape(node):
     return tuple(node.meta["val"].shape)
 
 
-def _reduce_op(name, node) -> str:
+def _reduce_op(name, node, inp=None) -> str:
     op = str(name).lower()
-    val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    inp = node.args[0] if inp is None else inp
+    val = inp.meta.get("val") if isinstance(inp, torch.fx.Node) else None
     from ..runtime import dtypes
 
     dtype = dtypes.to_jax_dtype(val.dtype) if isinstance(val, torch.Tensor) else None
     if dtype is None or not xla_ops.supports_reduce(op, dtype):
         raise NotImplementedError(f"torch.compile(backend='tpu'): {node.target} with reduce op {name!r} on "
                                   f"{getattr(val, 'dtype', '?')} has no XLA lowering")
+    return op
+
+
+def _reduce_op_each(name, node) -> str:
+    """The reduce op of a coalesced collective, checked against every input's dtype."""
+    for inp in node.args[0]:
+        op = _reduce_op(name, node, inp)
     return op
 
 
@@ -58,7 +66,7 @@ def _all_reduce(node):
 def _all_reduce_coalesced(node):
     _, op, group = node.args[:3]
     t = _transport(group, str(node.target))
-    fn = xla_ops.all_reduce(_reduce_op(op, node), t.size)
+    fn = xla_ops.all_reduce(_reduce_op_each(op, node), t.size)
     return (lambda args, kwargs: [fn(x) for x in args[0]]), t.device_ids
 
 
@@ -86,7 +94,7 @@ def _reduce_scatter(node):
 def _reduce_scatter_coalesced(node):
     _, op, _, group = node.args[:4]
     t = _transport(group, str(node.target))
-    name = str(op).lower()
+    name = _reduce_op_each(op, node)
     fns = [xla_ops.reduce_scatter(name, t.size, tuple(v.shape)) for v in node.meta["val"]]
     return (lambda args, kwargs: [f(x) for f, x in zip(fns, args[0])]), t.device_ids
 

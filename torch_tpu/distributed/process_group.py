@@ -21,6 +21,47 @@ from .constants import BACKEND_NAME, default_timeout_s
 
 ReduceOp = dist.ReduceOp
 
+# c10d method -> the torch.distributed call users wrote (what an error names)
+PUBLIC_NAMES = {
+    "allreduce": "all_reduce", "allreduce_coalesced": "all_reduce_coalesced", "allgather": "all_gather",
+    "_allgather_base": "all_gather_into_tensor", "allgather_coalesced": "all_gather_coalesced",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced", "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced":
+    "reduce_scatter_tensor_coalesced", "broadcast": "broadcast", "reduce": "reduce",
+    "alltoall_base": "all_to_all_single", "alltoall": "all_to_all", "gather": "gather", "scatter": "scatter",
+    "send": "send", "recv": "recv", "recv_anysource": "recv",
+}
+_BITWISE = ("BAND", "BOR", "BXOR")
+
+
+def _desc(t) -> str:
+    return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+
+
+def _check_reduce_op(fail, opts, tensors) -> None:
+    """Reduce op x dtype pairs torch's backends refuse (gloo: bitwise ops on floating point, an average
+    of bools); refused here, on this rank, with the op and dtype named."""
+    op = getattr(opts, "reduceOp", None)
+    if op is None:
+        return
+    name = next((n for n in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", *_BITWISE)
+                 if _same_op(op, getattr(ReduceOp, n))), None)
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if name in _BITWISE and (t.is_floating_point() or t.is_complex()):
+            fail(f"ReduceOp.{name} needs an integral or bool tensor, got {_desc(t)}")
+        if name == "AVG" and t.dtype == torch.bool:
+            fail(f"ReduceOp.AVG of a bool tensor {_desc(t)} is not defined (use MAX or MIN)")
+
+
+def _same_op(a, b) -> bool:
+    try:
+        return a == b
+    except Exception:
+        return False
+
+
 def _check_sizes(method: str, args: tuple, world: int) -> None:
     """This rank's own argument errors, raised here before any peer is involved (gloo and XLA would
     report them as a failed collective, which reads like a peer's fault)."""
@@ -28,23 +69,64 @@ def _check_sizes(method: str, args: tuple, world: int) -> None:
         return t.numel() if isinstance(t, torch.Tensor) else None
 
     def fail(what):
-        raise ValueError(f"tpu_dist: {method}: {what} (world size {world}); no collective was started")
+        raise ValueError(f"tpu_dist: {PUBLIC_NAMES.get(method, method)}: {what} (world size {world}); "
+                         "no collective was started")
 
-    if method == "_allgather_base":
+    for pos in _OUTPUTS.get(method, ()):  # torch refuses in-place writes into self-overlapping memory
+        for t in _flat_tensors(args[pos]) if pos < len(args) else ():
+            if t.numel() > 1 and torch._debug_has_internal_overlap(t) == 1:
+                fail(f"the output {_desc(t)} (strides {tuple(t.stride())}) has elements that share memory, "
+                     "e.g. an expanded tensor; clone() it first")
+
+    def same_dtype(out, inp):
+        if isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor) and out.dtype != inp.dtype:
+            fail(f"the output {_desc(out)} and the input {_desc(inp)} differ in dtype")
+
+    if method in ("allreduce", "allreduce_coalesced", "reduce"):
+        _check_reduce_op(fail, args[1], args[0])
+    elif method == "_allgather_base":
         out, inp = args[0], args[1]
+        same_dtype(out, inp)
         if numel(out) != world * numel(inp):
-            fail(f"the output {tuple(out.shape)} must hold world size x the input {tuple(inp.shape)} elements")
+            fail(f"the output {_desc(out)} must hold world size x the input {_desc(inp)} elements")
     elif method == "_reduce_scatter_base":
         out, inp = args[0], args[1]
+        same_dtype(out, inp)
+        _check_reduce_op(fail, args[2], [inp])
         if numel(inp) != world * numel(out):
-            fail(f"the input {tuple(inp.shape)} must hold world size x the output {tuple(out.shape)} elements")
+            fail(f"the input {_desc(inp)} must hold world size x the output {_desc(out)} elements")
+    elif method == "reduce_scatter":
+        for out, ins in zip(args[0], args[1]):
+            _check_reduce_op(fail, args[2], [out])
+            if len(ins) != world:
+                fail(f"{len(ins)} input tensors given, one per rank needed")
+            for i in ins:
+                same_dtype(out, i)
+                if tuple(i.shape) != tuple(out.shape):
+                    fail(f"an input tensor {_desc(i)} differs from the output {_desc(out)}")
     elif method == "allgather":
         for outs, inp in zip(args[0], args[1]):
             if len(outs) != world:
                 fail(f"{len(outs)} output tensors given, one per rank needed")
             for o in outs:
+                same_dtype(o, inp)
                 if tuple(o.shape) != tuple(inp.shape):
-                    fail(f"an output tensor {tuple(o.shape)} differs from the input {tuple(inp.shape)}")
+                    fail(f"an output tensor {_desc(o)} differs from the input {_desc(inp)}")
+    elif method == "alltoall_base":
+        out, inp, out_splits, in_splits = args[:4]
+        same_dtype(out, inp)
+        for what, t, splits in (("output", out, out_splits), ("input", inp, in_splits)):
+            rows = t.shape[0] if t.dim() else 1
+            if splits:
+                if len(splits) != world:
+                    fail(f"{len(splits)} {what} split sizes {list(splits)} given, one per rank needed")
+                if sum(splits) != rows or any(s < 0 for s in splits):
+                    fail(f"the {what} split sizes {list(splits)} do not add up to dim 0 of the {what} {_desc(t)}")
+            elif rows % world:
+                fail(f"dim 0 of the {what} {_desc(t)} is not divisible by the world size, and no split sizes "
+                     "were given")
+        if out.dim() and inp.dim() and tuple(out.shape[1:]) != tuple(inp.shape[1:]):
+            fail(f"the output {_desc(out)} and the input {_desc(inp)} differ past dim 0")
 
 
 # method name -> positions of the arguments the collective writes (copied back to the device)
@@ -143,13 +225,17 @@ class HostStaged:
             for i in outputs for t in _flat_tensors(host_args[i]))
         if divide:
             opts.reduceOp = ReduceOp.SUM
+        if method in _POINT_TO_POINT:  # isend/irecv must not block: both peers may send first
+            try:
+                work = getattr(self.host_pg, method)(*host_args)
+            except RuntimeError as exc:
+                raise self._failed(method, exc) from exc
+            return _HostP2PWork(self, method, work, staged_out, host_args, staged_bytes)
         try:
             work = getattr(self.host_pg, method)(*host_args)
             work.wait()
         except RuntimeError as exc:
-            raise RuntimeError(
-                f"tpu_dist: {method} failed on rank {self.host_pg.rank()} of {self.size} "
-                f"(a peer process exited, raised, or did not join within the timeout): {exc}") from exc
+            raise self._failed(method, exc) from exc
         finally:
             if divide:
                 opts.reduceOp = ReduceOp.AVG
@@ -157,14 +243,72 @@ class HostStaged:
             for i in outputs:
                 for t in _flat_tensors(host_args[i]):
                     t.copy_(_average(t, self.size))
-        for dev, host in staged_out:
-            staged_bytes += host.numel() * host.element_size()
-            _from_host(dev, host)
-        if staged_bytes:
-            from ..runtime import counters
-
-            counters.counters["dist_host_bytes"] += staged_bytes
+        _copy_back(staged_out, staged_bytes)
         return _completed_work()
+
+    def _failed(self, method, exc):
+        return RuntimeError(
+            f"tpu_dist: {PUBLIC_NAMES.get(method, method)} failed on rank {self.host_pg.rank()} of {self.size} "
+            f"(a peer process exited, raised, or did not join within the timeout): {exc}")
+
+
+_POINT_TO_POINT = ("send", "recv", "recv_anysource")
+
+
+def _copy_back(staged_out, staged_bytes) -> None:
+    for dev, host in staged_out:
+        staged_bytes += host.numel() * host.element_size()
+        _from_host(dev, host)
+    if staged_bytes:
+        from ..runtime import counters
+
+        counters.counters["dist_host_bytes"] += staged_bytes
+
+
+class _HostP2PWork(dist._Work):
+    """A gloo send/recv in flight on host copies: ``wait`` waits for it, then writes a received tensor
+    back to the device (a blocking send would deadlock two ranks that both send before receiving)."""
+
+    def __init__(self, staged, method, work, staged_out, host_args, staged_bytes):
+        super().__init__()
+        self._staged, self._method, self._work = staged, method, work
+        self._staged_out, self._keep, self._bytes = staged_out, host_args, staged_bytes
+        self._done = False
+
+    def wait(self, timeout=None):
+        if not self._done:
+            try:
+                self._work.wait() if timeout is None else self._work.wait(timeout)
+            except RuntimeError as exc:
+                raise self._staged._failed(self._method, exc) from exc
+            self._done = True
+            _copy_back(self._staged_out, self._bytes)
+            self._keep = None
+        return True
+
+    def is_completed(self):
+        return self._done or self._work.is_completed()
+
+    def is_success(self):
+        return self._work.is_success() if not self._done else True
+
+    def exception(self):
+        return None
+
+    def synchronize(self):
+        self.wait()
+
+    def result(self):
+        return [t for t, _ in self._staged_out]
+
+    def _source_rank(self):  # irecv from any source: which rank sent
+        return self._work._source_rank()
+
+    def get_future(self):
+        self.wait()
+        fut = torch.futures.Future()
+        fut.set_result(self.result())
+        return fut
 
 
 def _flat_tensors(x):
@@ -341,6 +485,9 @@ def _bind_local_device() -> None:
         platform.devices.cache_clear()
 
 
+_INCARNATIONS: dict = {}
+
+
 def create_process_group(opts, backend_options):
     """The creator registered with ``dist.Backend.register_backend`` (extended API)."""
     timeout = opts.timeout
@@ -351,14 +498,21 @@ def create_process_group(opts, backend_options):
     from ..runtime import multiprocess, platform
 
     device = platform.jax_device()  # this process's device is now chosen (DeviceMesh then leaves it alone)
-    store = dist.PrefixStore("tpu_dist_gloo", opts.store)
+    # A group created again under the same name (destroy_process_group, then init_process_group) may get
+    # the same store: torch's TCPStore server is shared within a process while any old reference lives, so
+    # the first incarnation's gloo addresses are still there and a fresh gloo group would connect to them
+    # and hang. Every member creates a group as often as the others: count the incarnations per group.
+    ident = (opts.group_id, tuple(opts.global_ranks_in_group or range(opts.group_size)))
+    _INCARNATIONS[ident] = incarnation = _INCARNATIONS.get(ident, 0) + 1
+    store = dist.PrefixStore(f"tpu_dist_gloo/{incarnation}", opts.store)
     host_pg = dist.ProcessGroupGloo(store, opts.group_rank, opts.group_size, timeout)
     transport = HostStaged(host_pg, opts.group_size)
     if multiprocess.active():
         from .xla_transport import XlaTransport
 
         ranks = list(opts.global_ranks_in_group or range(opts.group_size))
-        transport = XlaTransport(transport, ranks, multiprocess.device_ids(ranks, device.id), opts.group_rank)
+        transport = XlaTransport(transport, ranks, multiprocess.device_ids(ranks, device.id), opts.group_rank,
+                                 name=f"{opts.group_id}.{incarnation}")
         # the first collective over a device set also sets up XLA's communicator for it: do it now,
         # while every member is creating the group anyway
         transport.barrier()

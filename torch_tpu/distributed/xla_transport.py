@@ -71,9 +71,14 @@ class DeviceWork(dist._Work):
         return True
 
     def is_completed(self):
+        """True once the device computed the outputs (never flushes: a fused graph not yet run is not)."""
         for t in self._outputs:
             arr = t._tpu_storage.array
-            if arr is None or isinstance(arr, fused.LazyArray) or not arr.is_ready():
+            if isinstance(arr, fused.LazyArray):
+                if arr.error is not None:
+                    continue  # finished, with the failure its wait/read raises
+                arr = arr.concrete  # set once its graph ran
+            if arr is None or not arr.is_ready():
                 return False
         return True
 
@@ -98,7 +103,7 @@ class DeviceWork(dist._Work):
 class XlaTransport:
     """``run(method, args)`` for one process group: XLA programs over its members' devices."""
 
-    def __init__(self, host, global_ranks, device_ids: tuple, group_rank: int):
+    def __init__(self, host, global_ranks, device_ids: tuple, group_rank: int, name: str = ""):
         self.host = host                  # HostStaged: the fallback
         self.host_pg = host.host_pg
         self.size = len(device_ids)
@@ -106,6 +111,9 @@ class XlaTransport:
         self.device_ids = tuple(device_ids)
         self.group_rank = group_rank
         self.seq = 0
+        # the debug check's keys: this group (its name and incarnation), not its devices, which other
+        # groups over the same devices (a DeviceMesh dimension, a new_group) share with their own counts
+        self.check_key = f"{name or '-'.join(map(str, self.device_ids))}"
 
     # -- plumbing --------------------------------------------------------------------------------
     def run(self, method: str, args: tuple):
@@ -130,8 +138,7 @@ class XlaTransport:
                f"{' '.join(_describe(t) for t in inputs)} on ranks {list(self.ranks)}"
         self.seq += 1
         if dist.get_debug_level() == dist.DebugLevel.DETAIL:
-            multiprocess.check_same_collective(
-                "-".join(map(str, self.device_ids)), self.seq, self.ranks, what)
+            multiprocess.check_same_collective(self.check_key, self.seq, self.ranks, what)
         multiprocess.note_issued(f"#{self.seq} {what}")
         key = ("collective", kind, params, self.device_ids, in_sig)
         _counters["dist_xla_collectives"] += 1
