@@ -103,18 +103,18 @@ def python_entry(func):
     entry = _python_entry(func)
     if entry is None:
         return None
-    from ..ops import refusals, validate
+    from ..ops import out_dtypes, validate
 
     target = func if func in validate.EACH_CALL else registry.functional_variant(func) if \
         registry.mutated_arguments(func) else None
-    exact_out = refusals.demands_exact_out(func)
+    exact_out = out_dtypes.demands_exact_out(func)
     if not exact_out and (target is None or target not in validate.EACH_CALL):
         return entry
     run = entry.fn
 
     def checked(*args, **kwargs):
         if exact_out:  # (the decomposition would cast its result into a wider out= tensor)
-            refusals.check_exact_out(func, registry.functional_variant(func), to_meta(list(args)),
+            out_dtypes.check_exact_out(func, registry.functional_variant(func), to_meta(list(args)),
                                      {k: to_meta(v) for k, v in kwargs.items()})
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         if first is not None and target in validate.EACH_CALL:

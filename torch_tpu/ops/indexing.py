@@ -7,7 +7,7 @@ import numpy as np
 
 from ..runtime import dtypes
 from .checks import index_in_range, require
-from .refusals import _TYPE_NAMES
+from .validate import _TYPE_NAMES
 from .registry import aten, register
 from ._util import is_value
 

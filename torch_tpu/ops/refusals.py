@@ -11,8 +11,9 @@ import math
 
 import torch
 
+from . import out_dtypes
 from .registry import aten
-from .validate import _CPP_NAMES, _random_bounds, validates
+from .validate import _CPP_NAMES, _TYPE_NAMES, _random_bounds, validates
 
 # --- complex inputs: ordering and rounding are not defined ------------------------------------------
 _CPU_KERNEL = {"lt": "lt_cpu", "le": "le_cpu", "gt": "gt_cpu", "ge": "ge_cpu", "max": "max_all", "min": "min_all",
@@ -120,10 +121,6 @@ def _bernoulli_p(x, p=0.5, **_):
 
 
 # --- dtypes that must match -----------------------------------------------------------------------
-_TYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-               torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-               torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
-               torch.complex128: "ComplexDouble"}
 
 
 @validates(aten.index_put.default, aten._unsafe_index_put.default)
@@ -138,7 +135,7 @@ def check_inplace_result(func, target_func, meta_args, meta_kwargs) -> None:
     """An in-place op stores its result into ``self``: torch refuses a result dtype that cannot be cast to
     ``self``'s (``int_tensor.mul_(float_tensor)``), which meta kernels do not check. ``target_func``: the
     functional overload; the arguments are meta tensors (called before the in-place meta kernel)."""
-    check_exact_out(func, target_func, meta_args, meta_kwargs)
+    out_dtypes.check_exact_out(func, target_func, meta_args, meta_kwargs)
     if target_func is func or not func._schema.name.endswith("_") or not meta_args:
         return
     self_meta = meta_args[0]
@@ -534,53 +531,6 @@ def _complex_parts(a, b):
             and a.is_floating_point() and b.is_floating_point():
         raise RuntimeError(f"Expected object of scalar type {_TYPE_NAMES.get(a.dtype, a.dtype)} but got scalar "
                            f"type {_TYPE_NAMES.get(b.dtype, b.dtype)} for second argument")
-
-
-# out= forms whose CPU kernels demand the result's own dtype (no cast into another out= dtype)
-_EXACT_OUT = {aten.complex.out: "complex", aten.polar.out: "complex", aten.aminmax.out: "structured"}
-# (found by running every OpInfo with an out= form on CPU with a wider out= dtype: these raised, the tpu
-# cast the result into out=)
-_EXACT_OUT.update(dict.fromkeys((
-    aten._linalg_eigh.eigenvalues, aten._linalg_slogdet.sign, aten._linalg_solve_ex.result, aten.amax.out,
-    aten.amin.out, aten.avg_pool3d.out, aten.conj_physical.out, aten.diag_embed.out, aten.frexp.Tensor_out,
-    aten.gelu.out, aten.hardshrink.out, aten.heaviside.out, aten.histc.out, aten.histogram.bin_ct_out,
-    aten.histogram.bins_tensor_out, aten.index_add.out, aten.index_copy.out, aten.linalg_cross.out,
-    aten.linalg_lu.out, aten.linalg_lu_factor_ex.out, aten.linalg_lu_solve.out, aten.linalg_qr.out,
-    aten.lu_unpack.out, aten.nan_to_num.out, aten.neg.out, aten.ormqr.out, aten.renorm.out,
-    aten.round.decimals_out, aten.round.out, aten.scatter_reduce.two_out, aten.slice_scatter.out,
-    aten.softmax.int_out, aten._softmax.out, aten._log_softmax.out, aten.log_softmax.int_out, aten.softplus.out,
-    aten.softshrink.out, aten.sort.values, aten.sort.values_stable, aten.take.out, aten.tril.out, aten.triu.out,
-    aten.unfold_copy.out, aten.topk.values, aten.kthvalue.values, aten.max.dim_max, aten.min.dim_min,
-    aten.mm.out, aten.bmm.out, aten.addmm.out, aten.baddbmm.out, aten.mv.out, aten.dot.out, aten.vdot.out,
-    aten.hardshrink.out, aten.softshrink.out, aten.linalg_cross.out, aten.renorm.out),
-    "structured"))
-_C10_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
-              torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int", torch.int16: "short int",
-              torch.int8: "signed char", torch.uint8: "unsigned char", torch.bool: "bool"}
-
-
-def demands_exact_out(func) -> bool:
-    return func in _EXACT_OUT
-
-
-def check_exact_out(func, target_func, meta_args, meta_kwargs) -> None:
-    kind = _EXACT_OUT.get(func)
-    if kind is None:
-        return
-    outs = [v for k, v in meta_kwargs.items() if k not in {a.name for a in target_func._schema.arguments}]
-    try:
-        result = target_func(*meta_args, **{k: v for k, v in meta_kwargs.items()
-                                            if k in {a.name for a in target_func._schema.arguments}})
-    except Exception:  # noqa: BLE001 - the out= meta kernel reports bad arguments itself
-        return
-    results = result if isinstance(result, (tuple, list)) else (result,)
-    for r, out in zip(results, outs):
-        if isinstance(out, torch.Tensor) and isinstance(r, torch.Tensor) and r.dtype != out.dtype:
-            if kind == "complex":
-                raise RuntimeError(f"Expected object of scalar type {_TYPE_NAMES.get(r.dtype, r.dtype)} but got "
-                                   f"scalar type {_TYPE_NAMES.get(out.dtype, out.dtype)} for argument 'out'")
-            raise RuntimeError(f"Expected out tensor to have dtype {_C10_NAMES.get(r.dtype, r.dtype)}, but got "
-                               f"{_C10_NAMES.get(out.dtype, out.dtype)} instead")
 
 
 def _index_func_shapes(func):

@@ -1,0 +1,51 @@
+"""out= tensors whose dtype differs from the result's: most CPU kernels cast the result into them
+(``torch.add(a, b, out=wider)``); the ones below refuse, which torch's meta kernels and decompositions do
+not check (they cast)."""
+from __future__ import annotations
+
+import torch
+
+from .registry import aten
+from .validate import _CPP_NAMES, _TYPE_NAMES
+
+# out= forms whose CPU kernels demand the result's own dtype (no cast into another out= dtype)
+_EXACT_OUT = {aten.complex.out: "complex", aten.polar.out: "complex", aten.aminmax.out: "structured"}
+# (found by running every OpInfo with an out= form on CPU with a wider out= dtype: these raised, the tpu
+# cast the result into out=)
+_EXACT_OUT.update(dict.fromkeys((
+    aten._linalg_eigh.eigenvalues, aten._linalg_slogdet.sign, aten._linalg_solve_ex.result, aten.amax.out,
+    aten.amin.out, aten.avg_pool3d.out, aten.conj_physical.out, aten.diag_embed.out, aten.frexp.Tensor_out,
+    aten.gelu.out, aten.hardshrink.out, aten.heaviside.out, aten.histc.out, aten.histogram.bin_ct_out,
+    aten.histogram.bins_tensor_out, aten.index_add.out, aten.index_copy.out, aten.linalg_cross.out,
+    aten.linalg_lu.out, aten.linalg_lu_factor_ex.out, aten.linalg_lu_solve.out, aten.linalg_qr.out,
+    aten.lu_unpack.out, aten.nan_to_num.out, aten.neg.out, aten.ormqr.out, aten.renorm.out,
+    aten.round.decimals_out, aten.round.out, aten.scatter_reduce.two_out, aten.slice_scatter.out,
+    aten.softmax.int_out, aten._softmax.out, aten._log_softmax.out, aten.log_softmax.int_out, aten.softplus.out,
+    aten.softshrink.out, aten.sort.values, aten.sort.values_stable, aten.take.out, aten.tril.out, aten.triu.out,
+    aten.unfold_copy.out, aten.topk.values, aten.kthvalue.values, aten.max.dim_max, aten.min.dim_min,
+    aten.mm.out, aten.bmm.out, aten.addmm.out, aten.baddbmm.out, aten.mv.out, aten.dot.out, aten.vdot.out),
+    "structured"))
+
+
+def demands_exact_out(func) -> bool:
+    return func in _EXACT_OUT
+
+
+def check_exact_out(func, target_func, meta_args, meta_kwargs) -> None:
+    kind = _EXACT_OUT.get(func)
+    if kind is None:
+        return
+    outs = [v for k, v in meta_kwargs.items() if k not in {a.name for a in target_func._schema.arguments}]
+    try:
+        result = target_func(*meta_args, **{k: v for k, v in meta_kwargs.items()
+                                            if k in {a.name for a in target_func._schema.arguments}})
+    except Exception:  # noqa: BLE001 - the out= meta kernel reports bad arguments itself
+        return
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for r, out in zip(results, outs):
+        if isinstance(out, torch.Tensor) and isinstance(r, torch.Tensor) and r.dtype != out.dtype:
+            if kind == "complex":
+                raise RuntimeError(f"Expected object of scalar type {_TYPE_NAMES.get(r.dtype, r.dtype)} but got "
+                                   f"scalar type {_TYPE_NAMES.get(out.dtype, out.dtype)} for argument 'out'")
+            raise RuntimeError(f"Expected out tensor to have dtype {_CPP_NAMES.get(r.dtype, r.dtype)}, but got "
+                               f"{_CPP_NAMES.get(out.dtype, out.dtype)} instead")
