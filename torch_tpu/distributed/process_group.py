@@ -82,6 +82,15 @@ def _check_sizes(method: str, args: tuple, world: int) -> None:
         if isinstance(out, torch.Tensor) and isinstance(inp, torch.Tensor) and out.dtype != inp.dtype:
             fail(f"the output {_desc(out)} and the input {_desc(inp)} differ in dtype")
 
+    def one_per_rank(tensors, kind, other, other_kind):
+        """A list form's tensors: one per rank, each of the single tensor's dtype and shape."""
+        if len(tensors) != world:
+            fail(f"{len(tensors)} {kind} tensors given, one per rank needed")
+        for t in tensors:
+            same_dtype(*((t, other) if kind == "output" else (other, t)))
+            if tuple(t.shape) != tuple(other.shape):
+                fail(f"an {kind} tensor {_desc(t)} differs from the {other_kind} {_desc(other)}")
+
     if method in ("allreduce", "allreduce_coalesced", "reduce"):
         _check_reduce_op(fail, args[1], args[0])
     elif method == "_allgather_base":
@@ -98,20 +107,10 @@ def _check_sizes(method: str, args: tuple, world: int) -> None:
     elif method == "reduce_scatter":
         for out, ins in zip(args[0], args[1]):
             _check_reduce_op(fail, args[2], [out])
-            if len(ins) != world:
-                fail(f"{len(ins)} input tensors given, one per rank needed")
-            for i in ins:
-                same_dtype(out, i)
-                if tuple(i.shape) != tuple(out.shape):
-                    fail(f"an input tensor {_desc(i)} differs from the output {_desc(out)}")
+            one_per_rank(ins, "input", out, "output")
     elif method == "allgather":
         for outs, inp in zip(args[0], args[1]):
-            if len(outs) != world:
-                fail(f"{len(outs)} output tensors given, one per rank needed")
-            for o in outs:
-                same_dtype(o, inp)
-                if tuple(o.shape) != tuple(inp.shape):
-                    fail(f"an output tensor {_desc(o)} differs from the input {_desc(inp)}")
+            one_per_rank(outs, "output", inp, "input")
     elif method == "alltoall_base":
         out, inp, out_splits, in_splits = args[:4]
         same_dtype(out, inp)
