@@ -297,6 +297,7 @@ def key_and_inputs(func, args, kwargs):
     sig = [id(func)]  # id: OpOverload.__hash__ is Python code
     arrays = []
     allow_cpu = id(func) in _CPU_INDEX_OPS
+    cpu_scalars_at = _CPU_SCALARS_OPS.get(id(func))
     slots = None
     for i, a in enumerate(args):
         ta = type(a)
@@ -317,14 +318,14 @@ def key_and_inputs(func, args, kwargs):
             else:
                 sig.append(static_key(a))
         else:
-            _walk(func, a, sig, arrays, allow_cpu or _CPU_SCALARS_OPS.get(id(func)) == i)
+            _walk(func, a, sig, arrays, allow_cpu or cpu_scalars_at == i)
     if kwargs:
         for k, v in kwargs.items():
             sig.append(k)
             if type(v) in _NUMBERS and _dynamic_name(_scalar_slots(func), k, v):
                 _scalar(v, sig, arrays, args)
             else:
-                _walk(func, v, sig, arrays, allow_cpu or (k == "scalars" and id(func) in _CPU_SCALARS_OPS))
+                _walk(func, v, sig, arrays, allow_cpu or (k == "scalars" and cpu_scalars_at is not None))
     default = _get_default_dtype()
     if default is not _FLOAT32:
         # the result dtype of factories and of int-with-float promotions is the default dtype: an entry
