@@ -39,6 +39,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any, Callable, Iterable, Sequence
 
 import pytest
@@ -783,6 +784,7 @@ def _worker(module_file: str) -> None:
         print(_START + name, flush=True)
         print(_START + name, file=sys.stderr, flush=True)
         os.environ["PYTEST_CURRENT_TEST"] = name + " (call)"
+        started = time.perf_counter()
         try:
             cases[name]()
             status, msg = "pass", ""
@@ -790,7 +792,21 @@ def _worker(module_file: str) -> None:
             status, msg = "fail", str(f)
         except Exception as e:  # noqa: BLE001  (the case itself broke: report it as a failure)
             status, msg = "fail", "[tpu raised] " + _exc_text(e) + "\n" + "".join(traceback.format_exc()[-1500:])
-        print(_END + json.dumps([name, status, msg]), flush=True)
+        print(_END + json.dumps([name, status, msg, round(time.perf_counter() - started, 3)]), flush=True)
+    if os.environ.get("TORCH_TPU_CASE_TIMES"):
+        import torch_tpu
+
+        s = torch_tpu.stats()
+        _note_case_time(module_file, "(child's compiles: %d, compile seconds: %.1f, cache loads: %d)"
+                        % (s["compiles"], s["compile_seconds"], s["cache_loads"]), time.process_time())
+
+
+def _note_case_time(module_file: str, name: str, seconds: float) -> None:
+    """With TORCH_TPU_CASE_TIMES=FILE, append each isolated case's time (to find what makes the suite slow)."""
+    out = os.environ.get("TORCH_TPU_CASE_TIMES")
+    if out:
+        with open(out, "a") as f:
+            f.write(f"{seconds:.3f}\t{os.path.basename(module_file)}\t{name}\n")
 
 
 def run_cases_isolated(module_file: str, names: Sequence[str], timeout_per_case: float = 120,
@@ -865,8 +881,9 @@ def run_cases_isolated(module_file: str, names: Sequence[str], timeout_per_case:
                 current = ln[len(_START):].strip()
                 deadline = _time.monotonic() + timeout_per_case
             elif ln.startswith(_END):
-                name, status, msg = json.loads(ln[len(_END):])
+                name, status, msg, seconds = json.loads(ln[len(_END):])
                 results[name] = (status, msg)
+                _note_case_time(module_file, name, seconds)
                 current = None
         todo = [n for n in todo if n not in results]
     return results
