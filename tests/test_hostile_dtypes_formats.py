@@ -280,7 +280,23 @@ FUNC_CASES = {
         2, 1, 2, 2, device=t.device)), 2) + F.interpolate(t[None, None], size=(2, 2), mode="bilinear"))(x), [r(3, 5, 5)]),
     "functional_call_mha_grad": (lambda x: (lambda m: grad(lambda p: functional_call(m, p, (x, x, x))[0].pow(2).sum())(
         {k: v.detach() for k, v in m.named_parameters()}))(_mha(x.device)), [r(2, 3, 4)]),
+    "vmap_inplace_on_arg": (lambda x, y: (vmap(lambda a, b: a.add_(b))(x, y), x), [r(3, 4), r(3, 4, seed=1)]),
+    "vmap_in_dims_nested": (lambda x, y: vmap(lambda a, d: a["u"] * d[0] + d[1], in_dims=({"u": 1}, (0, None)))(
+        {"u": x}, (y, y[0])), [r(4, 3), r(3, 4, seed=1)]),
+    "vmap_complex_conj": (lambda x: vmap(lambda t: (t.conj() * t).real + torch.view_as_real(t).sum(-1))(x), [cr(3, 4)]),
+    "vmap_ensemble": (lambda x: _ensemble(x), [r(5, 4)]),
+    "jvp_bf16": (lambda x, t: jvp(lambda a: (a * a).softmax(-1).sum(0), (x,), (t,)),
+                 [r(3, 4, dtype=bf), r(3, 4, dtype=bf, seed=1)]),
 }
+
+
+def _ensemble(x):
+    from torch.func import stack_module_state
+
+    torch.manual_seed(0)
+    ms = [torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh()).to(x.device) for _ in range(3)]
+    params, bufs = stack_module_state(ms)
+    return vmap(lambda p, b, xx: functional_call(ms[0], (p, b), (xx,)), in_dims=(0, 0, None))(params, bufs, x)
 
 
 def _mha(device):
@@ -312,6 +328,20 @@ def _train(dtype, make_opt):
             out.append(loss.detach())
         return out, [p.detach() for p in m.parameters()]
     return f
+
+
+def _autocast_step(x, w, k):
+    """autocast on each device (CPU's and the tpu's policies agree on these ops: linear, conv in bf16)."""
+    with torch.autocast(x.device.type, dtype=bf):
+        y = F.linear(x, w)
+        z = F.conv2d(x.reshape(2, 1, 4, 4), k)
+        loss = y.float().pow(2).mean() + z.float().mean()
+    return y, z, loss, torch.autograd.grad(loss, (x, w, k))
+
+
+def test_autocast_against_cpu_autocast(eager_mode):
+    D.check(_autocast_step, r(2, 16).requires_grad_(), r(3, 16, seed=1).requires_grad_(),
+            r(2, 1, 3, 3, seed=2).requires_grad_(), atol=1e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("name", ["bf16_sgd", "f16_adamw_amsgrad"])

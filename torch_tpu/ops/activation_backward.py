@@ -10,6 +10,16 @@ from .activations import gelu, mish, silu, softplus
 from .registry import aten, register
 
 
+def _pointwise_vjp(f, grad, x):
+    """The VJP of the pointwise ``f`` at ``x``, with ``grad`` and ``x`` broadcast against each other
+    first, as torch's kernels broadcast them (functorch's batching rules pass a batched gradient with an
+    unbatched input: ``jacfwd`` of ``softplus`` gave grad [16, 4, 4], x [4, 4])."""
+    shape = jnp.broadcast_shapes(jnp.shape(grad), jnp.shape(x))
+    dtype = jnp.result_type(grad, x)
+    _, pull = jax.vjp(f, jnp.broadcast_to(x, shape).astype(dtype))
+    return pull(jnp.broadcast_to(grad, shape).astype(dtype))[0]
+
+
 @register(aten.sigmoid_backward.default)
 def sigmoid_backward(grad, out):
     return grad * out * (1 - out)
@@ -54,16 +64,6 @@ def hardtanh_backward(grad, x, min_val, max_val):
 
 
 @register(aten.hardshrink_backward.default, aten.softshrink_backward.default)
-def _pointwise_vjp(f, grad, x):
-    """The VJP of the pointwise ``f`` at ``x``, with ``grad`` and ``x`` broadcast against each other
-    first, as torch's kernels broadcast them (functorch's batching rules pass a batched gradient with an
-    unbatched input: ``jacfwd`` of ``softplus`` gave grad [16, 4, 4], x [4, 4])."""
-    shape = jnp.broadcast_shapes(jnp.shape(grad), jnp.shape(x))
-    dtype = jnp.result_type(grad, x)
-    _, pull = jax.vjp(f, jnp.broadcast_to(x, shape).astype(dtype))
-    return pull(jnp.broadcast_to(grad, shape).astype(dtype))[0]
-
-
 def shrink_backward(grad, x, lambd):  # both CPU kernels: 0 where -lambd <= x <= lambd (had no lowering)
     return jnp.where((x >= -lambd) & (x <= lambd), jnp.zeros((), grad.dtype), grad)
 
