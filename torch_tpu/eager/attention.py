@@ -17,6 +17,7 @@ Torch only: ``define()`` runs at ``import torch`` (``_registration``).
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as fwAD
 
 from ..ops import tpu_ops
 from .op_path import run_op
@@ -68,9 +69,20 @@ def needs_decomposition(attn_mask, dropout_p) -> bool:
             or (attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled()))
 
 
+def _transformed(*tensors) -> bool:
+    """A torch.func transform (grad, vjp, jacrev, jvp, jacfwd, hessian: ``_Attention`` is a one-op
+    autograd.Function these cannot see into) or a forward-mode AD tangent on an input (``_Attention`` has
+    no jvp): torch's decomposition computes these, as on CPU. Both raised before."""
+    if torch._C._are_functorch_transforms_active():
+        return True
+    if fwAD._current_level < 0:
+        return False
+    return any(t is not None and fwAD.unpack_dual(t).tangent is not None for t in tensors)
+
+
 def _sdpa_autograd_tpu(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                        enable_gqa=False):
-    if needs_decomposition(attn_mask, dropout_p):
+    if needs_decomposition(attn_mask, dropout_p) or _transformed(q, k, v, attn_mask):
         return torch.ops.aten.scaled_dot_product_attention.default.decompose(
             q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     return torch.ops.tpu.attention.default(q, k, v, attn_mask, is_causal, scale, enable_gqa)

@@ -9,7 +9,7 @@ from ..runtime import dtypes
 from .checks import index_in_range, require
 from .validate import _TYPE_NAMES
 from .registry import aten, register
-from ._util import is_value
+from ._util import is_low_precision, is_value, upcast
 
 
 def in_range_or_dropped(index, size: int, negative_ok: bool):
@@ -128,7 +128,10 @@ def scatter_reduce_legacy(x, dim, index, src, reduce):
         src = src[tuple(slice(0, s) for s in index.shape)]
     src = jnp.asarray(src).astype(x.dtype)
     g = _grids(index, d)
-    return accumulate_into(x, g, src, "add" if reduce == "add" else "multiply")
+    op = "add" if reduce == "add" else "multiply"
+    if is_low_precision(x):  # CPU's scatter kernels accumulate half types in float32 (_opmath)
+        return accumulate_into(upcast(x), g, upcast(src), op).astype(x.dtype)
+    return accumulate_into(x, g, src, op)
 
 
 @register(aten.scatter_add.default)
@@ -138,6 +141,10 @@ def scatter_add(x, dim, index, src):
         return x + jnp.sum(src)
     d = dim % x.ndim
     src = src[tuple(slice(0, s) for s in index.shape)]
+    if is_low_precision(x):
+        # CPU's scatter_add accumulates bf16/fp16 in float32 and rounds once (600 ones summed in bf16
+        # stopped at 256 here: 256 + 1 rounds to 256); index_add and index_put(accumulate) do not
+        return accumulate_into(upcast(x), _grids(index, d), upcast(src.astype(x.dtype))).astype(x.dtype)
     return accumulate_into(x, _grids(index, d), src.astype(x.dtype))
 
 
@@ -145,6 +152,9 @@ def scatter_add(x, dim, index, src):
 def scatter_reduce(x, dim, index, src, reduce, include_self=True):
     if x.dtype == jnp.bool_:  # in int32 (XLA's scatter refuses bool arithmetic): sum/prod/amax/amin as or/and
         return scatter_reduce(x.astype(jnp.int32), dim, index, src.astype(jnp.int32), reduce, include_self) != 0
+    if is_low_precision(x) and reduce in ("sum", "prod", "mean"):  # in float32, as CPU's kernel (_opmath)
+        src = src.astype(x.dtype)
+        return scatter_reduce(upcast(x), dim, index, upcast(src), reduce, include_self).astype(x.dtype)
     index = _check_along(x, dim, index)
     d = dim % max(x.ndim, 1)
     src = src[tuple(slice(0, s) for s in index.shape)].astype(x.dtype)
@@ -194,6 +204,11 @@ def index_add(x, dim, index, source, alpha=1):
     if x.ndim == 0:
         return x + alpha * source.reshape(())
     src = source if is_value(alpha, 1) else source * alpha
+    if is_low_precision(x) and x.ndim > 1 and is_value(alpha, 1) and dim % x.ndim in (0, x.ndim - 1):
+        # CPU's kernel sums these in float32 and rounds once (a bf16 MoE/GNN ``out.index_add_(0, i, rows)``
+        # of 600 ones gave 256 here: 256 + 1 rounds to 256); a 1-d self, a middle dim or alpha != 1 add
+        # in the dtype, one after the other, there as here
+        return accumulate_into(upcast(x), _along(x, dim, index), upcast(src.astype(x.dtype))).astype(x.dtype)
     return accumulate_into(x, _along(x, dim, index), src.astype(x.dtype))
 
 
