@@ -153,8 +153,9 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend "tpu" (static shapes, ahead-of-time XLA compilation)."""
     from torch._guards import TracingContext
 
-    from . import aliasing, overlaps, replay, specialize
+    from . import aliasing, floats, overlaps, replay, specialize
 
+    floats.install()  # a float that changes between calls becomes an input from its second value on
     _refuse_requested_dynamism(example_inputs, options)
     if _host_only(gm, example_inputs):
         return gm  # no tpu tensor anywhere (a CPU tensor passed to a function compiled for the tpu)
