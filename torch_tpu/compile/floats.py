@@ -19,27 +19,26 @@ On a torch without that function floats stay specialised: correct, one compile p
 """
 from __future__ import annotations
 
-_INSTALLED = [False]
+_INSTALLED: list = []  # the backend function, once installed
 
 
 def _is_tpu_backend(fn, depth: int = 0) -> bool:
     """dynamo's compiler function wraps the backend (``WrapBackendDebug`` -> ``torch.compile``'s
     ``_TorchCompileWrapper`` -> ``tpu_backend``)."""
-    from . import tpu_backend
-
-    if fn is tpu_backend:
-        return True
     if fn is None or depth > 6:
         return False
+    if fn is _INSTALLED[0]:
+        return True
     return any(_is_tpu_backend(getattr(fn, attr, None), depth + 1)
                for attr in ("_torchdynamo_orig_backend", "compiler_fn", "__wrapped__")
                if getattr(fn, attr, None) is not fn)
 
 
-def install() -> None:
-    if _INSTALLED[0]:
+def install(backend) -> None:
+    """``backend``: the dynamo backend function whose frames get changing floats as inputs."""
+    if _INSTALLED:
         return
-    _INSTALLED[0] = True
+    _INSTALLED.append(backend)
     import torch._dynamo.config as dynamo_config
     from torch._dynamo import pgo
 
