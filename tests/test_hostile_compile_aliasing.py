@@ -417,10 +417,6 @@ def test_compiled_model_and_step_match_cpu(name, make_opt, kw):
     assert counts == [0], f"[recompiles] {name}: {counts[0]} graph compiles in warm steps"
 
 
-@pytest.mark.xfail(strict=True, reason="a Python-float lr changed by a scheduler recompiles the compiled step "
-                   "every step: the backend turns dynamo's automatic dynamic shapes off (one program per shape), "
-                   "which also keeps floats static; aot_eager makes lr dynamic after one change. Values stay right; "
-                   "an lr given as a tensor compiles nothing per step (test above)")
 def test_float_lr_scheduler_does_not_recompile_each_step():
     counts = []
     sched = {"sched": lambda o: torch.optim.lr_scheduler.StepLR(o, 1, gamma=0.5)}

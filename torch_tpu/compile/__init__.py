@@ -153,8 +153,9 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend "tpu" (static shapes, ahead-of-time XLA compilation)."""
     from torch._guards import TracingContext
 
-    from . import aliasing, overlaps, replay, specialize
+    from . import aliasing, floats, overlaps, replay, specialize
 
+    floats.install(tpu_backend)  # a float that changes between calls becomes an input from its second value on
     _refuse_requested_dynamism(example_inputs, options)
     if _host_only(gm, example_inputs):
         return gm  # no tpu tensor anywhere (a CPU tensor passed to a function compiled for the tpu)
@@ -383,7 +384,11 @@ def _static_unless_asked():
     ``backend_ctx_ctor`` hook): no *automatic* dynamic shapes, so with the default ``dynamic=None`` a
     new input shape (or a changed Python int) recompiles for that shape, exactly as ``dynamic=False``
     does, instead of turning the dimension symbolic. Only this backend's calls are affected; an explicit
-    ``dynamic=True`` or ``mark_dynamic`` still reaches the backend, which refuses it by name."""
+    ``dynamic=True`` or ``mark_dynamic`` still reaches the backend, which refuses it by name.
+    dynamo reads ``backend_ctx_ctor`` only from the backend object it is given: ``torch.compile(fn,
+    backend="tpu")`` gives it torch's ``_TorchCompileWrapper``, which has none, so this applies to
+    ``torch._dynamo.optimize("tpu")`` only; with ``torch.compile`` and ``dynamic=None`` a changed shape is
+    traced symbolic and compiled per concrete shape by ``specialize.PerShape``."""
     import torch._dynamo.config as dynamo_config
 
     return dynamo_config.patch(automatic_dynamic_shapes=False)

@@ -424,7 +424,9 @@ def graph_compiler(kind: str):
             key_data = rng.peek_key_data()  # the key data the runner passes (rng.next_key_data)
             specs.append(jax.ShapeDtypeStruct(key_data.shape, key_data.dtype))
         # identical graphs (repeated blocks) share one program: the key is the graph's code + inputs
-        code_key = gm.code if not plan.constants else (gm.code, id(gm))
+        # graph constants (a lifted ``torch.tensor(s)``) are baked into the program: keyed by their
+        # contents (keyed by ``id(gm)``, a freed graph's id reused by a new one ran the old constants)
+        code_key = gm.code if not plan.constants else (gm.code, _constants_key(plan.constants))
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         out_vals = [o.meta.get("val") if isinstance(o, torch.fx.Node) else o for o in out_node.args[0]]
         layouts = _user_output_layouts(kind, out_vals)
@@ -453,6 +455,17 @@ def graph_compiler(kind: str):
         return run
 
     return compile_graph
+
+
+def _constants_key(constants: dict) -> tuple:
+    import hashlib
+
+    key = []
+    for node, c in constants.items():
+        data = c.detach().reshape(-1).contiguous()
+        digest = hashlib.sha256(data.view(torch.uint8).numpy() if data.numel() else b"").hexdigest()
+        key.append((node.target, tuple(c.shape), str(c.dtype), digest))
+    return tuple(key)
 
 
 _DEVICE_CHECKS: dict = caches.register("compiled graph checks", caches.Bounded(program_cache.max_programs))  # program key -> check messages

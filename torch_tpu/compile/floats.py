@@ -1,0 +1,59 @@
+"""Python floats that change between calls become program arguments, not one compile per value.
+
+``torch.compile(fn, backend="tpu", dynamic=False)`` (the documented way: one program per input shape)
+turns dynamo's *automatic dynamic shapes* off. dynamo decides with the same switch whether a Python
+float it has seen with two values is traced as a constant (guarded by value: a new value recompiles the
+frame) or as an input (an "unspecialised" float: a 0-d float64 tensor graph input read with ``.item()``,
+whose symbolic float AOTAutograd turns back into tensor operations; the program takes it as an
+argument). With the switch off every float is a constant, so a compiled optimizer step with an LR
+scheduler (``torch.compile(opt.step, backend="tpu", dynamic=False)``) recompiled every step until
+dynamo's recompile limit (8), then ran uncompiled.
+
+``install()`` wraps dynamo's frame-state update (``torch._dynamo.pgo.update_automatic_dynamic``) so that,
+for frames compiled with backend "tpu" only, the entry of a *float* scalar merges over calls as it does
+with automatic dynamic shapes on: a float that took a second value is traced as an input from then on
+(one more compile, then none), while tensor shapes and Python ints stay specialised (one program per
+shape, as ``dynamic=False`` asks). What dynamo specialises anyway stays a constant: nan and inf (its
+guards cannot hold them symbolically), a float that decides a shape or a branch (guarded by value).
+On a torch without that function floats stay specialised: correct, one compile per value.
+"""
+from __future__ import annotations
+
+_INSTALLED: list = []  # the backend function, once installed
+
+
+def _is_tpu_backend(fn, depth: int = 0) -> bool:
+    """dynamo's compiler function wraps the backend (``WrapBackendDebug`` -> ``torch.compile``'s
+    ``_TorchCompileWrapper`` -> ``tpu_backend``)."""
+    if fn is None or depth > 6:
+        return False
+    if fn is _INSTALLED[0]:
+        return True
+    return any(_is_tpu_backend(getattr(fn, attr, None), depth + 1)
+               for attr in ("_torchdynamo_orig_backend", "compiler_fn", "__wrapped__")
+               if getattr(fn, attr, None) is not fn)
+
+
+def install(backend) -> None:
+    """``backend``: the dynamo backend function whose frames get changing floats as inputs."""
+    if _INSTALLED:
+        return
+    _INSTALLED.append(backend)
+    import torch._dynamo.config as dynamo_config
+    from torch._dynamo import pgo
+
+    original = getattr(pgo, "update_automatic_dynamic", None)
+    if original is None or getattr(original, "_tpu_float_scalars", False):
+        return
+
+    def update_automatic_dynamic(tx, name, entry, *args, **kwargs):
+        if type(getattr(entry, "scalar", None)) is float and not dynamo_config.automatic_dynamic_shapes \
+                and dynamo_config.assume_static_by_default \
+                and _is_tpu_backend(getattr(getattr(tx, "output", None), "compiler_fn", None)):
+            with dynamo_config.patch(automatic_dynamic_shapes=True):
+                return original(tx, name, entry, *args, **kwargs)
+        return original(tx, name, entry, *args, **kwargs)
+
+    update_automatic_dynamic._tpu_float_scalars = True
+    update_automatic_dynamic.__wrapped__ = original
+    pgo.update_automatic_dynamic = update_automatic_dynamic
