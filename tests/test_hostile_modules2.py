@@ -11,6 +11,7 @@ Every case compares with CPU torch through ``differential`` in strict and fused 
 crash-tolerant child process.
 """
 import copy
+import io
 
 import pytest
 import torch
@@ -542,9 +543,155 @@ MORE_CASES = {
 }
 
 
+# ---------------------------------------------------------------------------------------------------
+# batch 3: buffers, parameters, embedding bags' per-sample weights
+
+
+def _emb_view_renorm(w, i):
+    base = w.t()  # w is (3, 6): the table is a transposed view
+    out = F.embedding(i, base, max_norm=1.0)
+    return [out, base]
+
+
+def _emb_pretrained(w, i):
+    m = nn.Embedding.from_pretrained(w, max_norm=0.8, freeze=False)
+    out = m(i)
+    return [out] + _grads(m, [], out)
+
+
+def _tied_half(m, i):
+    m = m.half()
+    return [m(i), m.lin.weight is m.emb.weight, m.emb.weight.dtype]
+
+
+def _sd_roundtrip(m, x):
+    buf = io.BytesIO()
+    torch.save(m.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf, map_location="cpu")
+    cpu = _mlp()
+    cpu.load_state_dict(sd)
+    m2 = _mlp().to(x.device)
+    m2.load_state_dict(m.state_dict(keep_vars=True))
+    return [cpu(x.cpu()), m2(x), [v.device.type for v in sd.values()]]
+
+
+def _shared_buffer(m, x):
+    return [m(x), m.scale, m.lin.weight]
+
+
+class _Buf(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.register_buffer("scale", torch.ones(3) * 2)
+        self.register_buffer("tmp", torch.zeros(1), persistent=False)
+
+    def forward(self, x):
+        self.tmp += 1
+        return self.lin(x) * self.scale + self.tmp
+
+
+def _bufs(m, x):
+    out = m(x)
+    out = m(x) + out
+    return [out, m.tmp, sorted(m.state_dict().keys())]
+
+
+def _bag_2d_psw(m, i, psw):
+    out = m(i, per_sample_weights=psw)
+    return [out] + _grads(m, psw, out)
+
+
+def _bag_max_pad(m, i, o):
+    out = m(i, o)
+    return [out] + _grads(m, [], out)
+
+
+def _mha_dropout_eval(m, x, kpm):
+    m.eval()
+    out, w = m(x, x, x, key_padding_mask=kpm)
+    return [out, w] + _grads(m, x, out)
+
+
+def _enc_eval_float_mask(m, x, mask, kpm):
+    m.eval()
+    with torch.no_grad():
+        return [m(x, src_mask=mask), m(x, src_mask=mask.isinf(), src_key_padding_mask=kpm)]
+
+
+def _lstm_flatten(m, x):
+    m.flatten_parameters()
+    out, (h, c) = m(x)
+    return [out, h, c] + _grads(m, x, out)
+
+
+def _param_reassign(m, x):
+    m.weight = nn.Parameter(m.weight.detach() * 2)
+    m.bias.data = torch.zeros(4, device=x.device)
+    out = m(x)
+    return [out] + _grads(m, x, out)
+
+
+def _weight_data_swap(m, x):
+    m.weight.data = m.weight.data.t().contiguous().t()  # same values, other strides
+    out = m(x)
+    return [out] + _grads(m, x, out)
+
+def _bag_psw_grads(w, i, o, p, pad, last):
+    out = F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p, padding_idx=pad, include_last_offset=last)
+    return [out] + list(torch.autograd.grad((out * _weights(out)).sum(), (w, p)))
+
+
+def _bag_psw_cases():
+    for pad in (None, 2):
+        for last in (False, True):
+            offsets = torch.tensor([0, 2, 2, 6] if last else [0, 2, 2, 5])
+            for dtype, tol in ((torch.float32, 1e-5), (torch.float16, 1e-2)):
+                D.check(_bag_psw_grads, _leaf(6, 3, dtype=dtype), torch.tensor([1, 2, 4, 2, 5, 0]), offsets,
+                        _leaf(6, seed=4, dtype=dtype), pad, last, modes=EAGER, atol=tol, rtol=tol)
+
+
+def _bag_ids(m, i, o):
+    out = m(i, o)
+    return [out] + _grads(m, [], out)
+
+
+BATCH3_CASES = {
+    "emb_renorm_view": lambda: D.check(_emb_view_renorm, D.rand(3, 6) * 3, IDX.clone(), modes=EAGER),
+    "emb_pretrained_maxnorm_input": lambda: D.check(_emb_pretrained, D.rand(6, 3) * 3, IDX.clone(), modes=EAGER),
+    "tied_half": _case(_tied_half, _Tied, IDX.clone(), atol=1e-2, rtol=1e-2),
+    "state_dict_roundtrip": _case(_sd_roundtrip, _mlp, D.rand(2, 3)),
+    "buffers_inplace": _case(_bufs, _Buf, D.rand(2, 3)),
+    # per_sample_weights' gradient (_embedding_bag_per_sample_weights_backward) had no lowering
+    "bag_2d_psw": _case(_bag_2d_psw, lambda: nn.EmbeddingBag(6, 3, mode="sum"), IDX.clone(), _leaf(2, 4)),
+    "bag_psw_grads": _bag_psw_cases,
+    "bag_max_pad_grad": _case(_bag_ids, lambda: nn.EmbeddingBag(6, 3, mode="max", padding_idx=2),
+                              torch.tensor([2, 2, 1, 4, 2]), torch.tensor([0, 2, 4])),
+    "bag_mean_pad_all_padded": _case(_bag_ids, lambda: nn.EmbeddingBag(6, 3, mode="mean", padding_idx=2),
+                                     torch.tensor([2, 2, 1, 4, 2]), torch.tensor([0, 2, 4])),
+    "mha_dropout_eval": _case(_mha_dropout_eval, lambda: nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True),
+                              _leaf(2, 4, 8), KPM.clone()),
+    "enc_eval_float_mask": _case(_enc_eval_float_mask, _enc(), D.rand(2, 3, 8), CAUSAL.clone(), KPM_L.clone()),
+    "lstm_flatten": _case(_lstm_flatten, lambda: nn.LSTM(3, 4, num_layers=2), _leaf(4, 2, 3)),
+    "param_reassign": _case(_param_reassign, lambda: nn.Linear(3, 4), _leaf(2, 3)),
+    "weight_data_swap": _case(_weight_data_swap, lambda: nn.Linear(3, 4), _leaf(2, 3)),
+    "ctc_grad_zero_inf_long_target": _case(_ctc, lambda: nn.CTCLoss(zero_infinity=True, reduction="none"),
+                                           _leaf(3, 2, 4), torch.tensor([[1, 2, 3, 1], [1, 1, 0, 0]]),
+                                           torch.tensor([3, 3]), torch.tensor([4, 2])),
+    "fold_overlap_dilation": _case(_fold, lambda: nn.Fold((5, 6), (2, 2), dilation=(2, 1), stride=(1, 2), padding=1),
+                                   _leaf(1, 8, 12)),
+    "embedding_max_norm_p3_grad": lambda: D.check(
+        lambda w, i: [F.embedding(i, w, max_norm=1.0, norm_type=3.0),
+                      torch.autograd.grad(F.embedding(i, w, max_norm=1.0).sum(), w)[0]],
+        D.leaf_per_device(6, 3), IDX.clone(), modes=EAGER),
+}
+
+
 ISOLATED_CASES = {}
 for _prefix, _cases in (("mha", MHA_CASES), ("layer", LAYER_CASES), ("rnn", RNN_CASES), ("emb", EMB_CASES),
-                        ("other", OTHER_CASES), ("plumb", PLUMB_CASES), ("more", MORE_CASES)):
+                        ("other", OTHER_CASES), ("plumb", PLUMB_CASES), ("more", MORE_CASES),
+                        ("b3", BATCH3_CASES)):
     ISOLATED_CASES.update({f"{_prefix}:{k}": v for k, v in _cases.items()})
 
 XFAIL = {}
