@@ -688,10 +688,61 @@ BATCH3_CASES = {
 }
 
 
+# ---------------------------------------------------------------------------------------------------
+# batch 4: in-place renorm seen by later ops, packing options, functional MHA, argument checks
+
+
+def _renorm_then_use(w, i):
+    out = F.embedding(i, w, max_norm=1.0)
+    return [out, w * 1, w.norm(dim=1)]
+
+
+def _pack_sorted_bad(x):
+    return rnn_utils.pack_padded_sequence(x, torch.tensor([2, 4, 3]), enforce_sorted=True).data
+
+
+def _pad_packed_opts(x):
+    p = rnn_utils.pack_padded_sequence(x, torch.tensor([4, 3, 2]))
+    return [rnn_utils.pad_packed_sequence(p, padding_value=-7.0, total_length=6)[0],
+            rnn_utils.pad_packed_sequence(p, batch_first=True)[0]]
+
+
+def _mha_fn_separate(q, k, v, wq, wk, wv, wo, sk):
+    E, H = 8, 2
+    out, w = F.multi_head_attention_forward(
+        q, k, v, E, H, None, torch.zeros(3 * E, device=q.device), None, None, False, 0.0, wo, None,
+        training=True, need_weights=True, use_separate_proj_weight=True, q_proj_weight=wq, k_proj_weight=wk,
+        v_proj_weight=wv, static_k=sk, static_v=sk * 2)
+    return [out, w] + list(torch.autograd.grad((out * _weights(out)).sum(), (q, wq, wv, wo)))
+
+
+def _bad_h0(m, x):
+    return m(x, torch.zeros(1, 3, 5, device=x.device))[0]
+
+
+BATCH4_CASES = {
+    "renorm_then_use": lambda: D.check(_renorm_then_use, D.rand(6, 3) * 3, IDX.clone(), modes=EAGER),
+    "pack_sorted_bad": lambda: D.check(_pack_sorted_bad, D.rand(4, 3, 2), modes=EAGER, expect_raise=True),
+    "pad_packed_opts": lambda: D.check(_pad_packed_opts, D.rand(4, 3, 2), modes=EAGER),
+    "mha_fn_separate_static_kv": lambda: D.check(
+        _mha_fn_separate, _leaf(3, 2, 8), D.rand(4, 2, 8, seed=2), D.rand(4, 2, 8, seed=3), _leaf(8, 8, seed=4),
+        D.rand(8, 8, seed=5), _leaf(8, 8, seed=6), _leaf(8, 8, seed=7), D.rand(4, 4, 4, seed=8), modes=EAGER, **TOL),
+    "gru_bad_h0": _case(_bad_h0, lambda: nn.GRU(3, 4), _leaf(2, 3, 3), expect_raise=True),
+    "lstm_bad_input_size": _case(lambda m, x: m(x)[0], lambda: nn.LSTM(3, 4), _leaf(2, 3, 5), expect_raise=True),
+    "mha_bad_mask_shape": _case(lambda m, x: m(x, x, x, attn_mask=torch.zeros(2, 2, device=x.device))[0],
+                                _mha_make(), _leaf(2, 3, 8), expect_raise=True),
+    "ctc_target_too_long": _case(_ctc, lambda: nn.CTCLoss(), _leaf(3, 2, 4), torch.tensor([[1, 2, 3, 1], [1, 1, 0, 0]]),
+                                 torch.tensor([3, 3]), torch.tensor([5, 2]), expect_raise=True),
+    "ctc_blank_in_target": _case(_ctc, lambda: nn.CTCLoss(), _leaf(3, 2, 4), torch.tensor([[0, 2], [1, 1]]),
+                                 torch.tensor([3, 3]), torch.tensor([2, 2])),
+    "pixel_unshuffle_bad": _case(lambda m, x: m(x), lambda: nn.PixelUnshuffle(2), _leaf(1, 2, 3, 4), expect_raise=True),
+}
+
+
 ISOLATED_CASES = {}
 for _prefix, _cases in (("mha", MHA_CASES), ("layer", LAYER_CASES), ("rnn", RNN_CASES), ("emb", EMB_CASES),
                         ("other", OTHER_CASES), ("plumb", PLUMB_CASES), ("more", MORE_CASES),
-                        ("b3", BATCH3_CASES)):
+                        ("b3", BATCH3_CASES), ("b4", BATCH4_CASES)):
     ISOLATED_CASES.update({f"{_prefix}:{k}": v for k, v in _cases.items()})
 
 XFAIL = {}
