@@ -40,8 +40,11 @@ def device_mismatch(func, other: torch.Tensor) -> RuntimeError:
 
 
 def no_lowering(func, args, kwargs) -> NotImplementedError:
+    sparse = ("sparse tensors have no tpu layout (nn.Embedding/EmbeddingBag(sparse=True) gradients, "
+              "torch.sparse): use sparse=False (dense gradients) or keep sparse work on the CPU. "
+              if "sparse" in str(func) else "")
     return NotImplementedError(
-        f"torch_tpu: the aten op {func} has no tpu lowering (inputs: {describe(args, kwargs)}). "
+        f"torch_tpu: the aten op {func} has no tpu lowering (inputs: {describe(args, kwargs)}). {sparse}"
         "Set TORCH_TPU_CPU_FALLBACK=1 to run such ops on the CPU (slow, counted in "
         "torch_tpu.stats()['cpu_fallbacks']), or report the op.")
 

@@ -215,7 +215,8 @@ def ctc_with_tensor_lengths(func, args, kwargs):
         lengths = call[name]
         if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
             raise RuntimeError(f"{name} must be integral")
-        call[name] = [int(v) for v in lengths.tolist()]
+        # flattened, as CPU's kernel reads them: an unbatched loss passes 0-d lengths
+        call[name] = [int(v) for v in lengths.reshape(-1).tolist()]
     target = aten._ctc_loss.default if func is aten._ctc_loss.Tensor else aten._ctc_loss_backward.default
     return run_op(target, [call[n] for n in names if n in call], {})
 

@@ -198,9 +198,20 @@ def _along(x, dim, index):
     return tuple(idx)
 
 
+def _one_index(index, source, ndim):
+    """a 0-d index is one index (torch's kernels read ``index.numel()`` entries): made 1-d, and a 0-d
+    source (allowed with a 1-d self) a slice of one."""
+    if index.ndim == 0:
+        index = index.reshape(1)
+    if source.ndim == 0 and ndim:
+        source = source.reshape((1,) * ndim)
+    return index, source
+
+
 @register(aten.index_add.default)
 def index_add(x, dim, index, source, alpha=1):
     index = _check_along(x, dim, index)
+    index, source = _one_index(index, source, x.ndim)
     if x.ndim == 0:
         return x + alpha * source.reshape(())
     src = source if is_value(alpha, 1) else source * alpha
@@ -215,6 +226,7 @@ def index_add(x, dim, index, source, alpha=1):
 @register(aten.index_copy.default)
 def index_copy(x, dim, index, source):
     index = _check_along(x, dim, index)
+    index, source = _one_index(index, source, x.ndim)
     if x.ndim == 0:
         return source.reshape(()).astype(x.dtype)
     return x.at[_along(x, dim, index)].set(source.astype(x.dtype))

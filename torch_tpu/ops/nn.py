@@ -496,6 +496,18 @@ def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum
     return out.at[indices].add(jnp.where(valid[:, None], rows, 0.0)).astype(grad.dtype)
 
 
+
+@register(aten._embedding_bag_per_sample_weights_backward.default)
+def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+    """per_sample_weights' gradient (sum mode only, as on CPU): each index's bag gradient dotted with its
+    row; zero at ``padding_idx``."""
+    if mode != 0:
+        raise RuntimeError("embedding_bag_backward: per_sample_weights only supported for mode='sum'")
+    dots = jnp.sum(upcast(grad)[offset2bag] * upcast(weight)[jnp.clip(indices, 0, weight.shape[0] - 1)], axis=1)
+    if padding_idx is not None and padding_idx >= 0:
+        dots = jnp.where(indices != padding_idx, dots, 0.0)
+    return dots.astype(grad.dtype)
+
 def _norm_last(d, p):
     if p == 0:
         return jnp.sum(d != 0, axis=-1).astype(d.dtype)
