@@ -917,6 +917,24 @@ def param_of(test_name: str, param: str = "name"):
     return case_of_item
 
 
+def isolated_case_tests(module_file: str, cases: dict, xfail: dict | None = None, timeout_per_case: float = 120):
+    """The module fixture and the test of a file whose ``ISOLATED_CASES`` run in one crash-tolerant child:
+    ``results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, XFAIL)``; a case named in
+    ``xfail`` is a strict xfail with that reason."""
+    xfail = xfail or {}
+
+    @pytest.fixture(scope="module")
+    def results(request):
+        return isolated_results(request, module_file, param_of("test_case"), timeout_per_case=timeout_per_case)
+
+    @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=xfail[n]))
+                                      if n in xfail else n for n in cases])
+    def test_case(results, name):
+        assert_isolated_result(results, name)
+
+    return results, test_case
+
+
 def assert_isolated_result(results: dict, name: str):
     status, msg = results.get(name, ("missing", "the case did not run"))
     if status != "pass":

@@ -1118,12 +1118,4 @@ XFAIL = {
 }
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=180)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=XFAIL[n]))
-                                  if n in XFAIL else n for n in ISOLATED_CASES])
-def test_case(results, name):
-    D.assert_isolated_result(results, name)
+results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=180)

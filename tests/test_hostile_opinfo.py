@@ -308,12 +308,4 @@ GAPS = {
 }
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=180)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=GAPS[n]))
-                                  if n in GAPS else n for n in ISOLATED_CASES])
-def test_case(results, name):
-    D.assert_isolated_result(results, name)
+results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, GAPS, timeout_per_case=180)
