@@ -274,7 +274,23 @@ def polygamma_inplace(func, args, kwargs):
     return run_op(aten.polygamma.out, [c["n"], c["self"]], {"out": c["self"]})
 
 
+def pow_of_one_out(func, args, kwargs):
+    """``pow(1, t, out=o)``: CPU's kernel fills ``o`` with ones in o's own dtype (any dtype, even one the
+    float result could not be cast to) before any type check; other bases take the usual path."""
+    c = _call(func, args, kwargs)
+    base, exponent, out = c["self"], c["exponent"], c["out"]
+    # c10's Scalar equality: a bool base is not 1 (True takes the usual path, as on CPU)
+    if isinstance(base, (int, float, complex)) and not isinstance(base, bool) and base == 1 and isinstance(exponent, TpuTensor) \
+            and isinstance(out, TpuTensor):
+        from torch._prims_common.wrappers import _maybe_resize_out
+
+        _maybe_resize_out(out, exponent.shape)
+        return out.fill_(1)
+    return run_op(func, args, kwargs)
+
+
 REWRITES = {
+    aten.pow.Scalar_out: pow_of_one_out,
     aten.polygamma_.default: polygamma_inplace,
     aten.as_strided_copy.default: as_strided_copy_of_storage,
     aten.as_strided_scatter.default: as_strided_scatter_of_storage,
