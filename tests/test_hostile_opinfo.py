@@ -173,6 +173,32 @@ TPU_RAISED_CASES = {
 # silent: CPU raises, the tpu returned a value
 
 
+def _empty(x, dtype):
+    return torch.empty(0, dtype=dtype, device=x.device)
+
+
+_OUT_CALLS = {  # name: fn(x, wider_out_dtype)
+    "index_select": lambda x, o: torch.index_select(x, 0, torch.tensor([0, 2], device=x.device), out=_empty(x, o)),
+    "cummax": lambda x, o: torch.cummax(x, 1, out=(_empty(x, o), _empty(x, torch.long))),
+    "cummin": lambda x, o: torch.cummin(x, 1, out=(_empty(x, o), _empty(x, torch.long))),
+    "logcumsumexp": lambda x, o: torch.logcumsumexp(x, 1, out=_empty(x, o)),
+    "log_sigmoid": lambda x, o: torch._C._nn.log_sigmoid(x, out=_empty(x, o)),
+    "mode": lambda x, o: torch.mode(x, 1, out=(_empty(x, o), _empty(x, torch.long))),
+    "median": lambda x, o: torch.median(x, 1, out=(_empty(x, o), _empty(x, torch.long))),
+    "nanmedian": lambda x, o: torch.nanmedian(x, 1, out=(_empty(x, o), _empty(x, torch.long))),
+    "batch_norm": lambda x, o: torch.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5,
+                                                       out=(_empty(x, o), _empty(x, o), _empty(x, o))),
+    "clamp": lambda x, o: torch.clamp(x, -1, 1, out=_empty(x, o)),
+    "nll_loss": lambda x, o: torch._C._nn.nll_loss(x, torch.tensor([0, 1, 2, 1], device=x.device), out=_empty(x, o)),
+    "searchsorted": lambda x, o: torch.searchsorted(x.sort(1).values, x, out=_empty(x, torch.int32)),
+    "bucketize": lambda x, o: torch.bucketize(x, x[0].sort().values, out=_empty(x, torch.int32)),
+}
+
+
+def _out_call(name):
+    return lambda x: _OUT_CALLS[name](x, torch.float64 if x.dtype == torch.float32 else torch.float32)
+
+
 def _aminmax_out(x):
     return torch.aminmax(x, dim=0, out=(torch.empty(3, device=x.device), torch.empty(3, device=x.device,
                                                                                        dtype=torch.float64)))
@@ -200,6 +226,9 @@ SILENT_CASES = {
         lambda a, b: torch.complex(a, b, out=torch.empty(3, dtype=torch.complex64, device=a.device)),
         D.rand(3), D.rand(3, seed=1), modes=EAGER),
     "aminmax_out_dtype": lambda: D.check_raises(_aminmax_out, D.rand(4, 3), modes=EAGER),
+    # out= of another dtype that CPU's kernels refuse (half/float/double/long inputs; the tpu cast into it)
+    "out_dtype_refused_more": lambda: [D.check_raises(_out_call(name), D.rand(4, 5).to(dt), modes=EAGER)
+                                       for name in _OUT_CALLS for dt in (torch.float16, torch.float32)],
     # CPU fills out= with ones in its own dtype when the base is 1, before any cast check
     "pow_of_one_out_any_dtype": lambda: [D.check(
         lambda e: torch.pow(base, e, out=torch.empty(3, dtype=dt, device=e.device)),

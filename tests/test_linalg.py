@@ -6,6 +6,8 @@ The saved factors are compared too where torch's backward reads them (``_linalg_
 the gradients below), singular and non-positive-definite inputs must raise as on the CPU (``info``), and
 non-square inputs must raise torch's error.
 """
+import warnings
+
 import pytest
 import torch
 
@@ -150,6 +152,8 @@ RAISING = {
     "cholesky_not_square": (torch.linalg.cholesky, torch.ones(2, 3)),
     "solve_not_square": (torch.linalg.solve, torch.ones(2, 3), torch.ones(2, 1)),
     "eigh_not_square": (torch.linalg.eigh, torch.ones(2, 3)),
+    "deprecated_cholesky_not_pd": (torch.cholesky, NOT_PD),
+    "deprecated_cholesky_half": (torch.cholesky, torch.eye(3, dtype=torch.float16)),
 }
 
 
@@ -157,6 +161,15 @@ RAISING = {
 def test_raises(name):
     fn, *args = RAISING[name]
     D.check_raises(fn, *[a.clone() for a in args], modes=ALL)
+
+
+def test_deprecated_cholesky():
+    """``torch.cholesky`` (deprecated, not a linalg composite) had no lowering."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # its deprecation warning
+        D.check(lambda a: [torch.cholesky(a), torch.cholesky(a, upper=True),
+                           torch.cholesky(a, out=torch.empty(0, dtype=a.dtype, device=a.device))],
+                _spd(2, dtype=torch.float32), modes=ALL)
 
 
 def test_info_without_raising():

@@ -238,6 +238,15 @@ def linalg_cholesky_ex(a, upper=False, check_errors=False):
     return (_mH(low) if upper else low), info
 
 
+@register(aten.cholesky.default)
+def cholesky(a, upper=False):
+    """The deprecated ``torch.cholesky``: CPU's kernel raises when the input is not positive-definite;
+    here that is a device-side check, raised at the next wait as for an index out of range."""
+    factor, info = linalg_cholesky_ex(a, upper)
+    check_errors(info, "cholesky")
+    return factor
+
+
 @register(aten.cholesky_solve.default, aten._cholesky_solve_helper.default)
 def cholesky_solve(b, factor, upper=False):
     if upper:  # A = U^H U

@@ -25,6 +25,13 @@ _EXACT_OUT.update(dict.fromkeys((
     aten.unfold_copy.out, aten.topk.values, aten.kthvalue.values, aten.max.dim_max, aten.min.dim_min,
     aten.mm.out, aten.bmm.out, aten.addmm.out, aten.baddbmm.out, aten.mv.out, aten.dot.out, aten.vdot.out),
     "structured"))
+# (the same sweep with half/float32/float64/int64 inputs into every other float out= dtype)
+_EXACT_OUT.update(dict.fromkeys((
+    aten.index_select.out, aten.cummax.out, aten.cummin.out, aten.logcumsumexp.out, aten.log_sigmoid.out,
+    aten.log_sigmoid_forward.output, aten.mode.values, aten.median.dim_values, aten.nanmedian.dim_values,
+    aten.native_batch_norm.out, aten.clamp.out, aten.nll_loss.out,
+    aten.nll_loss_forward.output, aten.searchsorted.Tensor_out, aten.searchsorted.Scalar_out,
+    aten.bucketize.Tensor_out), "structured"))
 
 
 def demands_exact_out(func) -> bool:

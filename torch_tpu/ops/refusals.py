@@ -449,7 +449,7 @@ _KERNEL_DTYPES = {  # op: (CPU kernel's name, the dtypes it takes)
     "special_spherical_bessel_j0": ("spherical_bessel_j0_cpu", _not(*_HALF)),
     "special_zeta": ("zeta_cpu", _not(*_HALF)),
     "igamma": ("igamma_cpu", _not(*_INTEGRAL)), "igammac": ("igammac_cpu", _not(*_INTEGRAL)),
-    "geqrf": ("geqrf_cpu", _only(*_LAPACK_DTYPES)), "ormqr": ("ormqr_cpu", _only(*_LAPACK_DTYPES)),
+    "cholesky": ("cholesky_cpu", _only(*_LAPACK_DTYPES)), "geqrf": ("geqrf_cpu", _only(*_LAPACK_DTYPES)), "ormqr": ("ormqr_cpu", _only(*_LAPACK_DTYPES)),
     "linalg_householder_product": ("orgqr_cpu", _only(*_LAPACK_DTYPES)),
     "_standard_gamma": ("gamma_cpu", _only(*_FLOAT_DOUBLE)), "_sample_dirichlet": ("dirichlet", _only(*_FLOAT_DOUBLE)),
     "poisson": ("poisson_cpu", _only(*_FLOAT_DOUBLE, *_HALF)), "binomial": ("binomial_cpu", _only(*_FLOAT_DOUBLE)),
