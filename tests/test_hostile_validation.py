@@ -290,3 +290,49 @@ def test_cat_of_zero_dim_tensor_raises_cpus_error(eager_mode, where):
     lists = {"alone": lambda z, v: [z], "first": lambda z, v: [z, v], "second": lambda z, v: [v, z]}
     D.check(lambda z, v: torch.cat(lists[where](z, v)), torch.tensor(1.0), torch.ones(2),
             match=r"^zero-dimensional tensor \(at position \d\) cannot be concatenated$")
+
+
+# dtypes CPU's kernels have no instance for: the tpu computed something (logsigmoid of int64 gave zeros)
+def _pool_input(dtype):
+    return torch.arange(32).reshape(1, 2, 4, 4).to(dtype)
+
+
+KERNEL_DTYPE_REFUSED = {
+    "logsigmoid_int64": (F.logsigmoid, torch.arange(4)),
+    "gelu_bool": (F.gelu, BO),
+    "celu_int32": (F.celu, torch.arange(4, dtype=torch.int32)),
+    "softmax_complex": (lambda x: torch.softmax(x, 0), torch.ones(3, dtype=torch.complex64)),
+    "adaptive_avg_pool2d_int": (lambda x: F.adaptive_avg_pool2d(x, 2), _pool_input(torch.int64)),
+    "avg_pool2d_int": (lambda x: F.avg_pool2d(x, 2), _pool_input(torch.int32)),
+    "batch_norm_int": (lambda x: F.batch_norm(x, None, None, training=True), _pool_input(torch.int64)),
+    "interpolate_bilinear_int": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), _pool_input(torch.int64)),
+    "grid_sample_uint8": (lambda x: F.grid_sample(x, torch.zeros(1, 2, 2, 2, dtype=torch.uint8, device=x.device),
+                                                  align_corners=False), _pool_input(torch.uint8)),
+    "trace_bool": (torch.trace, B),
+    "cholesky_solve_half": (lambda x: torch.cholesky_solve(x, x), torch.eye(2, dtype=torch.float16)),
+    "cdist_half": (lambda x: torch.cdist(x, x), torch.ones(2, 3, dtype=torch.float16)),
+    "hardswish_int": (F.hardswish, torch.arange(4)),
+    "mse_loss_complex": (lambda x: F.mse_loss(x, x), torch.ones(3, dtype=torch.complex64)),
+}
+# near misses the table must not refuse (CPU computes them: other dtypes, promotion by a number)
+KERNEL_DTYPE_COMPUTED = {
+    "logsigmoid_half": (F.logsigmoid, torch.arange(4, dtype=torch.float16)),
+    "clamp_bool_by_float": (lambda x: torch.clamp(x, 0.5), BO),
+    "cumsum_bool": (lambda x: torch.cumsum(x, 0), BO),
+    "div_bool": (lambda x: torch.div(x, x), BO),
+    "avg_pool2d_bfloat16": (lambda x: F.avg_pool2d(x, 2), _pool_input(torch.bfloat16)),
+    "softmax_half": (lambda x: torch.softmax(x, 0), torch.arange(3, dtype=torch.float16)),
+    "trace_int": (torch.trace, I),
+}
+
+
+@pytest.mark.parametrize("case", sorted(KERNEL_DTYPE_REFUSED))
+def test_dtype_without_cpu_kernel_raises(eager_mode, case):
+    fn, x = KERNEL_DTYPE_REFUSED[case]
+    D.check_raises(fn, x, match="not implemented for")
+
+
+@pytest.mark.parametrize("case", sorted(KERNEL_DTYPE_COMPUTED))
+def test_dtype_near_misses_compute(eager_mode, case):
+    fn, x = KERNEL_DTYPE_COMPUTED[case]
+    D.check(fn, x, expect_raise=False)

@@ -221,6 +221,7 @@ def _build_entry(func, args, kwargs, key, arrays):
         entry = python_entry(func)
         if entry is None:
             raise no_lowering(func, args, kwargs)
+        validate.run(func, args, kwargs)  # (a decomposition computes where CPU's kernel refuses a dtype)
         functional = _functional_of(func)
         if functional is not None:
             # an in-place op run by a decomposition (addr_): the checks of a lowered in-place op (self was
