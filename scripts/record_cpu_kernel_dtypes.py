@@ -49,7 +49,7 @@ class _Recorder(TorchDispatchMode):
             if m and not getattr(exc, "_recorded", False):
                 # the first key whose dtype the refusal names (the innermost op: outer ones see it again)
                 key = next((k for k in dispatch_keys(func, args, kwargs or {})
-                            if _NAMES.get(getattr(torch, k.split(":")[-1], None)) == m.group(2)), None)
+                            if _NAMES.get(getattr(torch, k.split(":")[1].split("|")[0], None)) == m.group(2)), None)
                 if key is not None:
                     exc._recorded = True
                     self.table.setdefault(str(func), {})[key] = m.group(1)

@@ -5,7 +5,7 @@ A CPU kernel without an instance for a dtype raises ``NotImplementedError: "<ker
 compute something instead (``logsigmoid`` of int64 gave zeros). ``REFUSED`` below is recorded from torch
 itself by ``scripts/record_cpu_kernel_dtypes.py``: per overload, the dtypes its kernel dispatches on
 (``dispatch_keys``: the promoted dtype of its tensors and numbers, else its first tensor's, or its
-``dtype=``) that CPU refused. A key is recorded only when the refusal names its very dtype, the promoted
+``dtype=``, with its string arguments) that CPU refused. A key is recorded only when the refusal names its very dtype, the promoted
 one first, so a call CPU computes by promotion (``pow(bool_tensor, 2.5)`` in float) has another key.
 """
 from __future__ import annotations
@@ -34,8 +34,10 @@ def dispatch_keys(func, args, kwargs) -> tuple[str, ...]:
     ``hardshrink(x, 0.5)``). Empty without tensors."""
     given = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
     given.update(zip((a.name for a in func._schema.arguments), args), **kwargs)
+    # string arguments choose kernels too (scatter_reduce's "mean" has none for bool, its "sum" has)
+    modes = "".join(f"|{v}" for v in given.values() if isinstance(v, str))
     if isinstance(given.get("dtype"), torch.dtype):
-        return ("dtype:" + str(given["dtype"]).split(".")[1],)
+        return ("dtype:" + str(given["dtype"]).split(".")[1] + modes,)
     first = dtype = None
     numbers = []
     for v in given.values():
@@ -49,7 +51,7 @@ def dispatch_keys(func, args, kwargs) -> tuple[str, ...]:
         return ()
     for n in numbers:
         dtype = _promote_number(dtype, n)
-    return "promoted:" + str(dtype).split(".")[1], "self:" + str(first).split(".")[1]
+    return "promoted:" + str(dtype).split(".")[1] + modes, "self:" + str(first).split(".")[1] + modes
 
 
 def refused_kernel(func, args, kwargs) -> tuple[str, str] | None:
@@ -65,7 +67,7 @@ def refused_kernel(func, args, kwargs) -> tuple[str, str] | None:
 def _type_name(key: str) -> str:
     from .validate import _TYPE_NAMES
 
-    name = key.split(":")[-1]
+    name = key.split(":")[-1].split("|")[0]
     return _TYPE_NAMES.get(getattr(torch, name, None), name)
 
 
@@ -98,7 +100,7 @@ REFUSED = {
     'aten._histogramdd_bin_edges.default': {'promoted:bfloat16': 'histogramdd', 'promoted:bool': 'histogramdd', 'promoted:complex128': 'histogramdd', 'promoted:complex64': 'histogramdd', 'promoted:float16': 'histogramdd', 'promoted:int16': 'histogramdd', 'promoted:int32': 'histogramdd', 'promoted:int64': 'histogramdd', 'promoted:int8': 'histogramdd', 'promoted:uint8': 'histogramdd'},
     'aten._histogramdd_from_bin_tensors.default': {'promoted:bool': 'histogram_cpu', 'promoted:complex128': 'histogram_cpu', 'promoted:complex64': 'histogram_cpu', 'promoted:int16': 'histogram_cpu', 'promoted:int32': 'histogram_cpu', 'promoted:int64': 'histogram_cpu', 'promoted:int8': 'histogram_cpu', 'promoted:uint8': 'histogram_cpu'},
     'aten._linalg_det.default': {'promoted:bfloat16': 'lu_cpu', 'promoted:float16': 'lu_cpu'},
-    'aten._linalg_eigh.default': {'promoted:bfloat16': 'linalg_eigh_cpu', 'promoted:bool': 'linalg_eigh_cpu', 'promoted:float16': 'linalg_eigh_cpu', 'promoted:int16': 'linalg_eigh_cpu', 'promoted:int32': 'linalg_eigh_cpu', 'promoted:int64': 'linalg_eigh_cpu', 'promoted:int8': 'linalg_eigh_cpu', 'promoted:uint8': 'linalg_eigh_cpu'},
+    'aten._linalg_eigh.default': {'promoted:bfloat16|U': 'linalg_eigh_cpu', 'promoted:bool|U': 'linalg_eigh_cpu', 'promoted:float16|U': 'linalg_eigh_cpu', 'promoted:int16|U': 'linalg_eigh_cpu', 'promoted:int32|U': 'linalg_eigh_cpu', 'promoted:int64|U': 'linalg_eigh_cpu', 'promoted:int8|U': 'linalg_eigh_cpu', 'promoted:uint8|U': 'linalg_eigh_cpu'},
     'aten._linalg_solve_ex.default': {'promoted:bfloat16': 'lu_cpu', 'promoted:float16': 'lu_cpu'},
     'aten._linalg_svd.default': {'promoted:bfloat16': 'linalg_svd_cpu', 'promoted:float16': 'linalg_svd_cpu'},
     'aten._log_softmax.default': {'promoted:complex128': 'log_softmax_kernel_impl', 'promoted:complex64': 'log_softmax_kernel_impl', 'promoted:int16': 'log_softmax_kernel_impl', 'promoted:int32': 'log_softmax_kernel_impl', 'promoted:int64': 'log_softmax_kernel_impl', 'promoted:int8': 'log_softmax_kernel_impl', 'promoted:uint8': 'log_softmax_kernel_impl', 'self:bool': 'log_softmax_kernel_impl'},
@@ -108,7 +110,7 @@ REFUSED = {
     'aten._safe_softmax.default': {'promoted:complex128': 'softmax_lastdim_kernel_impl', 'promoted:complex64': 'softmax_lastdim_kernel_impl'},
     'aten._softmax.default': {'promoted:complex128': 'softmax_kernel_impl', 'promoted:complex64': 'softmax_kernel_impl', 'promoted:int16': 'softmax_kernel_impl', 'promoted:int32': 'softmax_kernel_impl', 'promoted:int64': 'softmax_kernel_impl', 'promoted:int8': 'softmax_kernel_impl', 'promoted:uint8': 'softmax_kernel_impl', 'self:bool': 'softmax_kernel_impl'},
     'aten._softmax_backward_data.default': {'promoted:complex128': 'softmax_backward_lastdim_kernel_impl', 'promoted:complex64': 'softmax_backward_lastdim_kernel_impl', 'promoted:int16': 'softmax_backward_lastdim_kernel_impl', 'promoted:int32': 'softmax_backward_lastdim_kernel_impl', 'promoted:int64': 'softmax_backward_lastdim_kernel_impl', 'promoted:int8': 'softmax_backward_lastdim_kernel_impl', 'promoted:uint8': 'softmax_backward_lastdim_kernel_impl', 'self:bool': 'softmax_backward_lastdim_kernel_impl'},
-    'aten._sparse_mm_reduce_impl.default': {'promoted:bool': 'spmm_reduce_kernel', 'promoted:complex128': 'spmm_reduce_kernel', 'promoted:complex64': 'spmm_reduce_kernel', 'promoted:int16': 'spmm_reduce_kernel', 'promoted:int32': 'spmm_reduce_kernel', 'promoted:int64': 'spmm_reduce_kernel', 'promoted:int8': 'spmm_reduce_kernel', 'promoted:uint8': 'spmm_reduce_kernel'},
+    'aten._sparse_mm_reduce_impl.default': {'promoted:bool|amax': 'spmm_reduce_kernel', 'promoted:bool|mean': 'spmm_reduce_kernel', 'promoted:bool|sum': 'spmm_reduce_kernel', 'promoted:complex128|amax': 'spmm_reduce_kernel', 'promoted:complex128|mean': 'spmm_reduce_kernel', 'promoted:complex128|sum': 'spmm_reduce_kernel', 'promoted:complex64|amax': 'spmm_reduce_kernel', 'promoted:complex64|mean': 'spmm_reduce_kernel', 'promoted:complex64|sum': 'spmm_reduce_kernel', 'promoted:int16|amax': 'spmm_reduce_kernel', 'promoted:int16|mean': 'spmm_reduce_kernel', 'promoted:int16|sum': 'spmm_reduce_kernel', 'promoted:int32|amax': 'spmm_reduce_kernel', 'promoted:int32|mean': 'spmm_reduce_kernel', 'promoted:int32|sum': 'spmm_reduce_kernel', 'promoted:int64|amax': 'spmm_reduce_kernel', 'promoted:int64|mean': 'spmm_reduce_kernel', 'promoted:int64|sum': 'spmm_reduce_kernel', 'promoted:int8|amax': 'spmm_reduce_kernel', 'promoted:int8|mean': 'spmm_reduce_kernel', 'promoted:int8|sum': 'spmm_reduce_kernel', 'promoted:uint8|amax': 'spmm_reduce_kernel', 'promoted:uint8|mean': 'spmm_reduce_kernel', 'promoted:uint8|sum': 'spmm_reduce_kernel'},
     'aten._trilinear.default': {'self:bool': 'bmm'},
     'aten._unique2.default': {'promoted:complex128': 'unique', 'promoted:complex64': 'unique'},
     'aten._upsample_bilinear2d_aa.default': {'promoted:bfloat16': 'compute_index_ranges_weights', 'promoted:bool': 'compute_index_ranges_weights', 'promoted:complex128': 'compute_index_ranges_weights', 'promoted:complex64': 'compute_index_ranges_weights', 'promoted:float16': 'compute_index_ranges_weights', 'promoted:int16': 'compute_index_ranges_weights', 'promoted:int32': 'compute_index_ranges_weights', 'promoted:int64': 'compute_index_ranges_weights', 'promoted:int8': 'compute_index_ranges_weights', 'self:bool': 'compute_index_ranges_weights', 'self:int16': 'compute_index_ranges_weights', 'self:int32': 'compute_index_ranges_weights', 'self:int64': 'compute_index_ranges_weights', 'self:int8': 'compute_index_ranges_weights'},
@@ -153,7 +155,7 @@ REFUSED = {
     'aten.cumprod.default': {'dtype:bool': 'cumprod_out_cpu'},
     'aten.cumsum.default': {'dtype:bool': 'cumsum_out_cpu'},
     'aten.digamma.default': {'promoted:complex128': 'digamma', 'promoted:complex64': 'digamma'},
-    'aten.div.Tensor_mode': {'promoted:bool': 'div_floor_cpu', 'promoted:complex128': 'div_floor_cpu', 'promoted:complex64': 'div_floor_cpu'},
+    'aten.div.Tensor_mode': {'promoted:bool|floor': 'div_floor_cpu', 'promoted:bool|trunc': 'div_trunc_cpu', 'promoted:complex128|floor': 'div_floor_cpu', 'promoted:complex128|trunc': 'div_trunc_cpu', 'promoted:complex64|floor': 'div_floor_cpu', 'promoted:complex64|trunc': 'div_trunc_cpu'},
     'aten.dot.default': {'promoted:bool': 'dot'},
     'aten.elu.default': {'promoted:complex128': 'elu_cpu', 'promoted:complex64': 'elu_cpu', 'self:bool': 'elu_cpu', 'self:int16': 'elu_cpu', 'self:int32': 'elu_cpu', 'self:int64': 'elu_cpu', 'self:int8': 'elu_cpu', 'self:uint8': 'elu_cpu'},
     'aten.erf.default': {'promoted:complex128': 'erf_vml_cpu', 'promoted:complex64': 'erf_vml_cpu'},
@@ -167,7 +169,7 @@ REFUSED = {
     'aten.fractional_max_pool3d.default': {'promoted:complex128': 'fractional_max_pool3d_out_frame', 'promoted:complex64': 'fractional_max_pool3d_out_frame'},
     'aten.gcd.default': {'promoted:bfloat16': 'gcd_cpu', 'promoted:bool': 'gcd_cpu', 'promoted:complex128': 'gcd_cpu', 'promoted:complex64': 'gcd_cpu', 'promoted:float16': 'gcd_cpu', 'promoted:float32': 'gcd_cpu', 'promoted:float64': 'gcd_cpu'},
     'aten.ge.Tensor': {'promoted:complex128': 'ge_cpu', 'promoted:complex64': 'ge_cpu'},
-    'aten.gelu.default': {'promoted:bool': 'GeluKernelImpl', 'promoted:complex128': 'GeluKernelImpl', 'promoted:complex64': 'GeluKernelImpl', 'promoted:int16': 'GeluKernelImpl', 'promoted:int32': 'GeluKernelImpl', 'promoted:int64': 'GeluKernelImpl', 'promoted:int8': 'GeluKernelImpl', 'promoted:uint8': 'GeluKernelImpl'},
+    'aten.gelu.default': {'promoted:bool|none': 'GeluKernelImpl', 'promoted:bool|tanh': 'GeluKernelImpl', 'promoted:complex128|none': 'GeluKernelImpl', 'promoted:complex128|tanh': 'GeluKernelImpl', 'promoted:complex64|none': 'GeluKernelImpl', 'promoted:complex64|tanh': 'GeluKernelImpl', 'promoted:int16|none': 'GeluKernelImpl', 'promoted:int16|tanh': 'GeluKernelImpl', 'promoted:int32|none': 'GeluKernelImpl', 'promoted:int32|tanh': 'GeluKernelImpl', 'promoted:int64|none': 'GeluKernelImpl', 'promoted:int64|tanh': 'GeluKernelImpl', 'promoted:int8|none': 'GeluKernelImpl', 'promoted:int8|tanh': 'GeluKernelImpl', 'promoted:uint8|none': 'GeluKernelImpl', 'promoted:uint8|tanh': 'GeluKernelImpl'},
     'aten.geqrf.default': {'promoted:bfloat16': 'geqrf_cpu', 'promoted:bool': 'geqrf_cpu', 'promoted:float16': 'geqrf_cpu', 'promoted:int16': 'geqrf_cpu', 'promoted:int32': 'geqrf_cpu', 'promoted:int64': 'geqrf_cpu', 'promoted:int8': 'geqrf_cpu', 'promoted:uint8': 'geqrf_cpu'},
     'aten.glu.default': {'promoted:complex128': 'glu_cpu', 'promoted:complex64': 'glu_cpu', 'promoted:int16': 'glu_cpu', 'promoted:int32': 'glu_cpu', 'promoted:int64': 'glu_cpu', 'promoted:int8': 'glu_cpu', 'promoted:uint8': 'glu_cpu', 'self:bool': 'glu_cpu'},
     'aten.grid_sampler_2d.default': {'promoted:complex128': 'grid_sampler_2d_cpu_kernel_impl', 'promoted:complex64': 'grid_sampler_2d_cpu_kernel_impl', 'promoted:int16': 'grid_sampler_2d_cpu_kernel_impl', 'promoted:int32': 'grid_sampler_2d_cpu_kernel_impl', 'promoted:int64': 'grid_sampler_2d_cpu_kernel_impl', 'promoted:int8': 'grid_sampler_2d_cpu_kernel_impl', 'promoted:uint8': 'grid_sampler_2d_cpu_kernel_impl', 'self:bool': 'grid_sampler_2d_cpu_kernel_impl'},
@@ -186,7 +188,7 @@ REFUSED = {
     'aten.igamma.default': {'promoted:bool': 'igamma_cpu', 'promoted:complex128': 'igamma_cpu', 'promoted:complex64': 'igamma_cpu', 'promoted:int16': 'igamma_cpu', 'promoted:int32': 'igamma_cpu', 'promoted:int64': 'igamma_cpu', 'promoted:int8': 'igamma_cpu', 'promoted:uint8': 'igamma_cpu'},
     'aten.igammac.default': {'promoted:bool': 'igammac_cpu', 'promoted:complex128': 'igammac_cpu', 'promoted:complex64': 'igammac_cpu', 'promoted:int16': 'igammac_cpu', 'promoted:int32': 'igammac_cpu', 'promoted:int64': 'igammac_cpu', 'promoted:int8': 'igammac_cpu', 'promoted:uint8': 'igammac_cpu'},
     'aten.im2col.default': {'promoted:int16': 'im2col_out_cpu', 'promoted:int32': 'im2col_out_cpu', 'promoted:int64': 'im2col_out_cpu', 'promoted:int8': 'im2col_out_cpu', 'promoted:uint8': 'im2col_out_cpu'},
-    'aten.index_reduce.default': {'promoted:complex128': 'index_func_', 'promoted:complex64': 'index_func_', 'self:bool': 'index_func_'},
+    'aten.index_reduce.default': {'promoted:complex128|amax': 'index_func_', 'promoted:complex128|amin': 'index_func_', 'promoted:complex128|mean': 'index_func_', 'promoted:complex128|prod': 'index_func_', 'promoted:complex64|amax': 'index_func_', 'promoted:complex64|amin': 'index_func_', 'promoted:complex64|mean': 'index_func_', 'promoted:complex64|prod': 'index_func_', 'self:bool|amax': 'index_func_', 'self:bool|amin': 'index_func_', 'self:bool|mean': 'index_func_', 'self:bool|prod': 'index_func_'},
     'aten.kthvalue.default': {'promoted:complex128': 'kthvalue_cpu', 'promoted:complex64': 'kthvalue_cpu', 'self:bool': 'kthvalue_cpu'},
     'aten.lcm.default': {'promoted:bfloat16': 'lcm_cpu', 'promoted:bool': 'lcm_cpu', 'promoted:complex128': 'lcm_cpu', 'promoted:complex64': 'lcm_cpu', 'promoted:float16': 'lcm_cpu', 'promoted:float32': 'lcm_cpu', 'promoted:float64': 'lcm_cpu'},
     'aten.le.Scalar': {'promoted:complex128': 'le_cpu', 'promoted:complex64': 'le_cpu'},
@@ -203,7 +205,7 @@ REFUSED = {
     'aten.linalg_lu.default': {'promoted:bfloat16': 'lu_cpu', 'promoted:bool': 'lu_cpu', 'promoted:float16': 'lu_cpu', 'promoted:int16': 'lu_cpu', 'promoted:int32': 'lu_cpu', 'promoted:int64': 'lu_cpu', 'promoted:int8': 'lu_cpu', 'promoted:uint8': 'lu_cpu'},
     'aten.linalg_lu_factor_ex.default': {'promoted:bfloat16': 'lu_cpu', 'promoted:bool': 'lu_cpu', 'promoted:float16': 'lu_cpu', 'promoted:int16': 'lu_cpu', 'promoted:int32': 'lu_cpu', 'promoted:int64': 'lu_cpu', 'promoted:int8': 'lu_cpu', 'promoted:uint8': 'lu_cpu'},
     'aten.linalg_lu_solve.default': {'promoted:bfloat16': 'linalg.lu_solve_cpu', 'promoted:float16': 'linalg.lu_solve_cpu'},
-    'aten.linalg_qr.default': {'promoted:bfloat16': 'geqrf_cpu', 'promoted:float16': 'geqrf_cpu'},
+    'aten.linalg_qr.default': {'promoted:bfloat16|reduced': 'geqrf_cpu', 'promoted:float16|reduced': 'geqrf_cpu'},
     'aten.linalg_solve_triangular.default': {'promoted:bfloat16': 'triangular_solve_cpu', 'promoted:bool': 'triangular_solve_cpu', 'promoted:float16': 'triangular_solve_cpu', 'promoted:int16': 'triangular_solve_cpu', 'promoted:int32': 'triangular_solve_cpu', 'promoted:int64': 'triangular_solve_cpu', 'promoted:int8': 'triangular_solve_cpu', 'promoted:uint8': 'triangular_solve_cpu'},
     'aten.log_sigmoid_forward.default': {'promoted:bool': 'log_sigmoid_cpu', 'promoted:complex128': 'log_sigmoid_cpu', 'promoted:complex64': 'log_sigmoid_cpu', 'promoted:int16': 'log_sigmoid_cpu', 'promoted:int32': 'log_sigmoid_cpu', 'promoted:int64': 'log_sigmoid_cpu', 'promoted:int8': 'log_sigmoid_cpu', 'promoted:uint8': 'log_sigmoid_cpu'},
     'aten.logaddexp.default': {'promoted:bool': 'logaddexp_cpu', 'promoted:int16': 'logaddexp_cpu', 'promoted:int32': 'logaddexp_cpu', 'promoted:int64': 'logaddexp_cpu', 'promoted:int8': 'logaddexp_cpu', 'promoted:uint8': 'logaddexp_cpu'},
@@ -248,8 +250,8 @@ REFUSED = {
     'aten.round.decimals': {'promoted:complex128': 'round_cpu', 'promoted:complex64': 'round_cpu', 'promoted:int16': 'round_cpu', 'promoted:int32': 'round_cpu', 'promoted:int64': 'round_cpu', 'promoted:int8': 'round_cpu', 'promoted:uint8': 'round_cpu', 'self:bool': 'round_cpu'},
     'aten.round.default': {'promoted:bool': 'round_vml_cpu', 'promoted:complex128': 'round_vml_cpu', 'promoted:complex64': 'round_vml_cpu'},
     'aten.rrelu_with_noise.default': {'promoted:complex128': 'rrelu_with_noise_out_cpu', 'promoted:complex64': 'rrelu_with_noise_out_cpu', 'promoted:float16': 'rrelu_with_noise_out_cpu', 'self:bool': 'rrelu_with_noise_out_cpu', 'self:int16': 'rrelu_with_noise_out_cpu', 'self:int32': 'rrelu_with_noise_out_cpu', 'self:int64': 'rrelu_with_noise_out_cpu', 'self:int8': 'rrelu_with_noise_out_cpu', 'self:uint8': 'rrelu_with_noise_out_cpu'},
-    'aten.scatter_reduce.two': {'promoted:complex128': 'scatter_gather_tensor_cpu_reduce_amax', 'promoted:complex64': 'scatter_gather_tensor_cpu_reduce_amax', 'self:bool': 'scatter_gather_tensor_cpu_reduce_mean'},
-    'aten.segment_reduce.default': {'promoted:complex128': '_segment_reduce_cpu', 'promoted:complex64': '_segment_reduce_cpu', 'promoted:int64': '_segment_reduce_cpu'},
+    'aten.scatter_reduce.two': {'promoted:complex128|amax': 'scatter_gather_tensor_cpu_reduce_amax', 'promoted:complex128|amin': 'scatter_gather_tensor_cpu_reduce_amin', 'promoted:complex64|amax': 'scatter_gather_tensor_cpu_reduce_amax', 'promoted:complex64|amin': 'scatter_gather_tensor_cpu_reduce_amin', 'self:bool|mean': 'scatter_gather_tensor_cpu_reduce_mean'},
+    'aten.segment_reduce.default': {'promoted:complex128|max': '_segment_reduce_cpu', 'promoted:complex128|mean': '_segment_reduce_cpu', 'promoted:complex64|max': '_segment_reduce_cpu', 'promoted:complex64|mean': '_segment_reduce_cpu', 'promoted:int64|max': '_segment_reduce_cpu', 'promoted:int64|mean': '_segment_reduce_cpu'},
     'aten.silu.default': {'promoted:bool': 'silu_cpu', 'promoted:int16': 'silu_cpu', 'promoted:int32': 'silu_cpu', 'promoted:int64': 'silu_cpu', 'promoted:int8': 'silu_cpu', 'promoted:uint8': 'silu_cpu'},
     'aten.smooth_l1_loss.default': {'promoted:complex128': 'smooth_l1_cpu', 'promoted:complex64': 'smooth_l1_cpu', 'self:bool': 'smooth_l1_cpu', 'self:int16': 'smooth_l1_cpu', 'self:int32': 'smooth_l1_cpu', 'self:int64': 'smooth_l1_cpu', 'self:int8': 'smooth_l1_cpu', 'self:uint8': 'smooth_l1_cpu'},
     'aten.softplus.default': {'promoted:complex128': 'softplus_cpu', 'promoted:complex64': 'softplus_cpu', 'self:bool': 'softplus_cpu', 'self:int16': 'softplus_cpu', 'self:int32': 'softplus_cpu', 'self:int64': 'softplus_cpu', 'self:int8': 'softplus_cpu', 'self:uint8': 'softplus_cpu'},
