@@ -226,6 +226,20 @@ SILENT_CASES = {
         lambda a, b: torch.complex(a, b, out=torch.empty(3, dtype=torch.complex64, device=a.device)),
         D.rand(3), D.rand(3, seed=1), modes=EAGER),
     "aminmax_out_dtype": lambda: D.check_raises(_aminmax_out, D.rand(4, 3), modes=EAGER),
+    # reductions into a wider out=: CPU computes var/std in out's dtype and logsumexp's sum and log too
+    "moments_into_wider_out": lambda: [D.check(
+        lambda x: [torch.var(x, 1, out=_empty(x, o)), torch.std(x, -1, correction=0, keepdim=True, out=_empty(x, o)),
+                   torch.var(x, [0], out=_empty(x, o)), torch.logsumexp(x, 1, out=_empty(x, o)),
+                   torch.logsumexp(x, (0, 1), keepdim=True, out=_empty(x, o))],
+        (D.rand(6, 300, seed=2) * 4).to(dt), modes=EAGER, expect_raise=False, atol=1e-5, rtol=1e-5)
+        for dt, o in ((torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float64))],
+    "logsumexp_into_wider_out_infinities": lambda: D.check(
+        lambda x: [torch.logsumexp(x, 1, out=_empty(x, torch.float32)),
+                   torch.logsumexp(x[:0], 1, out=_empty(x, torch.float32))],
+        D.t([[1.0, float("inf"), 2.0], [float("-inf")] * 3, [float("nan"), 1.0, 0.0]], dtype=torch.float16),
+        modes=EAGER, expect_raise=False),
+    "var_all_half_into_float_out": lambda: D.check_raises(
+        lambda x: torch.var(x, out=_empty(x, torch.float32)), D.rand(3, 4).half(), modes=EAGER),
     # out= of another dtype that CPU's kernels refuse (half/float/double/long inputs; the tpu cast into it)
     "out_dtype_refused_more": lambda: [D.check_raises(_out_call(name), D.rand(4, 5).to(dt), modes=EAGER)
                                        for name in _OUT_CALLS for dt in (torch.float16, torch.float32)],

@@ -289,7 +289,45 @@ def pow_of_one_out(func, args, kwargs):
     return run_op(func, args, kwargs)
 
 
+def _wider_float_out(x, out) -> bool:
+    return isinstance(x, TpuTensor) and isinstance(out, TpuTensor) and x.dtype != out.dtype \
+        and x.is_floating_point() and out.is_floating_point()
+
+
+def moments_into_wider_out(func, args, kwargs):
+    """``var``/``std`` of half into a float32 ``out=``: CPU's kernel computes in out's dtype (no half
+    rounding of the result), and refuses a half or bfloat16 input when it reduces every dim (its
+    all-reduce kernel has no instance for them)."""
+    c = _call(func, args, kwargs)
+    x, out = c["self"], c["out"]
+    if not _wider_float_out(x, out):
+        return run_op(func, args, kwargs)
+    dims = c.get("dim")
+    every_dim = not dims or len({d % max(x.dim(), 1) for d in dims}) >= x.dim()
+    if every_dim and x.dtype in (torch.float16, torch.bfloat16):
+        raise RuntimeError(f"std_var_all: Unsupported dtype {'Half' if x.dtype == torch.float16 else 'BFloat16'}")
+    return run_op(func, [x.to(out.dtype), *args[1:]], kwargs)
+
+
+def logsumexp_into_wider_out(func, args, kwargs):
+    """``logsumexp`` of half into a float32 ``out=``: CPU's kernel takes the max and ``exp`` in the input's
+    dtype and sums, logs and adds in out's (the functional form would round the result to half)."""
+    c = _call(func, args, kwargs)
+    x, dims, keepdim, out = c["self"], c["dim"], c.get("keepdim", False), c["out"]
+    if not _wider_float_out(x, out) or x.numel() == 0:
+        return run_op(func, args, kwargs)
+    maxes = torch.amax(x, dims, keepdim=True)
+    maxes = maxes.masked_fill(maxes.abs() == math.inf, 0)
+    torch.sum((x - maxes).exp(), dims, keepdim=keepdim, out=out)
+    return out.log_().add_(maxes if keepdim else maxes.squeeze(dims))
+
+
 REWRITES = {
+    aten.var.correction_out: moments_into_wider_out,
+    aten.var.out: moments_into_wider_out,
+    aten.std.correction_out: moments_into_wider_out,
+    aten.std.out: moments_into_wider_out,
+    aten.logsumexp.out: logsumexp_into_wider_out,
     aten.pow.Scalar_out: pow_of_one_out,
     aten.polygamma_.default: polygamma_inplace,
     aten.as_strided_copy.default: as_strided_copy_of_storage,
