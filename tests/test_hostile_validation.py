@@ -314,6 +314,14 @@ KERNEL_DTYPE_REFUSED = {
     "hardswish_int": (F.hardswish, torch.arange(4)),
     "mse_loss_complex": (lambda x: F.mse_loss(x, x), torch.ones(3, dtype=torch.complex64)),
 }
+# integer and bool inputs CPU refuses with errors of its own
+INTEGRAL_REFUSED = {
+    "addcdiv_bool": (lambda b: torch.addcdiv(b, b, b), BO),
+    "addcdiv_int": (lambda i: torch.addcdiv(i.float(), i, i), I),
+    "mvlgamma_bool": (lambda b: torch.mvlgamma(b, 1), BO),
+    "soft_margin_loss_int": (lambda i: F.soft_margin_loss(i, i), I),
+    "soft_margin_loss_bool": (lambda b: F.soft_margin_loss(b, b), BO),
+}
 # near misses the table must not refuse (CPU computes them: other dtypes, promotion by a number)
 KERNEL_DTYPE_COMPUTED = {
     "logsigmoid_half": (F.logsigmoid, torch.arange(4, dtype=torch.float16)),
@@ -323,6 +331,8 @@ KERNEL_DTYPE_COMPUTED = {
     "avg_pool2d_bfloat16": (lambda x: F.avg_pool2d(x, 2), _pool_input(torch.bfloat16)),
     "softmax_half": (lambda x: torch.softmax(x, 0), torch.arange(3, dtype=torch.float16)),
     "trace_int": (torch.trace, I),
+    "addcdiv_float_int_float": (lambda i: torch.addcdiv(i.float(), i, i.float()), I),
+    "mvlgamma_int": (lambda i: torch.mvlgamma(i + 2, 1), I),
 }
 
 
@@ -336,3 +346,9 @@ def test_dtype_without_cpu_kernel_raises(eager_mode, case):
 def test_dtype_near_misses_compute(eager_mode, case):
     fn, x = KERNEL_DTYPE_COMPUTED[case]
     D.check(fn, x, expect_raise=False)
+
+
+@pytest.mark.parametrize("case", sorted(INTEGRAL_REFUSED))
+def test_integral_inputs_cpu_refuses(eager_mode, case):
+    fn, x = INTEGRAL_REFUSED[case]
+    D.check_raises(fn, x)
