@@ -164,10 +164,11 @@ def test_raises(name):
 
 
 def test_deprecated_cholesky():
-    """``torch.cholesky`` (deprecated, not a linalg composite) had no lowering."""
+    """``torch.cholesky`` (deprecated, not a linalg composite) and ``cholesky_inverse`` had no lowering."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # its deprecation warning
-        D.check(lambda a: [torch.cholesky(a), torch.cholesky(a, upper=True),
+        D.check(lambda a: [torch.cholesky(a), torch.cholesky(a, upper=True), torch.cholesky_inverse(torch.cholesky(a)),
+                           torch.cholesky_inverse(torch.cholesky(a, upper=True), upper=True),
                            torch.cholesky(a, out=torch.empty(0, dtype=a.dtype, device=a.device))],
                 _spd(2, dtype=torch.float32), modes=ALL)
 

@@ -254,6 +254,13 @@ def cholesky_solve(b, factor, upper=False):
     return _tri(factor, _tri(factor, b, True), True, adjoint=True)  # A = L L^H
 
 
+@register(aten.cholesky_inverse.default)
+def cholesky_inverse(factor, upper=False):
+    """(L L^H)^-1 (or (U^H U)^-1) from a Cholesky factor: a solve against the identity."""
+    eye = jnp.broadcast_to(jnp.eye(factor.shape[-1], dtype=factor.dtype), factor.shape)
+    return cholesky_solve(eye, factor, upper)
+
+
 @register(aten.linalg_solve_triangular.default)
 def linalg_solve_triangular(a, b, upper, left=True, unitriangular=False):
     if left:
