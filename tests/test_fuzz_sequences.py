@@ -15,7 +15,8 @@ import torch
 import torch_tpu
 from torch_tpu.engine import fused
 
-SEEDS = range(int(__import__("os").environ.get("TORCH_TPU_FUZZ_SEEDS", "50")))
+# TORCH_TPU_FUZZ_SEEDS=N runs seeds 0..N-1, =A:B seeds A..B-1
+SEEDS = range(*map(int, __import__("os").environ.get("TORCH_TPU_FUZZ_SEEDS", "50").split(":")))
 
 # each entry: (name, function of (tensor, rng) -> tensor); names make failures readable
 VIEWS = [
