@@ -728,6 +728,11 @@ def watchdog():
 # small input makers
 
 
+def fuzz_seeds(default: int) -> range:
+    """The seeds a fuzz test runs: ``TORCH_TPU_FUZZ_SEEDS=N`` seeds 0..N-1, ``=A:B`` seeds A..B-1."""
+    return range(*map(int, os.environ.get("TORCH_TPU_FUZZ_SEEDS", str(default)).split(":")))
+
+
 def t(*vals, dtype=None, **kw) -> torch.Tensor:
     """A tiny CPU tensor from values: t(1, 2, 3), t([[1, 2]], dtype=torch.int8)."""
     if len(vals) == 1 and isinstance(vals[0], (list, tuple)):

@@ -31,7 +31,7 @@ from differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
-SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_SEEDS", "10")))
+SEEDS = D.fuzz_seeds(10)
 COMPILED_SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_COMPILED_SEEDS", str(max(1, len(SEEDS) // 5)))))
 
 SHAPES = [(3, 4), (4,), (2, 3, 4), (4, 4), (2, 4), (1, 4), (3, 1, 2)]

@@ -22,7 +22,7 @@ import torch._dynamo
 
 import differential as D
 
-SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_SEEDS", "3")))
+SEEDS = D.fuzz_seeds(3)
 
 # ---------------------------------------------------------------------------------------------------
 # the program: a list of steps chosen from the seed, interpreted by one Python function that dynamo

@@ -10,17 +10,17 @@ dtype than the computation may be computed in the wider dtype (closer to exact t
 A found seed becomes a named case in the test file of its family; this file keeps the sweep."""
 from __future__ import annotations
 
-import os
 import random
 import warnings
 
 import pytest
 import torch
 
+import differential as D
 import torch_tpu
 from torch_tpu.errors import DeviceAssertError
 
-SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_SEEDS", "200")))
+SEEDS = D.fuzz_seeds(200)
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.complex64]
 NUMBERS = [0, 1, -1, 2, 7, True, False, 0.0, -0.0, 1.0, 2.5, -3.5, 1e10, float("inf"), float("nan"), 1 + 0j,

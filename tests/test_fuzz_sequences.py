@@ -12,11 +12,11 @@ import random
 import pytest
 import torch
 
+import differential as D
 import torch_tpu
 from torch_tpu.engine import fused
 
-# TORCH_TPU_FUZZ_SEEDS=N runs seeds 0..N-1, =A:B seeds A..B-1
-SEEDS = range(*map(int, __import__("os").environ.get("TORCH_TPU_FUZZ_SEEDS", "50").split(":")))
+SEEDS = D.fuzz_seeds(50)
 
 # each entry: (name, function of (tensor, rng) -> tensor); names make failures readable
 VIEWS = [

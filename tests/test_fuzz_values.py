@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 import differential as D
 
-SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_SEEDS", "120")))
+SEEDS = D.fuzz_seeds(120)
 COMPILED_SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_COMPILED_SEEDS", "6")))
 
 INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
