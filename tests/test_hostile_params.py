@@ -14,6 +14,11 @@ Found here and fixed:
   freed storage raises a clear error (CPU reads freed memory, or segfaults); other sizes are refused clearly.
 * ``module.share_memory()`` / ``tensor.share_memory_()`` raised: torch makes it a no-op for every storage
   but the CPU's, as on CUDA.
+* ``copy.deepcopy`` of a tpu ``nn.Parameter`` kept its ``.grad``, its Python attributes and its sharing with
+  other parameters' storage (flat buffers); torch's ``Parameter.__deepcopy__`` (CPU, CUDA) clones the data
+  alone: ``ema = deepcopy(model)`` after a backward carried every gradient.
+* ``torch.save``/``pickle`` of a tpu tensor or parameter lost its Python attributes (``p.tag = ...``), which
+  torch keeps (weights_only loads too).
 
 Cases tried (all strict and fused eager), outcome:
   flat params + SGD/SGD momentum foreach and for-loop/Adam/AdamW for-loop/Adam fused ........ pass
@@ -45,6 +50,20 @@ Cases tried (all strict and fused eager), outcome:
   FSDP-style untyped_storage().resize_(0)/resize_(n), _typed_storage()._resize_, shard loop ..... FIXED (raised)
   freed storage read/written/viewed; resize_ to another size ................................. clear errors (new)
   module.share_memory(), tensor.share_memory_() .............................................. FIXED (raised)
+  deepcopy of a model with flat params and flat grads (EMA copy) ............................. FIXED (grads kept, storage shared)
+  torch.save/load (weights_only both), pickle, deepcopy of tensors/params with attributes .... FIXED (attributes lost)
+  deepcopy of a plain tensor with grad, of a transposed param, of a frozen param .............. pass
+  ZeRO-3 style p.data = empty(0) release and p.data = gathered re-point, two steps ............ pass
+  capturable=True Adam/AdamW/NAdam/RAdam/Adamax/ASGD/RMSprop/Adadelta/Rprop (CPU: not capturable) pass
+  tensor lr (foreach, fused) with StepLR, differentiable=True SGD ............................ pass
+  _foreach_lerp_ with a 0-d tpu weight, _foreach_copy_ into flat views from float64/transposed  pass
+  nn.init eye_/dirac_/constant_/zeros_/ones_, orthogonal_ (W^T W), random inits' statistics ... pass
+  skip_init, torch.device(tpu) context init, load_state_dict pre/post hooks, non_blocking moves pass
+  channels_last module training (param and grad strides), channels_last param grad layout ..... pass
+  Embedding.from_pretrained tied to a Linear, a flat Parameter used through views, requires_grad_
+    on a view of a flat buffer, grads re-pointed into one buffer before a foreach AdamW step ... pass
+  set_(storage) of a freed-then-re-allocated storage, storage clone before a free, free through
+    each param of a flat model, freed param then p.data =, TypedStorage size/nbytes/tolist ..... pass
   GradScaler unscale_/step over a flat grad buffer, inf overflow skip ........................ pass
   fp16 model with fp32 master weights, bf16 grads ............................................. pass (fp16/bf16 rounding tolerance)
   add_param_group later, tpu optimizer state loaded into a CPU optimizer ...................... pass
@@ -58,6 +77,7 @@ import copy
 import gc
 import io
 import os
+import pickle
 
 import pytest
 import torch
@@ -606,6 +626,75 @@ def _load_state_dict_shape_mismatch(d):
     _mlp().to(d).load_state_dict(sd)
 
 
+def _deepcopy_flat_model(d):
+    """``ema = deepcopy(model)`` after a backward, params and grads views of flat buffers: nn.Parameter's
+    deepcopy gives each parameter a clone of its own and no .grad (the tpu kept the grads and the sharing)"""
+    m = _mlp().to(d)
+    ps, flat = _flatten(m)
+    g = _flat_grads(ps)
+    m(X.to(d)).sum().backward()
+    c = copy.deepcopy(m)
+    cps = list(c.parameters())
+    with torch.no_grad():
+        cps[0].fill_(1)
+    return (ps, cps, g, flat, [q.grad is None for q in cps], [isinstance(q, nn.Parameter) for q in cps],
+            [cps[0].untyped_storage().data_ptr() == q.untyped_storage().data_ptr() for q in cps])
+
+
+def _attributes_round_trip(d):
+    """Python attributes on tensors and parameters survive torch.save/load and pickle (they were lost);
+    deepcopy keeps a tensor's, drops a parameter's (nn.Parameter.__deepcopy__), as on CPU"""
+    p = nn.Parameter(torch.arange(3.0, device=d))
+    p.tag, p.grad = "x", torch.ones(3, device=d)
+    t = torch.arange(6.0, device=d).reshape(2, 3).t()
+    t.meta = {"a": 1}
+    o = torch.load(_save_bytes({"p": p, "t": t}), weights_only=False)
+    w = torch.load(_save_bytes({"p": p, "t": t}), weights_only=True, map_location="cpu")
+    q = pickle.loads(pickle.dumps(p))
+    c, c2 = copy.deepcopy(t), copy.deepcopy(p)
+    return (o["p"], o["t"], o["t"].stride(), getattr(o["p"], "tag", None), o["p"].grad is None,
+            getattr(o["t"], "meta", None), getattr(w["p"], "tag", None), getattr(w["t"], "meta", None),
+            getattr(q, "tag", None), q.grad is None, getattr(c, "meta", None), getattr(c2, "tag", None),
+            c2.grad is None, isinstance(c2, nn.Parameter))
+
+
+def _zero3_release_gather(d):
+    """DeepSpeed ZeRO-3 style: params released to empty(0) between steps, re-pointed at the gathered value"""
+    m = _mlp().to(d)
+    full = {n: p.detach().clone() for n, p in m.named_parameters()}
+    shapes = {n: p.shape for n, p in m.named_parameters()}
+    for _ in range(2):
+        for n, p in m.named_parameters():
+            p.data = full[n].clone().view(shapes[n])
+        m(X.to(d)).pow(2).sum().backward()
+        for n, p in m.named_parameters():
+            full[n] = (full[n] - 0.1 * p.grad).clone()
+            p.grad = None
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
+    return full, [p.shape for p in m.parameters()]
+
+
+def _capturable(d):
+    """capturable=True on the device (CPU refuses it: compared with CPU's plain step)"""
+    m = _mlp().to(d)
+    opt = torch.optim.AdamW(m.parameters(), lr=0.1, capturable=d.type != "cpu", amsgrad=True)
+    for _ in range(2):
+        opt.zero_grad()
+        m(X.to(d)).sum().backward()
+        opt.step()
+    return list(m.parameters()), [opt.state[p]["step"] for p in m.parameters()]
+
+
+def _deterministic_inits(d):
+    w, c, g = torch.empty(4, 4, device=d), torch.empty(3, 3, 3, device=d), torch.empty(4, 2, 3, 3, device=d)
+    nn.init.eye_(w)
+    nn.init.dirac_(c)
+    nn.init.dirac_(g, groups=2)
+    o = torch.empty(6, 4, device=d)
+    nn.init.orthogonal_(o, gain=2.0)
+    return w, c, g, (o.t() @ o / 4).round(decimals=4)
+
+
 def _tmp_case(fn):
     return lambda d: fn(d, _TMP[0])
 
@@ -661,6 +750,11 @@ CASES = {
     "optimizer_state_round_trip": (_optimizer_state_round_trip, {}),
     "load_state_dict_forms": (_load_state_dict_forms, {}),
     "load_state_dict_shape_mismatch": (_load_state_dict_shape_mismatch, {}),
+    "deepcopy_flat_model": (_deepcopy_flat_model, {}),
+    "attributes_round_trip": (_attributes_round_trip, {}),
+    "zero3_release_gather": (_zero3_release_gather, {}),
+    "capturable_adamw_amsgrad": (_capturable, {}),
+    "deterministic_inits": (_deterministic_inits, {}),
 }
 
 # the CPU reference takes another path than torch takes for PrivateUse1 (and CUDA): the error is torch's own

@@ -50,14 +50,29 @@ def _host_copy(storage: TpuStorage) -> torch.Tensor:
     return host
 
 
+def _python_state(t) -> dict:
+    """The Python attributes a tensor carries (``p.tag = ...``), which torch pickles with it; not the
+    backend's own (``_tpu_*``) nor the Parameter flag."""
+    return {k: v for k, v in t.__dict__.items() if not k.startswith("_tpu_") and k != "_is_param"}
+
+
 def _reduce_ex(self, proto):
-    return (rebuild_tpu_tensor, (_host_copy(self._tpu_storage), self.storage_offset(), tuple(self.shape),
-                                 tuple(self.stride()), self.dtype, self.requires_grad,
-                                 bool(getattr(self, "_is_param", False)), str(self.device)))
+    args = (_host_copy(self._tpu_storage), self.storage_offset(), tuple(self.shape), tuple(self.stride()),
+            self.dtype, self.requires_grad, bool(getattr(self, "_is_param", False)), str(self.device))
+    state = _python_state(self)
+    return (rebuild_tpu_tensor, args + (state,) if state else args)
 
 
-def rebuild_tpu_tensor(host, offset, size, stride, dtype, requires_grad, is_param, device):
-    """Unpickling: the view (size, stride, offset, dtype) of ``host``, on the restore location."""
+def rebuild_tpu_tensor(host, offset, size, stride, dtype, requires_grad, is_param, device, state=None):
+    """Unpickling: the view (size, stride, offset, dtype) of ``host``, on the restore location, with the
+    Python attributes it had (``state``; torch keeps them too: they were lost)."""
+    tensor = _rebuild(host, offset, size, stride, dtype, requires_grad, is_param, device)
+    for k, v in (state or {}).items():
+        setattr(tensor, k, v)
+    return tensor
+
+
+def _rebuild(host, offset, size, stride, dtype, requires_grad, is_param, device):
     target = _restore_location(host, device)
     if isinstance(host, TpuTensor):  # map_location="tpu" already moved the saved CPU copy (see install)
         storage = host._tpu_storage

@@ -224,6 +224,14 @@ class TpuTensor(torch.Tensor):
         fused mode."""
         if id(self) in memo:
             return memo[id(self)]
+        if getattr(self, "_is_param", False):
+            # nn.Parameter.__deepcopy__ (a tpu parameter's type is TpuTensor, so torch's is not reached): a
+            # parameter of its own holding a clone of the data, no .grad, no attributes, as on CPU and CUDA
+            # (``ema = deepcopy(model)`` after a backward kept every .grad, and copied flat-buffer params
+            # stayed views of one storage)
+            result = torch.nn.Parameter(self.data.clone(memory_format=torch.preserve_format), self.requires_grad)
+            memo[id(self)] = result
+            return result
         if not self.is_leaf:
             raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
                                "deepcopy protocol at the moment.")
