@@ -62,6 +62,14 @@ Cases tried (all strict and fused eager), outcome:
   channels_last module training (param and grad strides), channels_last param grad layout ..... pass
   Embedding.from_pretrained tied to a Linear, a flat Parameter used through views, requires_grad_
     on a view of a flat buffer, grads re-pointed into one buffer before a foreach AdamW step ... pass
+  strided (step 2) param views + Adam, bf16 flat fused AdamW, inference_mode load_state_dict,
+    model built under inference_mode then backward (raises like CPU), inference sd + assign=True pass
+  .double() with grads, .cpu() of flat-view params, clip over fp32/bf16/fp16 grads, empty norms pass
+  parameters_to_vector over two devices ...................................................... torch's own error
+  load_state_dict of a freed tensor, foreach on grads aliasing themselves, flat optimizer
+    state saved/loaded ...................................................................... pass
+  fused hazards: reads pending when the storage is freed, p.data swapped between forward and
+    backward, p.data = view of itself, swap_tensors with a pending read, free/alloc in hooks .. pass
   set_(storage) of a freed-then-re-allocated storage, storage clone before a free, free through
     each param of a flat model, freed param then p.data =, TypedStorage size/nbytes/tolist ..... pass
   GradScaler unscale_/step over a flat grad buffer, inf overflow skip ........................ pass
@@ -695,6 +703,40 @@ def _deterministic_inits(d):
     return w, c, g, (o.t() @ o / 4).round(decimals=4)
 
 
+def _pending_read_then_free(d):
+    """values computed from a storage before it is freed (recorded, not yet run, in fused mode) keep them"""
+    flat = torch.arange(6.0, device=d) * 1
+    flat.mul_(3)
+    y, v = flat * 2, flat[1:3] + 1
+    flat.untyped_storage().resize_(0)
+    flat.untyped_storage().resize_(24)
+    flat.zero_()
+    flat[2:4].add_(1)
+    return y, v, flat
+
+
+def _free_in_forward_hooks(d):
+    """unshard in a forward pre-hook, reshard in the post-hook (FSDP's order), twice"""
+    m = _mlp().to(d)
+    ps, flat = _flatten(m)
+    saved = flat.clone()
+    flat.untyped_storage().resize_(0)
+
+    def pre(mod, args):
+        if flat.untyped_storage().nbytes() == 0:
+            flat.untyped_storage().resize_(flat.numel() * 4)
+            flat.copy_(saved)
+
+    def post(mod, args, out):
+        flat.untyped_storage().resize_(0)
+
+    m.register_forward_pre_hook(pre)
+    m.register_forward_hook(post)
+    outs = [m(X.to(d)) for _ in range(2)]
+    st = flat.untyped_storage()
+    return outs + [st.nbytes(), st.cpu().nbytes(), st.tolist(), "of size 0" in str(st)]
+
+
 def _tmp_case(fn):
     return lambda d: fn(d, _TMP[0])
 
@@ -755,6 +797,8 @@ CASES = {
     "zero3_release_gather": (_zero3_release_gather, {}),
     "capturable_adamw_amsgrad": (_capturable, {}),
     "deterministic_inits": (_deterministic_inits, {}),
+    "pending_read_then_free": (_pending_read_then_free, {}),
+    "free_in_forward_hooks": (_free_in_forward_hooks, {}),
 }
 
 # the CPU reference takes another path than torch takes for PrivateUse1 (and CUDA): the error is torch's own

@@ -115,6 +115,8 @@ class TpuUntypedStorage(torch.UntypedStorage):
     # --- values ---------------------------------------------------------------------------------
     def _host_tensor(self) -> torch.Tensor:
         storage = self._tpu
+        if not storage.nbytes:  # also freed (resize_(0)): no bytes, as CPU's
+            return torch.empty(0, dtype=storage.dtype)
         return dtypes.device_to_host(materialize(storage.value()), storage.dtype).reshape(-1)
 
     def cpu(self):
