@@ -17,6 +17,10 @@ Found here and fixed:
 * ``copy.deepcopy`` of a tpu ``nn.Parameter`` kept its ``.grad``, its Python attributes and its sharing with
   other parameters' storage (flat buffers); torch's ``Parameter.__deepcopy__`` (CPU, CUDA) clones the data
   alone: ``ema = deepcopy(model)`` after a backward carried every gradient.
+* ``torch.save(..., _use_new_zipfile_serialization=False)`` (the legacy format) of tpu tensors, or of CPU
+  tensors loaded with ``map_location="tpu"``, loaded garbage: the legacy format reads the bytes after the
+  pickle, and the device copy was made while unpickling, from uninitialised memory. Now uploaded once
+  ``torch.serialization._legacy_load`` has read them.
 * ``torch.save``/``pickle`` of a tpu tensor or parameter lost its Python attributes (``p.tag = ...``), which
   torch keeps (weights_only loads too).
 
@@ -52,6 +56,8 @@ Cases tried (all strict and fused eager), outcome:
   module.share_memory(), tensor.share_memory_() .............................................. FIXED (raised)
   deepcopy of a model with flat params and flat grads (EMA copy) ............................. FIXED (grads kept, storage shared)
   torch.save/load (weights_only both), pickle, deepcopy of tensors/params with attributes .... FIXED (attributes lost)
+  legacy (non-zipfile) torch.save of tpu tensors / CPU file with map_location=tpu ............ FIXED (garbage values)
+  torch.load map_location="tpu:7" (no such device), "meta", skip_data(), get_unsafe_globals ... pass
   deepcopy of a plain tensor with grad, of a transposed param, of a frozen param .............. pass
   ZeRO-3 style p.data = empty(0) release and p.data = gathered re-point, two steps ............ pass
   capturable=True Adam/AdamW/NAdam/RAdam/Adamax/ASGD/RMSprop/Adadelta/Rprop (CPU: not capturable) pass
@@ -737,6 +743,27 @@ def _free_in_forward_hooks(d):
     return outs + [st.nbytes(), st.cpu().nbytes(), st.tolist(), "of size 0" in str(st)]
 
 
+def _legacy_format(d, tmp):
+    """torch.save(_use_new_zipfile_serialization=False): the bytes follow the pickle; every tpu value
+    loaded was uninitialised memory (uploaded before torch read the bytes)"""
+    m = _mlp().to(d)
+    obj = {"sd": m.state_dict(), "v": m[0].weight[1:3].t(), "p": nn.Parameter(torch.ones(2, device=d))}
+    path = os.path.join(tmp, f"legacy_{d.type}.pt")
+    torch.save(obj, path, _use_new_zipfile_serialization=False)
+    outs = []
+    for kw in ({"weights_only": False}, {"weights_only": True}, {"weights_only": True, "map_location": "cpu"}):
+        o = torch.load(path, **kw)
+        outs += [o["sd"], o["v"], o["v"].stride(), isinstance(o["p"], nn.Parameter),
+                 o["v"].untyped_storage().data_ptr() == o["sd"]["0.weight"].untyped_storage().data_ptr()]
+    cpu = _mlp()  # a CPU legacy checkpoint loaded with map_location=device: views keep sharing
+    b = io.BytesIO()
+    torch.save({"sd": cpu.state_dict(), "v": cpu[0].weight[1:3].t()}, b, _use_new_zipfile_serialization=False)
+    b.seek(0)
+    o = torch.load(b, map_location=d, weights_only=True)
+    o["v"].mul_(2)
+    return outs + [o["sd"], o["v"], o["v"].stride(), o["v"].device.type == d.type]
+
+
 def _tmp_case(fn):
     return lambda d: fn(d, _TMP[0])
 
@@ -799,6 +826,7 @@ CASES = {
     "deterministic_inits": (_deterministic_inits, {}),
     "pending_read_then_free": (_pending_read_then_free, {}),
     "free_in_forward_hooks": (_free_in_forward_hooks, {}),
+    "legacy_format": (_tmp_case(_legacy_format), {}),
 }
 
 # the CPU reference takes another path than torch takes for PrivateUse1 (and CUDA): the error is torch's own
