@@ -91,7 +91,8 @@ Cases tried (all strict and fused eager), outcome:
   requires_grad_(False) on part of a flat model, zero_grad(set_to_none=False) on grad views ... pass
 Not fixed (by design, clear errors): ``cpu_param.data = tpu_tensor`` / ``tpu_param.data = cpu_tensor``
 (a tpu tensor is a Python wrapper subclass; torch's "incompatible tensor type" / the backend's own message),
-FSDP2 ``fully_shard`` (needs ``torch.tpu.Stream``, which the backend refuses by design).
+FSDP2 ``fully_shard`` (needs ``torch.tpu.Stream``, which the backend refuses by design), ``nn.LazyLinear`` moved
+to tpu before its first call (the README's documented limit; the error says to initialise it on the CPU).
 """
 import copy
 import gc
