@@ -43,7 +43,7 @@ def test_deepcopy_of_views_and_modules():
     m(torch.ones(1, 3, device="tpu")).sum().backward()
     m2 = copy.deepcopy(m)
     assert isinstance(m2.weight, torch.nn.Parameter) and m2.weight.requires_grad
-    torch.testing.assert_close(m2.weight.grad.cpu(), m.weight.grad.cpu())
+    assert m2.weight.grad is None and m.weight.grad is not None  # nn.Parameter.__deepcopy__ drops it, as on CPU
     with torch.no_grad():
         m2.weight.zero_()
     assert m.weight.abs().sum().item() > 0

@@ -47,6 +47,17 @@ def freed(nbytes: int) -> None:
     c.freed_bytes += nbytes
 
 
+def resized(old: int, new: int) -> None:
+    """A live storage's bytes went from ``old`` to ``new`` (freed and re-allocated in place, as FSDP does)."""
+    c = _Counter
+    c.in_use += new - old
+    if new > old:
+        c.allocated_bytes += new - old
+        c.peak = max(c.peak, c.in_use)
+    else:
+        c.freed_bytes += old - new
+
+
 def in_use() -> int:
     return _Counter.in_use
 

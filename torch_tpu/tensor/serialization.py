@@ -12,6 +12,7 @@ tensor a view (size, stride, offset) of one tpu storage per saved storage, so vi
 from __future__ import annotations
 
 import re
+import threading
 import weakref
 
 import torch
@@ -23,6 +24,8 @@ from .tensor import TpuStorage, TpuTensor
 # storage -> (version, weak ref to its CPU copy): while one torch.save runs, the pickler's memo keeps
 # the copy alive, so every view of the storage reduces to the same object (written once)
 _HOST_COPIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# the storages a legacy-format torch.load (this thread's) rebuilt before their bytes were read
+_LEGACY = threading.local()
 # id of a CPU copy being loaded -> the storage rebuilt from it (views of one storage share it again);
 # an entry leaves when its CPU copy dies (tensors compare by value, so no WeakKeyDictionary)
 _LOADED: dict = {}
@@ -33,8 +36,16 @@ def _storage_loaded_from(host, device_index: int) -> TpuStorage:
     known = _LOADED.get(key)
     if known is not None and known[0]() is host:
         return known[1]
-    array = dtypes.host_to_device(host, platform.jax_device(device_index))
-    storage = TpuStorage(array, tuple(host.shape), host.dtype, device_index)
+    pending = getattr(_LEGACY, "pending", None)
+    if pending is not None and getattr(host.untyped_storage(), "_torch_load_uninitialized", False):
+        # torch.save(_use_new_zipfile_serialization=False) files hold the bytes after the pickle: torch
+        # reads them into ``host`` once every tensor is rebuilt, so the upload waits for that (it copied
+        # uninitialised memory: every value loaded was garbage)
+        storage = TpuStorage(None, tuple(host.shape), host.dtype, device_index)
+        pending.append((storage, host))
+    else:
+        array = dtypes.host_to_device(host, platform.jax_device(device_index))
+        storage = TpuStorage(array, tuple(host.shape), host.dtype, device_index)
     _LOADED[key] = (weakref.ref(host, lambda _, key=key: _LOADED.pop(key, None)), storage)
     return storage
 
@@ -50,14 +61,29 @@ def _host_copy(storage: TpuStorage) -> torch.Tensor:
     return host
 
 
+def _python_state(t) -> dict:
+    """The Python attributes a tensor carries (``p.tag = ...``), which torch pickles with it; not the
+    backend's own (``_tpu_*``) nor the Parameter flag."""
+    return {k: v for k, v in t.__dict__.items() if not k.startswith("_tpu_") and k != "_is_param"}
+
+
 def _reduce_ex(self, proto):
-    return (rebuild_tpu_tensor, (_host_copy(self._tpu_storage), self.storage_offset(), tuple(self.shape),
-                                 tuple(self.stride()), self.dtype, self.requires_grad,
-                                 bool(getattr(self, "_is_param", False)), str(self.device)))
+    args = (_host_copy(self._tpu_storage), self.storage_offset(), tuple(self.shape), tuple(self.stride()),
+            self.dtype, self.requires_grad, bool(getattr(self, "_is_param", False)), str(self.device))
+    state = _python_state(self)
+    return (rebuild_tpu_tensor, args + (state,) if state else args)
 
 
-def rebuild_tpu_tensor(host, offset, size, stride, dtype, requires_grad, is_param, device):
-    """Unpickling: the view (size, stride, offset, dtype) of ``host``, on the restore location."""
+def rebuild_tpu_tensor(host, offset, size, stride, dtype, requires_grad, is_param, device, state=None):
+    """Unpickling: the view (size, stride, offset, dtype) of ``host``, on the restore location, with the
+    Python attributes it had (``state``; torch keeps them too: they were lost)."""
+    tensor = _rebuild(host, offset, size, stride, dtype, requires_grad, is_param, device)
+    for k, v in (state or {}).items():
+        setattr(tensor, k, v)
+    return tensor
+
+
+def _rebuild(host, offset, size, stride, dtype, requires_grad, is_param, device):
     target = _restore_location(host, device)
     if isinstance(host, TpuTensor):  # map_location="tpu" already moved the saved CPU copy (see install)
         storage = host._tpu_storage
@@ -120,6 +146,21 @@ def _deserialize(obj, location):
     return None
 
 
+def _legacy_load_then_upload(original):
+    def _legacy_load(*args, **kwargs):
+        outer = getattr(_LEGACY, "pending", None)
+        _LEGACY.pending = pending = []
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            _LEGACY.pending = outer
+        for storage, host in pending:  # the bytes are read now
+            storage.set(dtypes.host_to_device(host, platform.jax_device(storage.device_index)))
+        return result
+
+    return _legacy_load
+
+
 def install() -> None:
     import torch._utils as tu
 
@@ -135,6 +176,7 @@ def install() -> None:
 
     _rebuild_tensor._tpu_patched = True
     tu._rebuild_tensor = _rebuild_tensor
+    torch.serialization._legacy_load = _legacy_load_then_upload(torch.serialization._legacy_load)
     torch.serialization.register_package(19, _tag, _deserialize)
     torch.serialization.add_safe_globals([rebuild_tpu_tensor])  # torch.load(weights_only=True)
     TpuTensor.__reduce_ex__ = _reduce_ex

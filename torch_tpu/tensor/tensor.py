@@ -56,6 +56,8 @@ class TpuStorage:
     def value(self):
         arr = self.array
         if arr is None:
+            if not self.nbytes and math.prod(self.shape):
+                _freed_error(self, "read")
             with platform.X64():  # a program of its own, cached (on disk too) like every other
                 arr = program_cache.zeros(self.shape, dtypes.to_jax_dtype(self.dtype),
                                           platform.jax_device(self.device_index))
@@ -63,10 +65,19 @@ class TpuStorage:
         return arr
 
     def set(self, array) -> None:
+        if not self.nbytes and math.prod(self.shape):
+            _freed_error(self, "written")
         if type(array) is LazyArray:  # fused mode: undone if the graph fails before this write
             note_write(self, self.array, array)
         self.array = array
         self.version += 1
+
+
+def _freed_error(storage: TpuStorage, what: str):
+    raise RuntimeError(
+        f"tpu: a tensor whose storage was freed with untyped_storage().resize_(0) was {what}; re-allocate it "
+        f"first with untyped_storage().resize_({math.prod(storage.shape) * storage.dtype.itemsize}) (on CPU "
+        "this reads or writes freed memory)")
 
 
 def _contiguous_strides(shape) -> tuple:
@@ -213,6 +224,14 @@ class TpuTensor(torch.Tensor):
         fused mode."""
         if id(self) in memo:
             return memo[id(self)]
+        if getattr(self, "_is_param", False):
+            # nn.Parameter.__deepcopy__ (a tpu parameter's type is TpuTensor, so torch's is not reached): a
+            # parameter of its own holding a clone of the data, no .grad, no attributes, as on CPU and CUDA
+            # (``ema = deepcopy(model)`` after a backward kept every .grad, and copied flat-buffer params
+            # stayed views of one storage)
+            result = torch.nn.Parameter(self.data.clone(memory_format=torch.preserve_format), self.requires_grad)
+            memo[id(self)] = result
+            return result
         if not self.is_leaf:
             raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support the "
                                "deepcopy protocol at the moment.")

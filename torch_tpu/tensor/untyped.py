@@ -17,13 +17,14 @@ Every view of one storage returns the same object while one of them holds it (as
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import weakref
 
 import torch
 
 from ..engine.fused import materialize
-from ..runtime import dtypes, platform
+from ..runtime import dtypes, memory, platform
 from .tensor import TpuStorage, TpuTensor, _dynamo_tracing
 
 # addresses start above the 57-bit user address space (non-canonical on x86-64 and aarch64: never a
@@ -45,7 +46,7 @@ def address(storage: TpuStorage) -> int:
             return storage._ptr
         except AttributeError:
             ptr = _next[0]
-            size = max(storage.nbytes, 1)
+            size = max(math.prod(storage.shape) * storage.dtype.itemsize, 1)  # also while freed (resize_(0))
             _next[0] = ptr + (size + _ALIGN - 1) // _ALIGN * _ALIGN
             storage._ptr = ptr
             return ptr
@@ -114,6 +115,8 @@ class TpuUntypedStorage(torch.UntypedStorage):
     # --- values ---------------------------------------------------------------------------------
     def _host_tensor(self) -> torch.Tensor:
         storage = self._tpu
+        if not storage.nbytes:  # also freed (resize_(0)): no bytes, as CPU's
+            return torch.empty(0, dtype=storage.dtype)
         return dtypes.device_to_host(materialize(storage.value()), storage.dtype).reshape(-1)
 
     def cpu(self):
@@ -181,12 +184,38 @@ class TpuUntypedStorage(torch.UntypedStorage):
     def __copy__(self):
         return self.clone()
 
+    def resize_(self, size):
+        """Free the bytes (``resize_(0)``) and re-allocate them at the storage's size (FSDP's
+        ``free_storage``/``alloc_storage`` of a flat parameter or an all-gather buffer); the tensors and
+        views of the storage keep their geometry. Re-allocated bytes read as zeros (CPU: uninitialised).
+        Other sizes are refused (a tpu storage holds one array in its base's shape)."""
+        storage = self._tpu
+        nbytes, full = int(size), math.prod(storage.shape) * storage.dtype.itemsize
+        if nbytes == storage.nbytes:
+            return self
+        if nbytes != 0 and (nbytes != full or storage.nbytes):
+            raise RuntimeError(
+                f"UntypedStorage.resize_({nbytes}) of a tpu storage of {storage.nbytes} bytes: a tpu storage can "
+                f"only be freed (resize_(0)) and re-allocated at its size ({full} bytes); allocate a new tensor "
+                "for another size")
+        memory.resized(storage.nbytes, nbytes)
+        storage.nbytes = nbytes
+        storage.array = None  # dropped; re-allocated: reads as zeros
+        storage.reshaped = None
+        storage.version += 1  # views' cached values are stale
+        _C_STORAGE_RESIZE(self, nbytes)  # the meta stand-in's nbytes()
+        return self
+
     # the meta stand-in must never be written through torch's C methods: each of these raises
     fill_ = _unsupported("fill_")
-    resize_ = _unsupported("resize_")
     __setitem__ = _unsupported("__setitem__")
-    share_memory_ = _unsupported("share_memory_")
-    _share_memory_ = _unsupported("_share_memory_")
+    def share_memory_(self, *args, **kwargs):
+        """A no-op, as torch's for every storage but the CPU's (only CPU memory moves to POSIX shared
+        memory): ``module.share_memory()`` of a tpu model raised."""
+        return self
+
+    _share_memory_ = share_memory_
+
     _share_fd_cpu_ = _unsupported("_share_fd_cpu_")
     _share_filename_cpu_ = _unsupported("_share_filename_cpu_")
     _share_cuda_ = _unsupported("_share_cuda_")
@@ -233,6 +262,7 @@ def _storage_new(cls, *args, device=None, **kwargs):
 
 
 _C_STORAGE_NEW = torch._C.StorageBase.__new__
+_C_STORAGE_RESIZE = torch._C.StorageBase.resize_
 _ORIGINAL_UNTYPED_STORAGE = torch.Tensor.untyped_storage
 
 
