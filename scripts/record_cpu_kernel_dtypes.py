@@ -21,13 +21,17 @@ import torch
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torch_tpu.ops.cpu_kernel_dtypes import dispatch_keys  # noqa: E402 - one definition for both sides
+from torch_tpu.ops.cpu_kernel_dtypes import recorded_key  # noqa: E402 - one definition for both sides
 
 DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)
 _NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
           torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float32: "Float",
           torch.float64: "Double", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+_DTYPES_BY_NAME = {name: dtype for dtype, name in _NAMES.items()}
+# ops whose CPU kernels refuse a dtype on some shapes only (index_reduce of bool: "index_func_" on some
+# samples, computed on others): a dtype key cannot say when; refusals.py checks them by hand
+_SHAPE_DEPENDENT = {"aten.index_reduce.default"}
 _RANDOM = ("normal", "bernoulli", "multinomial", "rand", "randn", "randint", "empty", "uniform", "exponential",
            "geometric", "log_normal", "cauchy", "dropout")
 _MESSAGE = re.compile(r'"([^"]+)" not implemented for \'([A-Za-z0-9]+)\'')
@@ -46,11 +50,11 @@ class _Recorder(TorchDispatchMode):
             return func(*args, **(kwargs or {}))
         except NotImplementedError as exc:
             m = _MESSAGE.search(str(exc))
-            if m and not getattr(exc, "_recorded", False):
-                # the first key whose dtype the refusal names (the innermost op: outer ones see it again)
-                key = next((k for k in dispatch_keys(func, args, kwargs or {})
-                            if _NAMES.get(getattr(torch, k.split(":")[1].split("|")[0], None)) == m.group(2)), None)
-                if key is not None:
+            refused = _DTYPES_BY_NAME.get(m.group(2)) if m else None
+            if refused is not None and not getattr(exc, "_recorded", False):
+                # (the innermost op only: outer ones see the same exception again)
+                key = recorded_key(func, args, kwargs or {}, refused)
+                if key is not None and str(func) not in _SHAPE_DEPENDENT:
                     exc._recorded = True
                     self.table.setdefault(str(func), {})[key] = m.group(1)
             raise

@@ -305,7 +305,9 @@ KERNEL_DTYPE_REFUSED = {
     "adaptive_avg_pool2d_int": (lambda x: F.adaptive_avg_pool2d(x, 2), _pool_input(torch.int64)),
     "avg_pool2d_int": (lambda x: F.avg_pool2d(x, 2), _pool_input(torch.int32)),
     "batch_norm_int": (lambda x: F.batch_norm(x, None, None, training=True), _pool_input(torch.int64)),
-    "interpolate_bilinear_int": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), _pool_input(torch.int64)),
+    # (the table holds the argument forms torch's OpInfo samples use: align_corners=True here)
+    "interpolate_bilinear_int": (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+                                 _pool_input(torch.int64)),
     "grid_sample_uint8": (lambda x: F.grid_sample(x, torch.zeros(1, 2, 2, 2, dtype=torch.uint8, device=x.device),
                                                   align_corners=False), _pool_input(torch.uint8)),
     "trace_bool": (torch.trace, B),

@@ -14,3 +14,6 @@ def load() -> None:
     from . import meta_kernels
 
     meta_kernels.register()
+    from . import cpu_kernel_dtypes
+
+    cpu_kernel_dtypes.register()

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from . import cpu_kernel_dtypes, out_dtypes
+from . import out_dtypes
 from .registry import aten
 from .validate import _CPP_NAMES, _TYPE_NAMES, _random_bounds, validates
 
@@ -579,7 +579,3 @@ def _index_reduce_bool(x, dim, index, source, reduce, include_self=True):
         raise NotImplementedError("\"index_reduce_func_exclude_input_init\" not implemented for 'Bool'")
     if x.dtype == torch.bool and reduce == "mean":
         raise NotImplementedError("\"div_floor_cpu\" not implemented for 'Bool'")
-
-
-for _op, _check in cpu_kernel_dtypes.checks():  # dtypes CPU's kernels have no instance for (recorded)
-    validates(_op)(_check)
