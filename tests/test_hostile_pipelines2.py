@@ -10,7 +10,9 @@ seeds, CPU generators); every exception must be of CPU's kind. Cases run in one 
 
 Found here: ``F.interpolate`` of dtypes CPU's resampling kernels refuse (a bool mask tensor given to
 FluxInpaintPipeline, nearest/bilinear of int tensors, linear/area of uint8, antialias of half) computed
-silently on the tpu; now the CPU kernels' NotImplementedError (``ops/refusals.py``).
+silently on the tpu; now the CPU kernels' NotImplementedError (``ops/refusals.py``). uint8 images resized
+bilinearly (and with antialias) were off by one in a fifth of the pixels: CPU's kernel works in int16 fixed
+point with a rounding between its two passes; the tpu now does the same (``ops/spatial.py``).
 
 ``TRIED`` logs every case tried this round and its outcome ("ok": the same result, or the same exception
 kind, as CPU); the cheap ones are kept below as regression cases.
@@ -62,8 +64,9 @@ TRIED = [  # (case, outcome)
      " (dynamo, any backend)"),
     ("image/mask processors on tpu tensors (preprocess resize, postprocess pt/np/pil, channels_last)", "ok"),
     ("F.interpolate dtype matrix: 9 modes x 9 dtypes x 4 layouts against CPU", "FIXED: 64 silent results"),
-    ("F.interpolate uint8 bilinear/bicubic values", "LEFT: off by 1 (bicubic antialias up to 12) where CPU's"
-     " AVX2 uint8 kernels use fixed-point weights and round between passes (CPU itself differs without AVX2)"),
+    ("F.interpolate uint8 bilinear (align_corners, antialias) and bicubic antialias values", "FIXED: off by 1 in a"
+     " fifth of the pixels (bicubic antialias by 12): CPU resizes uint8 in int16 fixed point, rounding between passes"),
+    ("F.interpolate uint8 plain bicubic (decomposed)", "LEFT: off by 1 in ~0.1% of pixels (CPU: fixed point, a=-0.75)"),
 ]
 
 STRICT, FUSED = torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE
@@ -196,6 +199,21 @@ def _interpolate_dtypes():
                     f("tpu")
 
 
+def _interpolate_uint8():
+    """uint8 images resized (bilinear, align_corners, antialias bilinear and bicubic, scale factors): CPU's
+    kernel works in int16 fixed point and rounds to uint8 between its width and height passes; the tpu
+    rounded once from float (off by one in a fifth of the pixels, by 12 for bicubic antialias)."""
+    for shape in ((1, 3, 8, 8), (2, 5, 7, 9)):
+        for mode, kw in (("bilinear", {}), ("bilinear", {"align_corners": True}), ("bilinear", {"antialias": True}),
+                         ("bicubic", {"antialias": True})):
+            for size in (dict(size=(16, 12)), dict(size=(5, 6)), dict(size=(3, 9)), dict(scale_factor=1.7)):
+                x = torch.randint(0, 256, shape, dtype=torch.uint8, generator=_gen(len(kw)))
+                exp = F.interpolate(x, mode=mode, **size, **kw)
+                got = F.interpolate(x.to("tpu"), mode=mode, **size, **kw).cpu()
+                assert torch.equal(got, exp), f"[wrong value] uint8 {mode} {kw} {size}: " \
+                    f"max diff {int((got.int() - exp.int()).abs().max())}"
+
+
 # ---------------------------------------------------------------------------------------------------
 # schedulers, latents, callbacks, generators
 
@@ -284,6 +302,7 @@ ISOLATED_CASES = {
     "img2img": _img2img,
     "inpaint": _inpaint,
     "interpolate_dtypes": _interpolate_dtypes,
+    "interpolate_uint8": _interpolate_uint8,
     "schedulers": _schedulers,
     "latents_and_generators": _latents_and_generators,
     "callbacks": _callbacks,
