@@ -66,6 +66,11 @@ TRIED = [  # (case, outcome)
     ("F.interpolate dtype matrix: 9 modes x 9 dtypes x 4 layouts against CPU", "FIXED: 64 silent results"),
     ("F.interpolate uint8 bilinear (align_corners, antialias) and bicubic antialias values", "FIXED: off by 1 in a"
      " fifth of the pixels (bicubic antialias by 12): CPU resizes uint8 in int16 fixed point, rounding between passes"),
+    ("latents/image of a wrong shape: RuntimeError as CPU, but the meta kernel's message (\"Attempting to broadcast"
+     " a dimension of length 528 at -3! ...\") instead of CPU's \"The size of tensor a (520) must match ...\"",
+     "LEFT: same kind, names the shapes (not the op); cosmetic"),
+    ("F.interpolate of bool/int tensors inside torch.compile(backend='tpu')", "LEFT: computes (AOT decomposes the"
+     " resize before the call-node checks; not compared with inductor)"),
     ("F.interpolate uint8 plain bicubic (decomposed)", "LEFT: off by 1 in ~0.1% of pixels (CPU: fixed point, a=-0.75)"),
 ]
 
