@@ -48,7 +48,7 @@ def eager_mode(request):
 # Files that take the longest (their isolated-case children, pipelines, torchrun), scheduled first: with
 # whole files per worker (--dist loadfile), a long file collected last kept one core busy alone at the end.
 _SLOW_FIRST = ["test_hostile_workflows.py", "test_hostile_ecosystem.py", "test_hostile_functional.py",
-               "test_distributed.py", "test_demo.py", "test_compile.py", "test_pipelines.py",
+               "test_distributed.py", "test_demo.py", "test_compile.py", "test_pipelines.py", "test_hostile_pipelines2.py",
                "test_hostile_interplay.py", "test_hostile_autograd_modes.py", "test_hostile_backward.py",
                "test_coldstart.py", "test_hostile_dtypes_formats.py", "test_hostile_plumbing.py",
                "test_hostile_sequences.py", "test_cli.py", "test_hostile_modules.py", "test_hostile_modules2.py",

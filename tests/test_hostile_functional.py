@@ -810,11 +810,7 @@ for _prefix, _cases in (("loss", LOSS_CASES), ("norm", NORM_CASES), ("pad", PAD_
     ISOLATED_CASES.update({f"{_prefix}:{k}": v for k, v in _cases.items()})
 
 _NO_LOWERING = "no tpu lowering and no torch decomposition: a clear NotImplementedError naming the op"
-XFAIL = {
-    # CPU's uint8 bilinear kernel is separable fixed-point arithmetic with an 8-bit intermediate rounding:
-    # the float computation rounded once differs by one in some elements
-    "pad:interpolate_uint8_nearest": "uint8 bilinear interpolation differs by one from CPU's fixed-point kernel",
-}
+XFAIL = {}  # (pad:interpolate_uint8_nearest passes since uint8 resizes follow CPU's fixed-point kernel)
 
 
 results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=120)

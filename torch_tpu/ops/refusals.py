@@ -13,7 +13,7 @@ import torch
 
 from . import out_dtypes
 from .registry import aten
-from .validate import _CPP_NAMES, _TYPE_NAMES, _random_bounds, validates
+from .validate import _CPP_NAMES, _TYPE_NAMES, _random_bounds, validates, validates_each_call
 
 # --- complex inputs: ordering and rounding are not defined ------------------------------------------
 _CPU_KERNEL = {"lt": "lt_cpu", "le": "le_cpu", "gt": "gt_cpu", "ge": "ge_cpu", "max": "max_all", "min": "min_all",
@@ -453,6 +453,15 @@ _KERNEL_DTYPES = {  # op: (CPU kernel's name, the dtypes it takes)
     "linalg_householder_product": ("orgqr_cpu", _only(*_LAPACK_DTYPES)),
     "_standard_gamma": ("gamma_cpu", _only(*_FLOAT_DOUBLE)), "_sample_dirichlet": ("dirichlet", _only(*_FLOAT_DOUBLE)),
     "poisson": ("poisson_cpu", _only(*_FLOAT_DOUBLE, *_HALF)), "binomial": ("binomial_cpu", _only(*_FLOAT_DOUBLE)),
+    # resampling (F.interpolate): floating dtypes and uint8 (linear 1-d/3-d and area: no uint8, antialias: no half)
+    **dict.fromkeys(("upsample_nearest1d", "upsample_nearest3d", "_upsample_nearest_exact1d", "_upsample_nearest_exact3d"),
+                    ("compute_indices_weights_nearest", _only(*_FLOAT_DOUBLE, *_HALF, torch.uint8))),
+    **{n: (f"{n.lstrip('_').replace('_exact', '')}_channels_last", _only(*_FLOAT_DOUBLE, *_HALF, torch.uint8))
+       for n in ("upsample_nearest2d", "_upsample_nearest_exact2d", "upsample_bilinear2d")},
+    **dict.fromkeys(("upsample_linear1d", "upsample_trilinear3d"), ("compute_indices_weights_linear", _only(*_FLOAT_DOUBLE, *_HALF))),
+    **dict.fromkeys(("_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa"),
+                    ("compute_index_ranges_weights", _only(*_FLOAT_DOUBLE, torch.uint8))),
+    "_adaptive_avg_pool3d": ("adaptive_avg_pool3d_cpu", _only(*_FLOAT_DOUBLE, *_HALF)),
 }
 
 
@@ -471,6 +480,16 @@ def _refuse_kernel_dtypes(kernel, takes):
 
 for _name, (_kernel, _takes) in _KERNEL_DTYPES.items():
     validates(*_functional_overloads(_name))(_refuse_kernel_dtypes(_kernel, _takes))
+
+
+validates_each_call(aten.upsample_bicubic2d.default)(  # decomposed: checked on each call
+    lambda _, *a, **k: _refuse_kernel_dtypes("compute_indices_weights_cubic", _only(*_FLOAT_DOUBLE, *_HALF, torch.uint8))(*a))
+
+
+@validates(*_functional_overloads("_adaptive_avg_pool2d"))
+def _adaptive_avg_pool2d_dtype(x, *_, **__):  # CPU's kernel by the input's suggested memory format
+    cl = x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+    _refuse_kernel_dtypes(f"adaptive_avg_pool2d{'_channels_last' * cl}", _only(*_FLOAT_DOUBLE, *_HALF))(x)
 
 
 def _multi_margin_dtypes(kernel, x, weight):
