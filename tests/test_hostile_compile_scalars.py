@@ -14,9 +14,9 @@ functions x dynamic=False/None, 9 optimizer/scheduler pairs x 20 steps):
   * -0.0 after 0.0 (or the reverse) where the float is a constant in the graph: dynamo's guard
     ``s == 0.0`` holds for -0.0 and its symbolic specialisation (sympy) drops the sign: the program for
     +0.0 runs (left: dynamo's guards; strict xfail below; inductor does the same).
-  * add(alpha=1e308) on float32: CPU refuses the overflowing scalar, the compiled step computes with the
-    float as an input and returns inf; ``torch.where(c, x, 1e308)`` the same before this work (left,
-    strict xfail below).
+  * add(alpha=1e308) on float32: CPU refuses the overflowing scalar, the compiled step computed with the
+    float as an input and returned inf; ``torch.where(c, x, 1e308)`` the same (fixed in compiled14:
+    ``compile/scalar_checks.py``; test_overflowing_float_scalar).
   * everything else in CASES: right values, clear errors where CPU raises.
 """
 from __future__ import annotations
@@ -210,8 +210,22 @@ def test_signed_zero_float_constant():
                      _compiled(lambda x, s: x.clamp(min=s)), _x())
 
 
-@pytest.mark.xfail(strict=True, reason="CPU refuses a float alpha that overflows float32; the compiled "
-                   "graph takes the float as an input (or, for where, as a constant) and returns inf")
-def test_overflowing_float_scalar():
-    D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.5, 1.5, 1e308)],
-                     _compiled(lambda x, s: torch.add(x, x, alpha=s)), _x())
+OVERFLOWING = [
+    ("add alpha", lambda x, s: torch.add(x, x, alpha=s)),
+    ("sub alpha of -s", lambda x, s: torch.sub(x, x, alpha=-s)),
+    ("addcmul value", lambda x, s: torch.addcmul(x, x, x, value=s)),
+    ("where other", lambda x, s: torch.where(x > 0, x, s)),
+    ("where self", lambda x, s: torch.where(x > 0, s, x)),
+    ("where half (inf, as CPU)", lambda x, s: torch.where(x > 0, x.half(), s * 1e5)),
+    ("clamp min", lambda x, s: x.clamp(min=s)),
+    ("leaky_relu slope", lambda x, s: torch.nn.functional.leaky_relu(x, s)),
+]
+
+
+@pytest.mark.parametrize("name,fn", OVERFLOWING, ids=D.ids(OVERFLOWING))
+def test_overflowing_float_scalar(name, fn):
+    """A float past float32's range where CPU refuses it: also once the float is a program input
+    (fixed: ``compile/scalar_checks.py`` checks input floats' values as eager does; ``where``'s constant
+    at compile time); before, alpha=1e308 and torch.where(c, x, 1e308) returned inf."""
+    D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.5, 1.5, 1e308, -0.5, 3e39, 2.0)],
+                     _compiled(fn), _x())
