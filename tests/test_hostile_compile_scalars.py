@@ -12,8 +12,11 @@ functions x dynamic=False/None, 9 optimizer/scheduler pairs x 20 steps):
     same code got the freed graph's id and ran the old constant (x * 1.5 for torch.tensor(nan) * x in a
     long run) -> keyed by the constants' contents (fixed, ``lowering._constants_key``).
   * -0.0 after 0.0 (or the reverse) where the float is a constant in the graph: dynamo's guard
-    ``s == 0.0`` holds for -0.0 and its symbolic specialisation (sympy) drops the sign: the program for
-    +0.0 runs (left: dynamo's guards; strict xfail below; inductor does the same).
+    ``s == 0.0`` holds for -0.0: the program for +0.0 ran (fixed in compiled14: a constant zero's guard
+    also checks its sign for this backend's frames, ``floats._install_signed_zero_guard``; inductor still
+    does the same).
+  * ``x * 0 + 0.0`` with x negative: -0.0 in the compiled program (XLA folds ``A + 0`` to ``A``), +0.0 on
+    CPU (left: strict xfail test_negative_zero_plus_constant_zero).
   * add(alpha=1e308) on float32: CPU refuses the overflowing scalar, the compiled step computed with the
     float as an input and returned inf; ``torch.where(c, x, 1e308)`` the same (fixed in compiled14:
     ``compile/scalar_checks.py``; test_overflowing_float_scalar).
@@ -202,12 +205,26 @@ def test_graph_constants_key_their_program_by_value():
     D.assert_same([x * 1.5, x * 2.5], D.read([first[0], second[0]]))
 
 
-@pytest.mark.xfail(strict=True, reason="dynamo guards a constant float with ==, which holds for -0.0 and "
-                   "0.0, and its symbolic specialisation (sympy) drops the sign of zero: the program for +0.0 "
-                   "runs for -0.0 (inductor does the same)")
-def test_signed_zero_float_constant():
-    D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.0, -0.0, 1.0, 2.0, -0.0)],
-                     _compiled(lambda x, s: x.clamp(min=s)), _x())
+SIGNED_ZERO = [
+    ("clamp min", lambda x, s: x.clamp(min=s)),
+    ("mul", lambda x, s: x * s),
+    ("where", lambda x, s: torch.where(x > 0, x, s)),
+]
+
+
+@pytest.mark.parametrize("name,fn", SIGNED_ZERO, ids=D.ids(SIGNED_ZERO))
+def test_signed_zero_float_constant(name, fn):
+    """-0.0 after 0.0 (and back) as a graph constant: dynamo's ``==`` guard held for both, so the program
+    for +0.0 ran for -0.0 (fixed: ``floats._install_signed_zero_guard``, for this backend's frames)."""
+    D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.0, -0.0, 1.0, 2.0, -0.0, 0.0)],
+                     _compiled(fn), _x())
+
+
+@pytest.mark.xfail(strict=True, reason="XLA's algebraic simplifier folds x + 0.0 (a constant in the compiled "
+                   "program) to x, so -0.0 + 0.0 stays -0.0 (IEEE and CPU: +0.0); eager passes the scalar as a "
+                   "program input, which is not folded")
+def test_negative_zero_plus_constant_zero():
+    D.check_sequence([D.named("s=0.0", lambda c, x: c(x, 0.0))], _compiled(lambda x, s: 1 / (x * 0 + s)), _x())
 
 
 OVERFLOWING = [

@@ -156,6 +156,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     from . import aliasing, floats, overlaps, replay, scalar_checks, specialize
 
     floats.install(tpu_backend)  # a float that changes between calls becomes an input from its second value on
+    floats.note_frame()  # (and a constant zero's guard keeps its sign)
     _refuse_requested_dynamism(example_inputs, options)
     if _host_only(gm, example_inputs):
         return gm  # no tpu tensor anywhere (a CPU tensor passed to a function compiled for the tpu)
