@@ -6,8 +6,8 @@ inputs that are pending fused-mode values or views, global modes (grad modes, au
 eager mode). Each case runs its whole sequence on CPU torch uncompiled and on the tpu compiled, and
 compares every value it returns (a stale value read by a compiled call shows up as a mismatch).
 
-Log of what was tried (compiled14; 80 sequences, 1-6 compiled calls each; probes outside the suite
-ran the same cases, this file keeps the cheap ones and every fixed one):
+Log of what was tried (compiled14; 92 sequences, 1-6 compiled calls each, plus 20 functions of a changing
+float; probes outside the suite ran them all, this file keeps the cheap ones and every fixed one):
 
 found and fixed
   * ``p.data = w`` with another stride (a transposed weight), dtype (``module.to(bfloat16)``,
@@ -53,10 +53,21 @@ test_hostile_compile_sequences.py)
   batch) with train/eval, param rewrites, autocast, grad modes, fused mode and training steps.
   diffusers: compile_repeated_blocks with one block's weights changed (shared programs),
   load_state_dict, training steps then eval, fused mode, gradient checkpointing toggled.
+  more: parameters made views of one flat buffer (written in place, compiled SGD steps), a compiled
+  clip_grad_norm_ with changing max_norm, a captured list of tensors that grows, a ModuleList appended
+  to, an int step buffer counted inside and reset outside, inference_mode weight writes, a conv moved
+  to channels_last after compile; untyped_storage().resize_(0) (refused clearly: eager's documented limit).
+  floats (test_hostile_compile_scalars.py): add/sub alpha, addcmul value, where (both sides, half),
+  clamp, leaky_relu, fill_, full_like, masked_fill, hardtanh, softshrink, torch.tensor(s), x * s with
+  0.5, 1.5, 1e308, -0.5, 3e39; -0.0 after 0.0 in clamp, where, mul, x * 0 + s.
+
+  * -0.0 after 0.0 as a graph constant: the +0.0 program ran (dynamo's ``==`` guard); fixed in
+    ``compile/floats.py`` (a zero's guard checks its sign), tests in test_hostile_compile_scalars.py.
 
 left
-  * -0.0 after 0.0 as a graph constant (dynamo's ``==`` guard; strict xfail in
-    test_hostile_compile_scalars.py).
+  * -0.0 after two other values (the float is an input by then) in clamp/where: dynamo specialises it
+    through sympy, which has no -0.0 (strict xfail in test_hostile_compile_scalars.py).
+  * x * 0 + 0.0 with x negative: -0.0 compiled (XLA folds ``A + 0.0``), +0.0 on CPU (strict xfail there).
   * x.resize_(2, 3) then x.resize_(9): a tpu storage cannot grow in place (eager, documented refusal).
 """
 from __future__ import annotations
