@@ -18,7 +18,8 @@ functions x dynamic=False/None, 9 optimizer/scheduler pairs x 20 steps):
   * -0.0 after two other values (the float is an input by then) in clamp/where: dynamo specialises it
     through sympy, which drops the sign (left: strict xfail test_negative_zero_after_float_became_input).
   * ``x * 0 + 0.0`` with x negative: -0.0 in the compiled program (XLA folds ``A + 0`` to ``A``), +0.0 on
-    CPU (left: strict xfail test_negative_zero_plus_constant_zero).
+    CPU (fixed in compiled14: ``ops/elementwise._static_zero_added``; test_negative_zero_plus_constant_zero).
+    ``x + torch.zeros(...)`` made inside a fused graph or a compiled program is folded the same way (left).
   * add(alpha=1e308) on float32: CPU refuses the overflowing scalar, the compiled step computed with the
     float as an input and returned inf; ``torch.where(c, x, 1e308)`` the same (fixed in compiled14:
     ``compile/scalar_checks.py``; test_overflowing_float_scalar).
@@ -230,11 +231,13 @@ def test_negative_zero_after_float_became_input():
                      _compiled(lambda x, s: x.clamp(max=s)), _x())
 
 
-@pytest.mark.xfail(strict=True, reason="XLA's algebraic simplifier folds x + 0.0 (a constant in the compiled "
-                   "program) to x, so -0.0 + 0.0 stays -0.0 (IEEE and CPU: +0.0); eager passes the scalar as a "
-                   "program input, which is not folded")
 def test_negative_zero_plus_constant_zero():
+    """XLA's algebraic simplifier folds x + 0.0 (a constant in the compiled program) to x, so -0.0 + 0.0
+    stayed -0.0 (IEEE and CPU: +0.0); fixed in the add/sub lowerings (``_static_zero_added``)."""
     D.check_sequence([D.named("s=0.0", lambda c, x: c(x, 0.0))], _compiled(lambda x, s: 1 / (x * 0 + s)), _x())
+    D.check_sequence([D.named("x - (-0.0), x + 0, alpha", lambda c, x: c(x))],
+                     _compiled(lambda x: (1 / (x * 0 - (-0.0)), 1 / (x * 0 + 0), 1 / torch.add(x * 0, 0.0, alpha=-1),
+                                          1 / (x.half() * 0 + 0.0))), _x())
 
 
 OVERFLOWING = [

@@ -67,7 +67,9 @@ test_hostile_compile_sequences.py)
 left
   * -0.0 after two other values (the float is an input by then) in clamp/where: dynamo specialises it
     through sympy, which has no -0.0 (strict xfail in test_hostile_compile_scalars.py).
-  * x * 0 + 0.0 with x negative: -0.0 compiled (XLA folds ``A + 0.0``), +0.0 on CPU (strict xfail there).
+  * x + torch.zeros(n) with x holding -0.0, the zeros made in the same fused graph or compiled program:
+    XLA folds ``A + 0`` to ``A`` and keeps -0.0 (CPU: +0.0). ``x * 0 + 0.0`` (a Python zero) was the
+    same and is fixed in the add/sub lowerings (test_negative_zero_plus_constant_zero).
   * x.resize_(2, 3) then x.resize_(9): a tpu storage cannot grow in place (eager, documented refusal).
 """
 from __future__ import annotations
