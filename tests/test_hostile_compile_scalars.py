@@ -12,11 +12,17 @@ functions x dynamic=False/None, 9 optimizer/scheduler pairs x 20 steps):
     same code got the freed graph's id and ran the old constant (x * 1.5 for torch.tensor(nan) * x in a
     long run) -> keyed by the constants' contents (fixed, ``lowering._constants_key``).
   * -0.0 after 0.0 (or the reverse) where the float is a constant in the graph: dynamo's guard
-    ``s == 0.0`` holds for -0.0 and its symbolic specialisation (sympy) drops the sign: the program for
-    +0.0 runs (left: dynamo's guards; strict xfail below; inductor does the same).
-  * add(alpha=1e308) on float32: CPU refuses the overflowing scalar, the compiled step computes with the
-    float as an input and returns inf; ``torch.where(c, x, 1e308)`` the same before this work (left,
-    strict xfail below).
+    ``s == 0.0`` holds for -0.0: the program for +0.0 ran (fixed in compiled14: a constant zero's guard
+    also checks its sign for this backend's frames, ``floats._install_signed_zero_guard``; inductor still
+    does the same).
+  * -0.0 after two other values (the float is an input by then) in clamp/where: dynamo specialises it
+    through sympy, which drops the sign (left: strict xfail test_negative_zero_after_float_became_input).
+  * ``x * 0 + 0.0`` with x negative: -0.0 in the compiled program (XLA folds ``A + 0`` to ``A``), +0.0 on
+    CPU (fixed in compiled14: ``ops/elementwise._static_zero_added``; test_negative_zero_plus_constant_zero).
+    ``x + torch.zeros(...)`` made inside a fused graph or a compiled program is folded the same way (left).
+  * add(alpha=1e308) on float32: CPU refuses the overflowing scalar, the compiled step computed with the
+    float as an input and returned inf; ``torch.where(c, x, 1e308)`` the same (fixed in compiled14:
+    ``compile/scalar_checks.py``; test_overflowing_float_scalar).
   * everything else in CASES: right values, clear errors where CPU raises.
 """
 from __future__ import annotations
@@ -202,16 +208,54 @@ def test_graph_constants_key_their_program_by_value():
     D.assert_same([x * 1.5, x * 2.5], D.read([first[0], second[0]]))
 
 
-@pytest.mark.xfail(strict=True, reason="dynamo guards a constant float with ==, which holds for -0.0 and "
-                   "0.0, and its symbolic specialisation (sympy) drops the sign of zero: the program for +0.0 "
-                   "runs for -0.0 (inductor does the same)")
-def test_signed_zero_float_constant():
-    D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.0, -0.0, 1.0, 2.0, -0.0)],
-                     _compiled(lambda x, s: x.clamp(min=s)), _x())
+SIGNED_ZERO = [
+    ("clamp min", lambda x, s: x.clamp(min=s)),
+    ("mul", lambda x, s: x * s),
+    ("where", lambda x, s: torch.where(x > 0, x, s)),
+]
 
 
-@pytest.mark.xfail(strict=True, reason="CPU refuses a float alpha that overflows float32; the compiled "
-                   "graph takes the float as an input (or, for where, as a constant) and returns inf")
-def test_overflowing_float_scalar():
-    D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.5, 1.5, 1e308)],
-                     _compiled(lambda x, s: torch.add(x, x, alpha=s)), _x())
+@pytest.mark.parametrize("name,fn", SIGNED_ZERO, ids=D.ids(SIGNED_ZERO))
+def test_signed_zero_float_constant(name, fn):
+    """-0.0 after 0.0 (and back) as a graph constant: dynamo's ``==`` guard held for both, so the program
+    for +0.0 ran for -0.0 (fixed: ``floats._install_signed_zero_guard``, for this backend's frames)."""
+    D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.0, -0.0, 1.0, 2.0, -0.0, 0.0)],
+                     _compiled(fn), _x())
+
+
+@pytest.mark.xfail(strict=True, reason="once the float changed (an input), dynamo specialises it again for "
+                   "clamp/where at a new value through its symbolic value, and sympy has no -0.0: the graph "
+                   "gets the constant 0.0")
+def test_negative_zero_after_float_became_input():
+    D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.5, 1.5, -0.0)],
+                     _compiled(lambda x, s: x.clamp(max=s)), _x())
+
+
+def test_negative_zero_plus_constant_zero():
+    """XLA's algebraic simplifier folds x + 0.0 (a constant in the compiled program) to x, so -0.0 + 0.0
+    stayed -0.0 (IEEE and CPU: +0.0); fixed in the add/sub lowerings (``_static_zero_added``)."""
+    D.check_sequence([D.named("s=0.0", lambda c, x: c(x, 0.0))], _compiled(lambda x, s: 1 / (x * 0 + s)), _x())
+    D.check_sequence([D.named("x - (-0.0), x + 0, alpha", lambda c, x: c(x))],
+                     _compiled(lambda x: (1 / (x * 0 - (-0.0)), 1 / (x * 0 + 0), 1 / torch.add(x * 0, 0.0, alpha=-1),
+                                          1 / (x.half() * 0 + 0.0))), _x())
+
+
+OVERFLOWING = [
+    ("add alpha", lambda x, s: torch.add(x, x, alpha=s)),
+    ("sub alpha of -s", lambda x, s: torch.sub(x, x, alpha=-s)),
+    ("addcmul value", lambda x, s: torch.addcmul(x, x, x, value=s)),
+    ("where other", lambda x, s: torch.where(x > 0, x, s)),
+    ("where self", lambda x, s: torch.where(x > 0, s, x)),
+    ("where half (inf, as CPU)", lambda x, s: torch.where(x > 0, x.half(), s * 1e5)),
+    ("clamp min", lambda x, s: x.clamp(min=s)),
+    ("leaky_relu slope", lambda x, s: torch.nn.functional.leaky_relu(x, s)),
+]
+
+
+@pytest.mark.parametrize("name,fn", OVERFLOWING, ids=D.ids(OVERFLOWING))
+def test_overflowing_float_scalar(name, fn):
+    """A float past float32's range where CPU refuses it: also once the float is a program input
+    (fixed: ``compile/scalar_checks.py`` checks input floats' values as eager does; ``where``'s constant
+    at compile time); before, alpha=1e308 and torch.where(c, x, 1e308) returned inf."""
+    D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.5, 1.5, 1e308, -0.5, 3e39, 2.0)],
+                     _compiled(fn), _x())

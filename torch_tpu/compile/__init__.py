@@ -153,13 +153,15 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend "tpu" (static shapes, ahead-of-time XLA compilation)."""
     from torch._guards import TracingContext
 
-    from . import aliasing, floats, overlaps, replay, specialize
+    from . import aliasing, floats, overlaps, replay, scalar_checks, specialize
 
     floats.install(tpu_backend)  # a float that changes between calls becomes an input from its second value on
+    floats.note_frame()  # (and a constant zero's guard keeps its sign)
     _refuse_requested_dynamism(example_inputs, options)
     if _host_only(gm, example_inputs):
         return gm  # no tpu tensor anywhere (a CPU tensor passed to a function compiled for the tpu)
     _check_inplace_calls(gm)
+    scalar_checks.check_constants(gm)
     if overlaps.refused(gm, example_inputs):
         return gm  # eager refuses a write into memory its input shares: run eagerly, the op raises
     if specialize.has_symbolic_inputs(example_inputs) or _has_symbolic_placeholders(gm):
@@ -169,7 +171,8 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     _check_static(gm)
     ctx = TracingContext.try_get()
     compiled = _compile_static(gm, example_inputs, ctx.fake_mode if ctx is not None else None)
-    return replay.on_check_failure(aliasing.guard(compiled, gm), gm)
+    # a float input's value is checked as eager checks it (alpha=1e308 on float32 raises)
+    return scalar_checks.guard(replay.on_check_failure(aliasing.guard(compiled, gm), gm), gm, example_inputs)
 
 
 def _host_only(gm: torch.fx.GraphModule, example_inputs) -> bool:

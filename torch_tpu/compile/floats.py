@@ -57,3 +57,47 @@ def install(backend) -> None:
     update_automatic_dynamic._tpu_float_scalars = True
     update_automatic_dynamic.__wrapped__ = original
     pgo.update_automatic_dynamic = update_automatic_dynamic
+    _install_signed_zero_guard()
+
+
+_FRAMES: "weakref.WeakSet" = None  # the code objects of frames whose graphs this backend compiled
+
+
+def note_frame() -> None:
+    """Called by the backend while dynamo traces a frame: its constant floats' guards keep zero's sign."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    if _FRAMES is not None and ctx is not None:
+        for code in getattr(ctx, "traced_code", None) or ():
+            _FRAMES.add(code)
+
+
+def _install_signed_zero_guard() -> None:
+    """dynamo guards a constant float with ``==``, which holds for -0.0 and 0.0: the program compiled for
+    ``x.clamp(min=0.0)`` ran for ``-0.0`` (CPU gives -0.0 where x is negative). For frames this backend
+    compiled, a constant zero's guard also checks its sign (a new sign recompiles the frame)."""
+    global _FRAMES
+    import math
+    import weakref
+
+    from torch._dynamo import guards
+
+    original = getattr(guards.GuardBuilder, "EQUALS_MATCH", None)
+    if original is None or getattr(original, "_tpu_signed_zero", False) or _FRAMES is not None:
+        return
+    _FRAMES = weakref.WeakSet()
+
+    def EQUALS_MATCH(self, guard, *args, **kwargs):  # noqa: N802 - dynamo's name
+        original(self, guard, *args, **kwargs)
+        val = self.get(guard)
+        if type(val) is float and val == 0.0 and getattr(self, "f_code", None) in _FRAMES:
+            sign = math.copysign(1.0, val)
+            code = f"__math_copysign(1.0, {self.arg_ref(guard)}) == {sign}"
+            self.get_guard_manager(guard).add_lambda_guard(
+                lambda x: type(x) is not float or math.copysign(1.0, x) == sign,
+                guards.get_verbose_code_parts(code, guard), guard.user_stack)
+
+    EQUALS_MATCH._tpu_signed_zero = True
+    EQUALS_MATCH.__wrapped__ = original
+    guards.GuardBuilder.EQUALS_MATCH = EQUALS_MATCH

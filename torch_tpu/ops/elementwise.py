@@ -1,6 +1,8 @@
 """Pointwise ops: arithmetic, comparisons, math functions (activations: activations.py)."""
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -27,13 +29,27 @@ def _scaled(y, alpha):
     return y if alpha is None or is_value(alpha, 1) else y * alpha
 
 
+def _static_zero_added(x, y, alpha, sign: float) -> bool:
+    """Is ``alpha * y`` a static Python zero of sign ``sign`` (a compiled graph's constant), added to a
+    real floating ``x``? XLA folds ``x + 0`` (and ``x - (-0.0)``) into ``x``, which keeps -0.0 where IEEE
+    and CPU give 0.0 (``x * 0 + 0.0`` of a negative x). A traced Scalar (eager's) is not folded."""
+    if type(y) not in (int, float, bool) or (alpha is not None and type(alpha) not in (int, float, bool)):
+        return False
+    v = y * (1 if alpha is None else alpha)
+    return v == 0 and math.copysign(1.0, v) == sign and jnp.issubdtype(jnp.result_type(x), jnp.floating)
+
+
+def _plus_zero(x):
+    """``x + 0.0`` as IEEE computes it (-0.0 becomes 0.0), in a form XLA does not fold."""
+    return jnp.where(x == 0, jnp.zeros_like(x), x)
+
+
 @register(aten.add.Tensor, aten.add.Scalar)
 def add(x, y, alpha=1):
     if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
         return jnp.logical_or(x, y)
-    if y is False and (alpha is None or is_value(alpha, 1)) and is_float(x):
-        # a static False is the constant 0, and XLA folds x + 0 into x: -0.0 + 0 must be 0.0
-        return jnp.where(x == 0, jnp.zeros_like(x), x)
+    if _static_zero_added(x, y, alpha, 1.0):  # (a static False is the constant 0 too)
+        return _plus_zero(x)
     x, y = _u64(x, y)
     return x + _scaled(y, alpha)
 
@@ -49,6 +65,8 @@ def _minus(x, y, alpha):
 
 @register(aten.sub.Tensor, aten.sub.Scalar)
 def sub(x, y, alpha=1):
+    if _static_zero_added(x, y, alpha, -1.0):  # x - (-0.0) is x + 0.0
+        return _plus_zero(x)
     return _minus(x, y, alpha)
 
 

@@ -280,12 +280,16 @@ class TpuTensor(torch.Tensor):
 
     @property
     def _tpu_fake_inner(self):
-        # cached: dynamo's aliasing guards compare inner tensors by identity
-        inner = self.__dict__.get("_tpu_meta_inner")
-        if inner is None:
-            inner = torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta")
-            self.__dict__["_tpu_meta_inner"] = inner
-        return inner
+        # cached: dynamo's aliasing guards compare inner tensors by identity. Kept only while the
+        # tensor's metadata is what it was made for: ``p.data = w`` (another shape, stride or dtype),
+        # ``set_``, ``resize_``, ``t_`` change it in place, and a stale stand-in made dynamo's
+        # fakeification of the next compiled call fail (``__tensor_unflatten__`` shape/stride assertion)
+        meta = (tuple(self.shape), self.stride(), self.dtype)
+        cached = self.__dict__.get("_tpu_meta_inner")
+        if cached is None or cached[0] != meta:
+            cached = (meta, torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta"))
+            self.__dict__["_tpu_meta_inner"] = cached
+        return cached[1]
 
     def numpy(self, *, force: bool = False):
         raise TypeError(
