@@ -94,9 +94,12 @@ def _install_signed_zero_guard() -> None:
         if type(val) is float and val == 0.0 and getattr(self, "f_code", None) in _FRAMES:
             sign = math.copysign(1.0, val)
             code = f"__math_copysign(1.0, {self.arg_ref(guard)}) == {sign}"
-            self.get_guard_manager(guard).add_lambda_guard(
-                lambda x: type(x) is not float or math.copysign(1.0, x) == sign,
-                guards.get_verbose_code_parts(code, guard), guard.user_stack)
+            try:  # dynamo's guard-manager API of this torch (checked on 2.13); else the == guard alone
+                self.get_guard_manager(guard).add_lambda_guard(
+                    lambda x: type(x) is not float or math.copysign(1.0, x) == sign,
+                    guards.get_verbose_code_parts(code, guard), guard.user_stack)
+            except (AttributeError, TypeError):
+                pass
 
     EQUALS_MATCH._tpu_signed_zero = True
     EQUALS_MATCH.__wrapped__ = original
