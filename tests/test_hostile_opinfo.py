@@ -229,6 +229,13 @@ SILENT_CASES = {
         lambda a, b: torch.complex(a, b, out=torch.empty(3, dtype=torch.complex64, device=a.device)),
         D.rand(3), D.rand(3, seed=1), modes=EAGER),
     "aminmax_out_dtype": lambda: D.check_raises(_aminmax_out, D.rand(4, 3), modes=EAGER),
+    # CPU's binary search compares by IEEE (NaN in the sequence, -0.0 == 0.0); jnp's in sort order
+    "searchsorted_ieee_comparisons": lambda: D.check(
+        lambda s, v: [torch.searchsorted(s[k], v, right=r) for k in range(len(s)) for r in (False, True)]
+        + [torch.bucketize(v, s[0], right=True), torch.searchsorted(s[:2], v[None].expand(2, -1)),
+           torch.searchsorted(s[:2, :0], v[None].expand(2, -1))],
+        D.t([[0.0, 1.0, float("nan")], [-0.0, 0.0, 0.0], [float("nan")] * 3, [float("-inf"), 0.0, float("inf")]]),
+        D.t(3.0, 0.5, float("nan"), -0.0, 0.0, 1.0, float("inf"), float("-inf")), modes=ALL, expect_raise=False),
     # reductions into a wider out=: CPU computes var/std in out's dtype and logsumexp's sum and log too
     "moments_into_wider_out": lambda: [D.check(
         lambda x: [torch.var(x, 1, out=_empty(x, o)), torch.std(x, -1, correction=0, keepdim=True, out=_empty(x, o)),

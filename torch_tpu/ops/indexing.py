@@ -1,6 +1,8 @@
 """Gather/scatter/index ops. Ops whose output shape depends on values are marked data_dependent."""
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -271,6 +273,23 @@ def take(x, index):
     return x.reshape(-1)[in_range_or_dropped(index, x.size, True)]
 
 
+def _binary_search(seq, v, right: bool):
+    """CPU's binary search (``start = mid + 1`` while ``!(seq[mid] >= v)``, ``>`` for right) over a 1-d
+    ``seq``: IEEE comparisons, so NaN in the sequence or the values and -0.0 == 0.0 land where CPU puts
+    them (jnp.searchsorted compares in sort order: NaN largest, -0.0 below 0.0)."""
+    n = seq.shape[0]
+    lo = jnp.zeros(v.shape, jnp.int64)
+    hi = jnp.full(v.shape, n, jnp.int64)
+    for _ in range(max(n, 1).bit_length()):
+        mid = (lo + hi) // 2
+        m = seq[jnp.clip(mid, 0, max(n - 1, 0))] if n else jnp.zeros(v.shape, seq.dtype)
+        go_right = ~(m > v) if right else ~(m >= v)
+        active = lo < hi
+        lo = jnp.where(active & go_right, mid + 1, lo)
+        hi = jnp.where(active & ~go_right, mid, hi)
+    return lo
+
+
 @register(aten.searchsorted.Tensor)
 def searchsorted(sorted_seq, x, out_int32=False, right=False, side=None, sorter=None):
     side = side or ("right" if right else "left")
@@ -281,10 +300,11 @@ def searchsorted(sorted_seq, x, out_int32=False, right=False, side=None, sorter=
         sorted_seq = jnp.take_along_axis(sorted_seq, in_range_or_dropped(sorter, n, False), axis=-1,
                                          mode="fill", fill_value=0)
     if sorted_seq.ndim == 1:
-        return jnp.searchsorted(sorted_seq, x, side=side)
-    flat_s = sorted_seq.reshape(-1, sorted_seq.shape[-1])
-    flat_x = x.reshape(-1, x.shape[-1])
-    out = jax.vmap(lambda s, v: jnp.searchsorted(s, v, side=side))(flat_s, flat_x)
+        return _binary_search(sorted_seq, x, side == "right")
+    rows = math.prod(sorted_seq.shape[:-1])  # (explicit: reshape(-1, 0) of an empty sequence fails)
+    flat_s = sorted_seq.reshape(rows, sorted_seq.shape[-1])
+    flat_x = x.reshape(rows, x.shape[-1])
+    out = jax.vmap(lambda s, v: _binary_search(s, v, side == "right"))(flat_s, flat_x)
     return out.reshape(x.shape)
 
 
@@ -295,7 +315,7 @@ def searchsorted_scalar(sorted_seq, value, out_int32=False, right=False, side=No
 
 @register(aten.bucketize.Tensor)
 def bucketize(x, boundaries, out_int32=False, right=False):
-    return jnp.searchsorted(boundaries, x, side="right" if right else "left")
+    return _binary_search(boundaries, x, right)
 
 
 @register(aten.bucketize.Scalar)
