@@ -275,8 +275,8 @@ def take(x, index):
 
 def _binary_search(seq, v, right: bool):
     """CPU's binary search (``start = mid + 1`` while ``!(seq[mid] >= v)``, ``>`` for right) over a 1-d
-    ``seq``: IEEE comparisons, so NaN in the sequence or the values and -0.0 == 0.0 land where CPU puts
-    them (jnp.searchsorted compares in sort order: NaN largest, -0.0 below 0.0)."""
+    ``seq``: IEEE comparisons, so a NaN in the sequence lands where CPU puts it (jnp.searchsorted
+    compares in sort order, NaN largest)."""
     n = seq.shape[0]
     lo = jnp.zeros(v.shape, jnp.int64)
     hi = jnp.full(v.shape, n, jnp.int64)
