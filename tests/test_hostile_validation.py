@@ -324,9 +324,6 @@ KERNEL_DTYPE_REFUSED = {
     "hardshrink_int": (F.hardshrink, torch.arange(4)),
     "upsample_nearest2d_bool": (lambda x: F.interpolate(x, scale_factor=2), _pool_input(torch.bool)),
 }
-# calls torch decomposes before the op table sees them in a compiled graph (Python kernels at the Autograd
-# key, decomposition tables, functionalised forms): compiled mode computed them
-KERNEL_DTYPE_REFUSED_COMPILED = ("celu_inplace_int", "rrelu_eval_int", "hardshrink_int", "upsample_nearest2d_bool")
 # integer and bool inputs CPU refuses with errors of its own
 INTEGRAL_REFUSED = {
     "addcdiv_bool": (lambda b: torch.addcdiv(b, b, b), BO),
@@ -353,8 +350,6 @@ KERNEL_DTYPE_COMPUTED = {
     "upsample_nearest2d_uint8": (lambda x: F.interpolate(x, scale_factor=2), _pool_input(torch.uint8)),
     "celu_inplace_float": (lambda x: F.celu(x, inplace=True), torch.arange(4.0) - 2),
 }
-KERNEL_DTYPE_COMPUTED_COMPILED = ("rrelu_eval_half", "hardshrink_bfloat16", "upsample_nearest2d_uint8",
-                                  "celu_inplace_float")
 
 
 @pytest.mark.parametrize("case", sorted(KERNEL_DTYPE_REFUSED))
@@ -369,13 +364,17 @@ def test_dtype_near_misses_compute(eager_mode, case):
     D.check(fn, x, expect_raise=False)
 
 
-@pytest.mark.parametrize("case", KERNEL_DTYPE_REFUSED_COMPILED)
+# compiled too: torch decomposes some calls before the op table sees them in a graph (Python kernels at the
+# Autograd key: hardshrink, upsample_nearest2d; decomposition tables: celu; functionalised forms:
+# rrelu_with_noise_functional), and compiled mode computed them
+# (dynamo's fake call may refuse first, with its own message: batch_norm of int64)
+@pytest.mark.parametrize("case", sorted(KERNEL_DTYPE_REFUSED))
 def test_dtype_without_cpu_kernel_raises_compiled(case):
     fn, x = KERNEL_DTYPE_REFUSED[case]
-    D.check_raises(fn, x, match="not implemented for", modes=["compiled"])
+    D.check_raises(fn, x, modes=["compiled"])
 
 
-@pytest.mark.parametrize("case", KERNEL_DTYPE_COMPUTED_COMPILED)
+@pytest.mark.parametrize("case", sorted(KERNEL_DTYPE_COMPUTED))
 def test_dtype_near_misses_compute_compiled(case):
     fn, x = KERNEL_DTYPE_COMPUTED[case]
     D.check(fn, x, expect_raise=False, modes=["compiled"])
