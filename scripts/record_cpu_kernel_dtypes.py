@@ -64,6 +64,12 @@ def _timeout(*_):
     raise TimeoutError
 
 
+def _flag_variants(kwargs: dict) -> list:
+    """The sample's keyword arguments, and each with one bool flag flipped: a flag chooses kernels
+    (rrelu's samples all train; in eval mode its ``leaky_relu`` refuses int64 too)."""
+    return [kwargs] + [{**kwargs, k: not v} for k, v in kwargs.items() if isinstance(v, bool)]
+
+
 def record() -> dict:
     table: dict = {}
     signal.signal(signal.SIGALRM, _timeout)
@@ -83,14 +89,15 @@ def record() -> dict:
                 continue
             for s in samples:
                 cast = s.transform(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == base else t)
-                signal.alarm(20)
-                try:
-                    with _Recorder(table):
-                        op(cast.input, *cast.args, **cast.kwargs)
-                except Exception:  # noqa: BLE001 - recorded by the mode when it is a dtype refusal
-                    pass
-                finally:
-                    signal.alarm(0)
+                for kwargs in _flag_variants(cast.kwargs):
+                    signal.alarm(20)
+                    try:
+                        with _Recorder(table):
+                            op(cast.input, *cast.args, **kwargs)
+                    except Exception:  # noqa: BLE001 - recorded by the mode when it is a dtype refusal
+                        pass
+                    finally:
+                        signal.alarm(0)
     return table
 
 

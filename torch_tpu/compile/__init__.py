@@ -258,15 +258,32 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
             fw_compiler=_graph_compiler(lowering.graph_compiler("forward")),
             bw_compiler=_graph_compiler(lowering.graph_compiler("backward"), backward=True),
             inference_compiler=_graph_compiler(lowering.graph_compiler("inference"), inference=True),
-            decompositions={**lowering.decompositions(), **composites.decompositions()},
+            decompositions=_decompositions(),
             # an inference graph's writes to its inputs stay in the graph (the program writes them back)
             keep_inference_input_mutations=keep_mutations,
         )
 
-    try:
-        return compile_with(True)
-    except _MisplacedInputOutput:
-        return compile_with(False)
+    from ..ops import validate
+
+    with validate.python_kernels_validated():
+        try:
+            return compile_with(True)
+        except _MisplacedInputOutput:
+            return compile_with(False)
+
+
+_DECOMPOSITIONS = None
+
+
+def _decompositions() -> dict:
+    """The graphs' decomposition table; a decomposed call is validated as eager validates it."""
+    global _DECOMPOSITIONS
+    if _DECOMPOSITIONS is None:
+        from ..ops import validate
+        from . import composites, lowering
+
+        _DECOMPOSITIONS = validate.checked_decompositions({**lowering.decompositions(), **composites.decompositions()})
+    return _DECOMPOSITIONS
 
 
 class _MisplacedInputOutput(Exception):

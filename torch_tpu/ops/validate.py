@@ -8,10 +8,12 @@ call: register them with ``@validates_each_call`` (they also get the result's dt
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
 
+from . import registry
 from .registry import aten
 
 VALIDATORS: dict = {}
@@ -46,9 +48,73 @@ def _own(func, kwargs) -> dict:
 
 
 def run(func, args, kwargs) -> None:
+    """Every validator of ``func``; an in-place or out= overload without validators of its own (one a
+    decomposition runs: ``celu_``) gets its functional overload's, as a lowered one does."""
+    if func not in VALIDATORS and registry.mutated_arguments(func):
+        func = registry.functional_variant(func) or func
     _limited_unsigned_promotion(func, args, kwargs)
+    own = _out_dtype(func, args, kwargs, _own(func, kwargs))
     for check in VALIDATORS.get(func, ()):
-        check(*args, **_own(func, kwargs))
+        check(*args, **own)
+
+
+def checked_decompositions(table: dict) -> dict:
+    """A compiled graph's decomposition table whose decompositions of validated ops run the validators
+    first: a decomposed call (``hardshrink``, ``upsample_nearest2d.vec``, ``celu``) leaves no node of its
+    own for ``check_graph_call``, so a compiled program computed what eager refuses."""
+    def validated(op) -> bool:
+        if op in VALIDATORS:
+            return True
+        return bool(registry.mutated_arguments(op)) and registry.functional_variant(op) in VALIDATORS
+
+    return {op: _checked(op, fn) if isinstance(op, torch._ops.OpOverload) and validated(op) else fn
+            for op, fn in table.items()}
+
+
+def _checked(op, fn):
+    def decomposition(*args, **kwargs):
+        run(op, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return decomposition
+
+
+_ABOVE_TABLE = (torch._C.DispatchKey.Autograd, torch._C.DispatchKey.CompositeImplicitAutograd)
+
+
+@contextlib.contextmanager
+def python_kernels_validated():
+    """While AOTAutograd traces a compiled graph: the validated ops torch decomposes by Python kernels
+    at the Autograd key (``hardshrink``, ``upsample_nearest2d``, ``multi_margin_loss``), before the
+    decomposition table is consulted, run their validators first (restored on exit)."""
+    saved = []
+    for op in list(VALIDATORS):
+        if not isinstance(op, torch._ops.OpOverload):
+            continue
+        for key in _ABOVE_TABLE:
+            fn = op.py_kernels.get(key)
+            if fn is not None:
+                saved.append((op, key, fn))
+                op.py_kernels[key] = _checked(op, fn)
+                op._dispatch_cache.clear()
+    try:
+        yield
+    finally:
+        for op, key, fn in saved:
+            op.py_kernels[key] = fn
+            op._dispatch_cache.clear()
+
+
+def _out_dtype(func, args, kwargs, own) -> dict:
+    """An out= call of an op with a ``dtype=`` argument left None computes in its out tensor's dtype
+    (``cumsum(bool_x, 0, out=bool_y)`` runs the bool kernel, which CPU does not have): ``dtype=`` is it."""
+    out = kwargs.get("out")
+    if not isinstance(out, torch.Tensor) or own.get("dtype") is not None:
+        return own
+    names = [a.name for a in func._schema.arguments]
+    if "dtype" not in names or names.index("dtype") < len(args):
+        return own
+    return {**own, "dtype": out.dtype}
 
 
 _LIMITED_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
