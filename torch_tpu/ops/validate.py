@@ -91,18 +91,25 @@ def python_kernels_validated():
     for op in list(VALIDATORS):
         if not isinstance(op, torch._ops.OpOverload):
             continue
-        for key in _ABOVE_TABLE:
-            fn = op.py_kernels.get(key)
+        kernels = getattr(op, "py_kernels", None)  # (torch's OpOverload internals: skipped if they moved)
+        for key in _ABOVE_TABLE if isinstance(kernels, dict) else ():
+            fn = kernels.get(key)
             if fn is not None:
                 saved.append((op, key, fn))
-                op.py_kernels[key] = _checked(op, fn)
-                op._dispatch_cache.clear()
+                kernels[key] = _checked(op, fn)
+                _clear_dispatch_cache(op)
     try:
         yield
     finally:
         for op, key, fn in saved:
             op.py_kernels[key] = fn
-            op._dispatch_cache.clear()
+            _clear_dispatch_cache(op)
+
+
+def _clear_dispatch_cache(op) -> None:
+    cache = getattr(op, "_dispatch_cache", None)
+    if cache is not None:
+        cache.clear()
 
 
 def _out_dtype(func, args, kwargs, own) -> dict:
