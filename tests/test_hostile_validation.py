@@ -386,7 +386,19 @@ def test_integral_inputs_cpu_refuses(eager_mode, case):
     D.check_raises(fn, x)
 
 
-@pytest.mark.xfail(strict=True, reason="left open: torch's nansum.out reference (the meta the out= path uses) "
-                   "refuses casting its int64 result to a bool out, where CPU's kernel computes in out's dtype")
-def test_nansum_int_into_bool_out_computes(eager_mode):
-    D.check(lambda x, o: torch.nansum(x, 0, out=o), I, torch.zeros(3, dtype=torch.bool), expect_raise=False)
+NANSUM_OUT = {  # CPU sums integral input as sum does (into any out dtype); floats reduce in out's dtype
+    "int_into_bool": (lambda x, o: torch.nansum(x, 0, out=o), I, torch.zeros(3, dtype=torch.bool), False),
+    "bool_into_int8": (lambda x, o: torch.nansum(x > 0, None, out=o), I, torch.zeros((), dtype=torch.int8), False),
+    "int_into_int8_wraps": (lambda x, o: torch.nansum(x * 100, 1, True, out=o), I, torch.zeros(2, 1, dtype=torch.int8),
+                            False),
+    "float_into_long": (lambda x, o: torch.nansum(x, 0, out=o), A, torch.zeros(3, dtype=torch.int64), True),
+    "float_into_complex": (lambda x, o: torch.nansum(x, 0, out=o), A, torch.zeros(3, dtype=torch.complex64), True),
+    "float_dtype_long_into_long": (lambda x, o: torch.nansum(x, 0, dtype=torch.int64, out=o), A,
+                                   torch.zeros(3, dtype=torch.int64), False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NANSUM_OUT))
+def test_nansum_out_dtypes_as_cpu(eager_mode, case):
+    fn, x, out, raises = NANSUM_OUT[case]
+    D.check(fn, x, out, expect_raise=raises)

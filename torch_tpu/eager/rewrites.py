@@ -322,7 +322,25 @@ def logsumexp_into_wider_out(func, args, kwargs):
     return out.log_().add_(maxes if keepdim else maxes.squeeze(dims))
 
 
+def nansum_out(func, args, kwargs):
+    """``nansum(x, out=o)``: CPU's kernel sums an integral or bool ``x`` as ``sum`` does (into any out dtype,
+    bool included), and reduces a floating ``x`` in out's dtype, which it has no integral or complex
+    instance for."""
+    c = _call(func, args, kwargs)
+    x, out = c["self"], c["out"]
+    if isinstance(x, TpuTensor) and isinstance(out, TpuTensor) and not x.is_complex():
+        if not x.is_floating_point():
+            return run_op(aten.sum.IntList_out, [x, c.get("dim"), c.get("keepdim", False)],
+                          {"dtype": c.get("dtype"), "out": out})
+        if c.get("dtype") is None and not out.is_floating_point():
+            from ..ops.validate import _TYPE_NAMES
+
+            raise NotImplementedError(f'"nansum_cpu" not implemented for \'{_TYPE_NAMES[out.dtype]}\'')
+    return run_op(func, args, kwargs)
+
+
 REWRITES = {
+    aten.nansum.out: nansum_out,
     aten.var.correction_out: moments_into_wider_out,
     aten.var.out: moments_into_wider_out,
     aten.std.correction_out: moments_into_wider_out,
