@@ -378,7 +378,7 @@ def _run(g: _Graph) -> None:
             else:
                 prog = spmd.compile_program(key, graph_fn, tuple(inputs), g.mesh, donate=donate,
                                             out_ndims=[len(la.shape) for _, _, la in live],
-                                            what=_collectives_of(nodes))
+                                            what=recovery.collectives_of(nodes))
     except Exception as exc:  # tracing or lowering failed: the graph runs op by op (the error goes there)
         launch.prog = exc
     else:
@@ -387,10 +387,12 @@ def _run(g: _Graph) -> None:
             or any(type(a) is LazyArray for a in inputs):
         # its program is compiling, or an earlier graph's is (its values may be inputs here, and graphs
         # launch in the order they were recorded): it waits in line; recording goes on meanwhile
-        for _, _, la in live:
-            la.node = None
-            la.launch = launch
         _LAUNCHES.append(launch)
+        try:
+            _wait_in_line(live, launch)
+        except BaseException:  # interrupted halfway: values left neither pending nor waiting were lost
+            _wait_in_line(live, launch)
+            raise
         return
     launch.execute()
 
@@ -522,9 +524,9 @@ def _fill(live, results, out_sig, live_sig) -> None:
         la.node = la.launch = None
 
 
-def _collectives_of(nodes) -> str:
-    names = [n.where[0] for n in nodes if isinstance(n.key, tuple) and n.key[:1] == ("collective",)]
-    return f"a fused graph of {len(nodes)} ops with collectives {', '.join(names[:6])}"
+def _wait_in_line(live, launch) -> None:
+    for _, _, la in live:
+        la.node, la.launch = None, launch
 
 
 def _donatable(inputs: list, outputs: list, writes: list) -> tuple:

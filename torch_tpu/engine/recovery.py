@@ -119,3 +119,8 @@ def check_program_shapes(prog, key, donate, out_sig, live) -> None:
             got = "another structure" if shapes is None or k >= len(shapes) else f"shape {shapes[k]}"
             raise FusedGraphError(f"tpu fused eager: the graph's program returns {got} for a value recorded "
                                   f"as {la.shape} (internal error; the program is dropped)")
+
+
+def collectives_of(nodes) -> str:
+    names = [n.where[0] for n in nodes if isinstance(n.key, tuple) and n.key[:1] == ("collective",)]
+    return f"a fused graph of {len(nodes)} ops with collectives {', '.join(names[:6])}"
