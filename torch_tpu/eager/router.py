@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from ..runtime import caches
-from ..runtime.platform import X64
+from ..runtime.platform import X64, after_interrupt
 from ..tensor.kernels import KERNELS
 from ..tensor.tensor import TpuTensor
 from ..tensor.views import MATH_BITS_SEEN, run_view
@@ -40,6 +40,7 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
             out = backward_errors.defer(func, args, kwargs, exc)
             if out is not None:
                 return out
+        after_interrupt(exc)
         raise
     finally:
         X64.restore(prev)

@@ -244,11 +244,15 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
     checks_before = _counters["device_checks_traced"]
     module_key = None
     with platform.X64():  # traced and compiled in JAX's 64-bit mode, like every call of it
-        if device is not None and not example_args:
-            with jax.default_device(device):
-                lowered = jitted.lower()
-        else:
-            lowered = jitted.lower(*example_args)
+        try:
+            if device is not None and not example_args:
+                with jax.default_device(device):
+                    lowered = jitted.lower()
+            else:
+                lowered = jitted.lower(*example_args)
+        except BaseException as exc:  # (compiled graphs trace here, outside the dispatcher)
+            platform.after_interrupt(exc)
+            raise
         prog = None
         if disk:
             module_key = _module_disk_key(lowered, device, donate)
