@@ -315,10 +315,11 @@ def _flush() -> None:
     try:
         _run(g)
     except BaseException as exc:
-        # interrupted (Ctrl-C, anywhere in here) before any result: the work stays pending (its values
-        # would be lost otherwise); an op's error has already been given to the values (recovery.py)
+        # interrupted (Ctrl-C, anywhere in here; inside a C callback it is a SystemError) before any result:
+        # the work stays pending (else lost); an op's error has already been given to the values (recovery.py)
+        interrupt = not isinstance(exc, Exception) or isinstance(exc.__cause__, KeyboardInterrupt)
         resolved = any(la is not None and la.node is None for n in g.nodes for la in (r() for r in n.outputs))
-        if not isinstance(exc, Exception) and not _STATE.graph.nodes and not resolved:
+        if interrupt and not _STATE.graph.nodes and not resolved:
             _STATE.graph = g
         raise
 
