@@ -55,7 +55,7 @@ _SLOW_FIRST = ["test_hostile_workflows.py", "test_hostile_ecosystem.py", "test_h
                "test_hostile_compile_sequences.py", "test_hostile_opinfo.py", "test_op_consistency.py",
                "test_hostile_views_modes.py", "test_hostile_misc.py", "test_hostile_distributed.py",
                "test_fuzz_autograd.py", "test_fuzz_training.py", "test_hostile_compile_scalars.py",
-               "test_fuzz_values.py", "test_fuzz_compiled.py", "test_linalg.py"]
+               "test_fuzz_values.py", "test_fuzz_compiled.py", "test_linalg.py", "test_hostile_faults.py"]
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -448,7 +448,8 @@ def graph_compiler(kind: str):
             _DEVICE_CHECKS[key] = plan.device_checks
 
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else _scalar_type(v) for v in out_vals]
-        run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []),
+        what = f"the compiled graph {_named(program, kind).__name__}"
+        run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []), what,
                       [i for i, _ in plan.writebacks], layouts, frozenset(tokens), graph_outputs.output_aliases(gm, out_node, {i for i, _ in plan.writebacks}),
                       [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"], out_vals)
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
@@ -531,7 +532,7 @@ def _scalar_type(v):
     return None
 
 
-def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
+def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, written: list[int], layouts=None,
             tokens=frozenset(), aliases=None, in_vals=(), out_vals=()):
     device = None
     aliases = aliases or {}
@@ -562,7 +563,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
         args.clear()  # boxed convention: let inputs die early
         if random:
             arrays.append(rng.next_key_data())
-        outs = prog(*arrays)
+        outs = replay.launch(prog, arrays, what)
         program_cache.note_launch(outs)
         _counters["executions"] += 1
         if device_checks:

@@ -13,7 +13,7 @@ asynchronous checks (and CUDA's device-side asserts) do.
 from __future__ import annotations
 
 from ..engine import deferred_errors, launchers
-from ..errors import DeviceAssertError
+from ..errors import DeviceAssertError, OpError, out_of_memory
 
 
 class CheckFailed(DeviceAssertError):
@@ -40,3 +40,12 @@ def on_check_failure(compiled, gm):
             raise exc  # (the replay passed: the program's own error stands)
 
     return run
+
+
+def launch(prog, arrays, what: str):
+    """``prog(*arrays)``: a graph's program that fails to run (out of memory, a runtime error) raises
+    naming the graph, as an eager op's launch names its op, before anything is written back."""
+    try:
+        return prog(*arrays)
+    except Exception as exc:
+        raise (out_of_memory(exc, f"running {what}") or OpError(f"tpu: {what} failed to run: {exc}")) from exc

@@ -110,7 +110,7 @@ class LoweredEntry:
             # the entry knows its checks (traced, or from its description): found by key with them
             self.compiled = program_cache.compile_program(self.key, self.trace, tuple(arrays),
                                                           checks=self.device_checks)
-        except (OpError, NotImplementedError):
+        except (OpError, NotImplementedError, torch.OutOfMemoryError):
             raise
         except Exception as exc:
             raise OpError(f"tpu: could not lower {self.func} ({describe(args, kwargs)}): "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from ..runtime import caches
-from ..runtime.platform import X64
+from ..runtime.platform import X64, after_interrupt
 from ..tensor.kernels import KERNELS
 from ..tensor.tensor import TpuTensor
 from ..tensor.views import MATH_BITS_SEEN, run_view
@@ -35,11 +35,12 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
         if MATH_BITS_SEEN[0] and not func.is_view and math_bits.has_math_bits(args, kwargs):
             return math_bits.run_resolved(route, func, args, kwargs)
         return route(func, args, kwargs)
-    except Exception as exc:
+    except BaseException as exc:  # (KeyboardInterrupt, SystemExit too: any of them aborts there)
         if backward_errors.in_backward():  # raising here would abort the process (see backward_errors)
             out = backward_errors.defer(func, args, kwargs, exc)
             if out is not None:
                 return out
+        after_interrupt(exc)
         raise
     finally:
         X64.restore(prev)

@@ -257,10 +257,20 @@ def materialize(a):
     if type(a) is not LazyArray:
         return a
     if a.concrete is None:
+        first = None
         if a.launch is None and a.error is None:
-            flush()
+            try:
+                flush()
+            except Exception as exc:  # an earlier graph failed: raised once this value's graph ran (complete)
+                first = exc
         if a.launch is not None:  # its graph waits for its program (or for earlier graphs)
-            a.launch.complete()
+            try:
+                a.launch.complete()
+            except Exception:
+                if first is None:
+                    raise
+        if first is not None:
+            raise first
         if a.error is not None:
             raise a.error
         if a.concrete is None:
@@ -305,10 +315,11 @@ def _flush() -> None:
     try:
         _run(g)
     except BaseException as exc:
-        # interrupted (Ctrl-C, anywhere in here) before any result: the work stays pending (its values
-        # would be lost otherwise); an op's error has already been given to the values (recovery.py)
+        # interrupted (Ctrl-C, anywhere in here; inside a C callback it is a SystemError) before any result:
+        # the work stays pending (else lost); an op's error has already been given to the values (recovery.py)
+        interrupt = not isinstance(exc, Exception) or isinstance(exc.__cause__, KeyboardInterrupt)
         resolved = any(la is not None and la.node is None for n in g.nodes for la in (r() for r in n.outputs))
-        if not isinstance(exc, Exception) and not _STATE.graph.nodes and not resolved:
+        if interrupt and not _STATE.graph.nodes and not resolved:
             _STATE.graph = g
         raise
 
@@ -368,7 +379,7 @@ def _run(g: _Graph) -> None:
             else:
                 prog = spmd.compile_program(key, graph_fn, tuple(inputs), g.mesh, donate=donate,
                                             out_ndims=[len(la.shape) for _, _, la in live],
-                                            what=_collectives_of(nodes))
+                                            what=recovery.collectives_of(nodes))
     except Exception as exc:  # tracing or lowering failed: the graph runs op by op (the error goes there)
         launch.prog = exc
     else:
@@ -377,10 +388,12 @@ def _run(g: _Graph) -> None:
             or any(type(a) is LazyArray for a in inputs):
         # its program is compiling, or an earlier graph's is (its values may be inputs here, and graphs
         # launch in the order they were recorded): it waits in line; recording goes on meanwhile
-        for _, _, la in live:
-            la.node = None
-            la.launch = launch
         _LAUNCHES.append(launch)
+        try:
+            _wait_in_line(live, launch)
+        except BaseException:  # interrupted halfway: values left neither pending nor waiting were lost
+            _wait_in_line(live, launch)
+            raise
         return
     launch.execute()
 
@@ -432,8 +445,11 @@ class _Launch:
         return type(self.prog) is not concurrent.futures.Future or self.prog.done()
 
     def complete(self) -> None:
-        """Launch this graph, after every graph recorded before it (waits for its program)."""
+        """Launch this graph, after every graph recorded before it (waits for its program). An earlier
+        graph's error is raised once this one has run too: a graph that used its values undoes its writes
+        then, so the tensors it wrote read their old values after this one error (not after a second)."""
         with _STATE.lock, platform.X64():
+            first = None
             while not self.done:
                 if not _LAUNCHES:
                     raise RuntimeError("tpu fused eager: a graph waiting to launch was lost (internal error)")
@@ -441,59 +457,63 @@ class _Launch:
                 if type(head.prog) is concurrent.futures.Future:
                     head.prog.exception()  # wait here, where an interrupt leaves it in line
                 _LAUNCHES.popleft()
-                head.execute()
+                try:
+                    head.execute()
+                except Exception as exc:
+                    first = first or exc
+            if first is not None:
+                raise first
 
     def execute(self) -> None:
         self.done = True
         live = self.live
+        results = None
         try:
-            inputs = [materialize(a) if type(a) is LazyArray else a for a in self.inputs]
-        except Exception as exc:  # an earlier graph computing an input failed
-            recovery.fail(live, self.writes, exc, self.nodes)
-            return
-        prog = self.prog
-        try:
-            if type(prog) is concurrent.futures.Future:
-                prog = program_cache.adopt(self.key, prog)
-            elif isinstance(prog, Exception):
-                raise prog
-            _check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
-            results = prog(*inputs)
-            program_cache.note_launch(results)
-            _counters["executions"] += 1
-        except Exception as exc:
-            if self.mesh is not None:  # collectives: no op-by-op replay; the SPMD runner named them
+            try:
+                inputs = [materialize(a) if type(a) is LazyArray else a for a in self.inputs]
+            except Exception as exc:  # an earlier graph computing an input failed
+                recovery.fail(live, self.writes, exc, self.nodes)
+                return
+            prog = self.prog
+            try:
+                if type(prog) is concurrent.futures.Future:
+                    prog = program_cache.adopt(self.key, prog)
+                elif isinstance(prog, Exception):
+                    raise prog
+                recovery.check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
+                results = prog(*inputs)
+                program_cache.note_launch(results)
+                _counters["executions"] += 1
+            except Exception as exc:
+                if self.mesh is not None:  # collectives: no op-by-op replay; the SPMD runner named them
+                    for _, _, la in live:
+                        la.error = exc
+                        la.node = la.launch = None
+                    raise
+                error = recovery.replay(self.nodes, inputs, live, self.writes, exc)
+                if error is not None:
+                    raise error from exc
+                return
+        except BaseException:
+            # interrupted (Ctrl-C) after the program ran: its values are kept; before it ran (or while an
+            # earlier graph's value was awaited, or while replaying op by op), the graph waits at the head
+            # of the line again (its values were lost: "a deferred value was lost")
+            if results is not None:
+                _fill(live, results, self.out_sig, self.live_sig)
+            elif not any(la.concrete is not None or la.error is not None for *_, la in live):
+                self.done = False
                 for _, _, la in live:
-                    la.error = exc
-                    la.node = la.launch = None
-                raise
-            error = recovery.replay(self.nodes, inputs, live, self.writes, exc)
-            if error is not None:
-                raise error from exc
-            return
+                    la.node, la.launch = None, self
+                if not _LAUNCHES or _LAUNCHES[0] is not self:
+                    _LAUNCHES.appendleft(self)
+                if type(self.prog) is concurrent.futures.Future and self.prog.done() and self.prog.exception():
+                    self.prog = FusedGraphError("its program's compilation was interrupted")  # runs op by op
+            raise
         try:
             _fill(live, results, self.out_sig, self.live_sig)
         except BaseException:  # interrupted while filling in: finish (the inputs may be donated, gone)
             _fill(live, results, self.out_sig, self.live_sig)
             raise
-
-
-def _check_program_shapes(prog, key, donate, out_sig, live) -> None:
-    """A program (compiled now or found on disk) must return the shapes its graph's values were recorded
-    with; one that does not (a wrong cache entry) is forgotten before it runs, and the graph runs op by op
-    (the error goes to the replay)."""
-    info = getattr(prog, "out_info", None)
-    if info is None:
-        return
-    shapes = [tuple(s.shape) for s in info] if isinstance(info, (tuple, list)) else None
-    position = {o: k for k, o in enumerate(out_sig)}
-    for i, j, la in live:
-        k = position[(i, j)]
-        if shapes is None or k >= len(shapes) or shapes[k] != la.shape:
-            program_cache.discard(key, donate=donate)
-            got = "another structure" if shapes is None or k >= len(shapes) else f"shape {shapes[k]}"
-            raise FusedGraphError(f"tpu fused eager: the graph's program returns {got} for a value recorded "
-                                  f"as {la.shape} (internal error; the program is dropped)")
 
 
 def _fill(live, results, out_sig, live_sig) -> None:
@@ -505,9 +525,9 @@ def _fill(live, results, out_sig, live_sig) -> None:
         la.node = la.launch = None
 
 
-def _collectives_of(nodes) -> str:
-    names = [n.where[0] for n in nodes if isinstance(n.key, tuple) and n.key[:1] == ("collective",)]
-    return f"a fused graph of {len(nodes)} ops with collectives {', '.join(names[:6])}"
+def _wait_in_line(live, launch) -> None:
+    for _, _, la in live:
+        la.node, la.launch = None, launch
 
 
 def _donatable(inputs: list, outputs: list, writes: list) -> tuple:

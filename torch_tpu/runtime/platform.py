@@ -202,3 +202,16 @@ def device_name(index: int | None = None) -> str:
     if plat == "tpu" and not kind.upper().startswith("TPU"):
         kind = f"TPU {kind}"
     return kind
+
+
+def after_interrupt(exc: BaseException) -> None:
+    """Called when ``exc`` (an interrupt, not an error) left work that may have been inside JAX: a Ctrl-C
+    delivered while jaxlib's weakref LRU cache computed a miss (JAX's tracing of ``jnp.multiply`` ...) left
+    that key marked as being computed, and every later trace of it raised "RecursionError: Recursively
+    calling"; emptying JAX's caches clears the mark (they refill as JAX traces again)."""
+    if isinstance(exc, Exception) or jax.cache_info().currsize == 0:  # (JAX never imported: nothing to do)
+        return
+    try:
+        jax().clear_caches()
+    except Exception:  # noqa: BLE001 - best effort
+        pass

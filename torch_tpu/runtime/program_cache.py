@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable
 
 from .. import config
+from ..errors import OpError, out_of_memory
 from . import caches, compile_log, compile_pool, counters, disk_cache, platform, prefetch, stable_keys
 
 
@@ -243,11 +244,15 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
     checks_before = _counters["device_checks_traced"]
     module_key = None
     with platform.X64():  # traced and compiled in JAX's 64-bit mode, like every call of it
-        if device is not None and not example_args:
-            with jax.default_device(device):
-                lowered = jitted.lower()
-        else:
-            lowered = jitted.lower(*example_args)
+        try:
+            if device is not None and not example_args:
+                with jax.default_device(device):
+                    lowered = jitted.lower()
+            else:
+                lowered = jitted.lower(*example_args)
+        except BaseException as exc:  # (compiled graphs trace here, outside the dispatcher)
+            platform.after_interrupt(exc)
+            raise
         prog = None
         if disk:
             module_key = _module_disk_key(lowered, device, donate)
@@ -276,9 +281,15 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
 
 
 def _compile_and_keep(lowered, done):
-    """XLA's compilation of ``lowered`` (on the caller's thread or a compile thread), kept on disk."""
-    with platform.X64():
-        prog = lowered.compile()
+    """XLA's compilation of ``lowered`` (on the caller's thread or a compile thread), kept on disk. Its
+    failure names the program (an aten op, a fused or compiled graph); XLA running out of device memory
+    while compiling (a program too large for it) is ``torch.OutOfMemoryError``, as at run time."""
+    try:
+        with platform.X64():
+            prog = lowered.compile()
+    except Exception as exc:
+        raise (out_of_memory(exc, f"compiling {done[5]}") or
+               OpError(f"tpu: XLA could not compile {done[5]}: {type(exc).__name__}: {exc}")) from exc
     _keep(prog, done, compiled_now=True)
     return prog
 
