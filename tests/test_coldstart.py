@@ -290,8 +290,12 @@ def test_a_program_that_cannot_be_kept_on_disk_leaves_no_alias_to_it(tmp_path, m
     """Some executables cannot be serialized (XLA:CPU's sort). Its key must then not point at a
     missing entry: the next process compiles it again instead of loading, failing and dropping it."""
     monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
-    from torch_tpu.runtime import program_cache
+    from torch_tpu.runtime import prefetch, program_cache
 
+    # programs the loader read ahead from the default cache (earlier tests of this process) would be
+    # taken instead of compiled, and never written to this test's folder
+    prefetch.stop(timeout=30)
+    monkeypatch.setattr(prefetch._State, "ready", {})
     real = program_cache._serialize
     monkeypatch.setattr(program_cache, "_serialize",
                         lambda c: None if "sort" in str(c.as_text()) else real(c))

@@ -12,12 +12,36 @@ still refused by the backend.
 from __future__ import annotations
 
 import copy
+import weakref
 
 import torch
 
-from ..runtime import caches
+from ..runtime import caches, program_cache
 
-_LIVE: list = caches.register("per-shape compiled graphs", [])  # each PerShape's cache, emptied on reset
+
+class _LiveCaches:
+    """The per-signature caches of the PerShape callables still alive, held weakly: a graph dynamo dropped
+    (``torch._dynamo.reset()``, a function compiled anew) takes its programs with it. ``clear()``
+    (``torch_tpu.reset_caches()``) empties each of them."""
+
+    def __init__(self):
+        self._caches = weakref.WeakValueDictionary()  # by id: dicts are unhashable (and equal when empty)
+
+    def add(self, cache) -> None:
+        self._caches[id(cache)] = cache
+
+    def clear(self) -> None:
+        for cache in list(self._caches.values()):
+            cache.clear()
+
+    def __len__(self) -> int:
+        return len(self._caches)
+
+    def __iter__(self):
+        return iter(list(self._caches.values()))
+
+
+_LIVE = caches.register("per-shape compiled graphs", _LiveCaches())
 
 
 def is_symbolic_scalar(x) -> bool:
@@ -40,8 +64,12 @@ def _arg_key(x):
     return (type(x), x)
 
 
-class _Cache(dict):
-    pass
+class _Cache(caches.Bounded):
+    """Programs by concrete signature, bounded as the program cache is: a loop over ever new sequence
+    lengths recompiles old ones past the bound, never keeps every one (a weakly referenced class)."""
+
+    def __init__(self):
+        super().__init__(program_cache.max_programs)
 
 
 class PerShape:
@@ -60,7 +88,7 @@ class PerShape:
                                if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() == 0
                                and i < len(placeholders) and _only_read_by_item(placeholders[i])]
         self.compiled = _Cache()
-        _LIVE.append(self.compiled)
+        _LIVE.add(self.compiled)
 
     def __call__(self, *args):
         key = (torch.is_grad_enabled(), tuple(_arg_key(a) for a in args),

@@ -16,7 +16,7 @@ import torch
 from ..engine import deferred_errors, fused, launchers
 from ..errors import OpError, describe, leaves, no_lowering
 from ..ops import calling, checks, refusals, registry, validate
-from ..runtime import caches, counters, dtypes, platform, program_cache, rng
+from ..runtime import caches, counters, dtypes, platform, program_cache, rng, stable_keys
 from ..runtime.stable_keys import ProcessLocal
 from . import op_store
 from ..tensor import kernels, strided
@@ -236,6 +236,16 @@ def _build_entry(func, args, kwargs, key, arrays):
         return entry
 
     program_key = _program_key(func, key, low)
+    try:
+        return _build_lowered(func, low, target_func, args, kwargs, key, arrays, program_key)
+    except BaseException:
+        # a refused call (shape, dtype, a validator) keeps no entry: its key's text must not stay either
+        # (the text cache holds keys by identity, so every failed call would add one)
+        stable_keys.forget(program_key)
+        raise
+
+
+def _build_lowered(func, low, target_func, args, kwargs, key, arrays, program_key):
     example = list(arrays)
     if low.random:  # compiling must not consume random state (the run draws the key)
         example.append(rng.peek_key_data())

@@ -144,6 +144,14 @@ def text(key) -> str | None:
     return result
 
 
+def forget(key) -> None:
+    """Drop ``key``'s remembered text (a key no cache keeps: a failed build), so the memo, which holds
+    keys by identity, does not fill up with one dead key per failed call."""
+    found = _TEXTS.get(id(key))
+    if found is not None and found[0] is key:
+        _TEXTS.pop(id(key), None)
+
+
 # -------------------------------------------------------------------------------------------------
 # The environment a program was built in
 # -------------------------------------------------------------------------------------------------
