@@ -11,6 +11,7 @@ from ..ops import calling, checks, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
+from ..eager import math_bits
 from . import graph_outputs, replay, special_nodes
 
 _counters = counters.counters
@@ -531,6 +532,16 @@ def _scalar_type(v):
     return None
 
 
+def _through_bits(t, new):
+    """What a graph input with a math bit stores for the new value ``new`` (conj and neg are their own
+    inverses): the program computed on the values the view means (``math_bits.resolved``)."""
+    if t.is_conj():
+        new = platform.jax().numpy.conj(new)
+    if t.is_neg():
+        new = -new
+    return new
+
+
 def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
             tokens=frozenset(), aliases=None, in_vals=(), out_vals=()):
     device = None
@@ -553,6 +564,8 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
             if i in tokens:  # an effect token (None, or an empty tensor): no value in the program
                 continue
             if isinstance(x, TpuTensor):
+                if x.is_conj() or x.is_neg():  # a conjugate or negative view: the values it means
+                    x = math_bits.resolved(x)
                 arrays.append(fused.materialize(value_of(x)))  # a value deferred by fused mode runs first
             elif isinstance(x, torch.Tensor):
                 if device is None:
@@ -574,7 +587,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
             outs = outs[:len(outs) - len(targets)]
             for t, new in zip(targets, news):
                 if isinstance(t, TpuTensor):
-                    write(t, new)
+                    write(t, _through_bits(t, new))
                 else:  # a host tensor input
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []

@@ -12,6 +12,7 @@ still refused by the backend.
 from __future__ import annotations
 
 import copy
+import struct
 
 import torch
 
@@ -37,7 +38,19 @@ def has_symbolic_inputs(example_inputs) -> bool:
 def _arg_key(x):
     if isinstance(x, torch.Tensor):
         return (tuple(x.shape), x.stride(), x.dtype, x.device.type, x.requires_grad)
-    return (type(x), x)
+    return value_key(x)
+
+
+def value_key(x):
+    """A Python number as a key of the program specialised on it: by type and bits. By ``==`` ``0.0`` and
+    ``-0.0`` are one key (the program made for ``0.0`` filled ``torch.full(.., -0.0)`` with ``+0.0``,
+    ``copysign`` took the wrong sign), and a NaN never finds its own program again."""
+    t = type(x)
+    if t is float:
+        return (float, struct.pack("<d", x))
+    if t is complex:
+        return (complex, struct.pack("<dd", x.real, x.imag))
+    return (t, x)
 
 
 class _Cache(dict):
@@ -64,7 +77,7 @@ class PerShape:
 
     def __call__(self, *args):
         key = (torch.is_grad_enabled(), tuple(_arg_key(a) for a in args),
-               tuple(args[i].item() for i in self.item_positions))
+               tuple(value_key(args[i].item()) for i in self.item_positions))
         fn = self.compiled.get(key)
         if fn is None:
             fn = self.compiled[key] = self._compile(args)
