@@ -94,7 +94,9 @@ class PerShape:
         tensors = [a for i, a in enumerate(args) if i not in skip]
         # a shape environment, as dynamo's own: AOTAutograd turns Python floats that dynamo passed as
         # 0-d tensors (unspecialised floats) back into tensor operations with it
-        return self.compile_static(gm, tensors, FakeTensorMode(shape_env=ShapeEnv()))
+        # tensors static: a real tensor converted to a fake one under a shape environment gets symbolic sizes
+        # (a CPU weight captured by the function became a (s26, 3, 3, 3) input: "unhashable SymInt")
+        return self.compile_static(gm, tensors, FakeTensorMode(shape_env=ShapeEnv(), static_shapes=True))
 
 
 def _only_read_by_item(node: torch.fx.Node) -> bool:
