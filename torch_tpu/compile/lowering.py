@@ -532,16 +532,6 @@ def _scalar_type(v):
     return None
 
 
-def _through_bits(t, new):
-    """What a graph input with a math bit stores for the new value ``new`` (conj and neg are their own
-    inverses): the program computed on the values the view means (``math_bits.resolved``)."""
-    if t.is_conj():
-        new = platform.jax().numpy.conj(new)
-    if t.is_neg():
-        new = -new
-    return new
-
-
 def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[int], layouts=None,
             tokens=frozenset(), aliases=None, in_vals=(), out_vals=()):
     device = None
@@ -564,8 +554,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
             if i in tokens:  # an effect token (None, or an empty tensor): no value in the program
                 continue
             if isinstance(x, TpuTensor):
-                if x.is_conj() or x.is_neg():  # a conjugate or negative view: the values it means
-                    x = math_bits.resolved(x)
+                x = math_bits.resolved(x) if x.is_conj() or x.is_neg() else x  # the values a bit view means
                 arrays.append(fused.materialize(value_of(x)))  # a value deferred by fused mode runs first
             elif isinstance(x, torch.Tensor):
                 if device is None:
@@ -587,7 +576,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, written: list[i
             outs = outs[:len(outs) - len(targets)]
             for t, new in zip(targets, news):
                 if isinstance(t, TpuTensor):
-                    write(t, _through_bits(t, new))
+                    write(t, math_bits.stored_array(t, new))
                 else:  # a host tensor input
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []
