@@ -16,7 +16,7 @@ functions x dynamic=False/None, 9 optimizer/scheduler pairs x 20 steps):
     also checks its sign for this backend's frames, ``floats._install_signed_zero_guard``; inductor still
     does the same).
   * -0.0 after two other values (the float is an input by then) in clamp/where: dynamo specialises it
-    through sympy, which drops the sign (left: strict xfail test_negative_zero_after_float_became_input).
+    through sympy, which drops the sign (fixed in keys15: a zero float stays a constant, ``floats._install_zero_constants``).
   * ``x * 0 + 0.0`` with x negative: -0.0 in the compiled program (XLA folds ``A + 0`` to ``A``), +0.0 on
     CPU (fixed in compiled14: ``ops/elementwise._static_zero_added``; test_negative_zero_plus_constant_zero).
     ``x + torch.zeros(...)`` made inside a fused graph or a compiled program is folded the same way (left).
@@ -223,10 +223,10 @@ def test_signed_zero_float_constant(name, fn):
                      _compiled(fn), _x())
 
 
-@pytest.mark.xfail(strict=True, reason="once the float changed (an input), dynamo specialises it again for "
-                   "clamp/where at a new value through its symbolic value, and sympy has no -0.0: the graph "
-                   "gets the constant 0.0")
 def test_negative_zero_after_float_became_input():
+    """Once the float changed (an input), dynamo specialised it again for clamp/where at a new value through
+    its symbolic value, and sympy has no -0.0: the graph got the constant 0.0. Fixed: a zero float stays a
+    constant under the signed-zero guard (``compile/floats.py``; more in test_hostile_cache_keys.py)."""
     D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.5, 1.5, -0.0)],
                      _compiled(lambda x, s: x.clamp(max=s)), _x())
 

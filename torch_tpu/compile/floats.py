@@ -58,6 +58,36 @@ def install(backend) -> None:
     update_automatic_dynamic.__wrapped__ = original
     pgo.update_automatic_dynamic = update_automatic_dynamic
     _install_signed_zero_guard()
+    _install_zero_constants()
+
+
+def _install_zero_constants() -> None:
+    """A float input whose value is a zero stays a constant (as dynamo keeps nan and inf): dynamo's
+    symbolic float holds its value as a sympy number, which has no -0.0, so a symbolic float that an op
+    specialises (``torch.full((3,), s)``, ``x.clamp(min=s)``, ``F.pad(x, p, value=s)``) was traced as
+    ``0.0`` for ``s=-0.0`` and its ``s == 0.0`` guard let ``0.0`` and ``-0.0`` share that graph. As a
+    constant, the signed-zero guard tells them apart (one graph per sign)."""
+    from torch._dynamo import guards
+    from torch._dynamo.variables import builder
+    from torch._dynamo.variables.constant import ConstantVariable
+
+    original = getattr(builder.VariableBuilder, "wrap_symfloat", None)
+    if original is None or getattr(original, "_tpu_zero_constant", False):
+        return
+
+    def wrap_symfloat(self, value, *args, **kwargs):
+        if type(value) is float and value == 0.0 and self.name not in self.tx.output.unspec_variable_map \
+                and _is_tpu_backend(getattr(self.tx.output, "compiler_fn", None)):
+            try:
+                self.install_guards(guards.GuardBuilder.CONSTANT_MATCH)
+                return ConstantVariable.create(value=value, source=self.source)
+            except (AttributeError, TypeError):  # another dynamo's API: its own wrapping
+                pass
+        return original(self, value, *args, **kwargs)
+
+    wrap_symfloat._tpu_zero_constant = True
+    wrap_symfloat.__wrapped__ = original
+    builder.VariableBuilder.wrap_symfloat = wrap_symfloat
 
 
 _FRAMES: "weakref.WeakSet" = None  # the code objects of frames whose graphs this backend compiled

@@ -11,6 +11,7 @@ from ..ops import calling, checks, registry, validate
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
+from ..eager import math_bits
 from . import graph_outputs, replay, special_nodes
 
 _counters = counters.counters
@@ -554,6 +555,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
             if i in tokens:  # an effect token (None, or an empty tensor): no value in the program
                 continue
             if isinstance(x, TpuTensor):
+                x = math_bits.resolved(x) if x.is_conj() or x.is_neg() else x  # the values a bit view means
                 arrays.append(fused.materialize(value_of(x)))  # a value deferred by fused mode runs first
             elif isinstance(x, torch.Tensor):
                 if device is None:
@@ -575,7 +577,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
             outs = outs[:len(outs) - len(targets)]
             for t, new in zip(targets, news):
                 if isinstance(t, TpuTensor):
-                    write(t, new)
+                    write(t, math_bits.stored_array(t, new))
                 else:  # a host tensor input
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []

@@ -12,6 +12,7 @@ still refused by the backend.
 from __future__ import annotations
 
 import copy
+import struct
 import weakref
 
 import torch
@@ -61,7 +62,19 @@ def has_symbolic_inputs(example_inputs) -> bool:
 def _arg_key(x):
     if isinstance(x, torch.Tensor):
         return (tuple(x.shape), x.stride(), x.dtype, x.device.type, x.requires_grad)
-    return (type(x), x)
+    return value_key(x)
+
+
+def value_key(x):
+    """A Python number as a key of the program specialised on it: by type and bits. By ``==`` ``0.0`` and
+    ``-0.0`` are one key (the program made for ``0.0`` filled ``torch.full(.., -0.0)`` with ``+0.0``,
+    ``copysign`` took the wrong sign), and a NaN never finds its own program again."""
+    t = type(x)
+    if t is float:
+        return (float, struct.pack("<d", x))
+    if t is complex:
+        return (complex, struct.pack("<dd", x.real, x.imag))
+    return (t, x)
 
 
 class _Cache(caches.Bounded):
@@ -92,7 +105,7 @@ class PerShape:
 
     def __call__(self, *args):
         key = (torch.is_grad_enabled(), tuple(_arg_key(a) for a in args),
-               tuple(args[i].item() for i in self.item_positions))
+               tuple(value_key(args[i].item()) for i in self.item_positions))
         fn = self.compiled.get(key)
         if fn is None:
             fn = self.compiled[key] = self._compile(args)
@@ -109,7 +122,9 @@ class PerShape:
         tensors = [a for i, a in enumerate(args) if i not in skip]
         # a shape environment, as dynamo's own: AOTAutograd turns Python floats that dynamo passed as
         # 0-d tensors (unspecialised floats) back into tensor operations with it
-        return self.compile_static(gm, tensors, FakeTensorMode(shape_env=ShapeEnv()))
+        # tensors static: a real tensor converted to a fake one under a shape environment gets symbolic sizes
+        # (a CPU weight captured by the function became a (s26, 3, 3, 3) input: "unhashable SymInt")
+        return self.compile_static(gm, tensors, FakeTensorMode(shape_env=ShapeEnv(), static_shapes=True))
 
 
 def _only_read_by_item(node: torch.fx.Node) -> bool:
