@@ -402,3 +402,40 @@ NANSUM_OUT = {  # CPU sums integral input as sum does (into any out dtype); floa
 def test_nansum_out_dtypes_as_cpu(eager_mode, case):
     fn, x, out, raises = NANSUM_OUT[case]
     D.check(fn, x, out, expect_raise=raises)
+
+
+# dim=[] / dim=(): sum-like reductions reduce every dim on CPU, any/all reduce none, logsumexp raises. torch's
+# meta kernel keeps every dim for nansum (and nanmean, built on it) and says (1, 1) for logsumexp: the tpu
+# broadcast the total to the input's shape, any/all reduced everything
+NO_DIMS = {
+    "nansum": lambda x: torch.nansum(x, dim=[]),
+    "nansum_keepdim": lambda x: torch.nansum(x, [], True),
+    "nansum_int": lambda x: torch.nansum(x.nan_to_num().long(), dim=[]),
+    "nansum_dtype": lambda x: torch.nansum(x, [], dtype=torch.float64),
+    "nansum_out": lambda x: torch.nansum(x, [], out=torch.empty(0, device=x.device)),
+    "nanmean": lambda x: torch.nanmean(x, dim=[]),
+    "nanmean_keepdim": lambda x: torch.nanmean(x, dim=[], keepdim=True),
+    "sum": lambda x: torch.sum(x, dim=[]),
+    "mean_keepdim": lambda x: torch.mean(x, dim=[], keepdim=True),
+    "amax": lambda x: torch.amax(x, dim=[]),
+    "std": lambda x: torch.std(x, dim=[]),
+    "vector_norm": lambda x: torch.linalg.vector_norm(x, dim=[]),
+    "count_nonzero": lambda x: torch.count_nonzero(x, dim=[]),
+    "any": lambda x: torch.any(x, dim=()),
+    "all": lambda x: torch.all(x, dim=()),
+    "any_keepdim": lambda x: torch.any(x, dim=[], keepdim=True),
+    "logsumexp": lambda x: torch.logsumexp(x, dim=[]),
+    "logsumexp_keepdim": lambda x: torch.logsumexp(x, dim=[], keepdim=True),
+    "logsumexp_0d": lambda x: torch.logsumexp(x[0, 0], dim=[]),
+}
+NO_DIMS_X = torch.tensor([[-3.0, float("nan"), 0.0, 1.5], [2.0, 0.0, -1.0, 4.0], [0.5, 1.0, 0.0, -2.5]])
+
+
+@pytest.mark.parametrize("case", sorted(NO_DIMS))
+def test_reductions_over_no_dims(eager_mode, case):
+    D.check(NO_DIMS[case], NO_DIMS_X)
+
+
+@pytest.mark.parametrize("case", ["nansum", "nansum_keepdim", "nanmean", "any", "all", "logsumexp_keepdim"])
+def test_reductions_over_no_dims_compiled(case):
+    D.check(lambda x: NO_DIMS[case](x) * 1, NO_DIMS_X, modes=["compiled"])

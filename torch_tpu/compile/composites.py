@@ -31,8 +31,17 @@ _TABLE = None
 def decompositions() -> dict:
     global _TABLE
     if _TABLE is None:
-        _TABLE = {**_foreach_composites(), **_inductor_prims(), **_symbolic_scalar_forms()}
+        _TABLE = {**_foreach_composites(), **_inductor_prims(), **_symbolic_scalar_forms(),
+                  torch.ops.aten.nansum.default: _nansum_of_no_dims}
     return _TABLE
+
+
+def _nansum_of_no_dims(x, dim=None, keepdim=False, *, dtype=None):
+    """``nansum(x, dim=[])`` sums every dim, as on CPU (torch's meta kernel keeps every dim: the compiled
+    result was the total broadcast to x's shape); eager's ``rewrites.nansum_of_no_dims``."""
+    if not isinstance(dim, (list, tuple)) or len(dim) != 0:
+        return NotImplemented
+    return torch.ops.aten.nansum.default(x, None, keepdim, dtype=dtype)
 
 
 def _inductor_prims() -> dict:

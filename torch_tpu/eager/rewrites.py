@@ -328,6 +328,8 @@ def nansum_out(func, args, kwargs):
     instance for."""
     c = _call(func, args, kwargs)
     x, out = c["self"], c["out"]
+    if _sums_every_dim(c):
+        return nansum_of_no_dims(func, args, kwargs)
     if isinstance(x, TpuTensor) and isinstance(out, TpuTensor) and not x.is_complex():
         if not x.is_floating_point():
             return run_op(aten.sum.IntList_out, [x, c.get("dim"), c.get("keepdim", False)],
@@ -339,7 +341,24 @@ def nansum_out(func, args, kwargs):
     return run_op(func, args, kwargs)
 
 
+def _sums_every_dim(c) -> bool:
+    dim = c.get("dim")
+    return isinstance(dim, (list, tuple)) and len(dim) == 0
+
+
+def nansum_of_no_dims(func, args, kwargs):
+    """``nansum(x, dim=[])`` sums every dim on CPU (as ``sum`` does); torch's meta kernel keeps every dim, so
+    the result was the total broadcast to x's shape. ``dim=None`` is what CPU computes."""
+    c = _call(func, args, kwargs)
+    if not _sums_every_dim(c):
+        return run_op(func, args, kwargs)
+    c["dim"] = None
+    names = [a.name for a in func._schema.arguments if not a.kwarg_only]
+    return run_op(func, [c.pop(n) for n in names if n in c], c)
+
+
 REWRITES = {
+    aten.nansum.default: nansum_of_no_dims,
     aten.nansum.out: nansum_out,
     aten.var.correction_out: moments_into_wider_out,
     aten.var.out: moments_into_wider_out,

@@ -127,12 +127,16 @@ def aminmax(x, dim=None, keepdim=False):
 
 @register(aten.all.default, aten.all.dim, aten.all.dims)
 def all_(x, dim=None, keepdim=False):
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:  # dim=(): torch reduces no dim (sum reduces all)
+        return x != 0
     axis = None if dim is None else dims_tuple(dim, x.ndim)
     return jnp.all(x != 0, axis=axis, keepdims=keepdim)
 
 
 @register(aten.any.default, aten.any.dim, aten.any.dims)
 def any_(x, dim=None, keepdim=False):
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:  # dim=(): torch reduces no dim (sum reduces all)
+        return x != 0
     axis = None if dim is None else dims_tuple(dim, x.ndim)
     return jnp.any(x != 0, axis=axis, keepdims=keepdim)
 
