@@ -439,3 +439,44 @@ def test_reductions_over_no_dims(eager_mode, case):
 @pytest.mark.parametrize("case", ["nansum", "nansum_keepdim", "nanmean", "any", "all", "logsumexp_keepdim"])
 def test_reductions_over_no_dims_compiled(case):
     D.check(lambda x: NO_DIMS[case](x) * 1, NO_DIMS_X, modes=["compiled"])
+
+
+# a dim outside the input's rank: CPU raises IndexError; the meta kernels of these ops skip the check and
+# the lowerings wrapped the dim (sort(x, 5) sorted dim 1; a 0-d input takes only 0 and -1)
+BAD_DIMS = {
+    "sort_2d": lambda x: torch.sort(x, 5),
+    "sort_2d_negative": lambda x: torch.sort(x, -3),
+    "argsort_2d": lambda x: torch.argsort(x, 2),
+    "sort_stable_2d": lambda x: torch.sort(x, dim=2, stable=True),
+    "sort_0d": lambda x: torch.sort(x[0, 0], 1),
+    "cummax_0d": lambda x: torch.cummax(x[0, 0], 1),
+    "cummin_0d": lambda x: torch.cummin(x[0, 0], -2),
+    "softmax_0d": lambda x: torch.softmax(x[0, 0], 1),
+    "index_select_0d": lambda x: x[0, 0].index_select(1, torch.zeros(1, dtype=torch.long, device=x.device)),
+}
+IN_RANGE_DIMS = {  # the edges that stay legal
+    "sort_last": lambda x: torch.sort(x, -2),
+    "softmax_0d_dim0": lambda x: torch.softmax(x[0, 0], -1),
+    "index_select_0d_dim0": lambda x: x[0, 0].index_select(0, torch.zeros(1, dtype=torch.long, device=x.device)),
+    "unsqueeze_end": lambda x: x.unsqueeze(2) * 1,
+    "cross_broadcast": lambda x: torch.linalg.cross(x[:, :3], x[:1, 1:], dim=1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DIMS))
+def test_dim_out_of_range_raises(eager_mode, case):
+    D.check_raises(BAD_DIMS[case], A.reshape(3, 2).repeat(1, 2))
+
+
+@pytest.mark.parametrize("case", sorted(IN_RANGE_DIMS))
+def test_dim_at_the_edges_computes(eager_mode, case):
+    D.check(IN_RANGE_DIMS[case], A.reshape(3, 2).repeat(1, 2), expect_raise=False)
+
+
+@pytest.mark.parametrize("case", ["sort_2d", "softmax_0d", "cummax_0d"])
+def test_dim_out_of_range_raises_compiled(case):
+    def fn(x):
+        r = BAD_DIMS[case](x)
+        return (r[0] if isinstance(r, tuple) else r) * 1
+
+    D.check_raises(fn, A.reshape(3, 2).repeat(1, 2), modes=["compiled"], match="Dimension out of range")

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from . import registry
+from . import dim_checks, registry
 from .registry import aten
 
 VALIDATORS: dict = {}
@@ -53,6 +53,7 @@ def run(func, args, kwargs) -> None:
     if func not in VALIDATORS and registry.mutated_arguments(func):
         func = registry.functional_variant(func) or func
     _limited_unsigned_promotion(func, args, kwargs)
+    dim_checks.check(func, args, kwargs)
     own = _out_dtype(func, args, kwargs, _own(func, kwargs))
     for check in VALIDATORS.get(func, ()):
         check(*args, **own)
