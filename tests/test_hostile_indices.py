@@ -203,6 +203,51 @@ def test_bad_index_dtype(eager_mode, dtype):
     D.check(lambda x, i: x.index_add(0, i, torch.ones(2, 3, device=x.device)), X, i)
 
 
+def _rows(i):  # i as a (3, 2) index along dim 1 of a (3, 4) input
+    return i.reshape(1, -1)[:, :2].expand(3, 2).contiguous()
+
+
+# every index argument with every integer dtype: CPU takes int64 only (put, index_copy, index_fill,
+# multi_margin_loss), int32/int64 (index_select, index_add, index_reduce, repeat_interleave), int64/int32/
+# uint8/bool (x[i], index_put), int64/uint8 (nll_loss); the meta kernels take any and the tpu computed
+INDEX_ARGS = {
+    "getitem": lambda x, i: x[i],
+    "getitem_two": lambda x, i: x[i, i],
+    "index_put": lambda x, i: x.index_put((i,), torch.tensor(5.0, device=x.device)),
+    "index_put_accumulate": lambda x, i: x.index_put((i,), torch.tensor(5.0, device=x.device), accumulate=True),
+    "index_select": lambda x, i: x.index_select(0, i),
+    "gather": lambda x, i: torch.gather(x, 1, _rows(i)),
+    "scatter": lambda x, i: x.scatter(1, _rows(i), 1.0),
+    "scatter_add": lambda x, i: x.scatter_add(1, _rows(i), torch.ones(3, 2, device=x.device)),
+    "take": lambda x, i: torch.take(x, i),
+    "put": lambda x, i: x.put(i, torch.ones(i.shape, device=x.device)),
+    "index_add": lambda x, i: x.index_add(0, i, torch.ones(len(i), 4, device=x.device)),
+    "index_copy": lambda x, i: x.index_copy(0, i[:1], torch.ones(1, 4, device=x.device)),
+    "index_fill": lambda x, i: x.index_fill(0, i, -1.0),
+    "index_reduce": lambda x, i: x.index_reduce(0, i, torch.ones(len(i), 4, device=x.device), "prod"),
+    "embedding": lambda x, i: F.embedding(i, x),
+    "nll_loss": lambda x, i: F.nll_loss(x, i),
+    "cross_entropy": lambda x, i: F.cross_entropy(x, i),
+    "cross_entropy_2d": lambda x, i: F.cross_entropy(x.reshape(1, 3, 4), i.reshape(1, 3)[:, :, None].expand(1, 3, 4)),
+    "multi_margin_loss": lambda x, i: F.multi_margin_loss(x, i),
+    "take_along_dim": lambda x, i: torch.take_along_dim(x, i.reshape(3, 1), 1),
+    "repeat_interleave": lambda x, i: x.repeat_interleave(i, 0),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8],
+                         ids=["i64", "i32", "i16", "i8", "u8"])
+@pytest.mark.parametrize("case", sorted(INDEX_ARGS))
+def test_index_argument_dtypes(eager_mode, case, dtype):
+    D.check(INDEX_ARGS[case], torch.arange(12.0).reshape(3, 4), torch.tensor([2, 0, 1], dtype=dtype))
+
+
+def test_cross_entropy_byte_target_backward(eager_mode):
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    D.check(lambda x, t: torch.autograd.grad(F.cross_entropy(x.requires_grad_(), t), x)[0], x,
+            torch.tensor([2, 0, 1, 1], dtype=torch.uint8))
+
+
 INT_INDEX = {
     "int_index": lambda x: x[4],
     "neg_int_index": lambda x: x[-5],
@@ -308,3 +353,10 @@ def test_unique_consecutive_dim(eager_mode, case):
     """unique_consecutive along a dim was refused on the tpu; CPU's errors for empty and 0-dim inputs."""
     x, dim = UNIQUE_CONSECUTIVE[case]
     D.check(lambda x: torch.unique_consecutive(x, return_inverse=True, return_counts=True, dim=dim), x)
+
+
+@pytest.mark.parametrize("case,dtype", [("index_select", torch.int16), ("put", torch.int32), ("index_fill", torch.int32),
+                                        ("index_add", torch.uint8), ("multi_margin_loss", torch.int32)])
+def test_index_argument_dtypes_compiled(case, dtype):
+    D.check_raises(lambda x, i: INDEX_ARGS[case](x, i) * 1, torch.arange(12.0).reshape(3, 4),
+                   torch.tensor([2, 0, 1], dtype=dtype), modes=["compiled"])

@@ -76,7 +76,7 @@ def index_put_with_masks(func, args, kwargs):
     _check_mask_shapes(x, indices)
     accumulate = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
     mask = indices[0]
-    if len(indices) == 1 and mask.dtype == torch.uint8 and values.numel() == 1:
+    if len(indices) == 1 and mask.dtype == torch.uint8 and values.numel() == 1 and not accumulate:
         # CPU torch sends a single mask with one value to masked_fill_, which takes bool masks only
         raise RuntimeError("masked_fill_ only supports boolean masks, but got mask with dtype unsigned char")
     k = mask.dim() if _is_mask(mask) else -1
@@ -357,7 +357,22 @@ def nansum_of_no_dims(func, args, kwargs):
     return run_op(func, [c.pop(n) for n in names if n in c], c)
 
 
+def nll_loss_of_byte_target(func, args, kwargs):
+    """CPU's nll_loss takes a uint8 target as class indices (nll_loss2d does not); torch's meta kernel gathers with it and
+    refuses (int32/int64 only): the target goes in as int64."""
+    at = 2 if "backward" in func._schema.name else 1
+    target = args[at] if len(args) > at else kwargs.get("target")
+    if isinstance(target, torch.Tensor) and target.dtype == torch.uint8:
+        if len(args) > at:
+            args = (*args[:at], target.long(), *args[at + 1:])
+        else:
+            kwargs = {**kwargs, "target": target.long()}
+    return run_op(func, args, kwargs)
+
+
 REWRITES = {
+    aten.nll_loss_forward.default: nll_loss_of_byte_target,
+    aten.nll_loss_backward.default: nll_loss_of_byte_target,
     aten.nansum.default: nansum_of_no_dims,
     aten.nansum.out: nansum_out,
     aten.var.correction_out: moments_into_wider_out,
