@@ -24,10 +24,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_tpu.ops.cpu_kernel_dtypes import recorded_key  # noqa: E402 - one definition for both sides
 
 DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool, torch.float16,
-          torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)
+          torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128, torch.uint16, torch.uint32,
+          torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 _NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
           torch.bool: "Bool", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float32: "Float",
-          torch.float64: "Double", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+          torch.float64: "Double", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+          torch.uint16: "UInt16", torch.uint32: "UInt32", torch.uint64: "UInt64", torch.float8_e4m3fn: "Float8_e4m3fn",
+          torch.float8_e5m2: "Float8_e5m2", torch.float8_e4m3fnuz: "Float8_e4m3fnuz", torch.float8_e5m2fnuz: "Float8_e5m2fnuz"}
 _DTYPES_BY_NAME = {name: dtype for dtype, name in _NAMES.items()}
 # ops whose CPU kernels refuse a dtype on some shapes only (index_reduce of bool: "index_func_" on some
 # samples, computed on others): a dtype key cannot say when; refusals.py checks them by hand

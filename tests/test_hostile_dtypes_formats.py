@@ -389,3 +389,29 @@ XFAIL = {
 def test_known_differences(name):
     fn, args, _ = XFAIL[name]
     D.check(fn, *args, modes=["strict"])
+
+
+# uint16/32/64 are "limited" dtypes on CPU: copies, comparisons, where, cat, indexing work; arithmetic,
+# reductions, matmul and arange have no CPU kernel (the tpu computed them); where(bool, u16, u16) was
+# refused as a promotion of the condition
+LIMITED_UNSIGNED = {
+    "add": lambda a: a + a,
+    "mul_scalar": lambda a: a * 2,
+    "sum": lambda a: a.sum(),
+    "max": lambda a: a.max(),
+    "neg": lambda a: -a,
+    "abs": lambda a: a.abs(),
+    "mm": lambda a: a.reshape(3, 1) @ a.reshape(1, 3),
+    "arange": lambda a: torch.arange(4, dtype=a.dtype, device=a.device),
+    "eq": lambda a: a == 2,
+    "where": lambda a: torch.where(a > 1, a, a.flip(0)),
+    "cat": lambda a: torch.cat([a, a]),
+    "index": lambda a: a[torch.tensor([2, 0], device=a.device)],
+    "clone_to_float": lambda a: a.clone().float(),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64], ids=["u16", "u32", "u64"])
+@pytest.mark.parametrize("case", sorted(LIMITED_UNSIGNED))
+def test_limited_unsigned_dtypes(eager_mode, case, dtype):
+    D.check(LIMITED_UNSIGNED[case], torch.tensor([1, 2, 3]).to(dtype))

@@ -323,8 +323,8 @@ def _unique_complex(x, *args, **kwargs):
 
 @validates(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def _arange_dtype(*_, dtype=None, **__):
-    """CPU has no bool or complex arange (the tpu counted in them)."""
-    if dtype is not None and (dtype == torch.bool or dtype.is_complex):
+    """CPU has no bool, complex or uint16/32/64 arange (the tpu counted in them)."""
+    if dtype is not None and (dtype in (torch.bool, torch.uint16, torch.uint32, torch.uint64) or dtype.is_complex):
         raise NotImplementedError(f'"arange_cpu" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
 
 

@@ -131,14 +131,12 @@ _LIMITED_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
 def _limited_unsigned_promotion(func, args, kwargs) -> None:
     """torch refuses to promote uint16/32/64 with another dtype (``u16 * int64_tensor``); meta kernels
     promote anyway (the result was uint16). The same refusal for a pointwise op's self and other."""
-    if not args or not isinstance(args[0], torch.Tensor) or torch.Tag.pointwise not in func.tags:
+    if not args or torch.Tag.pointwise not in func.tags:
         return
     names = [a.name for a in func._schema.arguments]
-    other = kwargs.get("other")
-    if other is None and "other" in names and names.index("other") < len(args):
-        other = args[names.index("other")]
-    x = args[0]
-    if isinstance(other, torch.Tensor) and other.dtype != x.dtype and (
+    given = dict(zip(names, args), **kwargs)
+    x, other = given.get("self"), given.get("other")  # (where's condition is not promoted)
+    if isinstance(x, torch.Tensor) and isinstance(other, torch.Tensor) and other.dtype != x.dtype and (
             x.dtype in _LIMITED_UNSIGNED or other.dtype in _LIMITED_UNSIGNED):
         torch.result_type(x, other)  # torch's own error
 
