@@ -184,3 +184,18 @@ def test_copy_from_meta_is_cpus_error():
     for copy in (lambda m: m.to("tpu"), lambda m: torch.zeros(3, device="tpu").copy_(m)):
         with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor; no data!"):
             copy(torch.empty(3, device="meta"))
+
+
+def test_lowering_result_of_another_shape_is_an_error_not_a_broadcast():
+    """A functional result whose shape differs from torch's promise raises (it was broadcast: ``any(x,
+    dim=())`` reduced every dim and the total filled x's shape); a value written in place still broadcasts."""
+    import jax.numpy as jnp
+
+    from torch_tpu.errors import OpError
+    from torch_tpu.ops import calling
+
+    meta = torch.empty(3, 4, device="meta")
+    with pytest.raises(OpError, match=r"aten.any.dims.*\(\).*\(3, 4\)"):
+        calling.conform(torch.ops.aten.any.dims, jnp.asarray(1.0), meta)
+    spread = calling.conform(torch.ops.aten.add_.Tensor, jnp.asarray(2.0), meta, broadcast=True)
+    assert spread.shape == (3, 4) and bool((spread == 2.0).all())

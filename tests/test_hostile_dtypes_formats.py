@@ -391,9 +391,9 @@ def test_known_differences(name):
     D.check(fn, *args, modes=["strict"])
 
 
-# uint16/32/64 are "limited" dtypes on CPU: copies, comparisons, where, cat, indexing work; arithmetic,
-# reductions, matmul and arange have no CPU kernel (the tpu computed them); where(bool, u16, u16) was
-# refused as a promotion of the condition
+# uint16/32/64 and float8 are "limited" dtypes on CPU: copies, comparisons, where, cat, indexing work;
+# arithmetic, reductions, matmul and arange have no CPU kernel (the tpu computed them); where(bool, u16, u16)
+# was refused as a promotion of the condition
 LIMITED_UNSIGNED = {
     "add": lambda a: a + a,
     "mul_scalar": lambda a: a * 2,
@@ -411,7 +411,8 @@ LIMITED_UNSIGNED = {
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64], ids=["u16", "u32", "u64"])
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2],
+                         ids=["u16", "u32", "u64", "f8e4m3", "f8e5m2"])
 @pytest.mark.parametrize("case", sorted(LIMITED_UNSIGNED))
 def test_limited_unsigned_dtypes(eager_mode, case, dtype):
     D.check(LIMITED_UNSIGNED[case], torch.tensor([1, 2, 3]).to(dtype))

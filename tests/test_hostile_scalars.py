@@ -10,6 +10,7 @@ All results are compared with CPU torch.
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import differential as D
 from differential import watchdog  # noqa: F401  (autouse below)
@@ -422,3 +423,30 @@ def test_unsupported_dtype_is_named_not_a_type_error():
     for fn in (lambda: a + b, lambda: a - b, lambda: torch.zeros(2, dtype=torch.complex32).to("tpu")):
         with pytest.raises(RuntimeError, match="complex32 is not supported on the tpu device"):
             fn()
+
+
+# round 16: Python scalars of other types in less common places
+U8 = torch.tensor([0, 2, 250, 5], dtype=torch.uint8)
+BOOLS = torch.tensor([True, False, True, False])
+HALF = torch.tensor([-1.5, 0.0, 2.0, -0.0], dtype=torch.float16)
+SCALAR_CORNERS = {
+    # uint8 // -1: torch converts -1 to uint8 (255); the tpu divided by -1 in int32
+    "div_trunc_uint8_by_negative": (lambda x: torch.div(x, -1, rounding_mode="trunc"), U8),
+    "div_trunc_uint8_by_3": (lambda x: torch.div(x, 3, rounding_mode="trunc"), U8),
+    "div_trunc_int_negative": (lambda x: torch.div(x.long() - 3, -2, rounding_mode="trunc"), U8),
+    # False / 0.0 is nan: XLA folded the converted bool's 0 / 0 to 0
+    "div_trunc_bool_by_zero": (lambda b: torch.div(b, 0.0, rounding_mode="trunc"), BOOLS),
+    "div_trunc_bool_by_negative_zero": (lambda b: torch.div(b, -0.0, rounding_mode="trunc"), BOOLS),
+    # a bool for a Scalar parameter picks the input's kernel: CPU has none for integers (the tpu computed)
+    "leaky_relu_int_bool_slope": (lambda x: F.leaky_relu(x.long(), True), U8),
+    "hardshrink_int_bool_lambda": (lambda x: F.hardshrink(x.long(), True), U8),
+    "softplus_bool_beta": (lambda b: F.softplus(b, True), BOOLS),
+    # half multiplies in float32: 0 * 2**40 is 0 (the slope as half is inf: 0 * inf was nan)
+    "leaky_relu_half_huge_slope": (lambda h: F.leaky_relu(h, 2.0 ** 40), HALF),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCALAR_CORNERS))
+def test_scalar_corners(eager_mode, case):
+    fn, x = SCALAR_CORNERS[case]
+    D.check(fn, x, signed_zeros=True)

@@ -203,7 +203,7 @@ class _Plan:
             result = self._interpret(jax, env, load, key, found)
         if self.writebacks:  # the inputs' new values, after the graph's outputs
             result = tuple(result) + tuple(
-                calling.conform(node.target, load(node.args[1]), node.args[0].meta["val"])
+                calling.conform(node.target, load(node.args[1]), node.args[0].meta["val"], broadcast=True)
                 for _, node in self.writebacks)
         if found:  # device-side checks of the graph's ops: one more output
             self.device_checks = [message for _, message in found]
@@ -336,13 +336,12 @@ def _is_opaque(x) -> bool:
 
 def _conform_like(node, out):
     """A lowering's outputs, conformed to the dtypes and shapes torch promises (node.meta['val'])."""
-    val = node.meta.get("val")
+    val = node.meta.get("val")  # (an in-place node's value broadcasts into its tensor, as in eager)
+    spread = isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
     if isinstance(val, (list, tuple)):
-        if isinstance(out, (list, tuple)):
-            return type(out)(calling.conform(node.target, o, v) if isinstance(v, torch.Tensor) else o
-                             for o, v in zip(out, val))
-        return out
-    return calling.conform(node.target, out, val) if isinstance(val, torch.Tensor) else out
+        return type(out)(calling.conform(node.target, o, v, spread) if isinstance(v, torch.Tensor) else o
+                         for o, v in zip(out, val)) if isinstance(out, (list, tuple)) else out
+    return calling.conform(node.target, out, val, spread) if isinstance(val, torch.Tensor) else out
 
 
 def _signature(gm: torch.fx.GraphModule, inputs) -> tuple:

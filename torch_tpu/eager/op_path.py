@@ -462,7 +462,7 @@ def _plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders
             updates = ()
         outs = _conform_all(func, result, out_leaves, orders)
         if writes:
-            outs += _conform_all(func, updates, write_metas, write_orders)
+            outs += _conform_all(func, updates, write_metas, write_orders, broadcast=True)
         if found:
             outs += (checks.first_failure(found),)
         return outs
@@ -533,7 +533,7 @@ def _is_inplace_or_out(func) -> bool:
     return name.endswith("_") or any(a.is_out for a in func._schema.arguments)
 
 
-def _conform_all(func, result, metas, orders=None):
+def _conform_all(func, result, metas, orders=None, broadcast=False):
     """Flatten a lowering's result against torch's expected leaves, each conformed to its meta (and
     put in memory order where ``orders`` names one)."""
     jnp = platform.jax().numpy
@@ -543,7 +543,7 @@ def _conform_all(func, result, metas, orders=None):
     outs = []
     for k, (r, m) in enumerate(zip(res_leaves, metas)):
         if isinstance(m, torch.Tensor):
-            out = calling.conform(func, r, m)
+            out = calling.conform(func, r, m, broadcast)
             order = None if orders is None else orders[k]
             if order is not None:  # (permutation, shape of the memory): a result's or a storage's
                 out = strided.to_memory_order(out, *order)

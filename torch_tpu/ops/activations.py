@@ -46,7 +46,8 @@ def elu(x, alpha=1, scale=1, input_scale=1):
 
 @register(aten.leaky_relu.default)
 def leaky_relu(x, negative_slope=0.01):
-    return jnp.where(x > 0, x, x * negative_slope)
+    # half types multiply in float32, as CPU's opmath (a slope past half's range times 0 is 0, not nan)
+    return jnp.where(x > 0, x, (upcast(x) * negative_slope).astype(x.dtype))
 
 
 @register(aten.hardtanh.default)

@@ -1,8 +1,8 @@
 """How every executor calls a lowering and shapes its results: one way, shared by eager and compile.
 
 ``invoke`` passes the extra inputs a lowering declares (a PRNG key for random ops, the float32 matmul
-precision for matmul-like ops); ``conform`` casts and broadcasts a result to what torch's meta kernel
-promised, so dtype promotion and shapes always follow torch.
+precision for matmul-like ops); ``conform`` casts a result to what torch's meta kernel promised and
+checks its shape, so dtype promotion and shapes always follow torch.
 """
 from __future__ import annotations
 
@@ -32,8 +32,11 @@ def matmul_precision(low: Lowering):
 _EMPTY_ON_CPU = {torch.ops.aten._native_batch_norm_legit_no_training.default}
 
 
-def conform(func, result, meta: torch.Tensor):
-    """One output of ``func``'s lowering, cast to ``meta``'s dtype and broadcast to its shape."""
+def conform(func, result, meta: torch.Tensor, broadcast: bool = False):
+    """One output of ``func``'s lowering, cast to ``meta``'s dtype; its shape must be ``meta``'s. Only a
+    value written into a tensor in place (``broadcast``: ``x.add_(scalar_shaped)``) broadcasts to it: a
+    result of another shape is a lowering or meta kernel bug (``any(x, dim=())`` reduced every dim and
+    the total was broadcast to x's shape), raised rather than silently spread."""
     jnp = platform.jax().numpy
     result = jnp.asarray(result)
     want = dtypes.to_jax_dtype(meta.dtype)
@@ -43,9 +46,11 @@ def conform(func, result, meta: torch.Tensor):
     if tuple(result.shape) != shape:
         if result.size == 0 and func in _EMPTY_ON_CPU:
             return jnp.zeros(shape, want)
-        try:  # in-place results broadcast to their target (x.add_(scalar-shaped y))
+        try:
+            if not broadcast:
+                raise ValueError
             result = jnp.broadcast_to(result, shape)
         except ValueError:
             raise OpError(f"tpu lowering of {func} produced shape {tuple(result.shape)}, torch expects "
-                          f"{shape}") from None
+                          f"{shape} (an internal error of the tpu backend: please report it)") from None
     return result

@@ -13,7 +13,7 @@ import torch
 
 from . import out_dtypes
 from .registry import aten
-from .validate import _CPP_NAMES, _TYPE_NAMES, _random_bounds, validates, validates_each_call
+from .validate import _CPP_NAMES, _LIMITED_UNSIGNED, _TYPE_NAMES, _random_bounds, validates, validates_each_call
 
 # --- complex inputs: ordering and rounding are not defined ------------------------------------------
 _CPU_KERNEL = {"lt": "lt_cpu", "le": "le_cpu", "gt": "gt_cpu", "ge": "ge_cpu", "max": "max_all", "min": "min_all",
@@ -323,8 +323,8 @@ def _unique_complex(x, *args, **kwargs):
 
 @validates(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def _arange_dtype(*_, dtype=None, **__):
-    """CPU has no bool, complex or uint16/32/64 arange (the tpu counted in them)."""
-    if dtype is not None and (dtype in (torch.bool, torch.uint16, torch.uint32, torch.uint64) or dtype.is_complex):
+    """CPU has no bool, complex, uint16/32/64 or float8 arange (the tpu counted in them)."""
+    if dtype is not None and (dtype in (torch.bool, *_LIMITED_UNSIGNED) or dtype.is_complex or dtype.itemsize == 1 and dtype.is_floating_point):
         raise NotImplementedError(f'"arange_cpu" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
 
 
