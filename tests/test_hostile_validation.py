@@ -480,3 +480,42 @@ def test_dim_out_of_range_raises_compiled(case):
         return (r[0] if isinstance(r, tuple) else r) * 1
 
     D.check_raises(fn, A.reshape(3, 2).repeat(1, 2), modes=["compiled"], match="Dimension out of range")
+
+
+# random_ bounds outside the dtype (CPU's check_from_to_in_range: random_(0, 300) of int8 drew values past
+# 127 and wrapped them), complex and float8 random tensors, factory dtypes without a CPU kernel
+RANDOM_BOUNDS = {
+    "random_int8_to_300": lambda d: torch.zeros(3, dtype=torch.int8, device=d).random_(0, 300),
+    "random_int8_from": lambda d: torch.zeros(3, dtype=torch.int8, device=d).random_(-200, 3),
+    "random_uint8_negative_from": lambda d: torch.zeros(3, dtype=torch.uint8, device=d).random_(-1, 3),
+    "random_bool_to_3": lambda d: torch.zeros(3, dtype=torch.bool, device=d).random_(0, 3),
+    "random_half_past_max": lambda d: torch.zeros(3, dtype=torch.float16, device=d).random_(0, 2 ** 20),
+    "random_int8_to_only": lambda d: torch.zeros(3, dtype=torch.int8, device=d).random_(200),
+    "random_complex": lambda d: torch.zeros(3, dtype=torch.complex64, device=d).random_(0, 5),
+    "randint_int8_past_max": lambda d: torch.randint(0, 1000, (3,), dtype=torch.int8, device=d),
+    "randint_complex": lambda d: torch.randint(0, 3, (2,), dtype=torch.complex64, device=d),
+    "randint_float8": lambda d: torch.randint(0, 3, (2,), dtype=torch.float8_e4m3fn, device=d),
+    "randint_like_complex": lambda d: torch.randint_like(torch.zeros(3, dtype=torch.complex64, device=d), 5),
+    "linspace_bool": lambda d: torch.linspace(0, 1, 3, dtype=torch.bool, device=d),
+    "logspace_uint16": lambda d: torch.logspace(0, 1, 3, dtype=torch.uint16, device=d),
+    "arange_float8": lambda d: torch.arange(3, dtype=torch.float8_e5m2, device=d),
+    "nansum_into_complex_dtype": lambda d: torch.nansum(torch.ones(3, device=d), dtype=torch.complex64),
+}
+RANDOM_BOUNDS_OK = {  # the edges CPU accepts
+    "random_bool_to_2": lambda d: torch.zeros(3, dtype=torch.bool, device=d).random_(0, 2),
+    "random_int8_to_128": lambda d: torch.zeros(3, dtype=torch.int8, device=d).random_(-128, 128),
+    "random_int64_wide": lambda d: torch.zeros(3, dtype=torch.int64, device=d).random_(-2 ** 62, 2 ** 62),
+    "randint_uint16": lambda d: torch.randint(0, 3, (2,), dtype=torch.uint16, device=d),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RANDOM_BOUNDS))
+def test_random_bounds_and_factory_dtypes_raise(eager_mode, case):
+    D.check_raises(lambda x: RANDOM_BOUNDS[case](x.device), A)
+
+
+@pytest.mark.parametrize("case", sorted(RANDOM_BOUNDS_OK))
+def test_random_bounds_at_the_edges(eager_mode, case):
+    fn = RANDOM_BOUNDS_OK[case]
+    got, ref = fn(D.DEV).cpu(), fn("cpu")
+    assert got.dtype == ref.dtype and got.shape == ref.shape

@@ -13,7 +13,7 @@ import torch
 
 from . import out_dtypes
 from .registry import aten
-from .validate import _CPP_NAMES, _LIMITED_UNSIGNED, _TYPE_NAMES, _random_bounds, validates, validates_each_call
+from .validate import _CPP_NAMES, _TYPE_NAMES, _random_bounds, validates, validates_each_call
 
 # --- complex inputs: ordering and rounding are not defined ------------------------------------------
 _CPU_KERNEL = {"lt": "lt_cpu", "le": "le_cpu", "gt": "gt_cpu", "ge": "ge_cpu", "max": "max_all", "min": "min_all",
@@ -321,16 +321,9 @@ def _unique_complex(x, *args, **kwargs):
         raise NotImplementedError(f'"{name}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
 
 
-@validates(aten.arange.default, aten.arange.start, aten.arange.start_step)
-def _arange_dtype(*_, dtype=None, **__):
-    """CPU has no bool, complex, uint16/32/64 or float8 arange (the tpu counted in them)."""
-    if dtype is not None and (dtype in (torch.bool, *_LIMITED_UNSIGNED) or dtype.is_complex or dtype.itemsize == 1 and dtype.is_floating_point):
-        raise NotImplementedError(f'"arange_cpu" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
-
-
 @validates(*_functional_overloads("nansum"))
-def _nansum_complex(x, *_, **__):
-    if x.is_complex():
+def _nansum_complex(x, *_, dtype=None, **__):
+    if x.is_complex() or dtype is not None and dtype.is_complex:
         raise RuntimeError("nansum on CPU does not support complex inputs")
 
 

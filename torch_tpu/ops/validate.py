@@ -535,6 +535,18 @@ def _random_bounds(x, *bounds, **_):
     low, high = (0, bounds[0]) if len(bounds) == 1 else bounds[:2]
     if high is not None and low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+    if x.dtype.is_complex:
+        raise RuntimeError("check_random_bounds handles only integral, floating-point and boolean types")
+    if x.dtype.is_floating_point and x.dtype.itemsize == 1:
+        raise NotImplementedError(f"\"random_update_from_to\" not implemented for '{_TYPE_NAMES[x.dtype]}'")
+    # CPU's check_from_to_in_range: from and to - 1 must fit the dtype (random_(0, 300) of int8 drew
+    # values past 127 and wrapped them; CPU raises)
+    info = torch.finfo(x.dtype) if x.dtype.is_floating_point else torch.iinfo(x.dtype) \
+        if x.dtype != torch.bool else None
+    lo, hi = (0, 1) if info is None else (info.min, info.max)
+    for what, v in (("from", low), ("to - 1", None if high is None else high - 1)):
+        if v is not None and not lo <= v <= hi:
+            raise RuntimeError(f"{what} is out of bounds for {_CPP_NAMES.get(x.dtype, x.dtype)}")
 
 
 @validates(aten.multinomial.default)
