@@ -99,20 +99,12 @@ case("fp8:scaled_mm_float_inputs_refused", lambda a, b: torch._scaled_mm(
     D.rand(4, 16), D.rand(8, 16).to(torch.float8_e4m3fn), expect_raise=True, modes=EAGER)
 
 
-def _fp8_arith_through_float():
-    """CPU torch has no fp8 add/mul/sum kernel; the tpu computes them, as CPU torch would through float32."""
-    for dt in F8:
-        x = VALS[:6].to(dt)  # in range: XLA's fp8 arithmetic gives NaN on e4m3fn overflow (no CPU kernel)
-        t = x.to("tpu")
-        for mode in EAGER:
-            with D._in_mode(mode):
-                got = [(t + t).cpu(), (t * 2).cpu(), t.float().sum().cpu()]
-            exp = [(x.float() + x.float()).to(dt), (x.float() * 2).to(dt), x.float().sum()]
-            for g, e in zip(got, exp):
-                D.assert_same_value(e, D._Host(g), where=f"{dt} {mode}")
-
-
-CASES["fp8:arith_through_float"] = _fp8_arith_through_float
+# CPU torch has no fp8 add/mul kernel: refused as on CPU (and on CUDA); through float32 it computes
+for _dt in F8:
+    case(f"fp8:{_name(_dt)}:add_refused", lambda t: t + t, VALS[:6].to(_dt), expect_raise=True, modes=EAGER)
+    case(f"fp8:{_name(_dt)}:mul_refused", lambda t: t * 2, VALS[:6].to(_dt), expect_raise=True, modes=EAGER)
+    case(f"fp8:{_name(_dt)}:arith_through_float", lambda t: ((t.float() + t.float()).to(t.dtype), t.float().sum()),
+         VALS[:6].to(_dt), modes=EAGER)
 
 # ---------------------------------------------------------------------------------------------------
 # uint16/32/64, narrow ints, bool, half promotion
@@ -134,17 +126,12 @@ def _uint_family(dt):
         x * torch.tensor(2, device=x.device), x * torch.tensor(-3, device=x.device), x * 1.5,
         x * torch.tensor([1.5], device=x.device), torch.tensor([2**62, -5], device=x.device) * x[4]), x)
 
-    def through_int64():
-        small = torch.tensor([0, 1, 7, 1000], dtype=dt)
-        t = small.to("tpu")
-        got = [(t + 5).cpu(), (t < 2).cpu(), t.max().cpu(), (t << 1).cpu(), (t + torch.tensor(-3, device="tpu")).cpu(),
-               (t - 9).cpu()]
-        w = small.long()
-        exp = [(w + 5).to(dt), w < 2, w.max().to(dt), (w << 1).to(dt), (w - 3).to(dt), (w - 9).to(dt)]
-        for g, e in zip(got, exp):
-            D.assert_same_value(e, D._Host(g), where=f"{dt}")
-
-    CASES[f"uint:{n}:ops_cpu_lacks_through_int64"] = through_int64
+    # ops CPU has no uint16/32/64 kernel for: refused as on CPU (the tpu computed them through int64)
+    small = torch.tensor([0, 1, 7, 1000], dtype=dt)
+    for op, fn in {"add": lambda t: t + 5, "lt": lambda t: t < 2, "max": lambda t: t.max(), "lshift": lambda t: t << 1,
+                   "rshift": lambda t: t >> 1, "add_0dim": lambda t: t + torch.tensor(-3, device=t.device),
+                   "sub": lambda t: t - 9}.items():
+        case(f"uint:{n}:cpu_lacks_{op}", fn, small, expect_raise=True, modes=EAGER)
 
 
 for _dt in (torch.uint16, torch.uint32, torch.uint64):

@@ -63,7 +63,10 @@ def dispatch_keys(func, args, kwargs) -> dict[str, torch.dtype]:
         return {}
     promoted = tensors[0]
     for d in tensors[1:]:
-        promoted = torch.promote_types(promoted, d)
+        try:
+            promoted = torch.promote_types(promoted, d)
+        except RuntimeError:  # uint16/32/64 with another dtype: only a 0-d operand may mix (it takes the other's)
+            promoted = tensors[0]
     promoting = [n for n in numbers if _number_kind(n) > _category(promoted)]
     exact = ",".join(map(_name, tensors)) + "".join(f";{type(n).__name__}" for n in promoting)
     for n in promoting:
@@ -95,10 +98,40 @@ def refused_kernel(func, args, kwargs) -> tuple[str, torch.dtype] | None:
     """(CPU kernel's name, the refused dtype) when CPU torch refuses this call's dtype, else None."""
     table = REFUSED.get(str(func))
     if table:
-        for key, dtype in dispatch_keys(func, args, kwargs).items():
+        keys = dispatch_keys(func, args, kwargs)
+        for key, dtype in keys.items():
             if key in table:
                 return table[key], dtype
+        twin = _as_two_tensors(func, args, kwargs, keys)
+        if twin in table:
+            return table[twin], keys[next(k for k in keys if k.startswith("self:"))]
     return None
+
+
+def _as_two_tensors(func, args, kwargs, keys) -> str | None:
+    """``t + 5`` and ``t + torch.tensor(5)``: a Python number given for a Tensor parameter, or a 0-d tensor
+    that does not promote t, computes in t's dtype, and CPU runs the kernel of two tensors of that dtype (the
+    one the OpInfo samples recorded: ``uint16 + 5`` has no kernel as ``uint16 + uint16`` has none)."""
+    exact = next((k for k in keys if k.startswith("exact:")), None)
+    if exact is None or ";" in exact:
+        return None
+    params = {a.name for a in func._schema.arguments if str(a.type) == "Tensor"}
+    given = dict(zip((a.name for a in func._schema.arguments), args), **kwargs)
+    tensors = [v for k, v in given.items() if k in params and isinstance(v, torch.Tensor)]
+    numbers = [v for k, v in given.items() if k in params and type(v) in (int, float, complex)]
+    if len(tensors) == 1 and numbers:
+        dtype = tensors[0].dtype
+    elif len(tensors) == 2 and tensors[0].dim() > 0 and tensors[1].dim() == 0 and tensors[1].dtype != tensors[0].dtype:
+        try:
+            dtype = torch.result_type(*tensors)
+        except RuntimeError:  # (uint16 with a 0-d int64 is not promoted: it takes the uint16)
+            dtype = tensors[0].dtype
+        if dtype != tensors[0].dtype:
+            return None
+    else:
+        return None
+    _, bar, modes = exact.partition("|")
+    return f"exact:{_name(dtype)},{_name(dtype)}{bar}{modes}"
 
 
 def _type_name(dtype) -> str:

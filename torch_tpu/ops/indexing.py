@@ -191,7 +191,7 @@ def index_select(x, dim, index):
     index = _check_along(x, dim, index)
     if x.ndim == 0:  # torch: a 0-d result whatever the (one-element) index shape
         return x
-    return jnp.take(x, index, axis=dim % x.ndim)
+    return jnp.take(x, index.reshape(-1), axis=dim % x.ndim)  # (a 0-d index keeps the dim, of size 1)
 
 
 def _along(x, dim, index):

@@ -341,13 +341,14 @@ def multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=1):
     z = z * z if p == 2 else z
     if weight is not None:
         z = z * upcast(weight)[t][:, None]
-    loss = (jnp.sum(z, axis=1) / c).reshape(x.shape[:-1]).astype(x.dtype)
+    # (an unbatched input's unreduced loss has the target's shape: () or (1,))
+    loss = (jnp.sum(z, axis=1) / c).reshape(target.shape if x.ndim == 1 else x.shape[:-1]).astype(x.dtype)
     return _reduce_loss(loss, reduction)
 
 
 @register(aten.multi_margin_loss_backward.default)
 def multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reduction=1):
-    # (an unbatched input's unreduced loss has shape [1] in torch, [] here: the cotangent takes the loss's shape)
+    # (the cotangent takes the loss's shape: an unbatched loss's is the target's)
     loss, pull = jax.vjp(lambda v: multi_margin_loss(v, target, p, margin, weight, reduction), upcast(x))
     return pull(upcast(grad).reshape(jnp.shape(loss)).astype(loss.dtype))[0].astype(x.dtype)
 
