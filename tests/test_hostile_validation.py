@@ -183,6 +183,10 @@ CASES = {
     "topk_0d": (lambda z: z.topk(1), (Z0,)),
     "cumsum_0d": (lambda z: z.cumsum(0), (Z0,)),
     "softmax_0d": (lambda z: z.softmax(0), (Z0,)),
+    # an output size of 0: an empty result on CPU (the lowerings divided by it)
+    "adaptive_avg_pool_to_zero": (lambda a: F.adaptive_avg_pool2d(a[None].expand(2, 2, 3), (0, 2)), (A,)),
+    "adaptive_max_pool_to_zero": (lambda a: F.adaptive_max_pool2d(a[None].expand(2, 2, 3), (1, 0)), (A,)),
+    "adaptive_avg_pool1d_to_zero": (lambda a: F.adaptive_avg_pool1d(a, 0), (A,)),
     # matrix products of bools: CPU and CUDA have no kernel (the tpu computed them)
     **{f"bool_{name}": (fn, (B,)) for name, fn in {
         "mm": lambda b: b @ b, "mv": lambda b: b @ b[0], "dot": lambda b: b[0] @ b[1], "bmm": lambda b: b[None] @ b[None],

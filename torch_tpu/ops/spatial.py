@@ -122,6 +122,9 @@ def adaptive_max_pool(x, output_size):
     ``_max_select`` is row-major, so reducing the last axes first keeps torch's choice among ties)."""
     nd = len(output_size)
     spatial = x.shape[-nd:]
+    if 0 in output_size:  # an empty result, as on CPU
+        shape = x.shape[:-nd] + tuple(output_size)
+        return jnp.zeros(shape, x.dtype), jnp.zeros(shape, jnp.int64)
     vals = x
     inds = jnp.broadcast_to(jnp.arange(math.prod(spatial), dtype=jnp.int64).reshape(spatial), x.shape)
     for i in reversed(range(nd)):
@@ -206,6 +209,8 @@ def avg_pool(x, kernel_size, stride=(), padding=(0,), ceil_mode=False, count_inc
 def adaptive_avg_pool(x, output_size):
     nd = len(output_size)
     spatial = x.shape[-nd:]
+    if 0 in output_size:  # an empty result, as on CPU (each window's size divided by zero here)
+        return jnp.zeros(x.shape[:-nd] + tuple(output_size), x.dtype)
     y = upcast(x)
     for i, (insz, outsz) in enumerate(zip(spatial, output_size)):
         axis = x.ndim - nd + i
