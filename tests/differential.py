@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import faulthandler
+import gc
 import math
 import os
 import re
@@ -611,6 +612,16 @@ def counting():
         after = torch_tpu.stats()
         for k in ("compiles", "cache_misses", "cache_hits", "graph_compiles", "executions", "flushes"):
             setattr(c, k, after.get(k, 0) - before.get(k, 0))
+
+
+def backend_objects() -> int:
+    """Live tensors and objects of torch_tpu's own classes (storages, lazy arrays, graph nodes...)."""
+    n = 0
+    for o in gc.get_objects():
+        t = type(o)
+        if issubclass(t, torch.Tensor) or str(t.__dict__.get("__module__", "")).startswith("torch_tpu"):
+            n += 1
+    return n
 
 
 def program_cache_sizes() -> dict:

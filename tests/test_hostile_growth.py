@@ -53,15 +53,6 @@ def _mode(mode):
         torch_tpu.EagerMode.DEFER_NEVER)
 
 
-def _backend_objects():
-    n = 0
-    for o in gc.get_objects():
-        t = type(o)
-        if issubclass(t, torch.Tensor) or str(t.__dict__.get("__module__", "")).startswith("torch_tpu"):
-            n += 1
-    return n
-
-
 def _footprint():
     import jax
 
@@ -70,7 +61,7 @@ def _footprint():
     gc.collect()
     return {"live device buffers": len(jax.live_arrays()), "live storages": memory._Counter.live,
             "device bytes": memory.in_use(), "open files": len(os.listdir("/proc/self/fd")),
-            "threads": threading.active_count(), "tensors and torch_tpu objects": _backend_objects(),
+            "threads": threading.active_count(), "tensors and torch_tpu objects": D.backend_objects(),
             **{f"cache {k}": v for k, v in caches.sizes().items()}}
 
 

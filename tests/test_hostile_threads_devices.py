@@ -502,17 +502,7 @@ def _footprint():
     st = torch_tpu.stats()
     return {"compiles": st["compiles"], "cache_misses": st["cache_misses"], "graph_compiles": st["graph_compiles"],
             "caches": {**caches.sizes(), **D.program_cache_sizes()}, "device bytes": memory.in_use(),
-            "objects": len(gc.get_objects()), "backend objects": _backend_objects()}
-
-
-def _backend_objects():
-    """Live tensors and objects of torch_tpu's own classes (storages, lazy arrays, graph nodes...)."""
-    n = 0
-    for o in gc.get_objects():
-        t = type(o)
-        if issubclass(t, torch.Tensor) or str(t.__dict__.get("__module__", "")).startswith("torch_tpu"):
-            n += 1
-    return n
+            "objects": len(gc.get_objects()), "backend objects": D.backend_objects()}
 
 
 def _assert_no_growth(before, after, what):
