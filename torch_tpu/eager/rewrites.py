@@ -188,8 +188,10 @@ def shift_of_bool(func, args, kwargs):
     y = args[1] if len(args) > 1 else kwargs.get("other")
     if isinstance(x, torch.Tensor) and x.dtype in (torch.uint16, torch.uint32, torch.uint64):
         # (CPU has no shift kernel for them; the op table's dtype refusals know bitwise_*_shift only)
+        from ..ops.validate import _TYPE_NAMES
+
         kernel = "lshift_cpu" if "lshift" in func._schema.name else "rshift_cpu"
-        raise NotImplementedError(f"\"{kernel}\" not implemented for '{'U' + str(x.dtype)[7:].capitalize()}'")
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{_TYPE_NAMES[x.dtype]}'")
     if any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in (x, y)):
         left = func._schema.name in ("aten::__lshift__", "aten::__ilshift__")
         inplace = func._schema.name.startswith("aten::__i")
@@ -362,8 +364,8 @@ def nansum_of_no_dims(func, args, kwargs):
 
 
 def nll_loss_of_byte_target(func, args, kwargs):
-    """CPU's nll_loss takes a uint8 target as class indices (nll_loss2d does not); torch's meta kernel gathers with it and
-    refuses (int32/int64 only): the target goes in as int64."""
+    """CPU's nll_loss takes a uint8 target as class indices (nll_loss2d does not); torch's meta kernel
+    gathers with it and refuses (int32/int64 only): the target goes in as int64."""
     at = 2 if "backward" in func._schema.name else 1
     target = args[at] if len(args) > at else kwargs.get("target")
     if isinstance(target, torch.Tensor) and target.dtype == torch.uint8:
