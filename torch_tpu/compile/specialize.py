@@ -35,7 +35,10 @@ class _LiveCaches:
         for cache in list(self._caches.values()):
             cache.clear()
 
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # programs held, as every registered cache counts (not graphs alive)
+        return sum(len(cache) for cache in list(self._caches.values()))
+
+    def graphs_alive(self) -> int:
         return len(self._caches)
 
     def __iter__(self):
