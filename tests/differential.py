@@ -645,6 +645,28 @@ def program_cache_sizes() -> dict:
     return sizes
 
 
+def opinfo_db() -> list:
+    """PyTorch's OpInfo database, with its per-sample search for the running unittest method turned off.
+
+    Every sample iterator OpInfo makes calls ``extract_test_fn``, which walks ``inspect.stack()`` (reading
+    the source lines of every frame under pytest) to find a ``unittest.TestCase`` method; these tests are
+    plain functions, so it always found none, after spending 85% of test_op_consistency's time looking.
+    """
+    from torch.testing._internal import common_utils
+
+    common_utils.extract_test_fn = _no_unittest_method
+    from torch.testing._internal.opinfo import core
+
+    core.extract_test_fn = _no_unittest_method  # bound by name at its import
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db
+
+
+def _no_unittest_method():
+    return None
+
+
 # ----------------------------------------------------------------------------------------------------
 # isolation: cases that may kill or hang the process
 

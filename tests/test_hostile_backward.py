@@ -69,10 +69,8 @@ def _opinfos():
 
         tpu_ops.load()
         lowered = {k._schema.name.split("::", 1)[1] for k in LOWERINGS}
-        from torch.testing._internal.common_methods_invocations import op_db
-
         _OPINFO = {}
-        for op in op_db:
+        for op in D.opinfo_db():
             name = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
             if name in RANDOM or not op.supports_autograd:
                 continue
