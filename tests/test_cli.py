@@ -6,9 +6,18 @@ import sys
 
 import pytest
 
+_PIPES = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shared_tiny_pipelines(tmp_path_factory):
+    # one offline build of the tiny pipelines for the file's runs (each run built its own before)
+    global _PIPES
+    _PIPES = str(tmp_path_factory.mktemp("pipes"))
+
 
 def _run(args, tmp_path, timeout=240):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TORCH_TPU_TINY_PIPELINES_DIR=str(tmp_path / "pipes"))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TORCH_TPU_TINY_PIPELINES_DIR=_PIPES)
     return subprocess.run([sys.executable, "-m", "torch_tpu", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=tmp_path)
 
