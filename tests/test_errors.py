@@ -199,3 +199,21 @@ def test_lowering_result_of_another_shape_is_an_error_not_a_broadcast():
         calling.conform(torch.ops.aten.any.dims, jnp.asarray(1.0), meta)
     spread = calling.conform(torch.ops.aten.add_.Tensor, jnp.asarray(2.0), meta, broadcast=True)
     assert spread.shape == (3, 4) and bool((spread == 2.0).all())
+
+
+def test_tensors_alive_until_interpreter_exit_free_quietly():
+    """Tensors kept on modules torn down after torch_tpu's (an attribute of ``torch``, a library's cache,
+    a reference cycle) are freed at exit: no "Exception ignored in TpuStorage.__del__" on stderr."""
+    import subprocess
+    import sys
+
+    code = (
+        "import functools, torch\n"
+        "torch._kept_by_a_library = torch.ones(2, device='tpu') + 1\n"
+        "functools._cache = [torch.zeros(3, device='tpu')]\n"
+        "class Cycle: pass\n"
+        "c = Cycle(); c.me = c; c.t = torch.arange(4.0, device='tpu') * 2\n"
+        "print((torch._kept_by_a_library * 3).cpu().tolist())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0 and "[6.0, 6.0]" in out.stdout, out.stdout + out.stderr
+    assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr, out.stderr

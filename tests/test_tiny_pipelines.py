@@ -82,6 +82,9 @@ def test_default_root(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_TPU_TINY_PIPELINES_DIR", str(tmp_path))
     assert tp.default_root() == tmp_path
     monkeypatch.delenv("TORCH_TPU_TINY_PIPELINES_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert tp.default_root() == tmp_path / "xdg" / "torch_tpu" / "tiny-pipelines"
+    monkeypatch.delenv("XDG_CACHE_HOME")
     assert str(tp.default_root()).endswith(os.path.join(".cache", "torch_tpu", "tiny-pipelines"))
 
 

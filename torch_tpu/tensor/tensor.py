@@ -50,8 +50,13 @@ class TpuStorage:
         self.nbytes = nbytes = math.prod(shape) * dtype.itemsize
         memory.allocated(nbytes)
 
-    def __del__(self):
-        memory.freed(self.nbytes)
+    def __del__(self, _freed=memory.freed):
+        # bound at definition: a storage kept alive in a module torn down after ``memory`` (a tensor on
+        # ``torch.some_attr``, a library's cache) is freed at exit when memory's globals are None already
+        try:
+            _freed(self.nbytes)
+        except AttributeError:  # memory's counter was torn down first: nothing left to count
+            pass
 
     def value(self):
         arr = self.array
