@@ -187,7 +187,7 @@ def test_programs_with_device_checks_are_found_by_key_and_still_check(tmp_path, 
 
 
 _CHILD = r"""
-import json, sys, torch, torch_tpu
+import json, torch, torch_tpu
 from torch_tpu.runtime import disk_cache
 x = torch.tensor([1.0, 2.0, 4.0]).to("tpu")
 out = {}

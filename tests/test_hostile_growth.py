@@ -158,6 +158,9 @@ def test_per_shape_programs_are_bounded_and_reset(monkeypatch):
     assert kept and max(kept) <= 16, f"[growth] per-shape programs past the bound 16: {kept}"
     torch_tpu.reset_caches()
     assert all(len(c) == 0 for c in specialize._LIVE), "reset_caches left per-shape programs"
+    from torch_tpu.runtime import caches  # the graph is still alive: the registry must count 0 programs
+
+    assert caches.sizes()["per-shape compiled graphs"] == 0, caches.sizes()
     x = D.rand(5, 3, seed=5)
     torch.testing.assert_close(f(x.to("tpu")).cpu(), _per_shape_fn(x))  # rebuilt after the reset
     torch._dynamo.reset()
