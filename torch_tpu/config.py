@@ -60,6 +60,22 @@ def _platform(text: str) -> str | None:
     return _PLATFORMS[value]
 
 
+def _lowering_check(text: str) -> str | None:
+    value = text.strip().lower()
+    if value in ("", "0", "off", "no", "false"):
+        return None
+    if value != "tpu":
+        raise ValueError("expected tpu (or empty/0: no check)")
+    return value
+
+
+def _f32_math(text: str) -> str:
+    value = text.strip().lower() or "auto"
+    if value not in ("auto", "precise", "native"):
+        raise ValueError("expected auto, precise or native")
+    return value
+
+
 def _text(text: str) -> str:
     return text
 
@@ -111,6 +127,12 @@ VARIABLES = (
     Variable("TORCH_TPU_CHECKS", "checks", _flag, True,
              "compute validity checks on the device (indices in range ...) and raise at the next wait; "
              "0 turns them off (out-of-range indices are then clamped or dropped by XLA)"),
+    Variable("TORCH_TPU_CHECK_LOWERING", "check_lowering", _lowering_check, None,
+             "'tpu': every program built is also lowered for a TPU (jax.export, the choices made for a TPU, "
+             "Pallas kernels included) on whatever platform runs; a failure raises naming the op or graph"),
+    Variable("TORCH_TPU_F32_MATH", "f32_math", _f32_math, "auto",
+             "float32 log/tanh and the ops built from them: auto (precise versions where XLA's are coarser "
+             "than CPU torch's: TPU), precise (everywhere), native (XLA's own)"),
     Variable("TORCH_TPU_CPU_FALLBACK", "cpu_fallback", _flag, False,
              "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),
     Variable("TORCH_TPU_CACHE_DIR", "cache_dir", _text, None,
@@ -145,6 +167,8 @@ class Settings:
     compile_threads: int | None
     max_cached_programs: int
     checks: bool
+    check_lowering: str | None
+    f32_math: str
     cpu_fallback: bool
     cache_dir: str | None
     cache_max_mb: int

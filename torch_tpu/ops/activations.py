@@ -6,6 +6,7 @@ import jax.numpy as jnp
 
 from .registry import aten, register
 from ._util import upcast
+from . import elementary
 
 
 @register(aten.relu.default)
@@ -13,10 +14,18 @@ def relu(x):
     return jnp.maximum(x, jnp.zeros((), x.dtype))
 
 
+def gelu_of(y, tanh_approximation: bool):
+    """torch's gelu of a float array: erf form, or its tanh approximation (with the precise tanh)."""
+    if not (tanh_approximation and elementary.precise(y)):
+        return jax.nn.gelu(y, approximate=tanh_approximation)
+    inner = jnp.asarray(0.7978845608028654, y.dtype) * (y + jnp.asarray(0.044715, y.dtype) * y * y * y)
+    return 0.5 * y * (1 + elementary.tanh(inner))
+
+
 @register(aten.gelu.default)
 def gelu(x, approximate="none"):
     y = upcast(x)
-    return jax.nn.gelu(y, approximate=approximate == "tanh").astype(x.dtype)
+    return gelu_of(y, approximate == "tanh").astype(x.dtype)
 
 
 @register(aten.silu.default)
@@ -28,14 +37,14 @@ def silu(x):
 @register(aten.mish.default)
 def mish(x):
     y = upcast(x)
-    return (y * jnp.tanh(jax.nn.softplus(y))).astype(x.dtype)
+    return (y * elementary.tanh(elementary.softplus(y))).astype(x.dtype)
 
 
 @register(aten.softplus.default)
 def softplus(x, beta=1, threshold=20):
     y = upcast(x)
     bx = y * beta
-    return jnp.where(bx > threshold, y, jnp.log1p(jnp.exp(bx)) / beta).astype(x.dtype)
+    return jnp.where(bx > threshold, y, elementary.log1p(jnp.exp(bx)) / beta).astype(x.dtype)
 
 
 @register(aten.elu.default)
@@ -75,7 +84,7 @@ def glu(x, dim=-1):
 def log_sigmoid_forward(x):
     y = upcast(x)
     # the buffer is only used by torch's CPU backward; its shape follows the meta kernel
-    return jax.nn.log_sigmoid(y).astype(x.dtype), jnp.zeros_like(x)
+    return elementary.log_sigmoid(y).astype(x.dtype), jnp.zeros_like(x)
 
 
 @register(aten.prelu.default, aten._prelu_kernel.default)

@@ -4,8 +4,11 @@
 ``scaled_dot_product_attention`` without dropout (callers decompose when dropout_p > 0) in torch's
 layout (..., heads, length, head_dim):
 
-* TPU: the Pallas flash-attention kernel (``jax.experimental.pallas.ops.tpu``) where its shape rules
-  hold (4-d, no mask, lengths multiples of 128, causal only for equal lengths);
+* TPU: the Pallas flash-attention kernel (``jax.experimental.pallas.ops.tpu``) for bf16 (float32 only
+  below torch's "highest" matmul precision), 3-d or 4-d, without a mask, causal only for equal lengths,
+  at least ~1500 x 1500 scores; lengths are padded to whole tiles (tiles measured on the chip), the padded
+  keys kept out by segment ids. It is traced with JAX's 64-bit mode off (its index arithmetic must stay
+  32-bit) and checked once per shape to lower for TPU, so a shape Mosaic refuses falls back to XLA;
 * GPU, bf16/fp16: ``jax.nn.dot_product_attention`` (jax picks cuDNN where it takes the shapes), without
   a boolean mask (a fully masked row must give 0, as in torch);
 * otherwise, and as the fallback of both: XLA's fused softmax(QK^T)V. On the CPU platform each
@@ -20,13 +23,15 @@ the same function (it recomputes the scores: nothing of size Lq x Lk is kept fro
 """
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
 import torch
 
-from ..runtime import platform
+from ..runtime import caches, platform
 from . import tpu_ops
 from ._util import is_low_precision, precision_of
 from .registry import aten, register
@@ -98,19 +103,131 @@ def _xla_sliced(q, k, v, mask, is_causal, scale, prec):
     return out.reshape(lead + (lq, v.shape[-1]))
 
 
-def _pallas_tpu(q, k, v, mask, is_causal, scale):
-    """The Pallas TPU flash-attention kernel, or None where its rules do not hold. UNTESTED off TPU."""
-    if mask is not None or q.ndim != 4 or q.shape[-2] % 128 or k.shape[-2] % 128 or \
-            (is_causal and q.shape[-2] != k.shape[-2]):
+# The Pallas kernel's tiles, measured on a TPU v5e (bench/tpu_probe.py, bench/results/tpu/probe.json):
+# (1, 24, 4608, 128) bf16 forward 16.0 ms with its default 128-tiles, 2.8 ms with 512, 3.2 with 1024 (which
+# pads 4608 to 5120); 1024 is 3-7% faster than 512 where it divides a length of 4096 or more. Below about
+# 1500 x 1500 scores XLA's own attention is as fast (0.62 ms vs 0.72 at 1024 tokens), so it keeps those.
+KERNEL_MIN_SCORES = 1 << 21
+KERNEL_MIN_LENGTH = 512
+
+
+def _tile(length: int, head_dim: int) -> int:
+    if length >= 4096 and length % 1024 == 0 and head_dim <= 128:
+        return 1024
+    return 512
+
+
+def _kernel_shapes(q, k, v, mask, is_causal, precision):
+    """(tile_q, tile_k) where the Pallas kernel computes this attention, else None (XLA does)."""
+    lq, lk = q.shape[-2], k.shape[-2]
+    if mask is not None or q.ndim not in (3, 4) or v.shape[-1] != q.shape[-1] or q.shape[-1] % 8:
         return None
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2] or (is_causal and lq != lk):
+        return None
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (jnp.bfloat16, jnp.float32):
+        return None
+    if q.dtype == jnp.float32 and precision in (None, "highest"):
+        return None  # its float32 matmuls take bf16 passes (2e-3 off at 1024 tokens): not torch's "highest"
+    if lq * lk < KERNEL_MIN_SCORES or min(lq, lk) < KERNEL_MIN_LENGTH:
+        return None
+    return _tile(lq, q.shape[-1]), _tile(lk, q.shape[-1])
+
+
+def _no_x64(fn, *args):
+    """``fn(*args)`` traced with JAX's 64-bit mode off: the Pallas TPU kernels' index arithmetic must stay
+    32-bit (traced under x64 it becomes int64 and Mosaic rejects it when lowering, after tracing)."""
+    prev = platform.X64.swap(False)
     try:
-        from jax.experimental.pallas.ops.tpu.flash_attention import flash_attention
-    except ImportError:
+        return fn(*args)
+    finally:
+        platform.X64.restore(prev)
+
+
+def _kernel(q, k, v, kv_len, is_causal, scale, tiles):
+    """The Pallas flash-attention kernel on 4-d (B, H, L, E) arrays padded to whole tiles; keys past
+    ``kv_len`` are padding, kept out by segment ids (queries past the real length are sliced off)."""
+    from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
+    tq, tk = tiles
+    sizes = fa.BlockSizes(block_q=tq, block_k_major=tk, block_k=tk, block_b=1,
+                          block_q_major_dkv=tq, block_k_major_dkv=tk, block_k_dkv=tk, block_q_dkv=tq,
+                          block_k_major_dq=tk, block_k_dq=tk, block_q_dq=tq)
+    segments = None
+    if kv_len != k.shape[2]:
+        segments = fa.SegmentIds(
+            q=jnp.zeros((q.shape[0], q.shape[2]), jnp.int32),
+            kv=jnp.broadcast_to((jnp.arange(k.shape[2], dtype=jnp.int32) >= kv_len).astype(jnp.int32),
+                                (k.shape[0], k.shape[2])))
+    return fa.flash_attention(q, k, v, segment_ids=segments, causal=is_causal, sm_scale=scale,
+                              block_sizes=sizes)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _flash(q, k, v, kv_len, is_causal, scale, tiles):
+    return _no_x64(_kernel, q, k, v, kv_len, is_causal, scale, tiles)
+
+
+def _flash_forward(q, k, v, kv_len, is_causal, scale, tiles):
+    # the kernel's own VJP, its forward and backward both traced with x64 off (jax.vjp alone would
+    # trace the backward later, wherever the gradient is asked for)
+    return _no_x64(lambda: jax.vjp(lambda a, b, c: _kernel(a, b, c, kv_len, is_causal, scale, tiles), q, k, v))
+
+
+def _flash_backward(kv_len, is_causal, scale, tiles, pull, grad):
+    return _no_x64(pull, grad)
+
+
+_flash.defvjp(_flash_forward, _flash_backward)
+
+_LOWERS = caches.register("pallas attention lowering checks", {})
+
+
+def _kernel_lowers(q, k, kv_len, is_causal, scale, tiles) -> bool:
+    """Whether the kernel lowers for a TPU at these shapes (checked once per shape with jax.export, which
+    lowers for TPU on any platform): a Mosaic error comes at lowering, after tracing, where the caller's
+    program could no longer fall back to XLA."""
+    key = (q.shape, k.shape, str(q.dtype), kv_len, is_causal, tiles)
+    ok = _LOWERS.get(key)
+    if ok is None:
+        s_q = jax.ShapeDtypeStruct(q.shape, q.dtype)
+        s_k = jax.ShapeDtypeStruct(k.shape, k.dtype)
+
+        def fwd_bwd(a, b, c):
+            out, pull = jax.vjp(lambda x, y, z: _flash(x, y, z, kv_len, is_causal, scale, tiles), a, b, c)
+            return out, pull(out)
+
+        try:
+            jax.export.export(jax.jit(fwd_bwd), platforms=("tpu",))(s_q, s_k, s_k)
+            ok = True
+        except Exception as exc:  # noqa: BLE001 - any refusal means: not this kernel here
+            ok = False
+            warnings.warn(f"tpu: the Pallas flash-attention kernel does not lower for q {tuple(q.shape)} "
+                          f"k {tuple(k.shape)} {q.dtype} ({type(exc).__name__}: {str(exc)[:200]}); "
+                          "XLA's attention computes it instead", stacklevel=2)
+        _LOWERS[key] = ok
+    return ok
+
+
+def _pallas_tpu(q, k, v, mask, is_causal, scale, precision):
+    """Attention by the Pallas TPU flash-attention kernel, or None where it does not apply."""
+    tiles = _kernel_shapes(q, k, v, mask, is_causal, precision)
+    if tiles is None:
         return None
-    try:
-        return flash_attention(q, k, v, causal=is_causal, sm_scale=scale)
-    except Exception:  # a shape or dtype the kernel does not take (found while tracing): XLA instead
+    squeeze = q.ndim == 3
+    if squeeze:
+        q, k, v = q[None], k[None], v[None]
+    lq, lk = q.shape[2], k.shape[2]
+    pq, pk = (-lq) % tiles[0], (-lk) % tiles[1]
+    if pq:
+        q = jnp.pad(q, ((0, 0), (0, 0), (0, pq), (0, 0)))
+    if pk:
+        k = jnp.pad(k, ((0, 0), (0, 0), (0, pk), (0, 0)))
+        v = jnp.pad(v, ((0, 0), (0, 0), (0, pk), (0, 0)))
+    scale = float(scale)
+    if not _kernel_lowers(q, k, lk, is_causal, scale, tiles):
         return None
+    out = _flash(q, k, v, lk, is_causal, scale, tiles)[:, :, :lq]
+    return out[0] if squeeze else out
 
 
 def _jax_nn(q, k, v, mask, is_causal, scale):
@@ -130,6 +247,15 @@ def _jax_nn(q, k, v, mask, is_causal, scale):
     return t(out)
 
 
+# Off the CPU, XLA's attention holds the whole (..., Lq, Lk) float32 score matrix: past this size it is
+# computed per (batch x head) slice instead (1.3 s for (1, 24, 8192, 128) on a TPU v5e in one piece)
+LARGE_SCORE_BYTES = 1 << 30
+
+
+def _score_bytes(q, k) -> int:
+    return 4 * math.prod(q.shape[:-1]) * k.shape[-2]
+
+
 def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, precision=None):
     """torch's scaled_dot_product_attention (no dropout) over JAX arrays; the output has q's dtype."""
     if scale is None:
@@ -140,15 +266,15 @@ def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=F
         v = jnp.repeat(v, rep, axis=-3)
     if attn_mask is not None and attn_mask.ndim < 2:
         attn_mask = jnp.broadcast_to(attn_mask, (q.shape[-2], k.shape[-2]))
-    kind = platform.platform()
+    kind = platform.target()
     out = None
     if kind == "tpu":
-        out = _pallas_tpu(q, k, v, attn_mask, is_causal, scale)
+        out = _pallas_tpu(q, k, v, attn_mask, is_causal, scale, precision)
     elif kind in ("cuda", "gpu", "rocm") and is_low_precision(q):
         out = _jax_nn(q, k, v, attn_mask, is_causal, scale)
     if out is None:
         prec = precision_of(precision)
-        if kind == "cpu":
+        if kind == "cpu" or _score_bytes(q, k) > LARGE_SCORE_BYTES:
             out = _xla_sliced(q, k, v, attn_mask, is_causal, scale, prec)
         else:
             out = _core(q, k, v, attn_mask, is_causal, scale, prec)

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from ..runtime import dtypes
+from . import elementary
 from .checks import require
 from .registry import aten, prims, register
 from ._util import _weak, is_float, is_low_precision, is_value, jdtype, no_pred, to_float, torch_operands, upcast
@@ -372,7 +373,7 @@ def xlogy(x, y):
     x, y = to_float(jnp.asarray(x)), to_float(jnp.asarray(y))
     dt = jnp.result_type(x, y)  # (the log of a float16 y was taken in float16 for a float64 x)
     x, y = x.astype(dt), y.astype(dt)
-    return jnp.where(x == 0, jnp.where(jnp.isnan(y), jnp.nan, 0.0), x * jnp.log(y))
+    return jnp.where(x == 0, jnp.where(jnp.isnan(y), jnp.nan, 0.0), x * elementary.log(y))
 
 
 @register(aten.heaviside.default)
@@ -456,12 +457,12 @@ def _float_unary(fn):
 
 
 _FLOAT_UNARY = {
-    aten.exp: jnp.exp, aten.exp2: jnp.exp2, aten.expm1: jnp.expm1, aten.log: jnp.log,
-    aten.log2: jnp.log2, aten.log10: jnp.log10, aten.log1p: jnp.log1p, aten.sqrt: jnp.sqrt,
+    aten.exp: jnp.exp, aten.exp2: jnp.exp2, aten.expm1: jnp.expm1, aten.log: elementary.log,
+    aten.log2: elementary.log2, aten.log10: elementary.log10, aten.log1p: elementary.log1p, aten.sqrt: jnp.sqrt,
     aten.rsqrt: jax.lax.rsqrt, aten.sin: jnp.sin, aten.cos: jnp.cos, aten.tan: jnp.tan,
     aten.asin: jnp.arcsin, aten.acos: jnp.arccos, aten.atan: jnp.arctan, aten.sinh: jnp.sinh,
-    aten.cosh: jnp.cosh, aten.tanh: jnp.tanh, aten.asinh: jnp.arcsinh, aten.acosh: jnp.arccosh,
-    aten.atanh: jnp.arctanh, aten.sigmoid: jax.nn.sigmoid, aten.erf: jax.scipy.special.erf,
+    aten.cosh: jnp.cosh, aten.tanh: elementary.tanh, aten.asinh: elementary.arcsinh, aten.acosh: elementary.arccosh,
+    aten.atanh: elementary.arctanh, aten.sigmoid: jax.nn.sigmoid, aten.erf: jax.scipy.special.erf,
     aten.erfc: jax.scipy.special.erfc, aten.erfinv: jax.scipy.special.erfinv,
     aten.reciprocal: jnp.reciprocal, aten.lgamma: jax.scipy.special.gammaln,
     aten.digamma: lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), jax.scipy.special.digamma(x)),

@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import elementary
+from .activations import gelu_of
 from .checks import index_in_range, require
 from .registry import aten, register
 from ._util import is_low_precision, is_value, jdtype, matmul, precision_of, upcast
@@ -79,7 +81,7 @@ def addbmm(bias, a, b, beta=1, alpha=1, precision=None):
 @register(aten._addmm_activation.default, matmul=True)
 def addmm_activation(bias, a, b, beta=1, alpha=1, use_gelu=False, precision=None):
     y = addmm(bias, a, b, beta, alpha, precision)
-    return jax.nn.gelu(y, approximate=True) if use_gelu else jnp.maximum(y, 0)
+    return gelu_of(y, True) if use_gelu else jnp.maximum(y, 0)
 
 
 @register(aten.linear.default, matmul=True)
@@ -109,7 +111,7 @@ def softmax(x, dim, half_to_float=False):
 
 @register(aten._log_softmax.default)
 def log_softmax(x, dim, half_to_float=False):
-    y = jax.nn.log_softmax(upcast(x), axis=dim if x.ndim else None)
+    y = elementary.log_softmax(upcast(x), axis=dim if x.ndim else None)
     return y if half_to_float else y.astype(x.dtype)
 
 
@@ -358,7 +360,7 @@ def binary_cross_entropy(x, target, weight=None, reduction=1):
     require((x >= 0) & (x <= 1), "binary_cross_entropy: all elements of input should be between 0 and 1")
     require((target >= 0) & (target <= 1), "binary_cross_entropy: all elements of target should be between 0 and 1")
     p, y = upcast(x), upcast(target)
-    loss = -(y * jnp.maximum(jnp.log(p), -100.0) + (1 - y) * jnp.maximum(jnp.log1p(-p), -100.0))
+    loss = -(y * jnp.maximum(elementary.log(p), -100.0) + (1 - y) * jnp.maximum(elementary.log1p(-p), -100.0))
     if weight is not None:
         loss = loss * upcast(weight)
     return _reduce_loss(loss, reduction).astype(x.dtype)
@@ -399,8 +401,8 @@ def nll_loss_backward(grad, x, target, weight, reduction, ignore_index, total_we
 
 @register(aten.binary_cross_entropy_with_logits.default)
 def bce_with_logits(x, target, weight=None, pos_weight=None, reduction=1):
-    log_sig = jax.nn.log_sigmoid(x)
-    log_one_minus = jax.nn.log_sigmoid(-x)
+    log_sig = elementary.log_sigmoid(x)
+    log_one_minus = elementary.log_sigmoid(-x)
     if pos_weight is not None:
         loss = -(pos_weight * target * log_sig + (1 - target) * log_one_minus)
     else:

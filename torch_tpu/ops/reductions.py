@@ -6,6 +6,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from . import elementary
 from .registry import aten, register
 from ._util import complex_logaddexp, dims_tuple, is_float, is_low_precision, jdtype, norm_dim, to_float
 
@@ -144,7 +145,7 @@ def any_(x, dim=None, keepdim=False):
 @register(aten.logsumexp.default)
 def logsumexp(x, dim, keepdim=False):
     y = to_float(_acc(x) if is_low_precision(x) else x)
-    return jax.nn.logsumexp(y, axis=dims_tuple(dim, x.ndim), keepdims=keepdim)
+    return elementary.logsumexp(y, axis=dims_tuple(dim, x.ndim), keepdims=keepdim)
 
 
 @register(aten.linalg_vector_norm.default)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from . import elementary
 from ._util import upcast
 from .registry import aten, register
 
@@ -26,9 +27,9 @@ def _gates(input_gates, hidden_gates, input_bias, hidden_bias):
 @register(aten._thnn_fused_lstm_cell.default)
 def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     i, f, g, o = jnp.split(_gates(input_gates, hidden_gates, input_bias, hidden_bias), 4, axis=1)
-    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), elementary.tanh(g), jax.nn.sigmoid(o)
     cy = f * upcast(cx) + i * g
-    hy = o * jnp.tanh(cy)
+    hy = o * elementary.tanh(cy)
     dt = input_gates.dtype
     return hy.astype(dt), cy.astype(dt), jnp.concatenate([i, f, g, o], axis=1).astype(dt)
 
@@ -37,7 +38,7 @@ def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
 def fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     i, f, g, o = jnp.split(upcast(workspace), 4, axis=1)
     cy32 = upcast(cy)
-    tanh_cy = jnp.tanh(cy32)
+    tanh_cy = elementary.tanh(cy32)
     ghy = jnp.zeros_like(cy32) if grad_hy is None else upcast(grad_hy)
     gcy = jnp.zeros_like(cy32) if grad_cy is None else upcast(grad_cy)
     gc = ghy * o * (1 - tanh_cy * tanh_cy) + gcy  # the cell state's whole gradient
@@ -59,7 +60,7 @@ def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=N
     h_r, h_z, h_n = jnp.split(gh, 3, axis=1)
     r = jax.nn.sigmoid(i_r + h_r)
     z = jax.nn.sigmoid(i_z + h_z)
-    n = jnp.tanh(i_n + r * h_n)
+    n = elementary.tanh(i_n + r * h_n)
     h = upcast(hx)
     hy = n + z * (h - n)
     dt = input_gates.dtype

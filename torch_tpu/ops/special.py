@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from . import elementary
 from .registry import aten, prims, register
 from .shape import _pad_mode
 from ._util import complex_logaddexp, is_float, to_float, upcast
@@ -90,13 +91,13 @@ def gcd(x, y):
 def logaddexp(x, y):  # a lowering (not torch's decomposition) so that integer inputs are refused as on CPU
     if jnp.iscomplexobj(x) or jnp.iscomplexobj(y):
         return complex_logaddexp(x, y)
-    return jnp.logaddexp(upcast(x), upcast(y))
+    return elementary.logaddexp(upcast(x), upcast(y))
 
 
 
 @register(aten.logaddexp2.default)
 def logaddexp2(x, y):
-    return jnp.logaddexp2(upcast(x), upcast(y))
+    return elementary.logaddexp2(upcast(x), upcast(y))
 
 
 @register(aten.logit.default)
@@ -104,7 +105,7 @@ def logit(x, eps=None):
     x = to_float(x)
     if eps is not None:  # CPU's x < lo ? lo : (x > hi ? hi : x): for eps > 0.5 not a clip
         x = jnp.where(x < eps, jnp.asarray(eps, x.dtype), jnp.where(x > 1 - eps, jnp.asarray(1 - eps, x.dtype), x))
-    return jnp.log(x / (1 - x))
+    return elementary.log(x / (1 - x))
 
 
 def _in_float64_for_float32(fn):

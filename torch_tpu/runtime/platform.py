@@ -155,6 +155,33 @@ def platform() -> str:
     return "cpu"
 
 
+_TARGET = threading.local()
+
+
+def target() -> str:
+    """The platform the program being traced is built for: ``platform()``, or 'tpu' while a TPU lowering
+    check (TORCH_TPU_CHECK_LOWERING=tpu) traces it again on another platform. Lowerings that choose by
+    platform (attention kernels, precise float32 functions) read this, never ``platform()``."""
+    return getattr(_TARGET, "name", None) or platform()
+
+
+class Targeting:
+    """``with Targeting("tpu"):`` traces on this thread as for that platform."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.prev = None
+
+    def __enter__(self):
+        self.prev = getattr(_TARGET, "name", None)
+        _TARGET.name = self.name
+        return self
+
+    def __exit__(self, *exc):
+        _TARGET.name = self.prev
+        return False
+
+
 @functools.lru_cache(maxsize=None)
 def devices():
     """The local PJRT devices of the chosen platform, in index order."""

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from .. import config
 from ..errors import OpError, out_of_memory
-from . import caches, compile_log, compile_pool, counters, disk_cache, platform, prefetch, stable_keys
+from . import caches, compile_log, compile_pool, counters, disk_cache, platform, prefetch, stable_keys, tpu_lowering
 
 
 def max_programs() -> int:
@@ -264,6 +264,8 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         alias = structural_disk_key(key, device, donate)
         if alias is not None:
             prefetch.seen(alias)  # (in the order this thread needs programs)
+    if tpu_lowering.enabled():  # (after the checks were counted: tracing again counts them again)
+        tpu_lowering.check(fn, example_args, name)
     done = (key, module_key, alias, () if checks is None else tuple(checks), token, name, example_args)
     if prog is None and background:
         with _FLIGHT_LOCK:

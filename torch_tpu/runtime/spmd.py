@@ -17,7 +17,7 @@ import functools
 
 import numpy as np
 
-from . import caches, counters, multiprocess, platform, program_cache
+from . import caches, counters, multiprocess, platform, program_cache, tpu_lowering
 
 AXIS = "g"
 _PY_NUMBERS = (int, float, complex, bool)
@@ -132,6 +132,8 @@ def compile_program(key, fn, example_args: tuple, device_ids: tuple, out_ndims=N
         def body(*args):
             return _as_tuple(fn(*args))
 
+    if tpu_lowering.enabled():
+        tpu_lowering.check_spmd(body, example_args, len(device_ids), AXIS, in_specs, out_specs, what)
     mapped = jax.shard_map(body, mesh=the_mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     prog = jax.jit(mapped, donate_argnums=donate) if donate else jax.jit(mapped)
     prog.lower(*[_abstract_global(a, device_ids) for a in example_args]).compile()

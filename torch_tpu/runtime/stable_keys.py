@@ -190,8 +190,12 @@ def environment(with_source: bool = True) -> str:
     """Everything outside a key that changes a program: platform, device, versions, flags, and (for
     structural keys, whose programs torch_tpu's code builds) a digest of torch_tpu's source. The
     device-side checks setting is read on every call: it can change inside a process (with
-    ``reset_caches``), and a program built without checks must never be found by a process that checks."""
-    return _environment(with_source) + ("\nchecks" if config.settings().checks else "\nno-checks")
+    ``reset_caches``), and a program built without checks must never be found by a process that checks;
+    so are the float32 math mode and the TPU lowering check (a program found by key was checked when
+    it was built, in a process that checked)."""
+    s = config.settings()
+    return (_environment(with_source) + ("\nchecks" if s.checks else "\nno-checks") +
+            f"\nf32-math:{s.f32_math}" + ("\ntpu-lowering-checked" if s.check_lowering else ""))
 
 
 @functools.lru_cache(maxsize=None)

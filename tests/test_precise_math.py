@@ -1,0 +1,111 @@
+"""The precise float32 functions used on TPUs (ops/precise_f32.py, chosen by ops/elementary.py): within a few
+ulps of float64 on every platform, torch's special values, and the ops built from them equal CPU torch
+when forced on here (TORCH_TPU_F32_MATH=precise). Their error on the chip itself is measured by
+bench/tpu_probe.py (bench/results/tpu/probe.json)."""
+import jax
+import numpy as np
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.ops import precise_f32
+from torch_tpu.runtime import platform
+
+MIN_NORMAL = np.float32(1.1754944e-38)
+
+
+def _sample(lo, hi, n=60_000, seed=0):
+    rng = np.random.default_rng(seed)
+    mags = np.exp(rng.uniform(np.log(1e-30), np.log(max(abs(lo), abs(hi))), n))
+    x = np.concatenate([rng.uniform(lo, hi, n), mags if lo >= 0 else mags * rng.choice([-1, 1], n),
+                        rng.uniform(max(lo, -4), min(hi, 4), n)])
+    x = np.clip(x, lo, hi).astype(np.float32)
+    return x[(x == 0) | (np.abs(x) >= MIN_NORMAL)]  # XLA treats subnormal operands as zero
+
+
+def _max_ulps(got, ref):
+    ref32 = ref.astype(np.float32)
+    ok = np.isfinite(ref32) & ((ref32 == 0) | (np.abs(ref32) >= MIN_NORMAL))
+    spacing = np.maximum(np.spacing(np.abs(ref32)).astype(np.float64), 2.0 ** -149)
+    with np.errstate(invalid="ignore"):  # (inf - inf where both are infinite: not counted)
+        return float(np.max(np.where(ok, np.abs(got.astype(np.float64) - ref) / spacing, 0.0)))
+
+
+UNARY = {"log": (np.log, 0, 3e38), "log2": (np.log2, 0, 3e38), "log10": (np.log10, 0, 3e38),
+         "log1p": (np.log1p, -1, 3e38), "tanh": (np.tanh, -30, 30), "atanh": (np.arctanh, -1, 1),
+         "asinh": (np.arcsinh, -3e38, 3e38), "acosh": (np.arccosh, 1, 3e38),
+         "softplus": (lambda x: np.logaddexp(0, x), -100, 100),
+         "log_sigmoid": (lambda x: -np.logaddexp(0, -x), -100, 100)}
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_within_a_few_ulps_of_float64(name):
+    ref_fn, lo, hi = UNARY[name]
+    x = _sample(lo, hi)
+    with np.errstate(all="ignore"):
+        ref = ref_fn(x.astype(np.float64))
+    got = np.asarray(jax.jit(precise_f32.FUNCTIONS[name])(x))
+    assert _max_ulps(got, ref) <= 4, name
+
+
+@pytest.mark.parametrize("name", ["logaddexp", "logaddexp2"])
+def test_binary_within_tolerance(name):
+    a = _sample(-100, 100)
+    b = np.random.default_rng(1).permutation(a)
+    ref = getattr(np, name)(a.astype(np.float64), b.astype(np.float64))
+    got = np.asarray(jax.jit(precise_f32.FUNCTIONS[name])(a, b)).astype(np.float64)
+    # ulps mean little where the result cancels to near 0: float32's relative tolerance, 1e-6 absolute
+    assert np.all(np.abs(got - ref) <= 1e-6 + 2e-7 * np.abs(ref)), name
+
+
+SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, np.inf, -np.inf, np.nan, 1e30, -1e30, 3.4e38], np.float32)
+
+
+@pytest.mark.parametrize("name", ["log", "log2", "log10", "log1p", "tanh", "atanh", "asinh", "acosh"])
+def test_special_values_as_cpu_torch(name):
+    got = torch.from_numpy(np.array(jax.jit(precise_f32.FUNCTIONS[name])(SPECIAL)))
+    torch_name = {"asinh": "asinh", "acosh": "acosh", "atanh": "atanh"}.get(name, name)
+    want = getattr(torch, torch_name)(torch.from_numpy(SPECIAL))
+    torch.testing.assert_close(got, want, equal_nan=True, atol=0, rtol=2e-7)
+    assert torch.equal(torch.signbit(got[~got.isnan()]), torch.signbit(want[~want.isnan()])), name  # -0.0
+
+
+def test_log2_exact_at_powers_of_two():
+    x = np.float32(2.0) ** np.arange(-126, 128, dtype=np.float32)
+    assert np.array_equal(np.asarray(jax.jit(precise_f32.log2)(x)), np.arange(-126, 128, dtype=np.float32))
+
+
+def test_log1p_tiny_and_huge_arguments():
+    x = np.array([1e-30, -1e-20, 3e-8, 1e20, 3e38], np.float32)
+    got = np.asarray(jax.jit(precise_f32.log1p)(x)).astype(np.float64)
+    assert np.allclose(got, np.log1p(x.astype(np.float64)), rtol=3e-7, atol=0)
+
+
+@pytest.fixture
+def precise_everywhere(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_TPU_F32_MATH", "precise")
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    torch_tpu.reset_caches()
+    yield
+    torch_tpu.reset_caches()
+
+
+OPS = [torch.log, torch.log2, torch.log10, torch.log1p, torch.tanh, torch.asinh, torch.special.log_ndtr,
+       lambda x: torch.acosh(1 + x.abs()), lambda x: torch.atanh(x.clamp(-0.99, 0.99)),
+       torch.nn.functional.softplus, torch.nn.functional.logsigmoid, torch.nn.functional.mish,
+       lambda x: torch.nn.functional.gelu(x, approximate="tanh"), lambda x: torch.log_softmax(x, -1),
+       lambda x: torch.logsumexp(x, -1), lambda x: torch.logaddexp(x, x.flip(-1)),
+       lambda x: torch.nn.functional.cross_entropy(x, torch.arange(x.shape[0], device=x.device) % x.shape[1])]
+
+
+def test_ops_equal_cpu_torch_with_the_precise_functions(precise_everywhere):
+    """What a TPU computes for these ops, computed here: CPU torch's values at float32's tolerance."""
+    x = torch.linspace(-6, 6, 97 * 8).reshape(97, 8) ** 3 / 20
+    positive = x.abs() + 1e-3
+    for op in OPS:
+        for arg in (x, positive):
+            with np.errstate(all="ignore"):
+                want = op(arg)
+            got = op(arg.to("tpu")).cpu()
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, equal_nan=True)
+    assert platform.target() == platform.platform()  # (forced by the setting, not by a TPU target)

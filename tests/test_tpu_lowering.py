@@ -1,0 +1,163 @@
+"""Programs lower for a TPU, checked on any platform: TORCH_TPU_CHECK_LOWERING=tpu, the Pallas attention kernel
+at real diffusers sizes (traced without 64-bit index arithmetic, padded to whole tiles, forward and backward),
+its numerics through Pallas' TPU interpret mode, and its fallback to XLA where it does not apply.
+
+CI runs the attention, pipeline and real-width transformer files a second time with TORCH_TPU_CHECK_LOWERING=tpu
+(.ci/run); the tests here switch it on themselves where they need it."""
+import jax
+import jax.numpy as jnp
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu.ops import attention as attention_lowering
+from torch_tpu.runtime import platform, tpu_lowering
+
+# the FLUX.1 transformer's attention at 1024x1024: 4096 image + 512 text tokens, 24 heads of 128; SD3's at
+# 1024x1024 with CFG: 4096 + 333 tokens (not a multiple of any tile), heads of 64
+FLUX_1024 = (1, 24, 4608, 128)
+SD3_1024_CFG = (2, 24, 4429, 64)
+
+
+def _exported(fn, shape, dtype=jnp.bfloat16):
+    s = jax.ShapeDtypeStruct(shape, dtype)
+    with platform.Targeting("tpu"), platform.X64():  # as every program of the backend is traced
+        return jax.export.export(jax.jit(fn), platforms=("tpu",))(s, s, s).mlir_module()
+
+
+@pytest.mark.parametrize("shape", [FLUX_1024, SD3_1024_CFG], ids=["flux-1024", "sd3-1024-cfg"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_kernel_lowers_for_tpu_at_real_sizes(shape, causal):
+    platform.jax()
+    fwd = _exported(lambda q, k, v: attention_lowering.attention(q, k, v, None, causal), shape)
+    bwd = _exported(lambda q, k, v: attention_lowering.attention_backward(q, q, k, v, None, causal), shape)
+    assert "tpu_custom_call" in fwd and "tpu_custom_call" in bwd  # the Pallas kernel, not XLA's attention
+
+
+def test_kernel_tiles_follow_the_measured_table():
+    platform.jax()
+    q = jax.ShapeDtypeStruct(FLUX_1024, jnp.bfloat16)
+    assert attention_lowering._kernel_shapes(q, q, q, None, False, None) == (512, 512)  # 4608: 1024 pads to 5120
+    long = jax.ShapeDtypeStruct((1, 24, 8192, 128), jnp.bfloat16)
+    assert attention_lowering._kernel_shapes(long, long, long, None, False, None) == (1024, 1024)
+    short = jax.ShapeDtypeStruct((1, 24, 1024, 128), jnp.bfloat16)
+    assert attention_lowering._kernel_shapes(short, short, short, None, False, None) is None  # XLA's is faster
+    f32 = jax.ShapeDtypeStruct(FLUX_1024, jnp.float32)
+    # float32 at torch's default "highest" precision: the kernel's bf16 passes are not that
+    assert attention_lowering._kernel_shapes(f32, f32, f32, None, False, None) is None
+    assert attention_lowering._kernel_shapes(f32, f32, f32, None, False, "high") == (512, 512)
+    mask = jax.ShapeDtypeStruct((4608, 4608), jnp.bool_)
+    assert attention_lowering._kernel_shapes(q, q, q, mask, False, None) is None
+
+
+@pytest.fixture
+def kernel_in_interpret_mode(monkeypatch):
+    """The kernel path on the CPU: Pallas' TPU interpret mode, small tiles so it stays quick."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    platform.jax()
+    monkeypatch.setattr(attention_lowering, "KERNEL_MIN_SCORES", 1)
+    monkeypatch.setattr(attention_lowering, "KERNEL_MIN_LENGTH", 1)
+    monkeypatch.setattr(attention_lowering, "_tile", lambda length, head_dim: 128)
+    # interpret mode lowers for the CPU, so the once-per-shape TPU lowering check cannot run here
+    monkeypatch.setattr(attention_lowering, "_kernel_lowers", lambda *a: True)
+    with pltpu.force_tpu_interpret_mode(), platform.Targeting("tpu"), platform.X64():
+        yield
+
+
+@pytest.mark.parametrize("lq,lk,causal", [(256, 256, False), (200, 328, False), (300, 300, True)],
+                         ids=["tiles", "padded-cross", "padded-causal"])
+def test_kernel_path_matches_xla_forward_and_backward(kernel_in_interpret_mode, lq, lk, causal):
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    q = jax.random.normal(keys[0], (1, 2, lq, 64), jnp.float32).astype(jnp.bfloat16)
+    k = jax.random.normal(keys[1], (1, 2, lk, 64), jnp.float32).astype(jnp.bfloat16)
+    v = jax.random.normal(keys[2], (1, 2, lk, 64), jnp.float32).astype(jnp.bfloat16)
+    g = jax.random.normal(keys[3], (1, 2, lq, 64), jnp.float32).astype(jnp.bfloat16)
+
+    def reference(q, k, v):  # XLA's attention in float32: what CPU torch computes from these bf16 values
+        return attention_lowering._core(q, k, v, None, causal, 1 / 8, jax.lax.Precision.HIGHEST)
+
+    f32 = [x.astype(jnp.float32) for x in (q, k, v)]
+    out = jax.jit(lambda q, k, v: attention_lowering.attention(q, k, v, None, causal))(q, k, v)
+    assert "pallas_call" in str(jax.make_jaxpr(lambda q, k, v: attention_lowering.attention(q, k, v, None, causal))(q, k, v))
+    ref, pull = jax.vjp(reference, *f32)
+    assert float(jnp.max(jnp.abs(out.astype(jnp.float32) - ref))) < 2e-2
+    grads = jax.jit(lambda g, q, k, v: attention_lowering.attention_backward(g, q, k, v, None, causal))(g, q, k, v)
+    for got, want in zip(grads, pull(g.astype(jnp.float32))):
+        scale = float(jnp.max(jnp.abs(want)))
+        assert float(jnp.max(jnp.abs(got.astype(jnp.float32) - want))) < 2e-2 * max(scale, 1.0)
+
+
+@pytest.fixture
+def checking(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_TPU_CHECK_LOWERING", "tpu")
+    # programs built earlier must not serve: those of other settings are not found (the setting is in
+    # their keys), but those checked by an earlier run would be, and would not be counted again
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    torch_tpu.reset_caches()
+    yield
+    torch_tpu.reset_caches()
+
+
+def _sdpa_step(q, k, v, attend=F.scaled_dot_product_attention):
+    q = q.detach().requires_grad_()
+    out = attend(q, k, v)
+    out.float().square().sum().backward()
+    return out.detach(), q.grad
+
+
+def test_check_lowering_counts_every_program_in_each_mode(checking):
+    """Strict, fused and compiled SDPA at a size where a TPU takes the Pallas kernel: every program built
+    is lowered for a TPU too (counted), and values still match CPU torch."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 1536, 64, generator=g).bfloat16() for _ in range(3))
+    ref, ref_grad = _sdpa_step(q.float(), k.float(), v.float())
+    tq, tk, tv = (t.to("tpu") for t in (q, k, v))
+    for mode in ("DEFER_NEVER", "DEFER_AND_FUSE", "compiled"):
+        before = torch_tpu.stats()["tpu_lowerings"]
+        if mode == "compiled":
+            attend = torch.compile(F.scaled_dot_product_attention, backend="tpu", fullgraph=True, dynamic=False)
+            out, grad = _sdpa_step(tq, tk, tv, attend)
+        else:
+            with torch.tpu.set_eager_mode(torch_tpu.EagerMode[mode]):
+                out, grad = _sdpa_step(tq, tk, tv)
+                torch_tpu.sync()
+        assert torch_tpu.stats()["tpu_lowerings"] > before, mode
+        torch.testing.assert_close(out.cpu().float(), ref, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(grad.cpu().float(), ref_grad, atol=5e-2, rtol=5e-2)
+
+
+def test_check_lowering_catches_a_kernel_traced_with_64_bit_indices(checking, monkeypatch):
+    """The bug the check exists for: the kernel traced under JAX's 64-bit mode lowers on the CPU (which
+    runs XLA's attention) but not for a TPU. With the per-shape guard out of the way, the check raises,
+    naming the op."""
+    monkeypatch.setattr(attention_lowering, "_no_x64", lambda fn, *args: fn(*args))
+    monkeypatch.setattr(attention_lowering, "_kernel_lowers", lambda *a: True)
+    q = torch.randn(1, 1, 1536, 64).bfloat16().to("tpu")
+    with pytest.raises(tpu_lowering.TpuLoweringError, match=r"attention.*does not lower for TPU"):
+        F.scaled_dot_product_attention(q, q, q).cpu()
+
+
+def test_a_shape_the_kernel_refuses_falls_back_to_xla(monkeypatch):
+    """A Mosaic refusal found by the once-per-shape check: XLA's attention, a warning, the right values."""
+    platform.jax()
+    attention_lowering._LOWERS.clear()
+
+    def refuse(*args, **kwargs):
+        raise ValueError("Mosaic says no")
+
+    monkeypatch.setattr(attention_lowering, "_kernel", refuse)
+    q = jax.ShapeDtypeStruct((1, 2, 1536, 64), jnp.bfloat16)
+    with pytest.warns(UserWarning, match="does not lower"):
+        txt = _exported(lambda q, k, v: attention_lowering.attention(q, k, v), q.shape)
+    assert "tpu_custom_call" not in txt
+    attention_lowering._LOWERS.clear()
+
+
+def test_check_lowering_setting_is_validated(monkeypatch):
+    from torch_tpu import config
+
+    monkeypatch.setenv("TORCH_TPU_CHECK_LOWERING", "gpu")
+    with pytest.raises(config.ConfigError, match="TORCH_TPU_CHECK_LOWERING='gpu'"):
+        config.settings()

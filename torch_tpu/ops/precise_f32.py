@@ -1,0 +1,178 @@
+"""float32 logarithms and tanh to within a few ulps, for XLA backends whose own are coarser (XLA:TPU).
+
+XLA:TPU computes float32 ``log`` and ``tanh`` with approximations that differ from CPU torch (glibc/SLEEF,
+correctly rounded or within 1 ulp) by more than float32's tolerance on some inputs, and every op built from
+them inherits it (log1p, log2, log10, acosh, asinh, atanh, logaddexp, logsigmoid, mish, ...). The functions
+here compute the same values from operations TPUs do exactly (integer bit manipulation, +, *, exp) and short
+polynomials, so they agree with CPU torch to a few ulps on every platform. The lowerings use them for
+float32 where the target platform is a TPU (``use_precise``); elsewhere XLA's own functions are as good.
+
+Only JAX is imported here: the TPU lane's probe loads this file alone, on a host without torch.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_F32 = np.float32
+_LN2_HI = _F32(0.693145751953125)          # ln 2 in its first 16 bits: k * _LN2_HI is exact for |k| < 256
+_LN2_LO = _F32(1.4286068203094172e-06)     # ln 2 - _LN2_HI
+_INV_LN2 = _F32(1.4426950408889634)
+_LOG10_2_HI = _F32(0.30102539062500000)    # log10(2) in 16 bits
+_LOG10_2_LO = _F32(4.6050389811952113e-06)
+_INV_LN10 = _F32(0.43429448190325176)
+_SQRT2 = _F32(1.4142135623730951)
+
+
+def _bits(x):
+    return jax.lax.bitcast_convert_type(x, jnp.int32)
+
+
+def _from_bits(b):
+    return jax.lax.bitcast_convert_type(b, jnp.float32)
+
+
+def _split(x):
+    """For a normal x > 0: (m, e) with x = m * 2**e exactly, m in [sqrt(1/2), sqrt(2)). (XLA on CPU and
+    TPU treats subnormal operands as zero, so they never get here: their log is -inf, as jnp's.)"""
+    b = _bits(x)
+    e = (b >> 23) - 127
+    m = _from_bits((b & 0x007FFFFF) | 0x3F800000)  # [1, 2)
+    high = m > _SQRT2
+    return jnp.where(high, m * _F32(0.5), m), e + high.astype(jnp.int32)
+
+
+def _log_reduced(m):
+    """log(m) for m in [sqrt(1/2), sqrt(2)): 2 atanh(s) with s = (m - 1) / (m + 1), |s| < 0.1716, as
+    f - f**2/2 + s (f**2/2 + R(s**2)) (the low-order terms kept apart to keep the rounding small)."""
+    f = m - _F32(1.0)  # exact (Sterbenz)
+    s = f / (_F32(2.0) + f)
+    z = s * s
+    # R = z (2/3 + z (2/5 + z (2/7 + z (2/9 + z (2/11 + z 2/13))))): the atanh series; its first term
+    # left out of the sum is below 2**-40 relative here
+    r = _F32(2 / 13)
+    for c in (2 / 11, 2 / 9, 2 / 7, 2 / 5, 2 / 3):
+        r = r * z + _F32(c)
+    r = r * z
+    hfsq = _F32(0.5) * f * f
+    return f - (hfsq - s * (hfsq + r))
+
+
+def _log_special(x, finite_value):
+    """``finite_value`` for finite x > 0; -inf at 0, NaN below 0 and for NaN, inf at inf."""
+    out = jnp.where(x == 0, -jnp.inf, finite_value)
+    out = jnp.where(x < 0, jnp.nan, out)
+    out = jnp.where(jnp.isposinf(x), jnp.inf, out)
+    return jnp.where(jnp.isnan(x), x, out)
+
+
+def _safe_positive(x):
+    """x where it is finite and > 0, else 1 (the special values are chosen after)."""
+    return jnp.where((x > 0) & jnp.isfinite(x), x, _F32(1.0))
+
+
+def log(x):
+    xs = _safe_positive(x)
+    m, e = _split(xs)
+    k = e.astype(jnp.float32)
+    return _log_special(x, k * _LN2_HI + (_log_reduced(m) + k * _LN2_LO))
+
+
+def log2(x):
+    xs = _safe_positive(x)
+    m, e = _split(xs)
+    return _log_special(x, e.astype(jnp.float32) + _log_reduced(m) * _INV_LN2)  # exact at powers of 2
+
+
+def log10(x):
+    xs = _safe_positive(x)
+    m, e = _split(xs)
+    k = e.astype(jnp.float32)
+    return _log_special(x, k * _LOG10_2_HI + (k * _LOG10_2_LO + _log_reduced(m) * _INV_LN10))
+
+
+def log1p(x):
+    """log(1 + x) as log(u) * x / (u - 1) with u = 1 + x rounded: the quotient corrects u's rounding."""
+    u = _F32(1.0) + x
+    # the barrier keeps XLA from folding (1 + x) - 1 into x, which would undo the correction
+    d = jax.lax.optimization_barrier(u) - _F32(1.0)
+    safe_d = jnp.where(d == 0, _F32(1.0), d)
+    out = jnp.where(d == 0, x, log(u) * (x / safe_d))
+    out = jnp.where(jnp.isposinf(x), jnp.inf, out)
+    out = jnp.where(x == -1, -jnp.inf, out)
+    return jnp.where(jnp.isnan(x) | (x < -1), jnp.where(jnp.isnan(x), x, jnp.nan), out)
+
+
+_TANH_SERIES = (-1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925, 21844 / 6081075, -929569 / 638512875)
+_TANH_SMALL = _F32(0.25)
+
+
+def tanh(x):
+    """tanh from exp(-2|x|) for |x| >= 0.25 (no cancellation there), its odd series below."""
+    a = jnp.abs(x)
+    z = a * a
+    p = _F32(_TANH_SERIES[-1])
+    for c in reversed(_TANH_SERIES[:-1]):
+        p = p * z + _F32(c)
+    small = a + a * z * p
+    e = jnp.exp(_F32(-2.0) * jnp.minimum(a, _F32(20.0)))
+    large = (_F32(1.0) - e) / (_F32(1.0) + e)
+    t = jnp.where(a < _TANH_SMALL, small, large)
+    return jnp.where(jnp.isnan(x), x, jnp.copysign(t, x))  # -0.0 stays -0.0
+
+
+def atanh(x):
+    a = jnp.abs(x)
+    return jnp.copysign(_F32(0.5) * log1p(_F32(2.0) * a / (_F32(1.0) - a)), x)  # |x| > 1: NaN, as torch
+
+
+_BIG = _F32(4096.0)  # beyond it, asinh(a) and acosh(a) are log(2a) to float32 precision
+
+
+def asinh(x):
+    a = jnp.abs(x)
+    moderate = log1p(a + a * a / (_F32(1.0) + jnp.sqrt(_F32(1.0) + jnp.minimum(a, _BIG) ** 2)))
+    big = log(a) + (_LN2_HI + _LN2_LO)
+    out = jnp.where(a < _BIG, moderate, big)
+    return jnp.where(jnp.isnan(x), x, jnp.copysign(out, x))
+
+
+def acosh(x):
+    t = jnp.minimum(x, _BIG) - _F32(1.0)
+    moderate = log1p(t + jnp.sqrt(_F32(2.0) * t + t * t))
+    big = log(x) + (_LN2_HI + _LN2_LO)
+    out = jnp.where(x < _BIG, moderate, big)
+    return jnp.where(x < 1, jnp.nan, jnp.where(jnp.isnan(x), x, out))
+
+
+def logaddexp(a, b):
+    hi = jnp.maximum(a, b)
+    d = -jnp.abs(a - b)
+    out = hi + log1p(jnp.exp(jnp.where(jnp.isnan(d), _F32(0.0), d)))
+    out = jnp.where(a == b, a + (_LN2_HI + _LN2_LO), out)  # also ±inf == ±inf: no inf - inf
+    out = jnp.where(jnp.isinf(hi) & (hi > 0), hi, out)
+    return jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, out)
+
+
+def logaddexp2(a, b):
+    hi = jnp.maximum(a, b)
+    d = -jnp.abs(a - b)
+    out = hi + log1p(jnp.exp2(jnp.where(jnp.isnan(d), _F32(0.0), d))) * _INV_LN2
+    out = jnp.where(a == b, a + _F32(1.0), out)
+    out = jnp.where(jnp.isinf(hi) & (hi > 0), hi, out)
+    return jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, out)
+
+
+def softplus(x):
+    """log(1 + exp(x)), without overflow."""
+    return jnp.maximum(x, _F32(0.0)) + log1p(jnp.exp(-jnp.abs(x)))
+
+
+def log_sigmoid(x):
+    return jnp.minimum(x, _F32(0.0)) - log1p(jnp.exp(-jnp.abs(x)))
+
+
+FUNCTIONS = {"log": log, "log2": log2, "log10": log10, "log1p": log1p, "tanh": tanh, "atanh": atanh,
+             "asinh": asinh, "acosh": acosh, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
+             "softplus": softplus, "log_sigmoid": log_sigmoid}

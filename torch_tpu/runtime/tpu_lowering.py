@@ -1,0 +1,75 @@
+"""``TORCH_TPU_CHECK_LOWERING=tpu``: every program this backend builds is also lowered for a TPU.
+
+A program that runs on the CPU platform can still fail to lower for a TPU (a Pallas/Mosaic kernel traced
+with 64-bit index arithmetic, an op XLA:TPU has no lowering for), and CI has no TPU. With the check on,
+each program traced for the platform in use (a per-op program, a fused graph, a compiled graph, a
+collective over a mesh) is traced again as it would be for a TPU (``platform.Targeting("tpu")``: the
+attention kernel, the precise float32 functions) and lowered with ``jax.export(..., platforms=("tpu",))``,
+which needs no TPU. A failure raises ``TpuLoweringError`` naming the program; ``stats()["tpu_lowerings"]``
+counts the programs checked. Programs found in the persistent cache by key were checked when they were
+built (the setting is part of their keys' environment).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import config
+from ..errors import OpError
+from . import counters, platform
+
+
+class TpuLoweringError(OpError):
+    """A program of this backend does not lower for a TPU."""
+
+
+def enabled() -> bool:
+    return config.settings().check_lowering == "tpu"
+
+
+def _abstract(a, jax):
+    if isinstance(a, jax.ShapeDtypeStruct):
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False))
+    if type(a) in (bool, int, float, complex):
+        return jax.ShapeDtypeStruct((), np.asarray(a).dtype, weak_type=True)
+    weak = bool(getattr(getattr(a, "aval", None), "weak_type", False))
+    return jax.ShapeDtypeStruct(np.shape(a), a.dtype, weak_type=weak)
+
+
+def check(fn, example_args: tuple, name: str) -> None:
+    """Lower ``fn`` for a TPU at the shapes and dtypes of ``example_args``; raise naming ``name``."""
+    jax = platform.jax()
+
+    def as_for_tpu(*args):  # a new function each time: JAX never serves the trace made for this platform
+        return fn(*args)
+
+    specs = tuple(_abstract(a, jax) for a in example_args)
+    _export(jax, jax.jit(as_for_tpu), specs, name)
+
+
+def check_spmd(body, example_args: tuple, ndevices: int, axis: str, in_specs, out_specs, name: str) -> None:
+    """As ``check`` for a program over a 1-D mesh of ``ndevices`` (collectives over ``axis``)."""
+    jax = platform.jax()
+    mesh = jax.sharding.AbstractMesh((ndevices,), (axis,))
+
+    def as_for_tpu(*args):
+        return body(*args)
+
+    mapped = jax.shard_map(as_for_tpu, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    specs = []
+    for a, spec in zip(example_args, in_specs):
+        local = _abstract(a, jax)
+        shape = ((local.shape[0] * ndevices,) + tuple(local.shape[1:])) if local.shape else ()
+        specs.append(jax.ShapeDtypeStruct(shape, local.dtype, weak_type=local.weak_type,
+                                          sharding=jax.sharding.NamedSharding(mesh, spec)))
+    _export(jax, jax.jit(mapped), tuple(specs), name)
+
+
+def _export(jax, jitted, specs, name) -> None:
+    with platform.Targeting("tpu"), platform.X64():
+        try:
+            jax.export.export(jitted, platforms=("tpu",))(*specs)
+        except Exception as exc:
+            raise TpuLoweringError(
+                f"tpu: {name} does not lower for TPU (TORCH_TPU_CHECK_LOWERING=tpu): "
+                f"{type(exc).__name__}: {str(exc)[:2000]}") from exc
+    counters.add("tpu_lowerings", 1)
