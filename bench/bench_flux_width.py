@@ -1,0 +1,245 @@
+"""A FLUX.1-width transformer call in each execution mode, beside the floor measured in the same run.
+
+Model: diffusers FluxTransformer2DModel at FLUX.1's width (24 heads x 128 = 3072, joint_attention_dim 4096,
+pooled 768, axes_dims_rope (16, 56, 56)) with 2 double-stream + 4 single-stream blocks (1.3 B parameters),
+bf16, random weights (seeded, 1/sqrt(fan-in)), batch 1, 4096 image + 512 text tokens (a 1024x1024 image).
+
+Each mode runs in its own process (a TPU is held by one process at a time):
+  strict    EagerMode.DEFER_NEVER          fused     EagerMode.DEFER_AND_FUSE
+  compiled  m.compile(backend="tpu", fullgraph=True, dynamic=False)
+  regional  m.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
+  floor     JAX alone: the model's GEMMs (same shapes, one program) + the attention kernel (same shapes)
+Per mode: the first call (compiles included), the median of ``--reps`` steady calls (each followed by
+``torch.tpu.synchronize()``), programs launched per call, and the largest difference from CPU torch
+(float32 from the same bf16 weights, computed once by the parent process), relative to the output's scale.
+
+    python bench/bench_flux_width.py [--modes strict,fused,compiled,regional,floor] [--reps 5] [--out F]
+    python bench/bench_flux_width.py --layers 1 --single-layers 1 --image-tokens 1024 --text-tokens 512  # smaller
+
+Writes bench/results/tpu/flux_width.json by default (ratios against the floor and against compiled mode).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MODES = ("strict", "fused", "compiled", "regional", "floor")
+
+
+def _config(args):
+    return dict(patch_size=1, in_channels=64, num_layers=args.layers, num_single_layers=args.single_layers,
+                attention_head_dim=128, num_attention_heads=args.heads, joint_attention_dim=4096,
+                pooled_projection_dim=768, guidance_embeds=False, axes_dims_rope=(16, 56, 56))
+
+
+def _model(args):
+    """The model on the CPU in bf16 with seeded weights (the same in every process)."""
+    import torch
+    from accelerate import init_empty_weights
+    from diffusers import FluxTransformer2DModel
+
+    with init_empty_weights():
+        model = FluxTransformer2DModel(**_config(args))
+    model = model.to_empty(device="cpu").to(torch.bfloat16)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * p.shape[1] ** -0.5)
+            elif "norm" in name and name.endswith("weight"):
+                p.fill_(1.0)
+            else:
+                p.zero_()
+    return model.eval()
+
+
+def _inputs(args):
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    side = int(args.image_tokens ** 0.5)
+    img_ids = torch.zeros(side, side, 3)
+    img_ids[..., 1] = torch.arange(side)[:, None]
+    img_ids[..., 2] = torch.arange(side)[None, :]
+    return dict(hidden_states=torch.randn(1, side * side, 64, generator=g).bfloat16(),
+                encoder_hidden_states=torch.randn(1, args.text_tokens, 4096, generator=g).bfloat16(),
+                pooled_projections=torch.randn(1, 768, generator=g).bfloat16(),
+                timestep=torch.tensor([0.5]).bfloat16(), img_ids=img_ids.reshape(-1, 3),
+                txt_ids=torch.zeros(args.text_tokens, 3), return_dict=False)
+
+
+def _reference(args, path):
+    import torch
+
+    model = _model(args).float()
+    kwargs = {k: (v.float() if isinstance(v, torch.Tensor) else v) for k, v in _inputs(args).items()}
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model(**kwargs)[0]
+    torch.save(out, path)
+    return time.perf_counter() - t0
+
+
+def _worker_torch(args, mode):
+    import torch
+
+    import torch_tpu
+
+    model = _model(args)
+    t0 = time.perf_counter()
+    model = model.to("tpu")
+    kwargs = {k: (v.to("tpu") if isinstance(v, torch.Tensor) else v) for k, v in _inputs(args).items()}
+    torch.tpu.synchronize()
+    result = {"move_s": time.perf_counter() - t0}
+    if mode == "compiled":
+        model.compile(backend="tpu", fullgraph=True, dynamic=False)
+    elif mode == "regional":
+        model.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
+    eager = torch_tpu.EagerMode.DEFER_AND_FUSE if mode == "fused" else torch_tpu.EagerMode.DEFER_NEVER
+
+    def call():
+        with torch.tpu.set_eager_mode(eager), torch.no_grad():
+            out = model(**kwargs)[0]
+        torch.tpu.synchronize()
+        return out
+
+    firsts = []
+    for _ in range(2):  # the first call compiles; a fused second call may compile the glue once more
+        t0 = time.perf_counter()
+        out = call()
+        firsts.append(time.perf_counter() - t0)
+    stats0 = torch_tpu.stats()
+    times = []
+    for _ in range(args.reps):
+        t0 = time.perf_counter()
+        out = call()
+        times.append(time.perf_counter() - t0)
+    stats1 = torch_tpu.stats()
+    result.update(first_call_s=firsts[0], second_call_s=firsts[1], call_ms=1e3 * statistics.median(times),
+                  call_ms_all=[1e3 * t for t in times],
+                  programs_per_call=(stats1["executions"] - stats0["executions"]) / args.reps,
+                  compiles=stats1["compiles"], compile_seconds=stats1["compile_seconds"],
+                  cache_loads=stats1["cache_loads"], peak_mib=torch.tpu.max_memory_allocated() / 2 ** 20)
+    if args.reference and os.path.exists(args.reference):
+        ref = torch.load(args.reference)
+        got = out.cpu().float()
+        result["max_abs_err"] = float((got - ref).abs().max())
+        result["ref_scale"] = float(ref.abs().max())
+        result["rel_err"] = result["max_abs_err"] / max(result["ref_scale"], 1e-30)
+    return result
+
+
+def _gemms(args):
+    """(M, K, N) of every matmul in the model's blocks (the modulation linears on one token left out)."""
+    img, txt, width = args.image_tokens, args.text_tokens, 128 * args.heads
+    both = img + txt
+    double = [(m, width, width) for m in (img, txt) for _ in range(4)] + \
+             [(m, width, 4 * width) for m in (img, txt)] + [(m, 4 * width, width) for m in (img, txt)]
+    single = [(both, width, width)] * 3 + [(both, width, 4 * width), (both, 5 * width, width)]
+    return double * args.layers + single * args.single_layers
+
+
+def _worker_floor(args):
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, str(HERE.parent))
+    from torch_tpu.ops import attention as attention_lowering  # the same kernel and tiles as the modes
+
+    shapes = _gemms(args)
+    key = jax.random.PRNGKey(0)
+    xs = [jax.random.normal(key, (m, k), jnp.bfloat16) for m, k, _ in shapes]
+    ws = [jax.random.normal(key, (k, n), jnp.bfloat16) for _, k, n in shapes]
+    heads, length = args.heads, args.image_tokens + args.text_tokens
+    q = jax.random.normal(key, (1, heads, length, 128), jnp.bfloat16)
+    n_attn = args.layers + args.single_layers
+
+    @jax.jit
+    def gemms(xs, ws):
+        return [jnp.matmul(x, w, preferred_element_type=jnp.float32).astype(jnp.bfloat16) for x, w in zip(xs, ws)]
+
+    @jax.jit
+    def attend(q):
+        return [attention_lowering.attention(q + i, q, q) for i in range(n_attn)]
+
+    def timed(fn, *a):
+        jax.block_until_ready(fn(*a))
+        samples = []
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*a))
+            samples.append(time.perf_counter() - t0)
+        return 1e3 * statistics.median(samples)
+
+    import torch_tpu.runtime.platform as plat
+
+    plat.jax()  # JAX configured as the backend does (its x64 switch; the kernel turns it off itself)
+    g_ms = timed(gemms, xs, ws)
+    a_ms = timed(attend, q)
+    flops = sum(2 * m * k * n for m, k, n in shapes)
+    return {"gemm_ms": g_ms, "attention_ms": a_ms, "call_ms": g_ms + a_ms, "gemm_tflops": flops / g_ms / 1e9,
+            "gemms": len(shapes), "attention_calls": n_attn}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--single-layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=24)
+    parser.add_argument("--image-tokens", type=int, default=4096)
+    parser.add_argument("--text-tokens", type=int, default=512)
+    parser.add_argument("--no-reference", action="store_true", help="skip CPU torch's output")
+    parser.add_argument("--out", default=str(HERE / "results/tpu/flux_width.json"))
+    parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--reference", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per mode")
+    args = parser.parse_args()
+    if args.worker:
+        result = _worker_floor(args) if args.worker == "floor" else _worker_torch(args, args.worker)
+        print("RESULT " + json.dumps(result), flush=True)
+        return
+    shape_args = ["--layers", str(args.layers), "--single-layers", str(args.single_layers), "--heads",
+                  str(args.heads), "--image-tokens", str(args.image_tokens), "--text-tokens", str(args.text_tokens),
+                  "--reps", str(args.reps)]
+    summary = {"model": {**_config(args), "image_tokens": args.image_tokens, "text_tokens": args.text_tokens,
+                         "dtype": "bfloat16"}, "date": time.strftime("%Y-%m-%d %H:%M"), "modes": {}}
+    ref_path = os.path.join(tempfile.mkdtemp(), "reference.pt")
+    if not args.no_reference:
+        summary["reference_cpu_s"] = _reference(args, ref_path)
+        print(f"CPU torch reference (float32): {summary['reference_cpu_s']:.1f} s", flush=True)
+    for mode in args.modes.split(","):
+        cmd = [sys.executable, __file__, "--worker", mode, "--reference", ref_path, *shape_args]
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+            result = json.loads(lines[-1][7:]) if lines else {"error": (proc.stderr or proc.stdout)[-3000:]}
+        except subprocess.TimeoutExpired:
+            result = {"error": f"timed out after {args.timeout} s"}
+        result["process_s"] = time.perf_counter() - t0
+        summary["modes"][mode] = result
+        print(mode, json.dumps(result)[:600], flush=True)
+    modes = summary["modes"]
+    floor = modes.get("floor", {}).get("call_ms")
+    compiled = modes.get("compiled", {}).get("call_ms")
+    summary["ratios"] = {m: {"vs_floor": (r["call_ms"] / floor) if floor and "call_ms" in r else None,
+                             "vs_compiled": (r["call_ms"] / compiled) if compiled and "call_ms" in r else None}
+                         for m, r in modes.items()}
+    print("ratios", json.dumps(summary["ratios"]), flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(summary, indent=1))
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""The TPU lane: what the project promises, measured on the chip, in one JSON.
+
+Run on a TPU host once torch and the packages are installed there (the project's TPU host scripts carry
+them as wheels; see "On a TPU" in the README), from the repository root:
+
+    python3 bench/tpu_lane.py --out DIR [--steps demo,flux,tests,opinfo,eager,coldstart,probe] [--budget S]
+
+Steps (each in its own processes, one at a time: a TPU is held by one process):
+  demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
+             and compile modes, each twice: a fresh program cache (cold), then a second process (warm)
+  flux       bench/bench_flux_width.py: a FLUX.1-width transformer (2+4 blocks, 4608 tokens, bf16) in the
+             four modes beside the floor (its GEMMs and attention kernel alone, in JAX)
+  tests      the attention, TPU lowering, real-width transformer and pipeline test files on the chip
+  opinfo     tests/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part)
+  eager      bench/bench_eager_cost.py (per-op cost, fused chains, against JAX's own)
+  coldstart  bench/bench_coldstart.py (first image per mode, cold and warm)
+  probe      bench/tpu_probe.py (kernel tiles, float32 functions' error)
+Writes DIR/lane.json after every step (a step that runs out of --budget seconds is recorded as such),
+plus each step's own JSON and logs in DIR.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform as host
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = ("demo", "flux", "tests", "opinfo", "eager", "coldstart", "probe")
+TEST_FILES = ["tests/test_attention_op.py", "tests/test_tpu_lowering.py", "tests/test_real_width.py",
+              "tests/test_precise_math.py", "tests/test_pipelines.py"]
+
+
+def _run(cmd, timeout, env=None, log=None):
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                              env={**os.environ, **(env or {})})
+        out, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        out += f"\n[timed out after {timeout} s]"
+        rc = "timeout"
+    if log:
+        Path(log).write_text(out)
+    return rc, out, time.perf_counter() - t0
+
+
+def _stage_times(text: str) -> dict:
+    """The stage table ``generate`` prints: name -> seconds."""
+    times = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\S.*?)\s{2,}(\d+\.\d+)\s*$", line)
+        if m:
+            times[m.group(1).strip()] = float(m.group(2))
+    return times
+
+
+def step_demo(args, left):
+    out = {}
+    for mode in ("eager", "fused", "compile"):
+        cache = tempfile.mkdtemp(prefix=f"lane-{mode}-")
+        for run in ("cold", "warm"):
+            cmd = [sys.executable, "-m", "torch_tpu", "generate", "--mode", mode, "--output",
+                   str(Path(args.out) / f"demo-{mode}.png")]
+            rc, text, wall = _run(cmd, min(600, left()), env={"TORCH_TPU_CACHE_DIR": cache},
+                                  log=Path(args.out) / f"demo-{mode}-{run}.log")
+            out[f"{mode}/{run}"] = {"rc": rc, "process_s": wall, "stages": _stage_times(text),
+                                    "tail": text[-1500:]}
+            print(f"demo {mode} {run}: rc={rc} {wall:.1f} s", flush=True)
+    return out
+
+
+def step_flux(args, left):
+    path = Path(args.out) / "flux_width.json"
+    rc, text, wall = _run([sys.executable, "bench/bench_flux_width.py", "--out", str(path)], left(),
+                          log=Path(args.out) / "flux_width.log")
+    result = json.loads(path.read_text()) if path.exists() else {}
+    return {"rc": rc, "process_s": wall, **result, "tail": text[-2000:]}
+
+
+def _pytest(files, args, left, name, extra=()):
+    cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", *extra, *files]
+    rc, text, wall = _run(cmd, left(), log=Path(args.out) / f"{name}.log")
+    summary = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed)", l)]
+    failed = sorted(set(re.findall(r"^FAILED (\S+)", text, re.M)))
+    return {"rc": rc, "process_s": wall, "summary": summary[-1:] if summary else text[-300:],
+            "failed": failed}
+
+
+def step_tests(args, left):
+    return _pytest(TEST_FILES, args, left, "tests")
+
+
+def step_opinfo(args, left):
+    extra = ()
+    env_shard = {}
+    if args.shard:
+        os.environ["TORCH_TPU_TEST_SHARD"] = args.shard
+        env_shard = {"shard": args.shard}
+    return {**env_shard, **_pytest(["tests/test_op_consistency.py"], args, left, "opinfo", extra)}
+
+
+def _bench_script(name, args, left, extra=()):
+    script = ROOT / "bench" / f"bench_{name}.py"
+    if not script.exists():
+        return {"skipped": f"{script.name} not in this tree"}
+    path = Path(args.out) / f"{name}.json"
+    rc, text, wall = _run([sys.executable, str(script), "--out", str(path), *extra], left(),
+                          log=Path(args.out) / f"{name}.log")
+    result = json.loads(path.read_text()) if path.exists() else {}
+    return {"rc": rc, "process_s": wall, "result": result, "tail": text[-2000:]}
+
+
+def step_eager(args, left):
+    return _bench_script("eager_cost", args, left)
+
+
+def step_coldstart(args, left):
+    return _bench_script("coldstart", args, left)
+
+
+def step_probe(args, left):
+    path = Path(args.out) / "probe.json"
+    rc, text, wall = _run([sys.executable, "bench/tpu_probe.py", "--out", str(path)], left(),
+                          log=Path(args.out) / "probe.log")
+    return {"rc": rc, "process_s": wall, "wrote": path.exists()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", default="demo,flux,tests")
+    parser.add_argument("--budget", type=float, default=540, help="seconds for all steps together")
+    parser.add_argument("--shard", default=None, help="opinfo: run part i of n (i/n)")
+    args = parser.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+
+    def left():
+        return max(5, int(args.budget - (time.perf_counter() - start)))
+
+    lane_path = Path(args.out) / "lane.json"
+    lane = json.loads(lane_path.read_text()) if lane_path.exists() else {}
+    lane.setdefault("runs", []).append({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "steps": args.steps,
+                                        "host": {"python": host.python_version(), "cpus": os.cpu_count()}})
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    except OSError:
+        commit = ""
+    lane["commit"] = commit or os.environ.get("TORCH_TPU_COMMIT", "")
+    for name in args.steps.split(","):
+        if left() <= 5:
+            lane[name] = {"skipped": "out of the lane's time budget"}
+        else:
+            print(f"--- {name} ({left()} s left)", flush=True)
+            lane[name] = globals()[f"step_{name}"](args, left)
+        lane_path.write_text(json.dumps(lane, indent=1, default=str))
+    print("wrote", lane_path)
+
+
+if __name__ == "__main__":
+    main()
