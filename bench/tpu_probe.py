@@ -220,7 +220,7 @@ def numerics(quick: bool) -> dict:
         "atan": (np.arctan, -1e6, 1e6), "sqrt": (np.sqrt, 0, 3e38), "rsqrt": (lambda x: 1 / np.sqrt(x), 0, 3e38),
         "reciprocal": (lambda x: 1 / x, -3e38, 3e38), "sigmoid": (sp.expit, -100, 100),
         "erf": (sp.erf, -10, 10), "erfc": (sp.erfc, -10, 10), "erfinv": (sp.erfinv, -1, 1),
-        "lgamma": (sp.gammaln, 0, 1e6),
+        "lgamma": (sp.gammaln, -30, 1e6), "digamma": (sp.psi, -30, 1e6),
         "gelu": (lambda x: 0.5 * x * (1 + sp.erf(x / np.sqrt(2))), -20, 20),
         "softplus": (lambda x: np.logaddexp(0, x), -100, 100),
         "log_sigmoid": (lambda x: -np.logaddexp(0, -x), -100, 100),
@@ -233,7 +233,7 @@ def numerics(quick: bool) -> dict:
         "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan, "sqrt": jnp.sqrt,
         "rsqrt": jax.lax.rsqrt, "reciprocal": jnp.reciprocal, "sigmoid": jax.nn.sigmoid,
         "erf": jax.scipy.special.erf, "erfc": jax.scipy.special.erfc, "erfinv": jax.scipy.special.erfinv,
-        "lgamma": jax.scipy.special.gammaln, "gelu": functools.partial(jax.nn.gelu, approximate=False),
+        "lgamma": jax.scipy.special.gammaln, "digamma": jax.scipy.special.digamma, "gelu": functools.partial(jax.nn.gelu, approximate=False),
         "softplus": jax.nn.softplus, "log_sigmoid": jax.nn.log_sigmoid,
         "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
     }

@@ -11,7 +11,8 @@ on large arrays (memory-bound; log1p 1.7x, acosh 2x in isolation).
 ``TORCH_TPU_F32_MATH``: ``auto`` (default) uses them for float32 when the program is built for a TPU (also
 while ``TORCH_TPU_CHECK_LOWERING=tpu`` traces a program for a TPU on another platform), ``precise``
 everywhere (how CI tests them on the CPU), ``native`` never (XLA's own, faster where log-heavy float32 code
-is the bottleneck). bfloat16/float16 inputs reach these functions upcast to float32, so they take the same
+is the bottleneck). lgamma, digamma and erfinv are built on log in XLA too, and follow the same rule.
+bfloat16/float16 inputs reach these functions upcast to float32, so they take the same
 path; float64 and complex values always use XLA's.
 """
 from __future__ import annotations
@@ -57,6 +58,9 @@ logaddexp = _pick(jnp.logaddexp, "logaddexp")
 logaddexp2 = _pick(jnp.logaddexp2, "logaddexp2")
 softplus = _pick(jax.nn.softplus, "softplus")
 log_sigmoid = _pick(jax.nn.log_sigmoid, "log_sigmoid")
+lgamma = _pick(jax.scipy.special.gammaln, "lgamma")
+erfinv = _pick(jax.scipy.special.erfinv, "erfinv")
+digamma = _pick(lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), jax.scipy.special.digamma(x)), "digamma")
 
 
 def logsumexp(x, axis=None, keepdims=False):

@@ -463,10 +463,10 @@ _FLOAT_UNARY = {
     aten.asin: jnp.arcsin, aten.acos: jnp.arccos, aten.atan: jnp.arctan, aten.sinh: jnp.sinh,
     aten.cosh: jnp.cosh, aten.tanh: elementary.tanh, aten.asinh: elementary.arcsinh, aten.acosh: elementary.arccosh,
     aten.atanh: elementary.arctanh, aten.sigmoid: jax.nn.sigmoid, aten.erf: jax.scipy.special.erf,
-    aten.erfc: jax.scipy.special.erfc, aten.erfinv: jax.scipy.special.erfinv,
-    aten.reciprocal: jnp.reciprocal, aten.lgamma: jax.scipy.special.gammaln,
-    aten.digamma: lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), jax.scipy.special.digamma(x)),
-    aten.i0: jax.scipy.special.i0,  # digamma(±0) is ∓inf on CPU (JAX: NaN)
+    aten.erfc: jax.scipy.special.erfc, aten.erfinv: elementary.erfinv,
+    aten.reciprocal: jnp.reciprocal, aten.lgamma: elementary.lgamma,
+    aten.digamma: elementary.digamma,  # digamma(±0) is ∓inf on CPU (JAX: NaN)
+    aten.i0: jax.scipy.special.i0,
     aten.sinc: jnp.sinc, aten.deg2rad: jnp.deg2rad, aten.rad2deg: jnp.rad2deg,
 }
 for _op, _fn in _FLOAT_UNARY.items():

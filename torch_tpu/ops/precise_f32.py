@@ -173,6 +173,97 @@ def log_sigmoid(x):
     return jnp.minimum(x, _F32(0.0)) - log1p(jnp.exp(-jnp.abs(x)))
 
 
+_LANCZOS_G = 7.0
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+            -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+            1.5056327351493116e-7)
+_HALF_LOG_2PI = _F32(0.91893853320467274)
+_LOG_PI = _F32(1.1447298858494002)
+
+
+def _lanczos_sum(z):
+    """A(z) of the Lanczos approximation (g = 7, 9 terms): Gamma(z + 1) = sqrt(2 pi) t**(z + 1/2) e**-t A(z)."""
+    a = _F32(_LANCZOS[0])
+    for i, c in enumerate(_LANCZOS[1:], start=1):
+        a = a + _F32(c) / (z + _F32(i))
+    return a
+
+
+def _lgamma_right(x):
+    """lgamma for x >= 0.5 (log t as log(g + 1/2) + log1p(z / (g + 1/2)): no rounding of t itself)."""
+    z = x - _F32(1.0)
+    t = z + _F32(_LANCZOS_G + 0.5)
+    log_t = _F32(np.log(_LANCZOS_G + 0.5)) + log1p(z / _F32(_LANCZOS_G + 0.5))
+    return _HALF_LOG_2PI + (z + _F32(0.5)) * log_t - t + log(_lanczos_sum(z))
+
+
+def _sin_pi(x):
+    """sin(pi x), with x reduced to [-1/2, 1/2] first (exact), so it is 0 at integers."""
+    r = x - jnp.round(x)
+    sign = jnp.where(jnp.mod(jnp.round(x), 2) == 0, _F32(1.0), _F32(-1.0))
+    return sign * jnp.sin(_F32(np.pi) * r)
+
+
+def lgamma(x):
+    left = x < _F32(0.5)
+    xr = jnp.where(left, _F32(1.0) - x, x)
+    right = _lgamma_right(jnp.where(jnp.isfinite(xr), xr, _F32(1.0)))
+    s = jnp.abs(_sin_pi(jnp.where(left & jnp.isfinite(x), x, _F32(0.5))))
+    reflected = _LOG_PI - log(s) - right
+    out = jnp.where(left, reflected, right)
+    out = jnp.where((x == 1) | (x == 2), _F32(0.0), out)  # exactly, as CPU torch (Lanczos: 5e-7)
+    out = jnp.where(left & (x == jnp.floor(x)), jnp.inf, out)  # poles at 0, -1, -2 ...
+    out = jnp.where(jnp.isinf(x), jnp.inf, out)
+    return jnp.where(jnp.isnan(x), x, out)
+
+
+def digamma(x):
+    """psi(x): reflection below 1/2, the recurrence up to x >= 6, then the asymptotic series."""
+    left = x < _F32(0.5)
+    xr = jnp.where(left, _F32(1.0) - x, x)
+    xr = jnp.where(jnp.isfinite(xr), xr, _F32(6.0))
+    acc = jnp.zeros_like(xr)
+    for _ in range(6):
+        small = xr < _F32(6.0)
+        acc = acc - jnp.where(small, _F32(1.0) / xr, _F32(0.0))
+        xr = jnp.where(small, xr + _F32(1.0), xr)
+    inv = _F32(1.0) / xr
+    inv2 = inv * inv
+    series = inv2 * (_F32(1 / 12) - inv2 * (_F32(1 / 120) - inv2 * (_F32(1 / 252) - inv2 * (
+        _F32(1 / 240) - inv2 * _F32(1 / 132)))))
+    right = acc + log(xr) - _F32(0.5) * inv - series
+    r = x - jnp.round(x)
+    cot = jnp.cos(_F32(np.pi) * r) / jnp.sin(_F32(np.pi) * r)  # cot(pi x), its period 1
+    out = jnp.where(left, right - _F32(np.pi) * cot, right)
+    out = jnp.where(x == 0, jnp.copysign(jnp.inf, -x), out)  # digamma(+-0) = -+inf, as CPU torch
+    out = jnp.where((x < 0) & (x == jnp.floor(x)), jnp.nan, out)
+    out = jnp.where(jnp.isposinf(x), jnp.inf, jnp.where(jnp.isneginf(x), jnp.nan, out))
+    return jnp.where(jnp.isnan(x), x, out)
+
+
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                   -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def erfinv(x):
+    """Giles' single-precision erfinv (the form XLA uses), with the precise log."""
+    w = -log((_F32(1.0) - x) * (_F32(1.0) + x))
+    central = w < _F32(5.0)
+    wc = jnp.where(central, w - _F32(2.5), jnp.sqrt(jnp.where(central, _F32(5.0), w)) - _F32(3.0))
+    p_c = _F32(_ERFINV_CENTRAL[0])
+    for c in _ERFINV_CENTRAL[1:]:
+        p_c = p_c * wc + _F32(c)
+    p_t = _F32(_ERFINV_TAIL[0])
+    for c in _ERFINV_TAIL[1:]:
+        p_t = p_t * wc + _F32(c)
+    out = jnp.where(central, p_c, p_t) * x
+    out = jnp.where(jnp.abs(x) == 1, jnp.copysign(jnp.inf, x), out)
+    return jnp.where(jnp.abs(x) > 1, jnp.nan, out)
+
+
 FUNCTIONS = {"log": log, "log2": log2, "log10": log10, "log1p": log1p, "tanh": tanh, "atanh": atanh,
              "asinh": asinh, "acosh": acosh, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
-             "softplus": softplus, "log_sigmoid": log_sigmoid}
+             "softplus": softplus, "log_sigmoid": log_sigmoid, "lgamma": lgamma, "digamma": digamma,
+             "erfinv": erfinv}
