@@ -43,12 +43,8 @@ def _config(args):
 def _model(args):
     """The model on the CPU in bf16 with seeded weights (the same in every process)."""
     import torch
-    from accelerate import init_empty_weights
-    from diffusers import FluxTransformer2DModel
 
-    with init_empty_weights():
-        model = FluxTransformer2DModel(**_config(args))
-    model = model.to_empty(device="cpu").to(torch.bfloat16)
+    model = _empty_model(args).to_empty(device="cpu").to(torch.bfloat16)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
@@ -76,10 +72,30 @@ def _inputs(args):
                 txt_ids=torch.zeros(args.text_tokens, 3), return_dict=False)
 
 
+def _empty_model(args):
+    from accelerate import init_empty_weights
+    from diffusers import FluxTransformer2DModel
+
+    with init_empty_weights():
+        return FluxTransformer2DModel(**_config(args))
+
+
+def _load_model(args):
+    """The weights the parent saved (faster than drawing 1.3 B numbers again in every process)."""
+    from safetensors.torch import load_file
+
+    model = _empty_model(args)
+    model.load_state_dict(load_file(args.weights), assign=True)
+    return model.eval()
+
+
 def _reference(args, path):
     import torch
+    from safetensors.torch import save_file
 
-    model = _model(args).float()
+    model = _model(args)
+    save_file(model.state_dict(), args.weights)
+    model = model.float()
     kwargs = {k: (v.float() if isinstance(v, torch.Tensor) else v) for k, v in _inputs(args).items()}
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -93,7 +109,7 @@ def _worker_torch(args, mode):
 
     import torch_tpu
 
-    model = _model(args)
+    model = _load_model(args)
     t0 = time.perf_counter()
     model = model.to("tpu")
     kwargs = {k: (v.to("tpu") if isinstance(v, torch.Tensor) else v) for k, v in _inputs(args).items()}
@@ -202,7 +218,8 @@ def main():
     parser.add_argument("--out", default=str(HERE / "results/tpu/flux_width.json"))
     parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--reference", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--timeout", type=int, default=900, help="seconds per mode")
+    parser.add_argument("--weights", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per mode")
     args = parser.parse_args()
     if args.worker:
         result = _worker_floor(args) if args.worker == "floor" else _worker_torch(args, args.worker)
@@ -213,12 +230,19 @@ def main():
                   "--reps", str(args.reps)]
     summary = {"model": {**_config(args), "image_tokens": args.image_tokens, "text_tokens": args.text_tokens,
                          "dtype": "bfloat16"}, "date": time.strftime("%Y-%m-%d %H:%M"), "modes": {}}
-    ref_path = os.path.join(tempfile.mkdtemp(), "reference.pt")
-    if not args.no_reference:
+    work = tempfile.mkdtemp()
+    ref_path = os.path.join(work, "reference.pt")
+    args.weights = os.path.join(work, "weights.safetensors")
+    if args.no_reference:
+        from safetensors.torch import save_file
+
+        save_file(_model(args).state_dict(), args.weights)
+    else:
         summary["reference_cpu_s"] = _reference(args, ref_path)
         print(f"CPU torch reference (float32): {summary['reference_cpu_s']:.1f} s", flush=True)
     for mode in args.modes.split(","):
-        cmd = [sys.executable, __file__, "--worker", mode, "--reference", ref_path, *shape_args]
+        cmd = [sys.executable, __file__, "--worker", mode, "--reference", ref_path, "--weights", args.weights,
+               *shape_args]
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
