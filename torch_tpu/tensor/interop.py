@@ -130,7 +130,10 @@ def to_dlpack(tensor):
     which ``torch.from_dlpack`` turns back into a tpu tensor sharing ``tensor``'s memory."""
     if not isinstance(tensor, TpuTensor):
         return _TORCH_TO_DLPACK(tensor)
-    capsule = _export(tensor)  # (torch's to_dlpack exports a tensor that requires grad, too)
+    try:
+        capsule = _export(tensor)  # (torch's to_dlpack exports a tensor that requires grad, too)
+    except BufferError:  # JAX exports no TPU buffer: the capsule holds a host copy
+        capsule = _TORCH_TO_DLPACK(tensor.detach().cpu())
     _EXPORTS[id(capsule)] = (capsule, tensor.detach())
     while len(_EXPORTS) > _MAX_EXPORTS:
         _EXPORTS.popitem(last=False)
