@@ -20,7 +20,7 @@ from .integrations import tokenizers as _tokenizers  # noqa: F401  (diffusers fi
 from .compile import default_backend
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
                     whole_ops)
-from .engine import modes
+from .engine import events, modes
 from .runtime import dynamo_frames
 from .tensor import interop, kernels, module_moves, serialization, untyped
 
@@ -86,6 +86,7 @@ def register() -> None:
     module_moves.install()  # module.to("tpu") keeps tied parameters tied
     untyped.install()
     interop.install()
+    events.install()  # torch.Event("tpu") records, synchronizes and times (torch's asks C++ hooks)
     _register_distributed()
     default_backend.install()  # torch.compile(model) on tpu tensors: backend "tpu" (inductor cannot)
     _keep_callbacks_out_of_dynamo()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from .engine import modes as _modes
+from .engine.events import TpuEvent as Event  # noqa: F401  (torch.tpu.Event, as torch.cuda.Event)
 from .engine.modes import EagerMode
 from .engine.sync import sync as _sync
 from .runtime import dynamo_frames as _dynamo_frames
@@ -283,7 +284,7 @@ def _is_compiled() -> bool:
 
 
 # --- what torch.cuda has and the tpu does not: a clear error, not a bare AttributeError --------------
-_NO_STREAMS = ("Stream", "Event", "current_stream", "default_stream", "stream", "set_stream", "StreamContext",
+_NO_STREAMS = ("Stream", "current_stream", "default_stream", "stream", "set_stream", "StreamContext",
                "ExternalStream", "CUDAGraph", "graph", "graphs", "make_graphed_callables")
 
 
@@ -296,9 +297,9 @@ def __getattr__(name):  # the module's only __getattr__ (a second one would repl
     if name in _NO_STREAMS:
         raise AttributeError(
             f"torch.tpu.{name} does not exist: XLA runs a device's programs in launch order on one queue, so "
-            "the tpu device has no user streams, events or graphs. Use torch.tpu.synchronize() to wait, "
-            "torch.compile(backend='tpu') for whole-graph programs, and time.perf_counter() around "
-            "synchronize() for timing.")
+            "the tpu device has no user streams or graphs. Use torch.tpu.synchronize() to wait, "
+            "torch.compile(backend='tpu') for whole-graph programs, and torch.tpu.Event(enable_timing=True) "
+            "(or torch.Event('tpu', ...)) to mark and time points of the queue.")
     raise AttributeError(f"module 'torch.tpu' has no attribute {name!r}")
 
 
