@@ -21,7 +21,7 @@ from .compile import default_backend
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
                     whole_ops)
 from .engine import events, modes
-from .runtime import dynamo_frames
+from .runtime import dynamo_frames, generators
 from .tensor import interop, kernels, module_moves, serialization, untyped
 
 _DONE = False
@@ -87,6 +87,7 @@ def register() -> None:
     untyped.install()
     interop.install()
     events.install()  # torch.Event("tpu") records, synchronizes and times (torch's asks C++ hooks)
+    generators.install()  # torch.Generator(device="tpu") (torch asks C++ hooks for it)
     _register_distributed()
     default_backend.install()  # torch.compile(model) on tpu tensors: backend "tpu" (inductor cannot)
     _keep_callbacks_out_of_dynamo()
