@@ -100,6 +100,23 @@ def synchronize(device=None) -> None:
     _sync()
 
 
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """As ``torch.cuda.is_bf16_supported``: XLA computes bfloat16 on every platform; natively on TPUs and
+    on GPUs of compute capability 8.0 or more, emulated (through float32) on the CPU and older GPUs."""
+    if including_emulation:
+        return True
+    kind = _platform.platform()
+    if kind == "tpu":
+        return True
+    if kind == "cuda":
+        cap = getattr(_platform.jax_device(0), "compute_capability", None)
+        try:
+            return cap is None or float(cap) >= 8.0
+        except (TypeError, ValueError):
+            return True
+    return False
+
+
 def get_device_name(device=None) -> str:
     return _platform.device_name(_index(device))
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from .. import config
 from ..errors import OpError, out_of_memory
-from . import caches, compile_log, compile_pool, counters, disk_cache, platform, prefetch, stable_keys
+from . import caches, compile_log, compile_pool, compile_status, counters, disk_cache, platform, prefetch, stable_keys
 
 
 def max_programs() -> int:
@@ -285,7 +285,7 @@ def _compile_and_keep(lowered, done):
     failure names the program (an aten op, a fused or compiled graph); XLA running out of device memory
     while compiling (a program too large for it) is ``torch.OutOfMemoryError``, as at run time."""
     try:
-        with platform.X64():
+        with platform.X64(), compile_status.compiling(done[5]):
             prog = lowered.compile()
     except Exception as exc:
         raise (out_of_memory(exc, f"compiling {done[5]}") or
