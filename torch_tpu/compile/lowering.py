@@ -565,7 +565,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
         if random:
             arrays.append(rng.next_key_data())
         outs = replay.launch(prog, arrays, what)
-        program_cache.note_launch(outs)
+        program_cache.note_launch(outs, prog)
         _counters["executions"] += 1
         if device_checks:
             deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")

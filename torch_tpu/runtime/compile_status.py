@@ -19,6 +19,7 @@ import threading
 import time
 
 from .. import config
+from . import device_trace
 
 __all__ = ["compiling", "enabled"]
 
@@ -61,13 +62,18 @@ def _tick() -> None:
 
 @contextlib.contextmanager
 def compiling(name: str):
-    """Announce ``name``'s compilation if it runs past the threshold (and then its end)."""
+    """Announce ``name``'s compilation if it runs past the threshold (and then its end); a recording
+    ``torch_tpu.profile`` gets its span."""
     global _TICKER
+    began = time.perf_counter()
     if not enabled():
-        yield
+        try:
+            yield
+        finally:
+            _record(name, began)
         return
     key = next(_IDS)
-    entry = [name, time.perf_counter(), False]
+    entry = [name, began, False]
     with _LOCK:
         _RUNNING[key] = entry
         if _TICKER is None:
@@ -78,6 +84,13 @@ def compiling(name: str):
     finally:
         with _LOCK:
             del _RUNNING[key]
-        took = time.perf_counter() - entry[1]
+        took = time.perf_counter() - began
         if entry[2] or took >= config.settings().compile_status_after_s:  # (also when the ticker was late)
             _say(f"compiled {name} in {took:.1f} s")
+        _record(name, began)
+
+
+def _record(name: str, began: float) -> None:
+    rec = device_trace.current()
+    if rec is not None:
+        rec.compiled(name, began, time.perf_counter())
