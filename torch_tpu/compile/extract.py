@@ -31,8 +31,9 @@ def _params_of(module: torch.nn.Module) -> dict:
     for name, t in [*module.named_parameters(), *module.named_buffers()]:
         if isinstance(t, TpuTensor):
             out[name] = to_jax(t.detach())
-        else:  # a module on the CPU: its weights copied to the device
-            out[name] = jax.device_put(t.detach().cpu().numpy(), platform.jax_device(0))
+        else:  # a module on the CPU: its weights copied to the device (a private copy: JAX's CPU client
+            # may alias a NumPy array, which shares the tensor's memory, and the module may train on)
+            out[name] = jax.device_put(t.detach().cpu().numpy().copy(), platform.jax_device(0))
     return out
 
 
