@@ -202,3 +202,8 @@ def test_extract_jax_refuses_what_a_pure_function_cannot_do():
         fn(params, torch.ones(2, 3))
     with pytest.raises(TypeError, match="nn.Module"):
         torch_tpu.extract_jax(lambda x: x)
+    norm = torch.nn.BatchNorm1d(3).train().to("tpu")
+    params, fn = torch_tpu.extract_jax(norm)
+    with pytest.warns(RuntimeWarning, match="updates buffers in place.*dropped"):
+        out = fn(params, jnp.ones((4, 3)))
+    assert out.shape == (4, 3)

@@ -10,7 +10,7 @@ values with the op table every executor uses (``compile.lowering``).
 
 What a pure function cannot do is refused or left out, and said so: random ops (dropout in training
 mode) raise (call ``module.eval()``), in-place updates of buffers (BatchNorm's running statistics in
-training mode) are not returned, device-side index checks do not raise (JAX clamps the index).
+training mode) are not returned (warned), device-side index checks do not raise (JAX clamps the index).
 """
 from __future__ import annotations
 
@@ -87,6 +87,12 @@ class _Traced:
                 f"torch_tpu.extract_jax: {type(module).__name__} draws random numbers (dropout in training "
                 "mode?), which a pure JAX function of (params, inputs) cannot; call module.eval() first")
         self.n_out = sum(x is None for x in self.static_out)
+        if self.plan.writebacks:
+            import warnings
+
+            warnings.warn(f"torch_tpu.extract_jax: {type(module).__name__} updates buffers in place (BatchNorm's "
+                          "running statistics in training mode?); fn returns the outputs only, the updates are "
+                          "dropped: call module.eval() first", RuntimeWarning, stacklevel=4)
 
     def __call__(self, param_arrays, input_arrays):
         from torch.utils import _pytree as pytree
