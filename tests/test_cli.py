@@ -16,8 +16,8 @@ def _shared_tiny_pipelines(tmp_path_factory):
     _PIPES = str(tmp_path_factory.mktemp("pipes"))
 
 
-def _run(args, tmp_path, timeout=240):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TORCH_TPU_TINY_PIPELINES_DIR=_PIPES)
+def _run(args, tmp_path, timeout=240, **env_extra):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TORCH_TPU_TINY_PIPELINES_DIR=_PIPES, **env_extra)
     return subprocess.run([sys.executable, "-m", "torch_tpu", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=tmp_path)
 
@@ -31,9 +31,13 @@ def test_info(tmp_path):
 
 
 def test_generate_tiny(tmp_path):
+    """The demo model, 2 steps, a warm-up and 2 timed runs, on an empty disk cache: the stage table, the
+    steady-state lines, the live compile status on stderr, and the compile share put on the warm-up
+    call that compiled (it was put on the first timed call, which compiles nothing)."""
     out = tmp_path / "img.png"
     r = _run(["generate", "--steps", "2", "--height", "64", "--width", "64", "--output", str(out),
-              "--warmup", "1", "--runs", "2"], tmp_path)
+              "--warmup", "1", "--runs", "2"], tmp_path, TORCH_TPU_CACHE_DIR=str(tmp_path / "cache"),
+             TORCH_TPU_COMPILE_STATUS_AFTER="0.000001")
     assert r.returncode == 0, r.stdout + r.stderr
     assert out.is_file() and out.stat().st_size > 0
     from PIL import Image
@@ -46,6 +50,40 @@ def test_generate_tiny(tmp_path):
         assert line in r.stdout, (line, r.stdout)
     assert "denoising step 3" not in r.stdout
     assert "it/s" in r.stderr or "s/it" in r.stderr  # diffusers' progress bar
+    assert "torch_tpu: compiled " in r.stderr, r.stderr[-2000:]  # the live compile status
+    assert "of the first (warm-up) pipeline call was XLA compilation" in r.stdout, r.stdout
+
+
+def test_quiet_prints_only_the_result_and_no_compile_status(tmp_path):
+    out = tmp_path / "q.png"
+    r = _run(["generate", "--steps", "1", "--quiet", "--output", str(out)], tmp_path,
+             TORCH_TPU_CACHE_DIR=str(tmp_path / "cache"), TORCH_TPU_COMPILE_STATUS_AFTER="0.000001")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().startswith("saved:") and len(r.stdout.strip().splitlines()) == 1, r.stdout
+    assert "torch_tpu: compil" not in r.stderr, r.stderr[-2000:]
+
+
+def test_an_unknown_option_shows_the_subcommand_usage(tmp_path, capsys):
+    from torch_tpu import cli
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["generate", "--frobnicate"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "usage: python -m torch_tpu generate" in err
+    assert "unrecognized arguments: --frobnicate" in err
+
+
+def test_the_demo_model_warns_about_prompts_it_was_not_trained_on(tmp_path):
+    from torch_tpu import cli
+
+    def notes(*extra):
+        args = cli._parser().parse_args(["generate", "--output", str(tmp_path / "o.png"), *extra])
+        return cli.validate_generate(args)
+
+    assert notes() == [] and notes("--prompt", "A Yellow  Triangle") == []
+    warning = notes("--prompt", "a purple hexagon")
+    assert len(warning) == 1 and "knows only the 12 prompts" in warning[0] and "'a purple hexagon'" in warning[0]
+    assert notes("--kind", "flux", "--prompt", "a purple hexagon") == []  # random-weight pipelines: no list
 
 
 def test_generate_compile_mode(tmp_path):

@@ -305,6 +305,10 @@ def test_sd3_static_shape_flow(tiny):
     _latents(pipe, 64, steps=3)
     assert _graph_compiles() == 0  # num_inference_steps does not recompile the transformer
     torch_tpu.reset_stats()
+    _latents(pipe, 64, steps=2)
+    s = torch_tpu.stats()
+    assert s["graph_compiles"] == 0 and s["compiles"] == 0  # a step count seen before: nothing compiles
+    torch_tpu.reset_stats()
     _latents(pipe, 80)
     assert _graph_compiles() == 1  # a new height/width compiles once
     with pytest.raises(ValueError, match="_repeated_blocks"):

@@ -85,3 +85,46 @@ def test_tpu_draws_the_prompts_as_cpu_torch_does(mode, cpu_images):
         assert judge.matches(_to_uint8(img), key[0]) == judge.matches(_to_uint8(ref), key[0]), (mode, key)
     acc, fails = _accuracy(images)
     assert acc >= ACCURACY, (mode, fails)
+
+
+def test_the_readme_snippet_draws_the_prompts_with_diffusers_defaults(tmp_path):
+    """What a user writes: FluxPipeline.from_pretrained(<the folder, as a path string>) in a fresh process
+    that imports nothing of torch_tpu's, moved to the tpu, called with diffusers' defaults but the size
+    (max_sequence_length 512, 28 steps). The T5 tokenizer caps the sequence at the 16 tokens the model
+    was trained on: the pictures are those of the explicit call on CPU torch, and judged right."""
+    import differential as D
+
+    out = tmp_path / "images.npy"
+    proc = D.run_isolated(f"""
+        import numpy as np, torch
+        from diffusers import FluxPipeline
+        pipe = FluxPipeline.from_pretrained({str(shipped.WEIGHTS)!r}).to("tpu")
+        pipe.set_progress_bar_config(disable=True)
+        prompts = {list(shapes.PROMPTS)!r}
+        embeds = pipe.encode_prompt(prompts[:1], prompt_2=None)[0]
+        gens = [torch.Generator().manual_seed(7) for _ in prompts]
+        images = pipe(prompts, height=64, width=64, generator=gens, output_type="np").images
+        np.save({str(out)!r}, np.asarray(images))
+        print("T5 tokens", embeds.shape[1], type(pipe.tokenizer_2).__name__)
+        print("OK")
+    """, timeout=600)
+    D.assert_isolated_ok(proc)
+    assert "T5 tokens 16 CappedT5Tokenizer" in proc.stdout, proc.stdout
+    pipe = shipped.load_pipeline()
+    pipe.set_progress_bar_config(disable=True)
+    gens = [torch.Generator().manual_seed(7) for _ in shapes.PROMPTS]
+    ref = pipe(list(shapes.PROMPTS), height=64, width=64, max_sequence_length=16, generator=gens,
+               output_type="np").images
+    got = np.load(out)
+    assert np.abs(got - ref).max() < 2e-3, float(np.abs(got - ref).max())
+    acc, fails = _accuracy({(p, 7): img for p, img in zip(shapes.PROMPTS, got)})
+    assert acc >= ACCURACY, fails
+
+
+def test_a_prompt_longer_than_the_model_reads_is_cut_with_a_warning():
+    pipe = shipped.load_pipeline()
+    ids = pipe.tokenizer_2(["a red circle"], padding="max_length", max_length=512, truncation=True,
+                           return_tensors="pt").input_ids
+    assert ids.shape == (1, 16)  # the model's length, not the 512 asked for
+    with pytest.warns(UserWarning, match="reads 16 T5 tokens; a prompt of .* tokens was cut to 16"):
+        pipe.tokenizer_2(["a red circle " * 8], padding="max_length", max_length=512, truncation=True)

@@ -397,3 +397,17 @@ def test_storage_tpu_moves_bytes_like_storage_cuda():
     assert typed.device.type == "tpu" and typed.dtype == torch.float32 and typed.tolist() == [0.0, 1.0, 2.0]
     t = torch.empty(0, dtype=torch.int16, device=DEV).set_(moved)
     assert torch.equal(t.cpu(), cpu)
+
+
+def test_is_bf16_supported_as_torch_cuda_answers_it():
+    """torch.tpu.is_bf16_supported() (AttributeError before): mixed-precision code asks it before picking
+    bfloat16. XLA computes bfloat16 everywhere; natively only on TPUs and recent GPUs."""
+    assert torch.tpu.is_bf16_supported() is True
+    native = torch.tpu.is_bf16_supported(including_emulation=False)
+    assert native is (torch_tpu.platform() != "cpu")
+    dtype = torch.bfloat16 if torch.tpu.is_bf16_supported() else torch.float32
+    a = torch.randn(4, 4)
+    with torch.autocast("tpu", dtype=dtype):
+        out = a.to("tpu") @ a.to("tpu")
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.cpu().float(), (a.bfloat16() @ a.bfloat16()).float(), atol=3e-2, rtol=3e-2)

@@ -635,13 +635,13 @@ def test_random_ops_from_threads_draw_distinct_numbers(mode, monkeypatch):
     so that threads switch in the middle of a draw."""
     from torch_tpu.runtime import rng
 
-    real = rng._key_data
+    real = rng.key_data
 
     def slow(*a):
         time.sleep(0.001)
         return real(*a)
 
-    monkeypatch.setattr(rng, "_key_data", slow)
+    monkeypatch.setattr(rng, "key_data", slow)
     outs = {k: [] for k in range(4)}
 
     def draw(k):

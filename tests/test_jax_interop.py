@@ -81,17 +81,53 @@ def test_dlpack_both_ways():
 
 
 def test_a_dlpack_consumer_writing_what_it_imported_changes_no_tpu_tensor():
-    """``torch.from_dlpack(t)`` shared the tensor's immutable buffer: writing the import changed ``t``, a
-    ``t.to(copy=True)`` that shared the buffer, and every alias, while ``t``'s own in-place ops never
-    reached the import. The export is a snapshot now."""
+    """Another library's import of a tpu tensor (NumPy here) is a snapshot: the tensor's buffer is
+    immutable and may be shared (``to(copy=True)``) or donated, so the consumer never writes it."""
     x = torch.arange(4.0).to("tpu")
     copied = x.to(torch.float32, copy=True)
-    alias = x.detach()
-    imported = torch.from_dlpack(x)
-    imported[0] = 100.0
-    assert x.cpu().tolist() == copied.cpu().tolist() == alias.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    imported = np.from_dlpack(x)
+    if imported.flags.writeable:
+        imported[0] = 100.0
+    assert x.cpu().tolist() == copied.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
     x.add_(1)
-    assert imported.cpu().tolist() == [100.0, 1.0, 2.0, 3.0] and copied.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert imported.tolist()[1:] == [1.0, 2.0, 3.0] and copied.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
+def test_torch_dlpack_round_trips_stay_on_the_tpu_and_share_memory(mode):
+    """As for a CUDA tensor: torch.from_dlpack(t) and torch.from_dlpack(to_dlpack(t)) are tensors of t's
+    device sharing its memory (raised NotImplementedError / AttributeError '_tpu_storage', or returned
+    a CPU tensor); copy=True copies; device="cpu" copies to the CPU, copy=False refuses to."""
+    import torch.utils.dlpack as dlpack
+
+    with torch.tpu.set_eager_mode(getattr(torch_tpu.EagerMode, mode)):
+        cpu = torch.arange(6.0).reshape(2, 3)
+        t = cpu.to("tpu")
+        for imported in (torch.from_dlpack(t), torch.from_dlpack(dlpack.to_dlpack(t)),
+                         dlpack.from_dlpack(dlpack.to_dlpack(t)), torch.from_dlpack(torch.to_dlpack(t))):
+            assert imported.device == t.device and imported.shape == t.shape and imported.dtype == t.dtype
+            assert torch.equal(imported.cpu(), cpu)
+        shared = torch.from_dlpack(dlpack.to_dlpack(t))
+        shared[0, 0] = 50.0  # written through the import: t sees it, as on CUDA
+        t.mul_(2)  # and the import sees t's in-place op
+        cpu[0, 0] = 50.0
+        assert torch.equal(t.cpu(), cpu * 2) and torch.equal(shared.cpu(), cpu * 2)
+        owned = torch.from_dlpack(t, copy=True)
+        owned.add_(1)
+        assert torch.equal(t.cpu(), cpu * 2) and owned.device == t.device
+        on_cpu = torch.from_dlpack(t, device="cpu")
+        assert on_cpu.device.type == "cpu" and torch.equal(on_cpu, cpu * 2)
+        with pytest.raises(ValueError, match="without copying"):
+            torch.from_dlpack(t, device="cpu", copy=False)
+        from_numpy = torch.from_dlpack(np.arange(3.0), device="tpu")
+        assert from_numpy.device == t.device and from_numpy.cpu().tolist() == [0.0, 1.0, 2.0]
+        view = t[:, 1:]  # a view exports its own elements
+        assert torch.equal(torch.from_dlpack(dlpack.to_dlpack(view)).cpu(), (cpu * 2)[:, 1:])
+        with pytest.raises(BufferError, match="require gradient"):
+            torch.from_dlpack(t.clone().requires_grad_())
+        # CPU tensors keep torch's own behaviour
+        c = torch.arange(3)
+        assert torch.from_dlpack(dlpack.to_dlpack(c)).data_ptr() == c.data_ptr()
 
 
 _FRESH = textwrap.dedent("""

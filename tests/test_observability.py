@@ -111,6 +111,47 @@ def test_profile_writes_a_trace_with_op_module_and_graph_names(tmp_path):
         assert name in names, (name, names[:2000])
 
 
+def test_profile_gives_device_time_per_op_and_graph_with_compiles_apart(tmp_path, monkeypatch):
+    """torch_tpu_trace.json.gz (Perfetto): one track of the device's programs named by op, module and
+    graph, in launch order and never overlapping; the compilations on tracks of their own; prof.programs
+    and prof.table() sum them by name (launches counted as made). JAX's Perfetto file was mostly compiler
+    passes and named no program on the CPU platform."""
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path / "cache"))  # cold: compilations happen
+    torch_tpu.reset_caches()
+    x = torch.randn(16, 16, device="tpu")
+    block = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).to("tpu")
+    compiled = torch.compile(lambda v: v.cos() * 3, backend="tpu", fullgraph=True, dynamic=False)
+    with torch_tpu.profile(tmp_path / "logs") as prof:
+        for _ in range(3):
+            (x @ x).tanh()
+        with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+            block(x)
+        compiled(x)
+        compiled(x)
+    ours = [f for f in prof.files if f.endswith("torch_tpu_trace.json.gz")]
+    assert ours, prof.files
+    with gzip.open(ours[0]) as f:
+        events = json.load(f)["traceEvents"]
+    threads = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    spans = [e for e in events if e.get("ph") == "X"]
+    device = [e for e in spans if threads[e["tid"]] == "device: programs"]
+    compiles = [e for e in spans if threads[e["tid"]].startswith("XLA compile")]
+    names = {e["name"] for e in device}
+    assert {"aten.mm.default", "aten.tanh.default", "fused.Sequential"} <= names, names
+    assert any(n.startswith("compiled.") for n in names), names
+    assert all(e["cat"] == "device" for e in device) and all(e["name"].startswith("compile ") for e in compiles)
+    assert compiles and all(e["tid"] != 1 for e in compiles)
+    for a, b in zip(device, device[1:]):  # one queue: in order, no overlap
+        assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, (a, b)
+    progs = prof.programs
+    assert progs["aten.mm.default"]["launches"] == 3 and progs["aten.tanh.default"]["launches"] == 3
+    assert progs["fused.Sequential"]["launches"] == 1 and progs["fused.Sequential"]["compiles"] == 1
+    assert sum(r["launches"] for n, r in progs.items() if n.startswith("compiled.")) == 2
+    assert all(r["device_ms"] >= 0 for r in progs.values())
+    table = prof.table()
+    assert "aten.mm.default" in table and "XLA compilation" in table
+
+
 class _Collect(logging.Handler):
     def __init__(self):
         super().__init__()

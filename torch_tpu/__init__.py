@@ -24,6 +24,8 @@ from . import _registration  # noqa: E402
 from .engine.modes import EagerMode  # noqa: E402
 from .engine.profiling import profile  # noqa: E402
 from .engine.sync import sync  # noqa: E402
+from .compile.extract import extract_jax  # noqa: E402
+from .eager.jax_calls import call_jax  # noqa: E402
 from .runtime import caches as _caches  # noqa: E402
 from .runtime import counters as _counters  # noqa: E402
 from .tensor.interop import from_dlpack, from_jax, to_jax  # noqa: E402
@@ -33,8 +35,8 @@ _registration.register()
 
 def stats() -> dict:
     """Per-process counters: compiles, compile_seconds, cache_hits, cache_misses, executions,
-    flushes, cpu_fallbacks, host/device transfer bytes, and tpu_dist's dist_xla_collectives,
-    dist_host_fallbacks, dist_host_bytes."""
+    flushes, cpu_fallbacks (and cpu_fallback_ops: a dict of them by op name), host/device transfer bytes,
+    and tpu_dist's dist_xla_collectives, dist_host_fallbacks, dist_host_bytes."""
     return _counters.snapshot()
 
 
@@ -56,4 +58,4 @@ def platform() -> str:
 
 
 __all__ = ["EagerMode", "stats", "reset_stats", "reset_caches", "sync", "platform", "to_jax", "from_jax", "profile",
-           "from_dlpack", "__version__"]
+           "from_dlpack", "call_jax", "extract_jax", "__version__"]

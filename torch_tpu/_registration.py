@@ -16,11 +16,12 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
+from .integrations import tokenizers as _tokenizers  # noqa: F401  (diffusers finds pipeline components only in imported modules)
 from .compile import default_backend
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
                     whole_ops)
-from .engine import modes
-from .runtime import dynamo_frames
+from .engine import events, modes
+from .runtime import dynamo_frames, generators
 from .tensor import interop, kernels, module_moves, serialization, untyped
 
 _DONE = False
@@ -85,6 +86,8 @@ def register() -> None:
     module_moves.install()  # module.to("tpu") keeps tied parameters tied
     untyped.install()
     interop.install()
+    events.install()  # torch.Event("tpu") records, synchronizes and times (torch's asks C++ hooks)
+    generators.install()  # torch.Generator(device="tpu") (torch asks C++ hooks for it)
     _register_distributed()
     default_backend.install()  # torch.compile(model) on tpu tensors: backend "tpu" (inductor cannot)
     _keep_callbacks_out_of_dynamo()

@@ -307,6 +307,7 @@ def validate_generate(args) -> list[str]:
             raise UsageError(str(exc)) from None
     if args.prompt is None:
         args.prompt = _DEMO_PROMPT if folder is not None else _PROMPT
+    unknown = _unknown_demo_prompt(folder, args.prompt) if folder is not None else None
     if args.steps is None:
         args.steps = args.demo_call.get("num_inference_steps", 4)
     for name, minimum in (("steps", 1), ("runs", 1), ("warmup", 0)):
@@ -316,7 +317,7 @@ def validate_generate(args) -> list[str]:
         raise UsageError("--offload needs --device tpu")
     if args.device == "cpu" and args.mode != "eager":
         raise UsageError(f"--mode {args.mode} needs --device tpu")
-    notes = _check_sizes(args)
+    notes = _check_sizes(args) + ([unknown] if unknown else [])
     _check_output(args.output)
     if args.model is not None:
         if _check_model(args.model) == "download":
@@ -324,6 +325,12 @@ def validate_generate(args) -> list[str]:
     if args.dtype is None:
         args.dtype = "bfloat16" if args.model is not None else "float32"
     return notes
+
+
+def _unknown_demo_prompt(folder, prompt: str):
+    from .demo import shipped
+
+    return shipped.unknown_prompt(prompt, folder)
 
 
 # --- generate: the run -------------------------------------------------------------------------------
@@ -351,6 +358,8 @@ def cmd_generate(args) -> int:
         print(note)
     if args.quiet:
         _quiet_libraries()
+    # a status line on stderr while an XLA compilation takes more than a second (--quiet: none)
+    os.environ["TORCH_TPU_COMPILE_STATUS"] = "0" if args.quiet else os.environ.get("TORCH_TPU_COMPILE_STATUS", "1")
 
     import torch
     import torch_tpu
@@ -481,7 +490,7 @@ def cmd_generate(args) -> int:
                 "graph_compiles", "cache_hits", "cache_misses", "executions", "flushes", "cpu_fallbacks")
         say("torch_tpu stats: " + ", ".join(
             f"{k}={st[k]:.2f}" if isinstance(st.get(k), float) else f"{k}={st.get(k)}" for k in keys if k in st))
-        say(_compile_summary(st, runs[0][0]))
+        say(_compile_summary(st, warm_s[0] if warm_s else runs[0][0], warm=bool(warm_s)))
     median_call = _median([r[0] for r in runs])
     print(f"saved: {args.output} ({image.size[0]}x{image.size[1]})"
           + (f"  pipeline call {median_call:.3f} s" + (" (median)" if len(runs) > 1 else "") if args.quiet else ""))
@@ -504,8 +513,9 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def _compile_summary(st: dict, call_s: float) -> str:
-    """'compiled N programs, loaded M from cache (dir)', and on a cold run why it was slow."""
+def _compile_summary(st: dict, call_s: float, warm: bool = False) -> str:
+    """'compiled N programs, loaded M from cache (dir)', and on a cold run why it was slow. ``call_s`` is
+    the first pipeline call's time (where the compiles happened: the first warm-up call with ``warm``)."""
     from .runtime import disk_cache
 
     folder = disk_cache.folder()
@@ -516,20 +526,25 @@ def _compile_summary(st: dict, call_s: float) -> str:
         line += f"; ignored {st['cache_rejects']} bad cache entries (rebuilt)"
     if st["compiles"] and st["compile_seconds"] > 0.25 * call_s:
         share = min(st["compile_seconds"] / call_s, 1.0) if call_s else 1.0
+        which = "the first (warm-up) pipeline call" if warm else "the pipeline call"
         if st["cache_loads"] == 0:
-            why = (f"\nthis was a cold run: {share:.0%} of the pipeline call was XLA compilation of programs "
+            why = (f"\nthis was a cold run: {share:.0%} of {which} was XLA compilation of programs "
                    "this machine had not seen; ")
             why += ("they are now on disk, so the next run with the same model, sizes and settings loads them "
                     "instead" if folder else "set TORCH_TPU_CACHE_DIR to keep them for the next run")
         else:
-            why = (f"\n{share:.0%} of the pipeline call was XLA compilation of programs not in the cache yet "
+            why = (f"\n{share:.0%} of {which} was XLA compilation of programs not in the cache yet "
                    "(new shapes or settings); the next run loads them")
         line += why
     return line
 
 
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # named by the subcommand's parser, with its usage (the top-level one showed its own)
+        parser._subparsers._group_actions[0].choices[args.command].error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     command = {"info": cmd_info, "bench": cmd_bench, "generate": cmd_generate}[args.command]
     if getattr(args, "debug", False):
         return command(args)

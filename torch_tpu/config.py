@@ -80,6 +80,10 @@ def _text(text: str) -> str:
     return text
 
 
+def _on_off_auto(text: str):
+    return "auto" if text.strip().lower() == "auto" else _flag(text)
+
+
 _LOG_TOPICS = ("compiles",)
 
 
@@ -153,6 +157,11 @@ VARIABLES = (
     Variable("TORCH_TPU_LOG", "log", _log_topics, frozenset(),
              "log topics to stderr: 'compiles' (one line per XLA program built: name, input shapes, seconds, "
              "compiled or loaded from the disk cache, why it was new); same as TORCH_LOGS=torch_tpu"),
+    Variable("TORCH_TPU_COMPILE_STATUS", "compile_status", _on_off_auto, "auto",
+             "a status line on stderr while an XLA compilation takes longer than TORCH_TPU_COMPILE_STATUS_AFTER "
+             "(1/0, or auto: when stderr is a terminal)"),
+    Variable("TORCH_TPU_COMPILE_STATUS_AFTER", "compile_status_after_s", _positive_seconds, 1.0,
+             "seconds a compilation runs before TORCH_TPU_COMPILE_STATUS announces it"),
 )
 
 
@@ -177,6 +186,8 @@ class Settings:
     coordinator_address: str | None
     tiny_pipelines_dir: str | None
     log: frozenset
+    compile_status: Any
+    compile_status_after_s: float
 
 
 _NAMES = tuple(v.name for v in VARIABLES)

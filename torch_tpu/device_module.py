@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from .engine import modes as _modes
+from .engine.events import TpuEvent as Event  # noqa: F401  (torch.tpu.Event, as torch.cuda.Event)
 from .engine.modes import EagerMode
 from .engine.sync import sync as _sync
 from .runtime import dynamo_frames as _dynamo_frames
@@ -97,6 +98,23 @@ def _existing(device) -> int:
 def synchronize(device=None) -> None:
     _existing(device)
     _sync()
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """As ``torch.cuda.is_bf16_supported``: XLA computes bfloat16 on every platform; natively on TPUs and
+    on GPUs of compute capability 8.0 or more, emulated (through float32) on the CPU and older GPUs."""
+    if including_emulation:
+        return True
+    kind = _platform.platform()
+    if kind == "tpu":
+        return True
+    if kind == "cuda":
+        cap = getattr(_platform.jax_device(0), "compute_capability", None)
+        try:
+            return cap is None or float(cap) >= 8.0
+        except (TypeError, ValueError):
+            return True
+    return False
 
 
 def get_device_name(device=None) -> str:
@@ -283,7 +301,7 @@ def _is_compiled() -> bool:
 
 
 # --- what torch.cuda has and the tpu does not: a clear error, not a bare AttributeError --------------
-_NO_STREAMS = ("Stream", "Event", "current_stream", "default_stream", "stream", "set_stream", "StreamContext",
+_NO_STREAMS = ("Stream", "current_stream", "default_stream", "stream", "set_stream", "StreamContext",
                "ExternalStream", "CUDAGraph", "graph", "graphs", "make_graphed_callables")
 
 
@@ -296,9 +314,9 @@ def __getattr__(name):  # the module's only __getattr__ (a second one would repl
     if name in _NO_STREAMS:
         raise AttributeError(
             f"torch.tpu.{name} does not exist: XLA runs a device's programs in launch order on one queue, so "
-            "the tpu device has no user streams, events or graphs. Use torch.tpu.synchronize() to wait, "
-            "torch.compile(backend='tpu') for whole-graph programs, and time.perf_counter() around "
-            "synchronize() for timing.")
+            "the tpu device has no user streams or graphs. Use torch.tpu.synchronize() to wait, "
+            "torch.compile(backend='tpu') for whole-graph programs, and torch.tpu.Event(enable_timing=True) "
+            "(or torch.Event('tpu', ...)) to mark and time points of the queue.")
     raise AttributeError(f"module 'torch.tpu' has no attribute {name!r}")
 
 

@@ -322,8 +322,15 @@ def _graph_compiler(graph_compiler, inference=False, backward=False):
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         n_outputs = len(out_node.args[0])
         views = _output_views(gm, out_node) if inference else []  # may add hidden base outputs
+        from . import lowering
+
         with unset_fake_temporarily():
-            run = graph_compiler(gm, example_inputs)
+            fallback = _cpu_fallback_ops(gm)
+            if fallback:  # TORCH_TPU_CPU_FALLBACK=1 and ops without a lowering: the graph runs eagerly
+                run = lowering._op_by_op(gm, "backward" if backward else "inference" if inference else "forward",
+                                         fallback)
+            else:
+                run = graph_compiler(gm, example_inputs)
         host = [i for i, o in enumerate(out_node.args[0][:n_outputs])
                 if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
                 and o.meta["val"].device.type == "cpu"]
@@ -346,6 +353,21 @@ def _graph_compiler(graph_compiler, inference=False, backward=False):
         return run_with_host_outputs
 
     return compile_graph
+
+
+def _cpu_fallback_ops(gm: torch.fx.GraphModule) -> list[str]:
+    """Under TORCH_TPU_CPU_FALLBACK=1, the graph's aten ops without a lowering (each runs on the CPU, as in
+    eager mode, so the graph runs op by op); empty otherwise (the program build names them in its error)."""
+    from .. import config, ops
+    from ..ops import registry
+
+    if not config.settings().cpu_fallback:
+        return []
+    ops.load()
+    return sorted({f"{n.target} (no tpu lowering: TORCH_TPU_CPU_FALLBACK=1 runs it on the CPU)"
+                   for n in gm.graph.nodes if n.op == "call_function"
+                   and isinstance(n.target, torch._ops.OpOverload) and n.target.namespace in ("aten", "prims")
+                   and registry.resolve(n.target)[0] is None})
 
 
 def _output_views(gm, out_node) -> list:

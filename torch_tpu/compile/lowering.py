@@ -380,8 +380,8 @@ def _user_kernel_ops(gm) -> list[str]:
 
 def _op_by_op(gm, kind: str, ops: list[str]):
     """A graph holding user kernels runs as eager tpu ops (each op as strict or fused eager runs it)."""
-    warnings.warn(f"torch.compile(backend='tpu'): the {kind} graph calls {', '.join(ops)}, whose tpu kernel is "
-                  "Python code; that graph runs op by op (eagerly), not as one program", RuntimeWarning,
+    warnings.warn(f"torch.compile(backend='tpu'): the {kind} graph calls {', '.join(ops)}, which no XLA program "
+                  "can hold; that graph runs op by op (eagerly), not as one program", RuntimeWarning,
                   stacklevel=2)
 
     from torch._higher_order_ops import auto_functionalize as af
@@ -565,7 +565,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
         if random:
             arrays.append(rng.next_key_data())
         outs = replay.launch(prog, arrays, what)
-        program_cache.note_launch(outs)
+        program_cache.note_launch(outs, prog)
         _counters["executions"] += 1
         if device_checks:
             deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")

@@ -37,7 +37,8 @@ class DemoConfig:
     double_layers: int = 2
     single_layers: int = 2
     # Text: T5 tokens the transformer sees (FluxPipeline's max_sequence_length; the longest prompt,
-    # "a yellow triangle", is 11 tokens; the pipeline's default 512 would make a step ~15x dearer).
+    # "a yellow triangle", is 11 tokens; the pipeline's default 512 would make a step ~15x dearer and
+    # draw what the model never saw: the T5 tokenizer caps every request at this length).
     max_sequence_length: int = 16
     num_inference_steps: int = 20
 
@@ -79,6 +80,7 @@ def build_pipeline(cfg: DemoConfig = DemoConfig(), seed: int = 0):
     from diffusers import AutoencoderKL, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextModel
 
+    from ..integrations.tokenizers import CappedT5Tokenizer
     from ..testing.tiny_pipelines import encoders, specs, tokenizers
 
     if sum(cfg.rope) != cfg.head_dim or any(a % 2 for a in cfg.rope):
@@ -88,7 +90,8 @@ def build_pipeline(cfg: DemoConfig = DemoConfig(), seed: int = 0):
     text_spec = specs.SIZE_SPECS["tiny"]  # CLIP hidden 32, T5 d_model 64
     with torch.random.fork_rng(devices=[]):
         tokenizer = tokenizers.make_clip_tokenizer()
-        tokenizer_2 = tokenizers.make_t5_tokenizer()
+        # never more T5 tokens than trained on, whatever max_sequence_length FluxPipeline is called with
+        tokenizer_2 = tokenizers.make_t5_tokenizer(cfg.max_sequence_length, cls=CappedT5Tokenizer)
         torch.manual_seed(specs.component_seed(seed, 1))
         text_encoder = CLIPTextModel(encoders.clip_config(text_spec, tokenizer)).eval()
         text_encoder_2 = encoders.t5_encoder(text_spec, tokenizer_2, specs.component_seed(seed, 2))

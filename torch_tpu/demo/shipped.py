@@ -9,6 +9,7 @@ was trained for (64x64, 20 steps, max_sequence_length 16: the pipeline's own def
     WEIGHTS                  the folder
     DEFAULT_PROMPT           "a red circle"
     generation_kwargs(path)  the FluxPipeline call arguments of a demo model folder
+    unknown_prompt(prompt, path)  a warning when the model was not trained on ``prompt`` (else None)
     load_pipeline(path)      FluxPipeline.from_pretrained(path, local_files_only=True)
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ import json
 import pathlib
 from typing import Any
 
-__all__ = ["DEFAULT_PROMPT", "WEIGHTS", "generation_kwargs", "info", "is_demo_folder", "load_pipeline"]
+__all__ = ["DEFAULT_PROMPT", "WEIGHTS", "generation_kwargs", "info", "is_demo_folder", "load_pipeline",
+           "unknown_prompt"]
 
 WEIGHTS = pathlib.Path(__file__).resolve().with_name("weights")
 DEFAULT_PROMPT = "a red circle"
@@ -48,6 +50,17 @@ def info(path=WEIGHTS) -> dict:
 def generation_kwargs(path=WEIGHTS) -> dict[str, Any]:
     """height, width, num_inference_steps and max_sequence_length the model was trained for."""
     return dict(info(path)["generation"])
+
+
+def unknown_prompt(prompt: str, path=WEIGHTS) -> str | None:
+    """A one-line warning when the model in ``path`` was not trained on ``prompt`` (it draws only the
+    prompts of its training record); None for one of them (case and spacing aside)."""
+    known = info(path).get("prompts") or []
+    if not known or " ".join(prompt.lower().split()) in known:
+        return None
+    return (f"warning: the demo model knows only the {len(known)} prompts it was trained on "
+            f"({', '.join(repr(p) for p in known[:3])}, ... {known[-1]!r}); {prompt!r} is not one of them, "
+            "so the picture follows no prompt")
 
 
 def load_pipeline(path=WEIGHTS, **kwargs):

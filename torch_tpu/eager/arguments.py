@@ -30,11 +30,12 @@ from ..engine.fused import LazyArray
 from ..errors import device_mismatch
 from .. import ops
 from ..ops import registry
-from ..runtime import caches, dtypes, platform
+from ..runtime import caches, dtypes, generators, platform
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor
 
 _NUMBERS = (int, float, complex)
+_TPU_GENERATOR = ("generator", "tpu")  # in a key: any torch.Generator("tpu") (its draws are program inputs)
 
 
 def static_key(x):
@@ -271,6 +272,8 @@ def _walk(func, x, sig, arrays, allow_cpu):
         sig.append((type(x), len(x)))
         for e in x:
             _walk(func, e, sig, arrays, allow_cpu)
+    elif isinstance(x, torch.Generator) and generators.tpu_generator(x) is not None:
+        sig.append(_TPU_GENERATOR)  # the op draws its key from it at each call (op_path), not a static value
     elif isinstance(x, torch.Generator):
         raise RuntimeError(
             f"{func}: expected a 'tpu' device type for generator but found '{x.device.type}'. "

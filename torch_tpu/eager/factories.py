@@ -63,7 +63,7 @@ KERNELS = {
     "_copy_from_and_resize": _copy_from,
 }
 for _name in ("arange", "arange.start", "arange.start_step", "linspace", "logspace", "eye", "eye.m",
-              "randperm", "tril_indices", "triu_indices", "kaiser_window", "kaiser_window.periodic",
+              "randperm", "randperm.generator", "tril_indices", "triu_indices", "kaiser_window", "kaiser_window.periodic",
               "kaiser_window.beta"):
     _packet, _, _ov = _name.partition(".")
     KERNELS[_name] = _through_op_table(getattr(getattr(aten, _packet), _ov or "default"))

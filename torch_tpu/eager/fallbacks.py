@@ -40,37 +40,65 @@ _FALLBACK_WARNED: set = caches.register("cpu fallback warnings", set())
 
 def _cpu_fallback(func):
     def run(*args, **kwargs):
-        if func not in _FALLBACK_WARNED:
-            _FALLBACK_WARNED.add(func)
-            warnings.warn(f"torch_tpu: {func} has no tpu lowering; running it on the CPU "
-                          "(TORCH_TPU_CPU_FALLBACK=1)", stacklevel=3)
-        _counters["cpu_fallbacks"] += 1
-        return cpu_fallback_call(func, args, kwargs)
+        return cpu_fallback(func, args, kwargs)
 
     return run
 
 
+def cpu_fallback(func, args, kwargs):
+    """``func`` run on the CPU (TORCH_TPU_CPU_FALLBACK=1): warned once per op, counted in total and by
+    op name (``stats()["cpu_fallbacks"]``, ``stats()["cpu_fallback_ops"]``)."""
+    if func not in _FALLBACK_WARNED:
+        _FALLBACK_WARNED.add(func)
+        warnings.warn(f"torch_tpu: {func} has no tpu lowering; running it on the CPU "
+                      "(TORCH_TPU_CPU_FALLBACK=1)", stacklevel=4)
+    counters.count_fallback(func.name())
+    return cpu_fallback_call(func, args, kwargs)
+
+
 def cpu_fallback_call(func, args, kwargs):
-    """Run ``func`` on CPU copies of its tpu arguments; write mutated arguments back; results to tpu."""
-    def to_cpu(x):
+    """Run ``func`` on CPU copies of its tpu arguments; write mutated arguments back (resized like an
+    out= tensor where the CPU kernel resized them); results to tpu."""
+    writes = registry.mutated_arguments(func)
+    written = {name for _, name in writes}
+    schema = func._schema.arguments
+    by_name = {a.name: a for a in schema}
+
+    def to_cpu(x, mutable=False):
         if isinstance(x, TpuTensor):
-            return x.detach().cpu()
+            # a copy the CPU kernel may resize (.cpu() of a tpu tensor can wrap memory it cannot grow)
+            return x.detach().cpu().clone() if mutable else x.detach().cpu()
         if type(x) in (list, tuple):
-            return type(x)(to_cpu(e) for e in x)
+            return type(x)(to_cpu(e, mutable) for e in x)
         return x
 
-    cargs = to_cpu(list(args))
-    ckwargs = {k: to_cpu(v) for k, v in kwargs.items()}
+    def as_schema(x, arg):
+        # torch hands a wrapped number (a composite kernel's Scalar made a 0-dim tensor) to Python as a
+        # number: the CPU kernel's Tensor argument needs it back as a tensor
+        if arg is not None and isinstance(x, (bool, int, float, complex)) and \
+                isinstance(arg.type, torch.TensorType):
+            return torch.tensor(x)
+        return x
+
+    positional = [schema[i] if i < len(schema) else None for i in range(len(args))]
+    cargs = [as_schema(to_cpu(a, arg is not None and arg.name in written), arg) for a, arg in zip(args, positional)]
+    ckwargs = {k: as_schema(to_cpu(v, k in written), by_name.get(k)) for k, v in kwargs.items()}
     result = func(*cargs, **ckwargs)
-    for pos, name in registry.mutated_arguments(func):
+    mine = {}  # CPU copy -> the tpu tensor it stands for (an in-place or out= op returns its target)
+    for pos, name in writes:
         src = ckwargs[name] if name in ckwargs else cargs[pos]
         dst = kwargs[name] if name in kwargs else args[pos]
-        if isinstance(dst, TpuTensor):
-            dst.copy_(src)
+        for d, c in (zip(dst, src) if type(dst) in (list, tuple) else ((dst, src),)):
+            if isinstance(d, TpuTensor):
+                if d.shape != c.shape:
+                    d.resize_(c.shape)
+                d.copy_(c)
+                mine[id(c)] = d
 
     def back(x):
         if isinstance(x, torch.Tensor):
-            return x.to("tpu")
+            target = mine.get(id(x))
+            return target if target is not None else x.to("tpu")
         if type(x) in (list, tuple):
             return type(x)(back(e) for e in x)
         return x
@@ -85,7 +113,10 @@ def _composite_explicit(func):
     key = torch._C.DispatchKey.CompositeExplicitAutograd
 
     def run(*args, **kwargs):
-        if func in _IN_COMPOSITE:  # the composite kernel calls back into itself (via out=)
+        if func in _IN_COMPOSITE:  # the composite kernel calls back into itself (via out=, or a prim
+            # whose kernel calls the aten op that decomposes to it: prims.bessel_j0)
+            if config.settings().cpu_fallback:
+                return cpu_fallback(func, args, kwargs)
             raise no_lowering(func, args, kwargs)
         _IN_COMPOSITE.add(func)
         try:

@@ -16,7 +16,7 @@ import torch
 from ..engine import deferred_errors, fused, launchers
 from ..errors import OpError, describe, leaves, no_lowering
 from ..ops import calling, checks, refusals, registry, validate
-from ..runtime import caches, counters, dtypes, platform, program_cache, rng, stable_keys
+from ..runtime import caches, counters, dtypes, generators, platform, program_cache, rng, stable_keys
 from ..runtime.stable_keys import ProcessLocal
 from . import op_store
 from ..tensor import kernels, strided
@@ -39,8 +39,9 @@ class LoweredEntry:
     def __call__(self, args, kwargs, arrays):
         if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
             self.check(args, kwargs)
-        if self.random:
-            arrays.append(rng.next_key_data())
+        if self.random:  # the op's key: from its generator=torch.Generator("tpu"), else the device's RNG
+            gen = kwargs.get("generator")
+            arrays.append(rng.next_key_data() if gen is None else generators.next_key_data(generators.tpu_generator(gen)))
         if self.writes and self.func not in _OVERLAP_UNCHECKED:
             _refuse_partial_overlap(self.func, self.writes, args, kwargs)
         outs = launchers.current.run_op(self, arrays, args, kwargs)

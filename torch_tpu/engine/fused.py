@@ -482,7 +482,7 @@ class _Launch:
                     raise prog
                 recovery.check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
                 results = prog(*inputs)
-                program_cache.note_launch(results)
+                program_cache.note_launch(results, prog)
                 _counters["executions"] += 1
             except Exception as exc:
                 if self.mesh is not None:  # collectives: no op-by-op replay; the SPMD runner named them

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 
 from ..errors import OpError, describe, out_of_memory
-from ..runtime import counters, failed_values, multiprocess, platform, program_cache, spmd
+from ..runtime import counters, device_trace, failed_values, multiprocess, platform, program_cache, spmd
 from . import fused
 
 _counters = counters.counters
 _launched = program_cache._Launched
+_tracing = device_trace.ACTIVE
 
 
 class Strict:
@@ -48,6 +49,8 @@ class Strict:
         _counters["executions"] += 1
         if outs:
             _launched.last = outs[0]  # program_cache.note_launch, inlined (hot path)
+            if _tracing[0] is not None:  # torch_tpu.profile is recording
+                device_trace.launched(prog, outs)
         return outs
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
@@ -65,6 +68,8 @@ class Strict:
                 raise
             raise oom from exc
         _launched.last = out
+        if _tracing[0] is not None:
+            device_trace.launched(prog, out)
         return out
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):

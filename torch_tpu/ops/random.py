@@ -101,8 +101,8 @@ def native_dropout_backward(grad, mask, scale):
     return grad * mask.astype(grad.dtype) * scale
 
 
-@register(aten.randperm.default, random=True)
-def randperm(n, dtype=None, layout=None, device=None, pin_memory=None, *, rng_key):
+@register(aten.randperm.default, aten.randperm.generator, random=True)
+def randperm(n, dtype=None, layout=None, device=None, pin_memory=None, *, rng_key, generator=None):
     return jax.random.permutation(rng_key, n).astype(jdtype(dtype) or jnp.int64)
 
 

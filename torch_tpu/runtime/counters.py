@@ -34,6 +34,14 @@ _FIELDS = {
 }
 _counters = dict(_FIELDS)
 _lock = threading.Lock()
+# ops run on the CPU under TORCH_TPU_CPU_FALLBACK=1, by op name ("aten::linalg_lstsq")
+_fallback_ops: dict = {}
+
+
+def count_fallback(op_name: str) -> None:
+    with _lock:
+        _counters["cpu_fallbacks"] += 1
+        _fallback_ops[op_name] = _fallback_ops.get(op_name, 0) + 1
 
 
 def add(name: str, value) -> None:
@@ -43,13 +51,14 @@ def add(name: str, value) -> None:
 
 def snapshot() -> dict:
     with _lock:
-        return dict(_counters)
+        return {**_counters, "cpu_fallback_ops": dict(_fallback_ops)}
 
 
 def reset() -> None:
     with _lock:
         _counters.clear()
         _counters.update(_FIELDS)
+        _fallback_ops.clear()
 
 
 # Hot-path counters: plain dict increments without the lock (the GIL makes them safe enough for counts).

@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 from .. import config
 from ..errors import OpError, out_of_memory
-from . import caches, compile_log, compile_pool, counters, disk_cache, platform, prefetch, stable_keys, tpu_lowering
+from . import (caches, compile_log, compile_pool, compile_status, counters, device_trace, disk_cache, platform,
+               prefetch, stable_keys, tpu_lowering)
 
 
 def max_programs() -> int:
@@ -45,8 +46,10 @@ class _Launched:
     last = None
 
 
-def note_launch(outputs) -> None:
-    """Called after launching a program with its outputs (a sequence of arrays, or one array)."""
+def note_launch(outputs, prog=None) -> None:
+    """Called after launching ``prog`` with its outputs (a sequence of arrays, or one array)."""
+    if device_trace.ACTIVE[0] is not None:  # torch_tpu.profile is recording
+        device_trace.launched(prog if prog is not None else "program", outputs)
     if type(outputs) in (list, tuple):
         if outputs:
             _Launched.last = outputs[0]
@@ -231,7 +234,9 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         found = load_by_key(key, device, donate)
         if found is not None and _usable(found, checks):
             prog = _PROGRAMS[key] = found[0]
-            compile_log.done(token, key, compile_log.program_name(fn, key), example_args, found[2])
+            name = compile_log.program_name(fn, key)
+            device_trace.remember(prog, name)
+            compile_log.done(token, key, name, example_args, found[2])
             return prog
     kwargs = {}
     if device is not None:
@@ -287,7 +292,7 @@ def _compile_and_keep(lowered, done):
     failure names the program (an aten op, a fused or compiled graph); XLA running out of device memory
     while compiling (a program too large for it) is ``torch.OutOfMemoryError``, as at run time."""
     try:
-        with platform.X64():
+        with platform.X64(), compile_status.compiling(done[5]):
             prog = lowered.compile()
     except Exception as exc:
         raise (out_of_memory(exc, f"compiling {done[5]}") or
@@ -298,6 +303,7 @@ def _compile_and_keep(lowered, done):
 
 def _keep(prog, done, compiled_now: bool) -> None:
     key, module_key, alias, checks, token, name, example_args = done
+    device_trace.remember(prog, name)  # the name a profile shows for its launches
     if module_key is not None and compiled_now:
         disk_cache.store(module_key, lambda compiled=prog: _serialize(compiled))
     if alias is not None:

@@ -11,11 +11,11 @@ import threading
 import numpy as np
 import torch
 
-_DEFAULT_SEED = 67280421310721  # torch's default CPU seed, so runs are reproducible by default
+DEFAULT_SEED = 67280421310721  # torch's default CPU seed, so runs are reproducible by default
 
 
 class _State:
-    seed = _DEFAULT_SEED
+    seed = DEFAULT_SEED
     offset = 0
 
 
@@ -37,7 +37,8 @@ def seed() -> None:
     manual_seed(random.getrandbits(63))
 
 
-def _key_data(seed: int, offset: int) -> np.ndarray:
+def key_data(seed: int, offset: int) -> np.ndarray:
+    """The key data of draw ``offset`` of the stream ``seed`` (an op's key input)."""
     seed &= 0xFFFFFFFFFFFFFFFF
     offset &= 0xFFFFFFFFFFFFFFFF
     return np.array([seed & 0xFFFFFFFF, seed >> 32, offset & 0xFFFFFFFF, offset >> 32], dtype=np.uint32)
@@ -49,7 +50,7 @@ def next_key_data() -> np.ndarray:
     with _LOCK:
         seed, offset = _State.seed, _State.offset
         _State.offset = offset + 1
-    return _key_data(seed, offset)
+    return key_data(seed, offset)
 
 
 _LOCK = threading.Lock()
@@ -57,7 +58,7 @@ _LOCK = threading.Lock()
 
 def peek_key_data() -> np.ndarray:
     """Like next_key_data without advancing (example input when compiling a random op)."""
-    return _key_data(_State.seed, _State.offset)
+    return key_data(_State.seed, _State.offset)
 
 
 def make_key(data):
@@ -74,11 +75,19 @@ def _signed(v: int) -> int:
 
 def get_state() -> torch.Tensor:
     """(seed, offset) as 16 bytes: all 64 bits of each (a seed of 2**63 or more, manual_seed(-1), too)."""
-    return torch.tensor([_signed(_State.seed), _signed(_State.offset)], dtype=torch.int64).view(torch.uint8)
+    return pack_state(_State.seed, _State.offset)
 
 
 def set_state(state: torch.Tensor) -> None:
+    _State.seed, _State.offset = unpack_state(state)
+
+
+def pack_state(seed: int, offset: int) -> torch.Tensor:
+    return torch.tensor([_signed(seed), _signed(offset)], dtype=torch.int64).view(torch.uint8)
+
+
+def unpack_state(state) -> tuple[int, int]:
     if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or state.numel() != 16:
         raise RuntimeError("tpu RNG state must be a 16-byte torch.uint8 CPU tensor from get_rng_state()")
     vals = state.cpu().contiguous().view(torch.int64).tolist()
-    _State.seed, _State.offset = int(vals[0]) & 0xFFFFFFFFFFFFFFFF, int(vals[1]) & 0xFFFFFFFFFFFFFFFF
+    return int(vals[0]) & 0xFFFFFFFFFFFFFFFF, int(vals[1]) & 0xFFFFFFFFFFFFFFFF

@@ -7,8 +7,16 @@ new array first. ``from_jax`` wraps an array of this process's device as the sto
 directions are snapshots: a later in-place op on the tensor replaces its storage's array and leaves
 the ``jax.Array`` the user holds unchanged, exactly as a functional update does in JAX. ``__dlpack__``
 exports a copy unless asked for ``copy=False`` (a DLPack consumer may write what it imports).
+
+torch's own DLPack functions, as for a CUDA tensor: ``torch.from_dlpack(t)`` of a tpu tensor (or of
+the capsule ``torch.utils.dlpack.to_dlpack(t)`` made) is a tpu tensor sharing ``t``'s memory (an in-place
+op on either is seen by the other), ``copy=True`` a copy, ``device="cpu"`` a copy on the CPU; any
+producer imports to the tpu with ``device="tpu"``. The capsule itself, read by another library, holds a
+snapshot (as ``__dlpack__`` exports).
 """
 from __future__ import annotations
+
+import collections
 
 import torch
 
@@ -81,6 +89,12 @@ def _dlpack(self, *, stream=None, max_version=None, dl_device=None, copy=None):
     tensors (a ``to(copy=True)``, a detached alias) or donated to a later in-place program, so a consumer
     that writes (``torch.from_dlpack(t)[0] = 1``) must not write it. ``copy=False`` shares the buffer
     (read only: writing it is undefined)."""
+    if self.requires_grad:  # torch's __dlpack__ refuses it too
+        raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+    return _export(self, stream, max_version, dl_device, copy)
+
+
+def _export(self, stream=None, max_version=None, dl_device=None, copy=None):
     array = to_jax(self)
     if copy is not False:
         jax = platform.jax()
@@ -102,6 +116,53 @@ def _dlpack_device(self):
     return to_jax(self).__dlpack_device__()
 
 
+# capsules made by to_dlpack(tpu tensor), by id (the capsule is held, so its id stays its own), with
+# the tensor each shares: torch.from_dlpack(capsule) returns that tensor's alias. Bounded: a capsule
+# never imported is forgotten after _MAX_EXPORTS newer ones (torch's import then reads its snapshot).
+_EXPORTS: collections.OrderedDict = collections.OrderedDict()
+_MAX_EXPORTS = 64
+_TORCH_FROM_DLPACK = torch.utils.dlpack.from_dlpack
+_TORCH_TO_DLPACK = torch.utils.dlpack.to_dlpack
+
+
+def to_dlpack(tensor):
+    """``torch.utils.dlpack.to_dlpack``: for a tpu tensor, a capsule holding a snapshot of its value,
+    which ``torch.from_dlpack`` turns back into a tpu tensor sharing ``tensor``'s memory."""
+    if not isinstance(tensor, TpuTensor):
+        return _TORCH_TO_DLPACK(tensor)
+    try:
+        capsule = _export(tensor)  # (torch's to_dlpack exports a tensor that requires grad, too)
+    except BufferError:  # JAX exports no TPU buffer: the capsule holds a host copy
+        capsule = _TORCH_TO_DLPACK(tensor.detach().cpu())
+    _EXPORTS[id(capsule)] = (capsule, tensor.detach())
+    while len(_EXPORTS) > _MAX_EXPORTS:
+        _EXPORTS.popitem(last=False)
+    return capsule
+
+
+def torch_from_dlpack(ext_tensor, *, device=None, copy=None):
+    """``torch.from_dlpack`` / ``torch.utils.dlpack.from_dlpack`` knowing the tpu device."""
+    target = torch.device(device) if device is not None else None
+    if not isinstance(ext_tensor, TpuTensor):
+        entry = _EXPORTS.pop(id(ext_tensor), None)
+        if entry is not None and entry[0] is ext_tensor:
+            ext_tensor = entry[1]
+        elif target is not None and target.type == "tpu":
+            return from_dlpack(ext_tensor, copy=copy)
+        else:
+            return _TORCH_FROM_DLPACK(ext_tensor, device=device, copy=copy)
+    if ext_tensor.requires_grad:
+        raise BufferError("Can't export tensors that require gradient, use tensor.detach()")
+    if target is None or target.type == "tpu":
+        return ext_tensor.detach().clone() if copy else ext_tensor.detach()
+    if copy is False:
+        raise ValueError(f"cannot move DLPack tensor from device {ext_tensor.device} to {target} without "
+                         "copying. Set copy=None or copy=True.")
+    return ext_tensor.detach().to(target, copy=True)
+
+
 def install() -> None:
     TpuTensor.__dlpack__ = _dlpack
     TpuTensor.__dlpack_device__ = _dlpack_device
+    torch.utils.dlpack.from_dlpack = torch.from_dlpack = torch_from_dlpack
+    torch.utils.dlpack.to_dlpack = torch.to_dlpack = to_dlpack

@@ -70,8 +70,9 @@ def make_clip_tokenizer(model_max_length: int = 77):
     )
 
 
-def make_t5_tokenizer(model_max_length: int = 512):
-    """A T5 (Unigram) tokenizer: <pad>=0, </s>=1, <unk>=2, then single characters and a few words."""
+def make_t5_tokenizer(model_max_length: int = 512, cls=None):
+    """A T5 (Unigram) tokenizer: <pad>=0, </s>=1, <unk>=2, then single characters and a few words
+    (``cls``: a T5TokenizerFast subclass to build instead, e.g. ``CappedT5Tokenizer``)."""
     from transformers import T5TokenizerFast
 
     pieces: list[tuple[str, float]] = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
@@ -79,7 +80,7 @@ def make_t5_tokenizer(model_max_length: int = 512):
     pieces += [(c, -5.0) for c in chars]
     pieces += [("\u2581" + c, -4.5) for c in chars]
     pieces += [("\u2581" + w, -3.0) for w in _WORDS if len(w) > 1]
-    return T5TokenizerFast(vocab=pieces, extra_ids=0, model_max_length=model_max_length)
+    return (cls or T5TokenizerFast)(vocab=pieces, extra_ids=0, model_max_length=model_max_length)
 
 
 # Mistral (Tekken) control tokens at their real ids.
