@@ -549,13 +549,14 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
                     "torch.compile(backend='tpu'): inplace update to inference tensor outside InferenceMode "
                     f"is not allowed (a graph input {tuple(t.shape)}:{t.dtype} the graph writes). You can "
                     "make a clone to get a normal tensor before doing inplace update.")
-        arrays = []
+        arrays, deferred = [], []  # (deferred: the values as held, with their device-side checks' lineage)
         for i, x in enumerate(args):
             if i in tokens:  # an effect token (None, or an empty tensor): no value in the program
                 continue
             if isinstance(x, TpuTensor):
                 x = math_bits.resolved(x) if x.is_conj() or x.is_neg() else x  # the values a bit view means
-                arrays.append(fused.materialize(value_of(x)))  # a value deferred by fused mode runs first
+                deferred.append(value_of(x))
+                arrays.append(fused.materialize(deferred[-1]))  # a value deferred by fused mode runs first
             elif isinstance(x, torch.Tensor):
                 if device is None:
                     device = platform.jax_device()
@@ -564,12 +565,12 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
         args.clear()  # boxed convention: let inputs die early
         if random:
             arrays.append(rng.next_key_data())
-        outs = replay.launch(prog, arrays, what)
+        outs = replay.launch(prog, arrays, what, deferred)
         program_cache.note_launch(outs)
         _counters["executions"] += 1
         if device_checks:
-            deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")
-            outs = outs[:-1]
+            outs, code = outs[:-1], outs[-1]  # a failure poisons all it computed (the call raised on CPU)
+            deferred_errors.add(code, device_checks, "torch.compile(backend='tpu') graph", outs)
             replay.verify_now()  # launch blocking: a failed check raises before any write-back
         if targets:
             news = outs[len(outs) - len(targets):]

@@ -8,7 +8,7 @@ import warnings
 import torch
 
 from .. import config
-from ..engine import deferred_errors, fused
+from ..engine import deferred_errors, fused, poisoned
 from ..errors import no_lowering
 from ..ops import registry
 from ..runtime import caches, counters
@@ -148,9 +148,11 @@ def data_dependent_entry(func, low):
     def run(*args, **kwargs):
         _counters["executions"] += 1
         tmpl_args, tmpl_kwargs, _ = templates(func, args, kwargs)
-        _, arrays = key_and_inputs(func, args, kwargs)
-        arrays = [fused.materialize(a) for a in arrays]
+        _, held = key_and_inputs(func, args, kwargs)
+        arrays = [fused.materialize(a) for a in held]
         deferred_errors.verify()  # the values are read on the host: a point that waits
+        if poisoned.active:  # an input computed from a failed device-side check raises
+            poisoned.lineage(held, func)
         result = low.fn(*fill(tmpl_args, arrays), **{k: fill(v, arrays) for k, v in tmpl_kwargs.items()
                                                      if k not in out_names})
 

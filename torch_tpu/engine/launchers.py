@@ -11,10 +11,18 @@ import os
 
 from ..errors import OpError, describe, out_of_memory
 from ..runtime import counters, failed_values, multiprocess, platform, program_cache, spmd
-from . import fused
+from . import fused, poisoned
 
 _counters = counters.counters
 _launched = program_cache._Launched
+
+
+def _concrete(a):
+    """The concrete array of a (possibly deferred) value, with the lineage of device-side checks it has."""
+    concrete = fused.materialize(a)
+    if poisoned.active and concrete is not a:
+        poisoned.carry(a, concrete)
+    return concrete
 
 
 class Strict:
@@ -25,16 +33,19 @@ class Strict:
 
     def take(self, lazy):
         """A deferred value met on the way in (left over from fused mode): its concrete array."""
-        return fused.materialize(lazy)
+        return _concrete(lazy)
 
     def prepare(self, entry, example: list, args, kwargs) -> None:
         """Called once when an op entry is built: compile its program now (errors surface at the op)."""
         entry.compile([fused.materialize(a) for a in example], args, kwargs)
 
     def run_op(self, entry, arrays: list, args, kwargs):
+        # inputs computed from a device-side check not read yet give the outputs that lineage; one
+        # computed from a failed check raises here (poisoned.py)
+        taken = poisoned.lineage(arrays, entry.func) if poisoned.active else None
         prog = entry.compiled
         if prog is None:
-            arrays = [fused.materialize(a) for a in arrays]  # (see below)
+            arrays = [_concrete(a) for a in arrays]  # (see below)
             prog = entry.compile(arrays, args, kwargs)
         try:
             outs = prog(*arrays)
@@ -42,16 +53,19 @@ class Strict:
             if any(type(a) is fused.LazyArray for a in arrays):
                 # another thread left fused mode between this op's inputs and its launch: they were taken
                 # as deferred values (checked here, off the hot path)
-                return self.run_op(entry, [fused.materialize(a) for a in arrays], args, kwargs)
+                return self.run_op(entry, [_concrete(a) for a in arrays], args, kwargs)
             oom = out_of_memory(exc, f"running {entry.func} ({describe(args, kwargs)})")
             raise (oom or OpError(f"tpu: {entry.func} failed to run ({describe(args, kwargs)}): {exc}")) from exc
         _counters["executions"] += 1
         if outs:
             _launched.last = outs[0]  # program_cache.note_launch, inlined (hot path)
+        if taken is not None:
+            poisoned.mark(outs, taken)
         return outs
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         """``fn(*args)`` (one output) through the program cache; ``aval`` = its (shape, dtype)."""
+        taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
         args = tuple(fused.materialize(a) for a in args)
         prog = program_cache.lookup(key)
         if prog is None:
@@ -65,17 +79,23 @@ class Strict:
                 raise
             raise oom from exc
         _launched.last = out
+        if taken is not None:
+            poisoned.mark((out,), taken)
         return out
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
         """``fn(*args)`` as one SPMD program over the mesh of ``mesh`` (global device ids); ``fn`` may
         use ``spmd.AXIS`` collectives. ``key`` starts with "collective". Returns a tuple of arrays."""
+        taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
         args = tuple(fused.materialize(a) for a in args)
         prog = program_cache.lookup(key)
         if prog is None:
             prog = spmd.compile_program(key, fn, args, mesh, out_ndims=[len(s) for s, _ in avals], what=what)
         _counters["executions"] += 1
-        return prog(*args)
+        outs = prog(*args)
+        if taken is not None:
+            poisoned.mark(outs, taken)
+        return outs
 
 
 class LaunchBlocking(Strict):
@@ -132,14 +152,27 @@ class Fused(Strict):
 
     def run_op(self, entry, arrays: list, args, kwargs):
         if entry.returns_scalar:
-            return super().run_op(entry, [fused.materialize(a) for a in arrays], args, kwargs)
+            return super().run_op(entry, [_concrete(a) for a in arrays], args, kwargs)
+        if poisoned.active:
+            taken = poisoned.lineage(arrays, entry.func)
+            outs = fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
+            poisoned.mark(outs, taken)
+            return outs
         return fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
-        return fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]
+        taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
+        out = fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]
+        if taken is not None:
+            poisoned.mark((out,), taken)
+        return out
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
-        return fused.record(key, fn, args, avals, what=what, mesh=mesh)
+        taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
+        outs = fused.record(key, fn, args, avals, what=what, mesh=mesh)
+        if taken is not None:
+            poisoned.mark(outs, taken)
+        return outs
 
 
 class Forked(Strict):

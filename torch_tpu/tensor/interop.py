@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.fused import materialize
+from ..engine.deferred_errors import readable_array
 from ..runtime import dtypes, platform
 from .tensor import TpuStorage, TpuTensor, value_of
 
@@ -25,7 +25,7 @@ def to_jax(tensor: torch.Tensor):
         where = tensor.device if isinstance(tensor, torch.Tensor) else type(tensor).__name__
         raise TypeError(f"torch_tpu.to_jax expects a tpu tensor, got {where}; move it with .to('tpu') "
                         "first (or use jax.numpy.asarray(t.numpy()) for a CPU tensor)")
-    return materialize(value_of(tensor))
+    return readable_array(value_of(tensor), "the tensor to_jax exports")
 
 
 @platform.with_x64
