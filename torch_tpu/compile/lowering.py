@@ -12,7 +12,7 @@ from ..runtime import caches, counters, dtypes, platform, program_cache, rng, sp
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
 from ..eager import math_bits
-from . import graph_outputs, replay, special_nodes
+from . import graph_outputs, missing_ops, replay, special_nodes
 
 _counters = counters.counters
 _DECOMPS = None
@@ -124,7 +124,7 @@ class _Plan:
                 raise RuntimeError(f"torch.compile(backend='tpu'): in-place {func} left in a "
                                    "functionalised graph")
             if low is None:
-                missing.append(str(func))
+                missing.append(func)
                 continue
             if low.data_dependent:
                 low = special_nodes.static_variant(node, func, low)
@@ -137,9 +137,7 @@ class _Plan:
             _check_like_eager(node, func, target)
         _check_host_tensors(placeholders, self.nodes[-1], self.rng_states)
         if missing:
-            raise NotImplementedError(
-                "torch.compile(backend='tpu'): no tpu lowering for aten op(s) "
-                + ", ".join(sorted(set(missing))) + " (strict eager has the same op table)")
+            raise missing_ops.error(missing)
         self.written = {node for _, node in self.writebacks}
         self.precision = torch.get_float32_matmul_precision()
 
