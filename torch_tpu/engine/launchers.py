@@ -216,6 +216,16 @@ def launch(key, fn, args: tuple, aval=None, what: str = ""):
         platform.X64.restore(prev)
 
 
+def _launch_recorded_collectives() -> None:
+    """Before an SPMD program launches (a collective in strict eager, a compiled graph's): the fused graph
+    still pending, when it holds collectives (recorded earlier), launches first."""
+    if fused._graph().mesh is not None:
+        fused.flush()
+
+
+spmd.launch_earlier_collectives_with(_launch_recorded_collectives)
+
+
 def collective(key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
     """Run (or record) one collective program over a mesh of several processes' devices."""
     with platform.X64():
