@@ -47,11 +47,12 @@ def launch(prog, arrays, what: str, held=()):
     naming the graph, as an eager op's launch names its op, before anything is written back. ``held``:
     the input tensors' values as their storages hold them; the outputs take the lineage of the device-side
     checks they were computed from, and an input computed from a failed one raises (``poisoned.py``)."""
-    taken = poisoned.lineage([*held, *arrays], what) if poisoned.active else None
+    inputs = [*held, *arrays]
+    taken = poisoned.lineage(inputs, what) if poisoned.active else None
     try:
         outs = prog(*arrays)
     except Exception as exc:
         raise (out_of_memory(exc, f"running {what}") or OpError(f"tpu: {what} failed to run: {exc}")) from exc
     if taken is not None:
-        poisoned.mark(outs, taken)
+        poisoned.mark(outs, taken, inputs)
     return outs

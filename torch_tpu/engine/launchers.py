@@ -60,12 +60,12 @@ class Strict:
         if outs:
             _launched.last = outs[0]  # program_cache.note_launch, inlined (hot path)
         if taken is not None:
-            poisoned.mark(outs, taken)
+            poisoned.mark(outs, taken, arrays)
         return outs
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         """``fn(*args)`` (one output) through the program cache; ``aval`` = its (shape, dtype)."""
-        taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
+        taken = poisoned.lineage(held := args, what or key[0]) if poisoned.active else None
         args = tuple(fused.materialize(a) for a in args)
         prog = program_cache.lookup(key)
         if prog is None:
@@ -80,13 +80,13 @@ class Strict:
             raise oom from exc
         _launched.last = out
         if taken is not None:
-            poisoned.mark((out,), taken)
+            poisoned.mark((out,), taken, held)
         return out
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
         """``fn(*args)`` as one SPMD program over the mesh of ``mesh`` (global device ids); ``fn`` may
         use ``spmd.AXIS`` collectives. ``key`` starts with "collective". Returns a tuple of arrays."""
-        taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
+        taken = poisoned.lineage(held := args, what or key[0]) if poisoned.active else None
         args = tuple(fused.materialize(a) for a in args)
         prog = program_cache.lookup(key)
         if prog is None:
@@ -94,7 +94,7 @@ class Strict:
         _counters["executions"] += 1
         outs = prog(*args)
         if taken is not None:
-            poisoned.mark(outs, taken)
+            poisoned.mark(outs, taken, held)
         return outs
 
 
@@ -156,7 +156,7 @@ class Fused(Strict):
         if poisoned.active:
             taken = poisoned.lineage(arrays, entry.func)
             outs = fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
-            poisoned.mark(outs, taken)
+            poisoned.mark(outs, taken, arrays)
             return outs
         return fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
 
@@ -164,14 +164,14 @@ class Fused(Strict):
         taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
         out = fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]
         if taken is not None:
-            poisoned.mark((out,), taken)
+            poisoned.mark((out,), taken, args)
         return out
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
         taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
         outs = fused.record(key, fn, args, avals, what=what, mesh=mesh)
         if taken is not None:
-            poisoned.mark(outs, taken)
+            poisoned.mark(outs, taken, args)
         return outs
 
 

@@ -30,7 +30,6 @@ _LOCK = threading.RLock()
 _BASE = [0]            # number of the check that bit 0 of a lineage set stands for
 _LINEAGE: dict = {}    # id(array) -> (weak ref, base, bits): the pending checks an array was computed from
 _POISONED: dict = {}   # id(array) -> (weak ref, Failure)
-_FAILURES: dict = {}   # check number -> Failure, for sets made before a read that were marked after it
 _SWEEP_AT = [4096]     # dead entries are dropped when the lineage table grows past this
 _NUMBERS = (int, float, bool, complex)
 
@@ -81,20 +80,21 @@ def lineage(arrays, where) -> tuple:
     return base, bits
 
 
-def mark(outputs, taken: tuple) -> None:
-    """Give ``outputs`` the lineage ``taken`` (from ``lineage``) of the inputs they were computed from."""
+def mark(outputs, taken: tuple, inputs) -> None:
+    """Give ``outputs`` the lineage ``taken`` (from ``lineage``) of the ``inputs`` they were computed from."""
     base, bits = taken
     if not bits:
         return
     with _LOCK:
-        if base != _BASE[0]:  # checks were read meanwhile (another thread waited)
-            failure = _failed_among(base, bits)
-            if failure is not None:
-                for o in outputs:
-                    _poison(o, failure)
-                _set_active()
-                return
-            bits >>= _BASE[0] - base
+        if base != _BASE[0]:  # checks were read meanwhile (another thread waited): ask the inputs again
+            for a in inputs:
+                p = _POISONED.get(id(a))
+                if p is not None and p[0]() is a:
+                    for o in outputs:
+                        _poison(o, p[1])
+                    _set_active()
+                    return
+            bits = lineage(inputs, "")[1]
             if not bits:
                 return
         _mark(outputs, bits)
@@ -118,15 +118,9 @@ def _mark(outputs, bits: int) -> None:
 
 
 def mark_check(outputs, number: int) -> None:
-    """``outputs`` come from the op whose check is numbered ``number`` (called as the check is added)."""
+    """``outputs`` come from the op whose check is numbered ``number``: called under ``deferred_errors``'
+    lock as the check is added, so no read of the checks has passed it yet."""
     with _LOCK:
-        if number < _BASE[0]:  # already read
-            failure = _FAILURES.get(number)
-            if failure is not None:
-                for o in outputs:
-                    _poison(o, failure)
-                _set_active()
-            return
         _mark(outputs, 1 << (number - _BASE[0]))
 
 
@@ -170,14 +164,13 @@ def resolve(upto: int, failures: dict, everything: bool) -> None:
         old = _BASE[0]
         if upto <= old:
             return
-        _FAILURES.update(failures)
         if failures:
             for key, entry in list(_LINEAGE.items()):
                 a = entry[0]()
                 if a is None:
                     del _LINEAGE[key]
                     continue
-                failure = _failed_among(entry[1], entry[2])
+                failure = _failed_among(failures, entry[1], entry[2])
                 if failure is not None:
                     del _LINEAGE[key]
                     _poison(a, failure)
@@ -187,11 +180,11 @@ def resolve(upto: int, failures: dict, everything: bool) -> None:
         _set_active()
 
 
-def _failed_among(base: int, bits: int):
-    """The first failed check in the set ``bits`` made at ``base`` (checks read since then), or None."""
-    for number in sorted(_FAILURES):
+def _failed_among(failures: dict, base: int, bits: int):
+    """The first of ``failures`` (check number -> Failure) in the set ``bits`` made at ``base``, or None."""
+    for number in sorted(failures):
         if number >= base and (bits >> (number - base)) & 1:
-            return _FAILURES[number]
+            return failures[number]
     return None
 
 
@@ -218,12 +211,3 @@ def _sweep() -> None:
         if entry[0]() is None or not _current(entry):
             del _LINEAGE[key]
     _SWEEP_AT[0] = max(4096, 2 * len(_LINEAGE))
-
-
-def reset() -> None:
-    """Forget everything (tests)."""
-    with _LOCK:
-        _LINEAGE.clear()
-        _POISONED.clear()
-        _FAILURES.clear()
-        _set_active()
