@@ -76,7 +76,7 @@ class LoweredEntry:
         """The values a failed device-side check poisons: what the op returns (and writes into out=), never
         what an in-place form writes (in-range entries written and the others dropped, as CPU's partial
         write leaves them)."""
-        return outs[: self.n_out] if self.func._schema.name.endswith("_") else outs
+        return outs[: self.n_out] if self.func._opname.endswith("_") else outs
 
     def _write_back(self, args, kwargs, outs) -> None:
         if self.writes:

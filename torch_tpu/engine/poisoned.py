@@ -69,12 +69,13 @@ def lineage(arrays, where) -> tuple:
     """(base, bits) of the pending checks ``arrays`` were computed from; raises ``DeviceAssertError`` for
     an array computed from a failed one (``where``: what takes them, an op or a program's name)."""
     base, bits = _BASE[0], 0
+    if _POISONED:
+        for a in arrays:
+            p = _POISONED.get(id(a))
+            if p is not None and p[0]() is a:
+                raise p[1].error(f"an input of {where}")
     for a in arrays:
-        key = id(a)
-        p = _POISONED.get(key)
-        if p is not None and p[0]() is a:
-            raise p[1].error(f"an input of {where}")
-        e = _LINEAGE.get(key)
+        e = _LINEAGE.get(id(a))
         if e is not None and e[0]() is a:
             bits |= _at(e, base)
     return base, bits
@@ -108,8 +109,11 @@ def _mark(outputs, bits: int) -> None:
             continue
         key = id(o)
         e = _LINEAGE.get(key)
+        if e is not None and e[0]() is o:  # (an op's check adds to what its inputs gave it)
+            _LINEAGE[key] = (e[0], base, bits | _current(e))
+            continue
         try:
-            _LINEAGE[key] = (weakref.ref(o), base, bits | _current(e) if e is not None and e[0]() is o else bits)
+            _LINEAGE[key] = (weakref.ref(o), base, bits)
         except TypeError:  # not weakly referenceable: no lineage (never seen in practice)
             continue
     if len(_LINEAGE) > _SWEEP_AT[0]:
@@ -138,8 +142,7 @@ def carry(old, new) -> None:
 
 def forget(a) -> None:
     """``a`` (a check's code, read once by ``deferred_errors``) needs no lineage."""
-    with _LOCK:
-        _LINEAGE.pop(id(a), None)
+    _LINEAGE.pop(id(a), None)  # (one dict operation: atomic, no lock needed)
 
 
 def readable(a, where: str = "this tensor's value") -> bool:
