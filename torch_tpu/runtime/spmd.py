@@ -102,14 +102,20 @@ def launch_earlier_collectives_with(fn) -> None:
     _EARLIER[0] = fn
 
 
-def _tracing_in_order(trace, *args):
-    """``trace(*args)`` with the program's collectives in order; returns (its result, their descriptions)."""
-    previous = _ORDER.tracing, _ORDER.last, _ORDER.seen
-    _ORDER.tracing, _ORDER.last, _ORDER.seen = True, None, []
-    try:
-        return trace(*args), tuple(_ORDER.seen)
-    finally:
-        _ORDER.tracing, _ORDER.last, _ORDER.seen = previous
+def _traced_in_order(fn, collectives: list):
+    """``fn`` (a program's body over local arrays), whose collectives run in order whenever it is traced
+    (by ``lower`` or by a call that traces again); ``collectives`` receives their descriptions."""
+    @functools.wraps(fn)
+    def traced(*args):
+        previous = _ORDER.tracing, _ORDER.last, _ORDER.seen
+        _ORDER.tracing, _ORDER.last, _ORDER.seen = True, None, []
+        try:
+            out = fn(*args)
+            collectives[:] = _ORDER.seen
+            return out
+        finally:
+            _ORDER.tracing, _ORDER.last, _ORDER.seen = previous
+    return traced
 
 
 @functools.lru_cache(maxsize=None)
@@ -208,6 +214,8 @@ def compile_program(key, fn, example_args: tuple, device_ids: tuple, out_ndims=N
         out_ndims = _trace_out_ndims(fn, example_args, device_ids, in_specs)
     out_specs = tuple(_spec(n) for n in out_ndims)
 
+    collectives: list = []
+    fn = _traced_in_order(fn, collectives)
     weak = tuple(type(a) in _PY_NUMBERS for a in example_args)
     if any(weak):  # a Python number (fused graphs) arrives as a 0-d array: weakly typed again, as traced
         from jax._src.lax import lax as _lax
@@ -222,8 +230,7 @@ def compile_program(key, fn, example_args: tuple, device_ids: tuple, out_ndims=N
 
     mapped = jax.shard_map(body, mesh=the_mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     prog = jax.jit(mapped, donate_argnums=donate) if donate else jax.jit(mapped)
-    lowered, collectives = _tracing_in_order(prog.lower, *[_abstract_global(a, device_ids) for a in example_args])
-    lowered.compile()
+    prog.lower(*[_abstract_global(a, device_ids) for a in example_args]).compile()
     runner = _Runner(prog, device_ids, what, collectives)
     program_cache.store(key, runner)
     return runner
@@ -245,7 +252,7 @@ def _trace_out_ndims(fn, example_args, device_ids, in_specs) -> tuple:
     P = jax.sharding.PartitionSpec
     mapped = jax.shard_map(probe, mesh=mesh(device_ids), in_specs=in_specs, out_specs=P(AXIS),
                            check_vma=False)
-    _tracing_in_order(jax.eval_shape, mapped, *[_abstract_global(a, device_ids) for a in example_args])
+    jax.eval_shape(mapped, *[_abstract_global(a, device_ids) for a in example_args])
     return tuple(ndims)
 
 
@@ -255,7 +262,7 @@ class _Runner:
 
     __slots__ = ("prog", "device_ids", "what", "collectives")
 
-    def __init__(self, prog, device_ids, what, collectives=()):
+    def __init__(self, prog, device_ids, what, collectives: list):
         self.prog = prog
         self.device_ids = device_ids
         self.what = what
