@@ -515,6 +515,81 @@ def scenario_fail_hang(out_dir):
     raise AssertionError("all_reduce with a stuck peer returned")
 
 
+def scenario_collective_order(out_dir):
+    """Ranks that cut their fused graphs differently (one reads a value mid-loop, one keeps other values
+    alive), one with warm caches and a compile thread, the other cold and compiling on its own thread, a
+    compiled collective launched while a fused one is pending: every collective pairs with its peer's
+    (before, gloo aborted the process: "Received data size doesn't match expected size"). Last, ranks whose
+    code runs different collectives: a Python error naming both sides on each rank, never an abort."""
+    import os
+
+    rank = int(os.environ["RANK"])
+    if rank == 1:
+        os.environ["TORCH_TPU_COMPILE_THREADS"] = "0"  # compiles on the calling thread; rank 0 on a pool
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+
+    import torch_tpu
+
+    dist.init_process_group(backend="tpu_dist")
+    world = dist.get_world_size()
+    xs_all = [_inputs(r, (64, 32), torch.float32, torch) for r in range(world)]
+    ws_all = [_inputs(10 + r, (32, 96), torch.float32, torch) for r in range(world)]
+    want_y = sum(x @ w for x, w in zip(xs_all, ws_all))
+    report = {}
+
+    def tp_loop(cut_at=None, keep=False):
+        """The issue's loop: a row-sharded matmul, all_reduce, accumulate; in fused mode."""
+        with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+            xs, ws = xs_all[rank].to("tpu"), ws_all[rank].to("tpu")
+            acc, kept = torch.zeros(64, 96, device="tpu"), []
+            for i in range(6):
+                y = xs @ ws
+                dist.all_reduce(y)
+                acc = acc + y * 0.1
+                if i == cut_at:
+                    torch_tpu.sync()  # this rank's graph is cut here, the other's is not
+                if keep:
+                    kept.append(y)  # other live values: another program for the same graph
+            return acc.cpu()
+
+    _check("fused loop, rank 0 cut mid-loop", tp_loop(cut_at=2 if rank == 0 else None, keep=rank == 1),
+           want_y * 0.6, atol=1e-3, rtol=1e-4)
+    if rank == 1:
+        torch_tpu.reset_caches()  # cold again; rank 0 keeps its programs (warm)
+    _check("fused loop, one rank warm, one cold", tp_loop(cut_at=4 if rank == 1 else None), want_y * 0.6,
+           atol=1e-3, rtol=1e-4)
+    big = torch.ones(2 ** 20, device="tpu")  # strict, after the fused graphs (the issue's second step)
+    dist.all_reduce(big)
+    _check("strict all_reduce after fused graphs", big[:4], torch.full((4,), float(world)))
+
+    # a fused collective still pending when a compiled collective launches: issued first, launched first
+    double = torch.compile(lambda t: fc.all_reduce(t * 2, "sum", dist.group.WORLD), backend="tpu", dynamic=False)
+    double(torch.ones(4, device="tpu")).cpu()  # compiled (a read: nothing pending after it)
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        a = torch.full((4,), float(rank + 1), device="tpu")
+        dist.all_reduce(a)
+        if rank == 0:
+            torch_tpu.sync()
+        b = double(torch.full((4,), float(10 * (rank + 1)), device="tpu"))
+        _check("fused collective before a compiled one", a, torch.full((4,), float(sum(range(1, world + 1)))))
+        _check("compiled collective after a fused one", b,
+               torch.full((4,), float(20 * sum(range(1, world + 1)))))
+    report["ordered"] = True
+
+    # different collectives on the ranks: a Python error on each, naming both sides (gloo aborted before)
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        try:
+            x = torch.ones(4 if rank == 0 else 8, device="tpu")
+            dist.all_reduce(x)
+            x.cpu()
+            report["mismatch"] = "no error"
+        except RuntimeError as exc:
+            report["mismatch"] = str(exc)
+    open(os.path.join(out_dir, f"rank{rank}.json"), "w").write(json.dumps(report))
+
+
 def scenario_pipeline_tp(out_dir):
     """The seed's tensor-parallel example on tiny Flux2 and Flux pipelines; rank 0 compares each image
     with the same pipeline unsharded in one process (CPU torch)."""
@@ -685,6 +760,54 @@ def test_stuck_peer_times_out(job_env, tmp_path):
     assert "tpu_dist:" in info["error"] and "all_reduce(sum) float32[4]" in info["error"], info
     assert "TORCH_TPU_DIST_TIMEOUT=8s" in info["error"], info
     assert 6 <= info["seconds"] < 25, info
+
+
+def test_collectives_pair_up_whatever_each_rank_cuts_caches_or_compiles(job_env, tmp_path):
+    results = _spawn("collective_order", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "30"}, timeout=240)
+    reports = []
+    for rank, (rc, out, _) in enumerate(results):
+        # the mismatch at the end leaves each rank with a failed collective: status 1, never an abort
+        assert rc == 1 and "EnforceNotMet" not in out, f"rank {rank} exited with {rc}:\n{out[-6000:]}"
+        path = tmp_path / f"rank{rank}.json"
+        assert path.exists(), f"rank {rank} did not finish:\n{out[-6000:]}"
+        reports.append(json.loads(path.read_text()))
+    assert all(r["ordered"] for r in reports)
+    named = [r["mismatch"] for r in reports if "run different collectives" in r["mismatch"]]
+    assert named, reports  # the rank that compared later names both sides
+    assert "all_reduce(sum) float32[4] on rank 0" in named[0] and "all_reduce(sum) float32[8] on rank 1" in \
+        named[0], named
+    assert all(r["mismatch"].startswith("tpu_dist:") for r in reports), reports  # the other: its collective failed
+
+
+def test_a_program_runs_its_collectives_one_by_one_in_call_order():
+    """XLA combines independent all-reduces of one program and orders independent collectives as it likes:
+    two ranks whose programs differ then pair other collectives. spmd.in_order chains them (one process,
+    two CPU devices: the compiled program's collectives, in schedule order, are the calls, none merged)."""
+    code = """
+import jax, re
+from torch_tpu.runtime import spmd
+from torch_tpu.distributed import xla_ops
+calls = [xla_ops.all_reduce("sum", 2), xla_ops.all_gather(2, (8, 3)), xla_ops.all_reduce("sum", 2),
+         xla_ops.all_reduce("max", 2), xla_ops.all_gather(2, (8, 3))]
+def body(*xs):
+    return tuple(f(x) for f, x in zip(calls, xs))
+ids = tuple(d.id for d in jax.devices()[:2])
+x = jax.numpy.ones((4, 3))
+runner = spmd.compile_program(("test", "order"), body, (x,) * 5, ids)
+text = runner.prog.lower(*[spmd._abstract_global(x, ids)] * 5).compile().as_text()
+kinds = re.findall(r"= [^ ]+ (all-reduce|all-gather)\\(", text)
+print(kinds)
+assert kinds == ["all-reduce", "all-gather", "all-reduce", "all-reduce", "all-gather"], kinds
+assert len(runner.collectives) == 5, runner.collectives
+print("OK")
+"""
+    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"),
+               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 def test_runtime_only_for_multi_process_jobs(monkeypatch):

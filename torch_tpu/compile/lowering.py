@@ -12,7 +12,7 @@ from ..runtime import caches, counters, dtypes, platform, program_cache, rng, sp
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
 from ..eager import math_bits
-from . import graph_outputs, replay, special_nodes
+from . import graph_outputs, missing_ops, replay, special_nodes
 
 _counters = counters.counters
 _DECOMPS = None
@@ -124,7 +124,7 @@ class _Plan:
                 raise RuntimeError(f"torch.compile(backend='tpu'): in-place {func} left in a "
                                    "functionalised graph")
             if low is None:
-                missing.append(str(func))
+                missing.append(func)
                 continue
             if low.data_dependent:
                 low = special_nodes.static_variant(node, func, low)
@@ -137,9 +137,7 @@ class _Plan:
             _check_like_eager(node, func, target)
         _check_host_tensors(placeholders, self.nodes[-1], self.rng_states)
         if missing:
-            raise NotImplementedError(
-                "torch.compile(backend='tpu'): no tpu lowering for aten op(s) "
-                + ", ".join(sorted(set(missing))) + " (strict eager has the same op table)")
+            raise missing_ops.error(missing)
         self.written = {node for _, node in self.writebacks}
         self.precision = torch.get_float32_matmul_precision()
 
@@ -549,13 +547,14 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
                     "torch.compile(backend='tpu'): inplace update to inference tensor outside InferenceMode "
                     f"is not allowed (a graph input {tuple(t.shape)}:{t.dtype} the graph writes). You can "
                     "make a clone to get a normal tensor before doing inplace update.")
-        arrays = []
+        arrays, deferred = [], []  # (deferred: the values as held, with their device-side checks' lineage)
         for i, x in enumerate(args):
             if i in tokens:  # an effect token (None, or an empty tensor): no value in the program
                 continue
             if isinstance(x, TpuTensor):
                 x = math_bits.resolved(x) if x.is_conj() or x.is_neg() else x  # the values a bit view means
-                arrays.append(fused.materialize(value_of(x)))  # a value deferred by fused mode runs first
+                deferred.append(value_of(x))
+                arrays.append(fused.materialize(deferred[-1]))  # a value deferred by fused mode runs first
             elif isinstance(x, torch.Tensor):
                 if device is None:
                     device = platform.jax_device()
@@ -564,12 +563,12 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
         args.clear()  # boxed convention: let inputs die early
         if random:
             arrays.append(rng.next_key_data())
-        outs = replay.launch(prog, arrays, what)
+        outs = replay.launch(prog, arrays, what, deferred)
         program_cache.note_launch(outs, prog)
         _counters["executions"] += 1
         if device_checks:
-            deferred_errors.add(outs[-1], device_checks, "torch.compile(backend='tpu') graph")
-            outs = outs[:-1]
+            outs, code = outs[:-1], outs[-1]  # a failure poisons all it computed (the call raised on CPU)
+            deferred_errors.add(code, device_checks, "torch.compile(backend='tpu') graph", outs)
             replay.verify_now()  # launch blocking: a failed check raises before any write-back
         if targets:
             news = outs[len(outs) - len(targets):]

@@ -12,7 +12,7 @@ asynchronous checks (and CUDA's device-side asserts) do.
 """
 from __future__ import annotations
 
-from ..engine import deferred_errors, launchers
+from ..engine import deferred_errors, launchers, poisoned
 from ..errors import DeviceAssertError, OpError, out_of_memory
 
 
@@ -42,10 +42,17 @@ def on_check_failure(compiled, gm):
     return run
 
 
-def launch(prog, arrays, what: str):
+def launch(prog, arrays, what: str, held=()):
     """``prog(*arrays)``: a graph's program that fails to run (out of memory, a runtime error) raises
-    naming the graph, as an eager op's launch names its op, before anything is written back."""
+    naming the graph, as an eager op's launch names its op, before anything is written back. ``held``:
+    the input tensors' values as their storages hold them; the outputs take the lineage of the device-side
+    checks they were computed from, and an input computed from a failed one raises (``poisoned.py``)."""
+    inputs = [*held, *arrays]
+    taken = poisoned.lineage(inputs, what) if poisoned.active else None
     try:
-        return prog(*arrays)
+        outs = prog(*arrays)
     except Exception as exc:
         raise (out_of_memory(exc, f"running {what}") or OpError(f"tpu: {what} failed to run: {exc}")) from exc
+    if taken is not None:
+        poisoned.mark(outs, taken, inputs)
+    return outs

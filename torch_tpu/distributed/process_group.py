@@ -507,7 +507,13 @@ def create_process_group(opts, backend_options):
     host_pg = dist.ProcessGroupGloo(store, opts.group_rank, opts.group_size, timeout)
     transport = HostStaged(host_pg, opts.group_size)
     if multiprocess.active():
+        from ..runtime import collective_order
         from .xla_transport import XlaTransport
+
+        root = opts.store  # the job's store without this group's prefix: every group's programs share it
+        while isinstance(root, dist.PrefixStore):
+            root = root.underlying_store
+        collective_order.use_store(root)
 
         ranks = list(opts.global_ranks_in_group or range(opts.group_size))
         transport = XlaTransport(transport, ranks, multiprocess.device_ids(ranks, device.id), opts.group_rank,

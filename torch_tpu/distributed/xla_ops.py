@@ -83,8 +83,11 @@ def reduce(x, op: str, size: int):
     return functools.reduce(fold, [g[i] for i in range(size)]).astype(x.dtype)
 
 
+# Every builder's function runs in the order of the program's collectives (``spmd.in_order``).
+
+
 def all_reduce(op: str, size: int):
-    return lambda x: reduce(x, op, size)
+    return spmd.in_order(lambda x: reduce(x, op, size), f"all_reduce({op})")
 
 
 def all_gather(size: int, out_shape: tuple):
@@ -93,7 +96,7 @@ def all_gather(size: int, out_shape: tuple):
         if x.ndim == 0:
             return _gathered(x).reshape(out_shape)
         return _lax().all_gather(x, AXIS, axis=0, tiled=True).reshape(out_shape)
-    return fn
+    return spmd.in_order(fn, "all_gather")
 
 
 def all_gather_list(size: int):
@@ -101,7 +104,7 @@ def all_gather_list(size: int):
     def fn(x):
         g = _gathered(x)
         return tuple(g[i] for i in range(size))
-    return fn
+    return spmd.in_order(fn, "all_gather_list")
 
 
 def _own_block(r, size: int):
@@ -110,25 +113,25 @@ def _own_block(r, size: int):
     return lax.dynamic_slice_in_dim(r, lax.axis_index(AXIS) * n, n, 0)
 
 
+def _reduce_scatter(x, op: str, size: int, out_shape: tuple):
+    flat = x.reshape((size, -1))
+    if op == "sum" and not _is_bool(x.dtype):
+        mine = _lax().psum_scatter(flat, AXIS, scatter_dimension=0, tiled=True)
+    else:
+        mine = _own_block(reduce(flat, op, size), size)
+    return mine.reshape(out_shape)
+
+
 def reduce_scatter(op: str, size: int, out_shape: tuple):
     """Reduce every member's x (dim 0 = size blocks), keep this member's block, reshaped."""
-    def fn(x):
-        flat = x.reshape((size, -1))
-        if op == "sum" and not _is_bool(x.dtype):
-            mine = _lax().psum_scatter(flat, AXIS, scatter_dimension=0, tiled=True)
-        else:
-            mine = _own_block(reduce(flat, op, size), size)
-        return mine.reshape(out_shape)
-    return fn
+    return spmd.in_order(lambda x: _reduce_scatter(x, op, size, out_shape), f"reduce_scatter({op})")
 
 
 def reduce_scatter_list(op: str, size: int):
     """``dist.reduce_scatter``: size inputs; member i keeps the reduction of everybody's input i."""
     def fn(*xs):
-        jnp = _jnp()
-        stacked = jnp.stack(xs)
-        return reduce_scatter(op, size, tuple(xs[0].shape))(stacked)
-    return fn
+        return _reduce_scatter(_jnp().stack(xs), op, size, tuple(xs[0].shape))
+    return spmd.in_order(fn, f"reduce_scatter_list({op})")
 
 
 def all_to_all(size: int, out_shape: tuple):
@@ -136,7 +139,7 @@ def all_to_all(size: int, out_shape: tuple):
     def fn(x):
         flat = x.reshape((size, -1))
         return _lax().all_to_all(flat, AXIS, 0, 0, tiled=True).reshape(out_shape)
-    return fn
+    return spmd.in_order(fn, "all_to_all")
 
 
 def all_to_all_list(size: int):
@@ -144,7 +147,7 @@ def all_to_all_list(size: int):
         jnp = _jnp()
         out = _lax().all_to_all(jnp.stack(xs), AXIS, 0, 0, tiled=True)
         return tuple(out[i] for i in range(size))
-    return fn
+    return spmd.in_order(fn, "all_to_all_list")
 
 
 def broadcast(src: int):
@@ -161,4 +164,4 @@ def broadcast(src: int):
                                                 8: jnp.uint64}[x.dtype.itemsize])
         total = lax.psum(jnp.where(mine, bits, jnp.zeros_like(bits)), AXIS)
         return total.astype(jnp.bool_) if _is_bool(x.dtype) else lax.bitcast_convert_type(total, x.dtype)
-    return fn
+    return spmd.in_order(fn, f"broadcast(src={src})")

@@ -8,7 +8,7 @@ import warnings
 import torch
 
 from .. import config
-from ..engine import deferred_errors, fused
+from ..engine import deferred_errors, fused, poisoned
 from ..errors import no_lowering
 from ..ops import registry
 from ..runtime import caches, counters
@@ -156,18 +156,24 @@ def python_entry(func):
 
 
 def _python_entry(func):
+    route = eager_route(func)
+    return None if route is None else PythonEntry(route[1])
+
+
+def eager_route(func):
+    """(how, fn): how eager runs an op the table does not lower, or None when it cannot."""
     if has_composite_implicit(func):
-        return PythonEntry(lambda *a, **k: func.decompose(*a, **k))
+        return "with its composite kernel", lambda *a, **k: func.decompose(*a, **k)
     from torch._decomp import decomposition_table
 
     decomp = decomposition_table.get(func)
     if decomp is not None:
-        return PythonEntry(decomp)
+        return "with torch's decomposition", decomp
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd"):
         # e.g. rand_like, _foreach_* (loops of per-tensor aten ops): torch's own composite kernel
-        return PythonEntry(_composite_explicit(func))
+        return "with torch's CompositeExplicitAutograd kernel", _composite_explicit(func)
     if config.settings().cpu_fallback:
-        return PythonEntry(_cpu_fallback(func))
+        return "on the CPU (TORCH_TPU_CPU_FALLBACK=1)", _cpu_fallback(func)
     return None
 
 
@@ -179,9 +185,11 @@ def data_dependent_entry(func, low):
     def run(*args, **kwargs):
         _counters["executions"] += 1
         tmpl_args, tmpl_kwargs, _ = templates(func, args, kwargs)
-        _, arrays = key_and_inputs(func, args, kwargs)
-        arrays = [fused.materialize(a) for a in arrays]
+        _, held = key_and_inputs(func, args, kwargs)
+        arrays = [fused.materialize(a) for a in held]
         deferred_errors.verify()  # the values are read on the host: a point that waits
+        if poisoned.active:  # an input computed from a failed device-side check raises
+            poisoned.lineage(held, func)
         result = low.fn(*fill(tmpl_args, arrays), **{k: fill(v, arrays) for k, v in tmpl_kwargs.items()
                                                      if k not in out_names})
 

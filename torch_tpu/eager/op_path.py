@@ -47,8 +47,8 @@ class LoweredEntry:
         outs = launchers.current.run_op(self, arrays, args, kwargs)
         written = False
         if self.device_checks:  # the last output says whether the op's device-side checks held
-            deferred_errors.add(outs[-1], self.device_checks, self.describe_inputs)
-            outs = outs[:-1]
+            outs, code = outs[:-1], outs[-1]
+            deferred_errors.add(code, self.device_checks, self.describe_inputs, self._checked_values(outs))
             if launchers.current.verifies_each_op:
                 # launch blocking: raise at the op, after its writes (as in the other modes, a failed
                 # write leaves its in-range entries written and drops the others)
@@ -56,7 +56,7 @@ class LoweredEntry:
                 written = True
                 deferred_errors.verify()
         if self.returns_scalar:
-            return outs[0].item()
+            return deferred_errors.read_scalar(outs[0])
         writes = self.writes
         if writes:
             targets = [kwargs[name] if name in kwargs else args[pos] for pos, name in writes]
@@ -72,6 +72,12 @@ class LoweredEntry:
         if self.rebuild is None:
             return new_full(outs[0], dts[0])
         return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
+
+    def _checked_values(self, outs):
+        """The values a failed device-side check poisons: what the op returns (and writes into out=), never
+        what an in-place form writes (in-range entries written and the others dropped, as CPU's partial
+        write leaves them)."""
+        return outs[: self.n_out] if self.func._opname.endswith("_") else outs
 
     def _write_back(self, args, kwargs, outs) -> None:
         if self.writes:

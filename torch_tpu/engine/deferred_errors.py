@@ -3,7 +3,9 @@
 Each checked op leaves one small int32 array (0, or 1 + the index of its first failed condition). The
 points that wait for the device anyway (reading a value to the host, ``synchronize``) read every
 pending check in one transfer and raise ``DeviceAssertError`` for the first op whose check failed,
-naming the op, its inputs and what was wrong. Launch-blocking mode checks after every op.
+naming the op, its inputs and what was wrong. Launch-blocking mode checks after every op. Checks are
+numbered in the order they are added; the values an op returned are poisoned when its check failed
+(``poisoned.py``): they, and what was computed from them, raise at every later read.
 """
 from __future__ import annotations
 
@@ -13,119 +15,159 @@ import numpy as np
 
 from ..errors import DeviceAssertError
 from ..runtime import counters, platform
-from . import fused, launchers
+from . import fused, launchers, poisoned
 
-_PENDING: list = []  # (0-d code array or LazyArray, messages, what: a description or a callable making it)
-_FOLDED: list = []   # [(3,) array: (1 + index of the first failed op or 0, its code, ops folded),
-#                      [(messages, what)...] of the ops from index `base` on, base]
+_PENDING: list = []  # (0-d code array or LazyArray, messages, what, number); what: a description or a callable
+_FOLDED: list = []   # (codes: (n,) int32 array, [(messages, what, number)...]): pending codes stacked, in order
+_UNREPORTED: list = []  # (number, code, messages, what): failures a compaction found, raised at the next wait
+_COUNTS = {"next": 0, "folded": 0}  # the number the next check gets; checks in _FOLDED
 _LOCK = threading.Lock()
 _FOLD_AT = 256
-_COMPACT_AT = 1 << 16  # folded ops whose messages are kept before one wait reads their code and drops them
+_COMPACT_AT = 1 << 16  # folded checks kept before one wait reads them and drops those that held
 _COMPACTING = [False]
-_READ_ONE_BY_ONE = 8  # up to this many pending codes are read as they are; more are folded into one first
+_READ_ONE_BY_ONE = 8  # up to this many pending codes are read as they are; more are stacked into one first
 
 
-def add(code, messages, what) -> None:
-    """``what``: the op's description, or a callable returning it (only called if the check failed)."""
+def add(code, messages, what, outputs=()) -> None:
+    """``what``: the op's description, or a callable returning it (only called if the check failed).
+    ``outputs``: the op's values that its check's failure poisons."""
     counters.counters["device_checks_run"] += 1
     with _LOCK:
-        _PENDING.append((code, messages, what))
+        number = _COUNTS["next"]
+        _COUNTS["next"] = number + 1
+        _PENDING.append((code, messages, what, number))
+        if poisoned.active:
+            poisoned.forget(code)
+        if outputs:
+            poisoned.mark_check(outputs, number)
         if len(_PENDING) >= _FOLD_AT:
             _fold()
-        compact = bool(_FOLDED) and len(_FOLDED[1]) >= _COMPACT_AT and not _COMPACTING[0]
+        compact = _COUNTS["folded"] >= _COMPACT_AT and not _COMPACTING[0]
         if compact:
             _COMPACTING[0] = True
-            folded, kept = _FOLDED[0], _FOLDED[1]
-            n = len(kept)
+            batches = list(_FOLDED)
     if compact:
         try:
-            _compact(folded, kept, n)
+            _compact(batches)
         finally:
             _COMPACTING[0] = False
 
 
-def _compact(folded, kept: list, n: int) -> None:
+def _compact(batches: list) -> None:
     """A loop that never waits kept the messages of every checked op it ran (growing without end): read
-    the folded code of the first ``n`` (one wait, without the lock: the read may flush a fused graph)
-    and keep only what can still be reported: nothing when they all held, the first failure otherwise
-    (the folded code reports that one at every later wait)."""
-    first, _, _ = (int(v) for v in np.asarray(platform.jax().device_get(fused.materialize(folded))))
+    the stacked codes (one wait, without the lock: the read may flush a fused graph) and keep only what
+    can still be reported, the failures (raised at the next wait)."""
+    values = platform.jax().device_get([fused.materialize(v) for v, _ in batches])
     with _LOCK:
-        if not _FOLDED or _FOLDED[1] is not kept:
+        if not _FOLDED or _FOLDED[0] is not batches[0]:
             return  # a wait read and dropped them meanwhile
-        base = _FOLDED[2]
-        if first:
-            kept[:] = [kept[first - 1 - base]]
-            _FOLDED[2] = first - 1
-        else:
-            del kept[:n]
-            _FOLDED[2] = base + n
+        del _FOLDED[:len(batches)]
+        found = _failed(batches, values, [])
+        _COUNTS["folded"] -= sum(len(records) for _, records in batches)
+        _UNREPORTED.extend(found)
+        poisoned.resolve(batches[-1][1][-1][2] + 1, _failures(found), everything=False)
 
 
-def _first_failure(previous, *codes):
-    """(1 + index of the first failed op, its code) over the ops folded before and these."""
+def _stack(*codes):
     jnp = platform.jax().numpy
-    stacked = jnp.stack(codes)
-    failed = stacked != 0
-    here = jnp.argmax(failed)
-    offset = previous[2]
-    mine = jnp.stack([jnp.where(failed.any(), offset + here + 1, 0), stacked[here].astype(jnp.int64)])
-    merged = jnp.where(previous[0] != 0, previous[:2], mine)
-    return jnp.concatenate([merged, (offset + len(codes))[None]])
+    return jnp.stack([jnp.asarray(c, jnp.int32).reshape(()) for c in codes])
 
 
 def _fold() -> None:
     """Keep the list short without waiting: one small program (recorded into the pending graph in fused
-    mode) reduces the pending codes to the first failure among everything folded so far. The count is
-    padded to a power of two with codes that never fail, so a handful of programs serve every count."""
+    mode) stacks the pending codes into one array. The count is padded to a power of two with codes that
+    never fail, so a handful of programs serve every count."""
     jnp = platform.jax().numpy
     items = list(_PENDING)
     _PENDING.clear()
-    if not _FOLDED:
-        _FOLDED.extend([jnp.zeros((3,), jnp.int64), [], 0])
-    codes = [c for c, _, _ in items]
-    padding = (1 << (len(codes) - 1).bit_length()) - len(codes)
-    codes += [jnp.zeros((), jnp.int32)] * padding
-    _FOLDED[0] = launchers.launch(("device-checks", len(codes)), _first_failure,
-                                  (_FOLDED[0], *codes), ((3,), jnp.int64), "device checks")
-    _FOLDED[1].extend((m, w) for _, m, w in items)
-    _FOLDED[1].extend([((), "padding")] * padding)
+    codes = [c for c, _, _, _ in items]
+    codes += [jnp.zeros((), jnp.int32)] * ((1 << (len(codes) - 1).bit_length()) - len(codes))
+    stacked = launchers.launch(("device-check-codes", len(codes)), _stack, tuple(codes),
+                               ((len(codes),), jnp.int32), "device checks")
+    _FOLDED.append((stacked, [(m, w, n) for _, m, w, n in items]))
+    _COUNTS["folded"] += len(items)
 
 
 def pending() -> int:
-    return len(_PENDING) + (len(_FOLDED[1]) if _FOLDED else 0)
+    return len(_PENDING) + _COUNTS["folded"] + len(_UNREPORTED)
 
 
 def verify() -> None:
     """Read every pending check (one wait) and raise for the first failed one."""
-    if not _PENDING and not _FOLDED:
+    if not _PENDING and not _FOLDED and not _UNREPORTED:
         return
     with _LOCK:
         if len(_PENDING) > _READ_ONE_BY_ONE:
             _fold()  # one launch, then one small read, instead of a transfer per pending code
         items = list(_PENDING)
         _PENDING.clear()
-        folded = list(_FOLDED)
+        batches = list(_FOLDED)
         _FOLDED.clear()
-    arrays = [fused.materialize(c) for c, _, _ in items]
-    if folded:
-        arrays.append(fused.materialize(folded[0]))
-    counters.counters["device_check_reads"] += 1
-    values = platform.jax().device_get(arrays)
-    if folded:  # folded ops came first
-        first, code, _ = (int(v) for v in np.asarray(values[-1]))
-        if first:
-            messages, what = folded[1][first - 1 - folded[2]]
-            _raise_if_failed(code, messages, what)
-    for (code, messages, what), value in zip(items, values):
-        _raise_if_failed(int(np.asarray(value).reshape(-1)[0]), messages, what)
+        _COUNTS["folded"] = 0
+        found = list(_UNREPORTED)
+        _UNREPORTED.clear()
+        upto = _COUNTS["next"]
+    arrays = [fused.materialize(v) for v, _ in batches] + [fused.materialize(c) for c, _, _, _ in items]
+    if arrays:
+        counters.counters["device_check_reads"] += 1
+        values = platform.jax().device_get(arrays)
+        found = _failed(batches, values, found)
+        for (_, messages, what, number), value in zip(items, values[len(batches):]):
+            code = int(np.asarray(value).reshape(-1)[0])
+            if code:
+                found.append((number, code, messages, what))
+    found.sort(key=lambda f: f[0])
+    failures = _failures(found)
+    with _LOCK:
+        everything = not _PENDING and not _FOLDED and _COUNTS["next"] == upto
+        poisoned.resolve(upto, failures, everything)
+    if found:
+        number = found[0][0]
+        raise DeviceAssertError(_message(failures[number]))
 
 
-def _raise_if_failed(code: int, messages, what) -> None:
-    if code:
+def check_read(a, where: str = "this tensor's value") -> None:
+    """Before ``a`` (a device value) is read or handed out: raise ``DeviceAssertError`` if it was computed
+    from a failed device-side check, first reading the pending checks when it was computed from one."""
+    if poisoned.active and poisoned.readable(a, where):
+        verify()
+        poisoned.readable(a, where)
+
+
+def readable_array(a, where: str = "this tensor's value"):
+    """``a``'s concrete array, to be read or handed out (``check_read`` first)."""
+    check_read(a, where)
+    return fused.materialize(a)
+
+
+def read_scalar(a):
+    """The Python number a program returned (a point that waits): pending checks are read first."""
+    verify()
+    check_read(a, "a Python number an op returned")
+    return a.item()
+
+
+def _failed(batches, values, found: list) -> list:
+    """``found`` plus (number, code, messages, what) of each failed check in the stacked ``batches``."""
+    for (_, records), codes in zip(batches, values):
+        codes = np.asarray(codes).reshape(-1)
+        for k in np.flatnonzero(codes[: len(records)]):
+            messages, what, number = records[k]
+            found.append((number, int(codes[k]), messages, what))
+    return found
+
+
+def _failures(found: list) -> dict:
+    out = {}
+    for number, code, messages, what in found:
         if callable(what):
             what = what()
-        raise DeviceAssertError(
-            f"tpu: {what}: {messages[code - 1].rstrip('.')}. This device-side check ran asynchronously and is reported at "
-            "the first wait after the op (like CUDA's device-side assert); TORCH_TPU_LAUNCH_BLOCKING=1 reports "
-            "it at the op itself.")
+        out[number] = poisoned.Failure(what, messages[code - 1].rstrip("."))
+    return out
+
+
+def _message(failure) -> str:
+    return (f"tpu: {failure.what}: {failure.message}. This device-side check ran asynchronously and is reported "
+            "at the first wait after the op (like CUDA's device-side assert); TORCH_TPU_LAUNCH_BLOCKING=1 "
+            "reports it at the op itself. The values the op returned, and every value computed from them, "
+            "raise when read from now on")

@@ -11,11 +11,19 @@ import os
 
 from ..errors import OpError, describe, out_of_memory
 from ..runtime import counters, device_trace, failed_values, multiprocess, platform, program_cache, spmd
-from . import fused
+from . import fused, poisoned
 
 _counters = counters.counters
 _launched = program_cache._Launched
 _tracing = device_trace.ACTIVE
+
+
+def _concrete(a):
+    """The concrete array of a (possibly deferred) value, with the lineage of device-side checks it has."""
+    concrete = fused.materialize(a)
+    if poisoned.active and concrete is not a:
+        poisoned.carry(a, concrete)
+    return concrete
 
 
 class Strict:
@@ -26,16 +34,19 @@ class Strict:
 
     def take(self, lazy):
         """A deferred value met on the way in (left over from fused mode): its concrete array."""
-        return fused.materialize(lazy)
+        return _concrete(lazy)
 
     def prepare(self, entry, example: list, args, kwargs) -> None:
         """Called once when an op entry is built: compile its program now (errors surface at the op)."""
         entry.compile([fused.materialize(a) for a in example], args, kwargs)
 
     def run_op(self, entry, arrays: list, args, kwargs):
+        # inputs computed from a device-side check not read yet give the outputs that lineage; one
+        # computed from a failed check raises here (poisoned.py)
+        taken = poisoned.lineage(arrays, entry.func) if poisoned.active else None
         prog = entry.compiled
         if prog is None:
-            arrays = [fused.materialize(a) for a in arrays]  # (see below)
+            arrays = [_concrete(a) for a in arrays]  # (see below)
             prog = entry.compile(arrays, args, kwargs)
         try:
             outs = prog(*arrays)
@@ -43,7 +54,7 @@ class Strict:
             if any(type(a) is fused.LazyArray for a in arrays):
                 # another thread left fused mode between this op's inputs and its launch: they were taken
                 # as deferred values (checked here, off the hot path)
-                return self.run_op(entry, [fused.materialize(a) for a in arrays], args, kwargs)
+                return self.run_op(entry, [_concrete(a) for a in arrays], args, kwargs)
             oom = out_of_memory(exc, f"running {entry.func} ({describe(args, kwargs)})")
             raise (oom or OpError(f"tpu: {entry.func} failed to run ({describe(args, kwargs)}): {exc}")) from exc
         _counters["executions"] += 1
@@ -51,10 +62,13 @@ class Strict:
             _launched.last = outs[0]  # program_cache.note_launch, inlined (hot path)
             if _tracing[0] is not None:  # torch_tpu.profile is recording
                 device_trace.launched(prog, outs)
+        if taken is not None:
+            poisoned.mark(outs, taken, arrays)
         return outs
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         """``fn(*args)`` (one output) through the program cache; ``aval`` = its (shape, dtype)."""
+        taken = poisoned.lineage(held := args, what or key[0]) if poisoned.active else None
         args = tuple(fused.materialize(a) for a in args)
         prog = program_cache.lookup(key)
         if prog is None:
@@ -70,17 +84,23 @@ class Strict:
         _launched.last = out
         if _tracing[0] is not None:
             device_trace.launched(prog, out)
+        if taken is not None:
+            poisoned.mark((out,), taken, held)
         return out
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
         """``fn(*args)`` as one SPMD program over the mesh of ``mesh`` (global device ids); ``fn`` may
         use ``spmd.AXIS`` collectives. ``key`` starts with "collective". Returns a tuple of arrays."""
+        taken = poisoned.lineage(held := args, what or key[0]) if poisoned.active else None
         args = tuple(fused.materialize(a) for a in args)
         prog = program_cache.lookup(key)
         if prog is None:
             prog = spmd.compile_program(key, fn, args, mesh, out_ndims=[len(s) for s, _ in avals], what=what)
         _counters["executions"] += 1
-        return prog(*args)
+        outs = prog(*args)
+        if taken is not None:
+            poisoned.mark(outs, taken, held)
+        return outs
 
 
 class LaunchBlocking(Strict):
@@ -137,14 +157,27 @@ class Fused(Strict):
 
     def run_op(self, entry, arrays: list, args, kwargs):
         if entry.returns_scalar:
-            return super().run_op(entry, [fused.materialize(a) for a in arrays], args, kwargs)
+            return super().run_op(entry, [_concrete(a) for a in arrays], args, kwargs)
+        if poisoned.active:
+            taken = poisoned.lineage(arrays, entry.func)
+            outs = fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
+            poisoned.mark(outs, taken, arrays)
+            return outs
         return fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
-        return fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]
+        taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
+        out = fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]
+        if taken is not None:
+            poisoned.mark((out,), taken, args)
+        return out
 
     def collective(self, key, fn, args: tuple, avals, mesh: tuple, what: str = ""):
-        return fused.record(key, fn, args, avals, what=what, mesh=mesh)
+        taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
+        outs = fused.record(key, fn, args, avals, what=what, mesh=mesh)
+        if taken is not None:
+            poisoned.mark(outs, taken, args)
+        return outs
 
 
 class Forked(Strict):
@@ -186,6 +219,16 @@ def launch(key, fn, args: tuple, aval=None, what: str = ""):
         return current.launch(key, fn, args, aval, what)
     finally:
         platform.X64.restore(prev)
+
+
+def _launch_recorded_collectives() -> None:
+    """Before an SPMD program launches (a collective in strict eager, a compiled graph's): the fused graph
+    still pending, when it holds collectives (recorded earlier), launches first."""
+    if fused._graph().mesh is not None:
+        fused.flush()
+
+
+spmd.launch_earlier_collectives_with(_launch_recorded_collectives)
 
 
 def collective(key, fn, args: tuple, avals, mesh: tuple, what: str = ""):

@@ -13,10 +13,52 @@ def _float_dtype(dt):
     return jnp.float32 if dt in (jnp.bfloat16, jnp.float16) else dt
 
 
+# In-place random ops register their functional overloads too: a compiled graph holds those (AOTAutograd
+# functionalises ``x.uniform_()`` into ``aten.uniform``), and both forms must draw from the same lowering.
+
+
 @register(aten.normal_.default, aten.normal_functional.default, random=True)
 def normal_(x, mean=0.0, std=1.0, generator=None, *, rng_key):
     dt = _float_dtype(x.dtype)
     return (jax.random.normal(rng_key, x.shape, dt) * std + mean).astype(x.dtype)
+
+
+@register(aten.normal.Tensor_float, aten.normal.float_Tensor, aten.normal.Tensor_Tensor, random=True)
+def normal_of_tensors(mean, std=1.0, generator=None, *, rng_key):
+    """``torch.normal(mean, std)`` with a tensor mean or std (broadcast together)."""
+    if hasattr(std, "shape"):  # a float std is checked on the host (torch's meta kernel)
+        require(std >= 0, "normal expects all elements of std >= 0.0")
+    dt = _float_dtype(jnp.result_type(*[v for v in (mean, std) if hasattr(v, "shape")]))
+    shape = jnp.broadcast_shapes(jnp.shape(mean), jnp.shape(std))
+    return jax.random.normal(rng_key, shape, dt) * jnp.asarray(std, dt) + jnp.asarray(mean, dt)
+
+
+@register(aten.normal.float_float, random=True)
+def normal_sized(mean, std, size, *, rng_key, dtype=None, **_):
+    dt = _factory_dtype(dtype)
+    return (jax.random.normal(rng_key, tuple(size), _float_dtype(dt)) * std + mean).astype(dt)
+
+
+@register(aten.log_normal_.default, aten.log_normal.default, random=True)
+def log_normal_(x, mean=1.0, std=2.0, generator=None, *, rng_key):
+    dt = _float_dtype(x.dtype)
+    return jnp.exp(jax.random.normal(rng_key, x.shape, dt) * std + mean).astype(x.dtype)
+
+
+@register(aten.cauchy_.default, aten.cauchy.default, random=True)
+def cauchy_(x, median=0.0, sigma=1.0, generator=None, *, rng_key):
+    dt = _float_dtype(x.dtype)
+    u = jax.random.uniform(rng_key, x.shape, dt)
+    return (median + sigma * jnp.tan(jnp.pi * (u - 0.5))).astype(x.dtype)
+
+
+@register(aten.geometric_.default, aten.geometric.default, random=True)
+def geometric_(x, p, generator=None, *, rng_key):
+    """The number of Bernoulli(p) trials up to the first success (1, 2, ...), as CPU draws it: for
+    integer tensors too."""
+    dt = x.dtype if x.dtype == jnp.float64 else jnp.float32
+    u = jax.random.uniform(rng_key, x.shape, dt)
+    return (jnp.floor(jnp.log1p(-u) / jnp.log1p(jnp.asarray(-p, dt))) + 1).astype(x.dtype)
 
 
 def _uniform(rng_key, shape, dt, lo=0.0, hi=1.0):
@@ -31,7 +73,7 @@ def _uniform(rng_key, shape, dt, lo=0.0, hi=1.0):
     return jnp.where((r >= top) & (below >= jnp.asarray(lo, jnp.float32).astype(dt)), below, r)
 
 
-@register(aten.uniform_.default, random=True)
+@register(aten.uniform_.default, aten.uniform.default, random=True)
 def uniform_(x, from_=0.0, to=1.0, generator=None, *, rng_key, **kw):
     lo = kw.get("from", from_)
     if not jnp.issubdtype(x.dtype, jnp.inexact):
@@ -39,7 +81,7 @@ def uniform_(x, from_=0.0, to=1.0, generator=None, *, rng_key, **kw):
     return _uniform(rng_key, x.shape, x.dtype, lo, to)
 
 
-@register(aten.exponential_.default, random=True)
+@register(aten.exponential_.default, aten.exponential.default, random=True)
 def exponential_(x, lambd=1.0, generator=None, *, rng_key):
     dt = _float_dtype(x.dtype)
     return (jax.random.exponential(rng_key, x.shape, dt) / lambd).astype(x.dtype)
@@ -50,7 +92,7 @@ def _probabilities(p):
         require((p >= 0) & (p <= 1), "Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
 
 
-@register(aten.bernoulli_.float, aten.bernoulli_.Tensor, random=True)
+@register(aten.bernoulli_.float, aten.bernoulli_.Tensor, aten.bernoulli.Tensor, random=True)
 def bernoulli_(x, p=0.5, generator=None, *, rng_key):
     _probabilities(p)
     return jax.random.bernoulli(rng_key, p, x.shape).astype(x.dtype)
@@ -67,7 +109,8 @@ def bernoulli_p(x, p, generator=None, *, rng_key):
     return jax.random.bernoulli(rng_key, p, x.shape).astype(x.dtype)
 
 
-@register(getattr(aten.random_, "from"), aten.random_.to, aten.random_.default, random=True)
+@register(getattr(aten.random_, "from"), aten.random_.to, aten.random_.default, getattr(aten.random, "from"),
+          aten.random.to, aten.random.default, random=True)
 def random_(x, *args, generator=None, rng_key, **kw):
     ints = [a for a in args if a is None or isinstance(a, int)]
     if len(ints) == 2:

@@ -102,7 +102,7 @@ def _randint_like(x, *bounds, **_):
     _random_bounds(x, low, high)
 
 
-@validates(aten.uniform_.default)
+@validates(aten.uniform_.default, aten.uniform.default)
 def _uniform(x, *bounds, **named):
     low = bounds[0] if len(bounds) > 0 else named.get("from", 0.0)
     high = bounds[1] if len(bounds) > 1 else named.get("to", 1.0)

@@ -58,6 +58,15 @@ def active() -> bool:
     return _State.active
 
 
+def rank() -> int:
+    return _State.rank
+
+
+def note_failure() -> None:
+    """A collective of this process failed or was refused: at exit, skip JAX's shutdown barrier."""
+    _State.failed = True
+
+
 def why_inactive() -> str:
     return _State.reason or "this process is not part of a multi-process job (RANK/WORLD_SIZE unset or 1)"
 
@@ -203,6 +212,11 @@ def _client():
     return client
 
 
+def store():
+    """The coordination service's client: its key-value store."""
+    return _client()
+
+
 def _timeout_ms() -> int:
     return int(config.settings().dist_timeout_s * 1000)
 
@@ -219,6 +233,12 @@ def device_ids(ranks, own_device_id: int) -> tuple:
             else:
                 known[r] = int(client.blocking_key_value_get(f"torch_tpu/device/{r}", _timeout_ms()))
     return tuple(known[r] for r in ranks)
+
+
+def ranks_of(device_ids) -> list:
+    """The global ranks bound to these device ids (as known from ``device_ids``), else the ids."""
+    rank_of = {d: r for r, d in _State.device_of_rank.items()}
+    return [rank_of.get(d, d) for d in device_ids]
 
 
 def check_same_collective(group_key: str, seq: int, members, description: str) -> None:

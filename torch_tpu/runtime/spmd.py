@@ -14,14 +14,108 @@ compiled graphs with functional collectives.
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
-from . import caches, counters, multiprocess, platform, program_cache, tpu_lowering
+from . import caches, collective_order, counters, multiprocess, platform, program_cache, tpu_lowering
 
 AXIS = "g"
 _PY_NUMBERS = (int, float, complex, bool)
 _SHARDINGS: dict = caches.register("spmd shardings", {})
+
+
+class _Order(threading.local):
+    tracing = False  # an SPMD program is being traced on this thread
+    last = None      # an output of the collective traced last in it
+    seen = None      # descriptions of its collectives, in order (a list while tracing)
+
+
+_ORDER = _Order()
+
+
+def in_order(body, label: str):
+    """A collective's body (``label``: what it does), made to run after the collective traced before it
+    in the same program.
+
+    Each process issues its collectives in the order its code calls them, but cuts them into programs its
+    own way (a fused graph flushed early on one rank, a program cache warm on one and cold on the other).
+    XLA combines independent all-reduces of one program into one and schedules independent collectives in
+    any order, so two ranks whose programs differ put other messages on the wire, and gloo aborts the
+    process ("Received data size doesn't match expected size"). Each collective's input therefore depends on
+    the previous collective's output (one element of it, selected by a condition that always holds but that
+    XLA cannot evaluate): the program runs its collectives one by one, in the order they were called, each
+    with its own size, whatever else the program holds. The program keeps their descriptions: before it
+    launches, the ranks compare them (``collective_order``)."""
+    @functools.wraps(body)
+    def ordered(*xs):
+        if not _ORDER.tracing:
+            return body(*xs)
+        _ORDER.seen.append(f"{label} " + " ".join(f"{x.dtype}{list(x.shape)}" for x in xs))
+        if _ORDER.last is not None:
+            go = _always(_ORDER.last)
+            xs = tuple(_after(x, go) for x in xs)
+        out = body(*xs)
+        for o in (out if isinstance(out, (tuple, list)) else (out,)):
+            if o.size:
+                _ORDER.last = o
+                break
+        return out
+    return ordered
+
+
+def _always(prev):
+    """True, computed from ``prev``'s first element (so after it) in a way XLA does not fold."""
+    jax = platform.jax()
+    jnp, lax = jax.numpy, jax.lax
+    first = prev.reshape(-1)[0]
+    if jnp.issubdtype(first.dtype, jnp.complexfloating):
+        first = first.real
+    if first.dtype == jnp.bool_:
+        bits = first.astype(jnp.uint8)
+    else:
+        bits = lax.bitcast_convert_type(first, {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32,
+                                                8: jnp.uint64}[first.dtype.itemsize])
+    return (bits | 1) != 0
+
+
+def _after(x, go):
+    """``x``, its first element passed through ``where(go, ...)``: the same value, depending on ``go``."""
+    jax = platform.jax()
+    jnp, lax = jax.numpy, jax.lax
+    if not x.size:
+        return x
+    if not x.ndim:
+        return jnp.where(go, x, jnp.zeros((), x.dtype))
+    start = (0,) * x.ndim
+    head = lax.slice(x, start, (1,) * x.ndim)
+    return lax.dynamic_update_slice(x, jnp.where(go, head, jnp.zeros_like(head)), start)
+
+
+_EARLIER: list = [None]  # the engine's function launching collectives recorded before (a pending fused graph's)
+
+
+def launch_earlier_collectives_with(fn) -> None:
+    """``fn()`` runs before any SPMD program launches: it launches the collectives this process recorded
+    earlier and has not launched yet (a fused graph still pending), so programs put their collectives on
+    the wire in the order the code called them."""
+    _EARLIER[0] = fn
+
+
+def _traced_in_order(fn, collectives: list):
+    """``fn`` (a program's body over local arrays), whose collectives run in order whenever it is traced
+    (by ``lower`` or by a call that traces again); ``collectives`` receives their descriptions."""
+    @functools.wraps(fn)
+    def traced(*args):
+        previous = _ORDER.tracing, _ORDER.last, _ORDER.seen
+        _ORDER.tracing, _ORDER.last, _ORDER.seen = True, None, []
+        try:
+            out = fn(*args)
+            collectives[:] = _ORDER.seen
+            return out
+        finally:
+            _ORDER.tracing, _ORDER.last, _ORDER.seen = previous
+    return traced
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,6 +214,8 @@ def compile_program(key, fn, example_args: tuple, device_ids: tuple, out_ndims=N
         out_ndims = _trace_out_ndims(fn, example_args, device_ids, in_specs)
     out_specs = tuple(_spec(n) for n in out_ndims)
 
+    collectives: list = []
+    fn = _traced_in_order(fn, collectives)
     weak = tuple(type(a) in _PY_NUMBERS for a in example_args)
     if any(weak):  # a Python number (fused graphs) arrives as a 0-d array: weakly typed again, as traced
         from jax._src.lax import lax as _lax
@@ -137,7 +233,7 @@ def compile_program(key, fn, example_args: tuple, device_ids: tuple, out_ndims=N
     mapped = jax.shard_map(body, mesh=the_mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     prog = jax.jit(mapped, donate_argnums=donate) if donate else jax.jit(mapped)
     prog.lower(*[_abstract_global(a, device_ids) for a in example_args]).compile()
-    runner = _Runner(prog, device_ids, what)
+    runner = _Runner(prog, device_ids, what, collectives)
     program_cache.store(key, runner)
     return runner
 
@@ -163,17 +259,22 @@ def _trace_out_ndims(fn, example_args, device_ids, in_specs) -> tuple:
 
 
 class _Runner:
-    """Local arrays in, local arrays out; a failed collective is reported by name."""
+    """Local arrays in, local arrays out; a failed collective is reported by name. Before it launches, the
+    ranks agree on its collectives (``collective_order``)."""
 
-    __slots__ = ("prog", "device_ids", "what")
+    __slots__ = ("prog", "device_ids", "what", "collectives")
 
-    def __init__(self, prog, device_ids, what):
+    def __init__(self, prog, device_ids, what, collectives: list):
         self.prog = prog
         self.device_ids = device_ids
         self.what = what
+        self.collectives = collectives
 
     def __call__(self, *arrays):
         ids = self.device_ids
+        if _EARLIER[0] is not None:
+            _EARLIER[0]()
+        collective_order.before_launch(ids, self.collectives)
         try:
             outs = self.prog(*[to_global(a, ids) for a in arrays])
         except Exception as exc:

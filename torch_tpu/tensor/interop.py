@@ -20,7 +20,7 @@ import collections
 
 import torch
 
-from ..engine.fused import materialize
+from ..engine.deferred_errors import readable_array
 from ..runtime import dtypes, platform
 from .tensor import TpuStorage, TpuTensor, value_of
 
@@ -28,12 +28,18 @@ from .tensor import TpuStorage, TpuTensor, value_of
 @platform.with_x64
 def to_jax(tensor: torch.Tensor):
     """The value of a tpu tensor as a ``jax.Array`` on its device (the storage's own array when the
-    tensor is the whole storage; autograd does not follow it)."""
+    tensor is the whole storage; autograd does not follow it).
+
+    An int64 or float64 tensor exports an int64 or float64 array, but JAX arithmetic on it in your code
+    follows JAX's default (64-bit mode off, which torch_tpu never changes for you): ``a + 1`` is int32 and
+    ``a * 2`` float32, so int64 values past 2**31 wrap around (``2**40 + 1`` gives 1) and float64 values
+    round or overflow (``1e300 * 2`` gives inf). Compute under ``jax.enable_x64(True)`` (or set
+    ``jax.config.update("jax_enable_x64", True)``) to keep 64 bits."""
     if not isinstance(tensor, TpuTensor):
         where = tensor.device if isinstance(tensor, torch.Tensor) else type(tensor).__name__
         raise TypeError(f"torch_tpu.to_jax expects a tpu tensor, got {where}; move it with .to('tpu') "
                         "first (or use jax.numpy.asarray(t.numpy()) for a CPU tensor)")
-    return materialize(value_of(tensor))
+    return readable_array(value_of(tensor), "the tensor to_jax exports")
 
 
 @platform.with_x64

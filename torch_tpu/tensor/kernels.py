@@ -49,6 +49,7 @@ def to_host(x: TpuTensor) -> torch.Tensor:
     """x's value as a new CPU tensor: a point that waits, so pending device-side checks are read first."""
     arr = value_of(x)
     deferred_errors.verify()
+    deferred_errors.check_read(arr)  # a value computed from a failed check raises at every read
     return dtypes.device_to_host(arr, x.dtype)
 
 

@@ -17,7 +17,7 @@ import weakref
 
 import torch
 
-from ..engine.fused import materialize
+from ..engine.deferred_errors import readable_array
 from ..runtime import dtypes, platform
 from .tensor import TpuStorage, TpuTensor
 
@@ -56,7 +56,7 @@ def _host_copy(storage: TpuStorage) -> torch.Tensor:
         host = known[1]()
         if host is not None:
             return host
-    host = dtypes.device_to_host(materialize(storage.value()), storage.dtype).reshape(storage.shape)
+    host = dtypes.device_to_host(readable_array(storage.value()), storage.dtype).reshape(storage.shape)
     _HOST_COPIES[storage] = (storage.version, weakref.ref(host))
     return host
 

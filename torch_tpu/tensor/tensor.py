@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ..engine import fused, module_graphs
+from ..engine import fused, module_graphs, poisoned
 from ..engine.fused import LazyArray, note_write
 from ..runtime import dtypes, memory, platform, program_cache
 from . import strided
@@ -357,6 +357,8 @@ def refresh_layout(t: TpuTensor) -> None:
 def write(t: TpuTensor, array) -> None:
     """Make ``array`` (t's shape and dtype) the new value of t, and so of its base and other views."""
     storage = t._tpu_storage
+    if poisoned.active:  # a write into a value computed from a failed device-side check raises too
+        poisoned.readable(storage.array, "the tensor being written")
     if t._tpu_full:
         storage.set(array)
         return

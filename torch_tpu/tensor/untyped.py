@@ -23,7 +23,7 @@ import weakref
 
 import torch
 
-from ..engine.fused import materialize
+from ..engine.deferred_errors import readable_array
 from ..runtime import dtypes, memory, platform
 from .tensor import TpuStorage, TpuTensor, _dynamo_tracing
 
@@ -117,7 +117,7 @@ class TpuUntypedStorage(torch.UntypedStorage):
         storage = self._tpu
         if not storage.nbytes:  # also freed (resize_(0)): no bytes, as CPU's
             return torch.empty(0, dtype=storage.dtype)
-        return dtypes.device_to_host(materialize(storage.value()), storage.dtype).reshape(-1)
+        return dtypes.device_to_host(readable_array(storage.value()), storage.dtype).reshape(-1)
 
     def cpu(self):
         """A CPU copy of the bytes (a new ``torch.UntypedStorage``)."""
