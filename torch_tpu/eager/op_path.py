@@ -34,9 +34,11 @@ class LoweredEntry:
 
     __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
                  "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks", "layouts",
-                 "write_orders")
+                 "write_orders", "plain", "what")
 
     def __call__(self, args, kwargs, arrays):
+        if self.plain:  # one output, nothing to check, draw or write (most ops: the hot path)
+            return new_full(launchers.current.run_op(self, arrays, args, kwargs)[0], self.out_dtypes[0])
         if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
             self.check(args, kwargs)
         if self.random:
@@ -285,7 +287,7 @@ def _build_lowered(func, low, target_func, args, kwargs, key, arrays, program_ke
     entry.out_dtypes = tuple(m.dtype for m in tensor_leaves)
     entry.rebuild = None if (in_place or isinstance(meta_out, torch.Tensor)) else _rebuilder(meta_out)
     check_meta = (tensor_leaves + write_metas)[0] if writes or tensor_leaves else None
-    entry.check = validate.per_call_check(func, target_func, check_meta)
+    entry.check = _per_call_check(func, target_func, check_meta, args, kwargs, arrays)
     entry.device_checks = device_checks
     try:
         launchers.current.prepare(entry, example, args, kwargs)
@@ -295,9 +297,31 @@ def _build_lowered(func, low, target_func, args, kwargs, key, arrays, program_ke
         raise
     if device_checks:  # tracing (or the program's disk entry) found checks: one more output
         entry.avals += (((), dtypes.to_jax_dtype(torch.int32)),)
+    _finish(entry)
     op_store.save(program_key, entry, meta_out, in_place, check_meta)  # with the checks' messages
     _ENTRIES[key] = entry
     return entry
+
+
+def _per_call_check(func, target_func, check_meta, args, kwargs, arrays):
+    """The entry's per-call check (``validate.per_call_check``), or None where no call can fail it but
+    this one: it reads the values of dynamic Scalars only, so an entry whose key has none (``x + y``, its
+    alpha the default) runs it here, once, not on every call."""
+    check = validate.per_call_check(func, target_func, check_meta)
+    if check is not None and not any(type(a) in _NUMBERS for a in arrays):
+        check(args, kwargs)
+        return None
+    return check
+
+
+_NUMBERS = (int, float, complex)
+
+
+def _finish(entry: LoweredEntry) -> None:
+    """What the hot path reads of a complete entry."""
+    entry.what = str(entry.func)  # (fused mode names each node)
+    entry.plain = (entry.check is None and not entry.random and not entry.writes and not entry.device_checks
+                   and not entry.returns_scalar and entry.layouts is None and entry.rebuild is None)
 
 
 def _load_entry(func, low, args, kwargs, program_key, example):
@@ -324,9 +348,10 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.rebuild = None if desc.structure is None else _rebuilder(desc.structure)
     entry.layouts = desc.layouts
     check_meta = None if desc.check_dtype is None else _scalar_meta(desc.check_dtype)
-    entry.check = validate.per_call_check(func, registry.resolve(func)[1], check_meta)
+    entry.check = _per_call_check(func, registry.resolve(func)[1], check_meta, args, kwargs, example)
     entry.device_checks = list(desc.device_checks)  # (the checks setting is part of its disk key)
     launchers.current.prepare(entry, example, args, kwargs)
+    _finish(entry)
     return entry
 
 

@@ -147,11 +147,40 @@ def _user_location() -> str:
     """file:line of the innermost frame outside torch and torch_tpu (where the user's code made the op)."""
     frame = sys._getframe(2)
     while frame is not None:
-        name = frame.f_code.co_filename
-        if f"{os.sep}torch{os.sep}" not in name and f"{os.sep}torch_tpu{os.sep}" not in name:
-            return f"{name}:{frame.f_lineno}"
+        code = frame.f_code
+        inside = _INSIDE.get(code)
+        if inside is None:
+            name = code.co_filename
+            inside = _INSIDE[code] = f"{os.sep}torch{os.sep}" in name or f"{os.sep}torch_tpu{os.sep}" in name
+        if not inside:
+            return f"{code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"
+
+
+_INSIDE: dict = {}  # code object -> whether it is torch's or torch_tpu's (every recorded op asks)
+
+
+def _number_site() -> tuple:
+    """(file, line) of the innermost frame outside torch_tpu and torch's operator glue: where a Python
+    number handed to a recorded op was written. Library code counts (``torch.optim``'s step size is one
+    place, whichever line of the user's calls ``opt.step()``); ``Tensor.__rsub__`` and the like do not."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        glue = _GLUE.get(code)
+        if glue is None:
+            name = code.co_filename
+            glue = _GLUE[code] = f"{os.sep}torch_tpu{os.sep}" in name or name.endswith(_GLUE_FILES)
+        if not glue:
+            return code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return "<unknown>", 0
+
+
+_GLUE: dict = {}  # code object -> whether _number_site passes it
+_GLUE_FILES = tuple(os.sep.join(("torch", *f)) for f in (("_tensor.py",), ("_ops.py",), ("overrides.py",),
+                                                           ("utils", "_python_dispatch.py")))
 
 
 def _input_signature(a):
@@ -206,7 +235,7 @@ def _record(key, fn, args, avals, what):
     where = (what or str(key[0] if isinstance(key, tuple) and key else key), _user_location())
     if numbers:  # where each enters the graph: a number that changes there is a program input (graph_sets)
         for k in numbers:
-            g.number_sites[refs[k][1]] = (key, where[1], k)
+            g.number_sites[refs[k][1]] = (key, _number_site(), k)
     g.nodes.append(_Node(key, fn, tuple(refs), [weakref.ref(o) for o in outs], where,
                          _out_signature(avals)))
     if len(g.nodes) >= g.max_nodes:

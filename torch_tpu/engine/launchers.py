@@ -133,7 +133,7 @@ class Fused(Strict):
     def run_op(self, entry, arrays: list, args, kwargs):
         if entry.returns_scalar:
             return super().run_op(entry, [fused.materialize(a) for a in arrays], args, kwargs)
-        return fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
+        return fused.record(entry.key, entry.trace, arrays, entry.avals, what=entry.what)
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         return fused.record(key, fn, args, None if aval is None else (aval,), what=what)[0]
