@@ -117,6 +117,7 @@ def main() -> None:
                                                             torch, torch_tpu, jax, EagerMode, fused_engine)
                                        for k in args.chains}
 
+    results["strict_layers"] = _layers(args, x, y, jax, torch)
     targets = {"strict_over_jax_op": 4.0, "fused_over_strict": 0.5, "fused_first_over_jax_compile": 2.0}
     print(f"platform {torch_tpu.platform()} ({torch.tpu.get_device_name()}), chains of adds on (128,) float32")
     for operand in args.operands:
@@ -133,9 +134,58 @@ def main() -> None:
                   f" every {r['jax_compile_every_value_s']:.2f} s | ratio {r['fused_first_over_jax_compile']:.2f}x"
                   f" (target <= 2) | run: fused {r['fused_steady_call_ms']:.2f} ms (with recording), jax "
                   f"{r['jax_run_last_value_ms']:.3f} ms")
+    lay = results["strict_layers"]
+    print("strict x + y, where the time goes (us; each layer includes the ones below it): " + ", ".join(
+        f"{k} {v:.1f}" for k, v in lay["cumulative_us"].items()))
+    print("  per layer: " + ", ".join(f"{k} {v:.1f}" for k, v in lay["own_us"].items()))
     if not args.no_write:
         write("eager_cost", {"workload": "chains of adds on (128,) float32: v + y (tensor), v + 0.5 (number)",
                              "results": results, "targets": targets, "quick": args.quick})
+
+
+def _layers(args, x, y, jax, torch):
+    """Strict eager's ``x + y`` timed layer by layer on the cached path (thread CPU time, the fastest of many
+    blocks: what the host spends, less what other processes take): JAX's own jitted add; the op's compiled
+    program called with the arrays; wrapping a result as a tensor; the structural key; the op path (key,
+    entry, launch, wrap); the ``__torch_dispatch__`` router; and the whole call from Python (torch's
+    dispatcher included)."""
+    from torch_tpu.eager import arguments, op_path, router
+    from torch_tpu.runtime import platform
+    from torch_tpu.tensor.tensor import TpuTensor, new_full
+
+    func = torch.ops.aten.add.Tensor
+    add = jax.jit(lambda a, b: a + b)
+    x + y  # the entry and its program
+    rounds = 10 if args.quick else 30
+
+    def best(fn, n=300):
+        fn()
+        times = []
+        for _ in range(rounds):
+            t0 = time.thread_time()
+            for _ in range(n):
+                fn()
+            times.append(time.thread_time() - t0)
+        return min(times) / n * 1e6
+
+    with platform.X64():
+        key, arrays = arguments.key_and_inputs(func, (x, y), {})
+        entry = op_path._ENTRIES[key]
+        prog = entry.compiled
+        out = prog(*arrays)[0]
+        xj, yj = arrays
+        cum = {"jax_jitted_add": best(lambda: add(xj, yj)),
+               "program_call": best(lambda: prog(*arrays)),
+               "wrap_result": best(lambda: new_full(out, torch.float32)),
+               "structural_key": best(lambda: arguments.key_and_inputs(func, (x, y), {})),
+               "op_path": best(lambda: op_path.run_op(func, (x, y), {})),
+               "router": best(lambda: router.torch_dispatch(TpuTensor, func, (TpuTensor,), (x, y), None))}
+    cum["whole_x_plus_y"] = best(lambda: x + y)
+    own = {"jax_program_call": cum["program_call"], "wrap_result": cum["wrap_result"],
+           "structural_key": cum["structural_key"],
+           "entry_and_launch_glue": cum["op_path"] - cum["program_call"] - cum["wrap_result"] - cum["structural_key"],
+           "router": cum["router"] - cum["op_path"], "torch_dispatcher": cum["whole_x_plus_y"] - cum["router"]}
+    return {"cumulative_us": cum, "own_us": own, "whole_over_jax_jitted_add": cum["whole_x_plus_y"] / cum["jax_jitted_add"]}
 
 
 def _per_op(args, n, torch_chain, want, chain_fn, step_jax, xj, yj, sync, torch, torch_tpu, jax, EagerMode):

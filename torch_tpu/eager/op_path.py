@@ -23,6 +23,7 @@ from ..tensor import kernels, strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, write, write_storage
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
+from .overlap_rules import OVERLAP_UNCHECKED, refuse_partial_overlap
 
 _counters = counters.counters
 _ENTRIES: dict = caches.register("op entries", caches.Bounded(program_cache.max_programs))
@@ -43,8 +44,8 @@ class LoweredEntry:
             self.check(args, kwargs)
         if self.random:
             arrays.append(rng.next_key_data())
-        if self.writes and self.func not in _OVERLAP_UNCHECKED:
-            _refuse_partial_overlap(self.func, self.writes, args, kwargs)
+        if self.writes and self.func not in OVERLAP_UNCHECKED:
+            refuse_partial_overlap(self.func, self.writes, args, kwargs)
         outs = launchers.current.run_op(self, arrays, args, kwargs)
         written = False
         if self.device_checks:  # the last output says whether the op's device-side checks held
@@ -147,62 +148,6 @@ def _program_key(func, key, low):
     if not op_store.is_own_lowering(low):  # a lowering registered from outside: this process only
         parts += (ProcessLocal(id(low.fn)),)
     return parts
-
-
-# in-place ops whose CPU kernels do not check that their inputs overlap what they write
-_OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
-
-
-# out= ops whose CPU kernels refuse any overlap of an input with the output (not only a partial one)
-_NO_OVERLAP = {torch.ops.aten.cat.out}
-
-
-# out= ops whose CPU kernels refuse an out= tensor sharing any memory with the named inputs, the whole of
-# it included (kthvalue(x, out=(x, i)), gather(x, 0, i, out=x)): the tpu computed them
-_aten = torch.ops.aten
-_NO_SELF_OVERLAP = {_aten.kthvalue.values: ("self",), _aten.gather.out: ("self", "index"),
-                    _aten.index_select.out: ("self", "index"), _aten.take.out: ("self", "index"),
-                    _aten.scatter.src_out: ("index", "src"), _aten.scatter.reduce_out: ("index", "src"),
-                    _aten.scatter.value_out: ("index",), _aten.scatter.value_reduce_out: ("index",)}
-
-
-# in-place ops that write one value to every element (allowed on views whose elements share memory)
-_ONE_VALUE = {torch.ops.aten.fill_.Scalar, torch.ops.aten.fill_.Tensor, torch.ops.aten.zero_.default}
-
-
-def refuse_overlapping_writes(func, args, kwargs, kind, storage_of) -> None:
-    """Eager's overlap rules for one call of ``func`` on tensors of type ``kind`` whose storage identity
-    is ``storage_of(t)``: compiled graphs check their in-place calls with it on fake tensors
-    (``compile/overlaps.py``)."""
-    writes = registry.mutated_arguments(func)
-    if writes and func not in _OVERLAP_UNCHECKED:
-        _refuse_partial_overlap(func, writes, args, kwargs, kind, storage_of)
-
-
-def _refuse_partial_overlap(func, writes, args, kwargs, kind=TpuTensor, storage_of=strided.tpu_storage_of) -> None:
-    if func not in _ONE_VALUE:
-        for pos, name in writes:
-            target = kwargs[name] if name in kwargs else args[pos]
-            if isinstance(target, kind) and not getattr(target, "_tpu_full", False):
-                strided.check_no_internal_overlap(target, func)
-    inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, kind)]
-    for a in (*args, *kwargs.values()):
-        if type(a) in (list, tuple):
-            inputs.extend(e for e in a if isinstance(e, kind))
-    if len(inputs) < 2:
-        return
-    if func in _NO_SELF_OVERLAP:
-        call = dict(zip([a.name for a in func._schema.arguments], args), **kwargs)
-        read = [call[n] for n in _NO_SELF_OVERLAP[func] if isinstance(call.get(n), kind)]
-        for pos, name in writes:
-            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read, storage_of)
-    if func in _NO_OVERLAP:  # every input but the out= argument itself (a list may hold it: cat([a], out=a))
-        read = [e for a in args if type(a) in (list, tuple) for e in a if isinstance(e, kind)]
-        for pos, name in writes:
-            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read, storage_of)
-        return
-    for pos, name in writes:
-        strided.check_no_partial_overlap(kwargs[name] if name in kwargs else args[pos], inputs, storage_of)
 
 
 def _functional_of(func):

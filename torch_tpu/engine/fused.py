@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import os
 import sys
 import threading
 import weakref
@@ -31,7 +30,8 @@ from .. import config
 from ..runtime import counters, platform, program_cache, spmd
 from . import recovery
 from . import graph_sets
-from .graph_keys import PY_NUMBERS as _PY_NUMBERS, abstract, dtype_of as _dtype_of, out_avals
+from .call_sites import number_site as _number_site, user_location as _user_location
+from .graph_keys import PY_NUMBERS as _PY_NUMBERS, abstract, dtype_of as _dtype_of, out_avals  # noqa: F401 (abstract: fused.abstract)
 from .graph_keys import out_signature as _out_signature
 from .graph_sets import donation_for as _donation_for, outputs_for as _outputs_for
 from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
@@ -141,46 +141,6 @@ def _input_ref(g: _Graph, value):
         g.inputs.append(value)
         g.input_ids[key] = idx
     return ("i", idx)
-
-
-def _user_location() -> str:
-    """file:line of the innermost frame outside torch and torch_tpu (where the user's code made the op)."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        code = frame.f_code
-        inside = _INSIDE.get(code)
-        if inside is None:
-            name = code.co_filename
-            inside = _INSIDE[code] = f"{os.sep}torch{os.sep}" in name or f"{os.sep}torch_tpu{os.sep}" in name
-        if not inside:
-            return f"{code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "<unknown>"
-
-
-_INSIDE: dict = {}  # code object -> whether it is torch's or torch_tpu's (every recorded op asks)
-
-
-def _number_site() -> tuple:
-    """(file, line) of the innermost frame outside torch_tpu and torch's operator glue: where a Python
-    number handed to a recorded op was written. Library code counts (``torch.optim``'s step size is one
-    place, whichever line of the user's calls ``opt.step()``); ``Tensor.__rsub__`` and the like do not."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        code = frame.f_code
-        glue = _GLUE.get(code)
-        if glue is None:
-            name = code.co_filename
-            glue = _GLUE[code] = f"{os.sep}torch_tpu{os.sep}" in name or name.endswith(_GLUE_FILES)
-        if not glue:
-            return code.co_filename, frame.f_lineno
-        frame = frame.f_back
-    return "<unknown>", 0
-
-
-_GLUE: dict = {}  # code object -> whether _number_site passes it
-_GLUE_FILES = tuple(os.sep.join(("torch", *f)) for f in (("_tensor.py",), ("_ops.py",), ("overrides.py",),
-                                                           ("utils", "_python_dispatch.py")))
 
 
 def _input_signature(a):
