@@ -155,6 +155,31 @@ def test_numbers_are_constants_until_they_change_where_they_enter():
     assert builds[1:] == [1, 0, 0], builds
 
 
+def test_recorded_ops_know_the_users_line_and_where_their_numbers_were_written():
+    """A node names the user's file:line (error reports); a number's place is the innermost frame outside
+    torch_tpu and torch's operator glue: the user's line for ``1 - x`` (``Tensor.__rsub__`` passed), the
+    optimizer's own line for its step size (whichever user line calls ``step()``)."""
+    import inspect
+
+    x = torch.randn(4).to("tpu")
+    p = torch.nn.Parameter(torch.randn(4).to("tpu"))
+    p.grad = torch.randn(4).to("tpu")
+    opt = torch.optim.SGD([p], lr=0.5)
+    with torch.tpu.set_eager_mode(FUSE):
+        torch_tpu.sync()
+        line = inspect.currentframe().f_lineno + 1
+        y = 1 - x * 0.25
+        g = fused._graph()
+        assert all(n.where[1] == f"{__file__}:{line}" for n in g.nodes), [n.where for n in g.nodes]
+        assert {site[1] for site in g.number_sites.values()} == {(__file__, line)}
+        torch_tpu.sync()
+        opt.step()
+        sites = {site[1][0] for site in fused._graph().number_sites.values()}
+        assert sites and all(f"{os.sep}torch{os.sep}optim{os.sep}" in f for f in sites), sites
+        torch_tpu.sync()
+    torch.testing.assert_close(y.cpu(), 1 - x.cpu() * 0.25)
+
+
 def test_a_number_that_changes_inside_one_graph_is_an_input_at_once():
     """A loop's counter enters one graph with many values: an input from the first compile on (no
     program per value), so the same loop again compiles nothing."""
