@@ -98,7 +98,7 @@ class _Graph:
         # graph fails before that write (recovery.py)
         self.writes: list = []
         self.mesh = None    # device ids of the group whose collectives the graph holds (one per graph)
-        self.number_sites: dict = {}  # input position of a Python number -> (node key, file:line, argument)
+        self.number_sites: dict = {}  # input position of a Python number -> (op name, (file, line), argument)
 
 
 class _STATE:
@@ -195,7 +195,7 @@ def _record(key, fn, args, avals, what):
     where = (what or str(key[0] if isinstance(key, tuple) and key else key), _user_location())
     if numbers:  # where each enters the graph: a number that changes there is a program input (graph_sets)
         for k in numbers:
-            g.number_sites[refs[k][1]] = (key, _number_site(), k)
+            g.number_sites[refs[k][1]] = (where[0], _number_site(), k)
     g.nodes.append(_Node(key, fn, tuple(refs), [weakref.ref(o) for o in outs], where,
                          _out_signature(avals)))
     if len(g.nodes) >= g.max_nodes:

@@ -18,7 +18,7 @@ _OUTPUT_SETS: dict = caches.register("fused output sets", caches.Bounded(program
 _DONATIONS: dict = caches.register("fused donation sets", caches.Bounded(program_cache.max_programs))
 
 # where a number enters a graph -> the value seen there, or _VARIES
-_NUMBER_SITES: dict = caches.register("fused number sites", caches.Bounded(lambda: 16 * program_cache.max_programs()))
+_NUMBER_SITES: dict = caches.register("fused number sites", caches.Bounded(program_cache.max_programs))
 _VARIES = "varies"
 
 _OUTPUTS_KIND = "fused-output-set"
@@ -65,8 +65,9 @@ def donation_for(base, donatable: tuple) -> tuple:
 
 def dynamic_numbers(sites: dict, numbers: dict) -> set:
     """Which of a graph's Python numbers (``{input position: number}``) its program takes as inputs; the
-    others are constants of the program. ``sites``: for each, where it enters the graph (the op's key, the
-    user's file:line, the argument).
+    others are constants of the program. ``sites``: for each, where it enters the graph (the op, its place
+    in the code, ``call_sites.number_site``, the argument): a number's history is kept per place, so the
+    table grows with the code, not with shapes.
 
     A model's numbers (``x * 0.5``, ``1 + scale``, ``eps``, ``alpha=``) are the same at every step: as
     constants XLA folds them, where as inputs each was a parameter of its own (a fused chain of 1000
