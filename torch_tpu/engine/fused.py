@@ -303,9 +303,11 @@ def _run(g: _Graph) -> None:
     # the outputs' shapes too: an op key does not say whether its result comes in torch's layout or as
     # its flat memory (a program found on disk returned (25,) where the graph expected (5, 5))
     structure = tuple((n.key, n.inputs, n.out_sig) for n in g.nodes)
-    # Python numbers are constants of the program unless their values change where they enter (graph_sets)
+    # Python numbers are constants of the program unless their values change where they enter (graph_sets);
+    # not in an SPMD program over several processes: every process runs the same program, and a number may
+    # differ between them (``torch.full((3,), rank + 1)``), so there each is an input (local data)
     constants = {}
-    if g.number_sites:
+    if g.number_sites and g.mesh is None:
         numbers = {i: inputs[i] for i in g.number_sites}
         dynamic = graph_sets.dynamic_numbers(g.number_sites, numbers)
         constants = {i: v for i, v in numbers.items() if i not in dynamic}
