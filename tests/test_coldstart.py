@@ -524,6 +524,30 @@ def test_every_denoising_step_is_the_same_graph_and_identical_blocks_share_a_pro
     assert programs[3] == programs[1], programs  # identical blocks share one program, whatever the depth
 
 
+def test_compiled_blocks_in_fused_mode_entered_at_every_call_compile_once():
+    """Regional compilation with the glue in fused mode, the mode set around every call (as a pipeline call
+    in ``with set_eager_mode(...)``): dynamo guards a compiled block on the ids of torch's global module
+    hooks and on the block's own hooks, which fused mode installs; new ids at each switch recompiled every
+    block at every call until dynamo's recompile limit, an error with fullgraph=True."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 16)
+    model = _Model(3)
+    with torch.no_grad():
+        ref = [model(x, torch.full((1,), 0.1 * i)) for i in range(10)]
+    model.to("tpu")
+    for block in model.blocks:
+        block.compile(backend="tpu", fullgraph=True, dynamic=False)
+    outs = []
+    for i in range(10):  # past dynamo's recompile limit (8)
+        with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
+            outs.append(model(x.to("tpu"), torch.full((1,), 0.1 * i, device="tpu")).cpu())
+        if i == 1:
+            compiles = torch_tpu.stats()["graph_compiles"]
+    assert torch_tpu.stats()["graph_compiles"] == compiles  # nothing compiled after the second call
+    for got, want in zip(outs, ref):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_repeated_blocks_are_found():
     model = _Model(1)
     assert module_graphs.repeated_blocks(model) == list(model.blocks)  # named by _repeated_blocks

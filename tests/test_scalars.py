@@ -65,6 +65,30 @@ def test_every_scalar_kind_in_one_fused_sequence(op):
         test_every_scalar_kind_in_one_sequence(op)
 
 
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_every_scalar_kind_as_a_constant_of_one_fused_graph(op, monkeypatch):
+    """Fused graphs take Python numbers as constants of their programs (graph_sets.dynamic_numbers), which
+    XLA folds: every kind and special value (-0.0 + 0.0 is 0.0, uint8 + 300 wraps), all in one graph."""
+    from torch_tpu.engine import fused, graph_sets
+
+    monkeypatch.setattr(graph_sets, "dynamic_numbers", lambda sites, numbers: set())  # every one a constant
+    fn = BINARY[op]
+    scalars = SCALARS + [300, -1, 2 ** 40]
+    if op == "clamp_max":
+        scalars = [s for s in scalars if type(s) is not complex]
+    cases = [(f"{op}({name}, {s!r})", t, s) for (name, t), s in itertools.product(TENSORS.items(), scalars)]
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        torch_tpu.sync()
+        results = [(what, _run(fn, t, s), _run(fn, t.to("tpu"), s)) for what, t, s in cases]
+        numbers = len(fused._graph().number_sites)
+        replays = torch_tpu.stats()["fused_graph_replays"]
+        torch_tpu.sync()
+        assert numbers > 0 and fused.last_flush_constants() == numbers
+        assert torch_tpu.stats()["fused_graph_replays"] == replays  # it ran as one program, not op by op
+        for what, cpu, tpu in results:
+            _same(cpu, tpu, what)
+
+
 def test_known_collisions():
     u = torch.tensor([200, 100], dtype=torch.uint8)
     ud = u.to("tpu")

@@ -58,3 +58,21 @@ def test_like_cpu(case):
         else:
             assert tpu.dtype == cpu.dtype, (tpu.dtype, cpu.dtype)
             torch.testing.assert_close(tpu, cpu, equal_nan=True)
+
+
+def test_scalar_checks_hold_on_every_call_of_a_cached_program(eager_mode):
+    """A dynamic Scalar's value is checked on every call of a program built for another value (the check
+    runs per call only where the key has such a number); a call refused for what its key holds is
+    refused every time, also after good calls of the same op."""
+    x = torch.ones(2, dtype=torch.float16, device="tpu")
+    u = torch.zeros(2, dtype=torch.uint8, device="tpu")
+    for _ in range(2):
+        assert torch.add(x, x, alpha=2.0).cpu().tolist() == [3.0, 3.0]
+        with pytest.raises(RuntimeError, match="without overflow"):
+            torch.add(x, x, alpha=70000.0)  # past float16's range, as on CPU
+        assert torch.full((2,), 200, dtype=torch.uint8, device="tpu").cpu().tolist() == [200, 200]
+        with pytest.raises(RuntimeError, match="without overflow"):
+            torch.full((2,), 300, dtype=torch.uint8, device="tpu")
+        assert (u + 1).cpu().tolist() == [1, 1]
+        with pytest.raises(RuntimeError, match="negative integer powers"):
+            _t([2, 1], device="tpu") ** -1

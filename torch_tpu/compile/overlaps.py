@@ -30,14 +30,14 @@ class _Check(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         from torch._subclasses.fake_tensor import FakeTensor
 
-        from ..eager import op_path
+        from ..eager import overlap_rules
         from ..ops import registry
         from ..tensor import strided
 
         kwargs = kwargs or {}
         if isinstance(func, torch._ops.OpOverload) and func._schema.is_mutable:
             try:
-                op_path.refuse_overlapping_writes(func, args, kwargs, FakeTensor, self.storage_of)
+                overlap_rules.refuse_overlapping_writes(func, args, kwargs, FakeTensor, self.storage_of)
             except RuntimeError as exc:
                 raise _Overlap(str(exc)) from exc
             for pos, name in registry.mutated_arguments(func):

@@ -23,6 +23,7 @@ from ..tensor import kernels, strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, write, write_storage
 from .arguments import fill, keep_scalars_static, key_and_inputs, templates, to_meta
 from .fallbacks import data_dependent_entry, python_entry
+from .overlap_rules import OVERLAP_UNCHECKED, refuse_partial_overlap
 
 _counters = counters.counters
 _ENTRIES: dict = caches.register("op entries", caches.Bounded(program_cache.max_programs))
@@ -34,16 +35,18 @@ class LoweredEntry:
 
     __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
                  "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks", "layouts",
-                 "write_orders")
+                 "write_orders", "plain", "what")
 
     def __call__(self, args, kwargs, arrays):
+        if self.plain:  # one output, nothing to check, draw or write (most ops: the hot path)
+            return new_full(launchers.current.run_op(self, arrays, args, kwargs)[0], self.out_dtypes[0])
         if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
             self.check(args, kwargs)
         if self.random:  # the op's key: from its generator=torch.Generator("tpu"), else the device's RNG
             gen = kwargs.get("generator")
             arrays.append(rng.next_key_data() if gen is None else generators.next_key_data(generators.tpu_generator(gen)))
-        if self.writes and self.func not in _OVERLAP_UNCHECKED:
-            _refuse_partial_overlap(self.func, self.writes, args, kwargs)
+        if self.writes and self.func not in OVERLAP_UNCHECKED:
+            refuse_partial_overlap(self.func, self.writes, args, kwargs)
         outs = launchers.current.run_op(self, arrays, args, kwargs)
         written = False
         if self.device_checks:  # the last output says whether the op's device-side checks held
@@ -154,62 +157,6 @@ def _program_key(func, key, low):
     return parts
 
 
-# in-place ops whose CPU kernels do not check that their inputs overlap what they write
-_OVERLAP_UNCHECKED = {torch.ops.aten.masked_scatter_.default}
-
-
-# out= ops whose CPU kernels refuse any overlap of an input with the output (not only a partial one)
-_NO_OVERLAP = {torch.ops.aten.cat.out}
-
-
-# out= ops whose CPU kernels refuse an out= tensor sharing any memory with the named inputs, the whole of
-# it included (kthvalue(x, out=(x, i)), gather(x, 0, i, out=x)): the tpu computed them
-_aten = torch.ops.aten
-_NO_SELF_OVERLAP = {_aten.kthvalue.values: ("self",), _aten.gather.out: ("self", "index"),
-                    _aten.index_select.out: ("self", "index"), _aten.take.out: ("self", "index"),
-                    _aten.scatter.src_out: ("index", "src"), _aten.scatter.reduce_out: ("index", "src"),
-                    _aten.scatter.value_out: ("index",), _aten.scatter.value_reduce_out: ("index",)}
-
-
-# in-place ops that write one value to every element (allowed on views whose elements share memory)
-_ONE_VALUE = {torch.ops.aten.fill_.Scalar, torch.ops.aten.fill_.Tensor, torch.ops.aten.zero_.default}
-
-
-def refuse_overlapping_writes(func, args, kwargs, kind, storage_of) -> None:
-    """Eager's overlap rules for one call of ``func`` on tensors of type ``kind`` whose storage identity
-    is ``storage_of(t)``: compiled graphs check their in-place calls with it on fake tensors
-    (``compile/overlaps.py``)."""
-    writes = registry.mutated_arguments(func)
-    if writes and func not in _OVERLAP_UNCHECKED:
-        _refuse_partial_overlap(func, writes, args, kwargs, kind, storage_of)
-
-
-def _refuse_partial_overlap(func, writes, args, kwargs, kind=TpuTensor, storage_of=strided.tpu_storage_of) -> None:
-    if func not in _ONE_VALUE:
-        for pos, name in writes:
-            target = kwargs[name] if name in kwargs else args[pos]
-            if isinstance(target, kind) and not getattr(target, "_tpu_full", False):
-                strided.check_no_internal_overlap(target, func)
-    inputs = [a for a in (*args, *kwargs.values()) if isinstance(a, kind)]
-    for a in (*args, *kwargs.values()):
-        if type(a) in (list, tuple):
-            inputs.extend(e for e in a if isinstance(e, kind))
-    if len(inputs) < 2:
-        return
-    if func in _NO_SELF_OVERLAP:
-        call = dict(zip([a.name for a in func._schema.arguments], args), **kwargs)
-        read = [call[n] for n in _NO_SELF_OVERLAP[func] if isinstance(call.get(n), kind)]
-        for pos, name in writes:
-            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read, storage_of)
-    if func in _NO_OVERLAP:  # every input but the out= argument itself (a list may hold it: cat([a], out=a))
-        read = [e for a in args if type(a) in (list, tuple) for e in a if isinstance(e, kind)]
-        for pos, name in writes:
-            strided.check_no_overlap(kwargs[name] if name in kwargs else args[pos], read, storage_of)
-        return
-    for pos, name in writes:
-        strided.check_no_partial_overlap(kwargs[name] if name in kwargs else args[pos], inputs, storage_of)
-
-
 def _functional_of(func):
     """``aten.addr.default`` for ``aten.addr_.default``; None for an op that is not in-place."""
     name = func._schema.name.split("::", 1)[-1]
@@ -292,7 +239,7 @@ def _build_lowered(func, low, target_func, args, kwargs, key, arrays, program_ke
     entry.out_dtypes = tuple(m.dtype for m in tensor_leaves)
     entry.rebuild = None if (in_place or isinstance(meta_out, torch.Tensor)) else _rebuilder(meta_out)
     check_meta = (tensor_leaves + write_metas)[0] if writes or tensor_leaves else None
-    entry.check = validate.per_call_check(func, target_func, check_meta)
+    entry.check = _per_call_check(func, target_func, check_meta, args, kwargs, arrays)
     entry.device_checks = device_checks
     try:
         launchers.current.prepare(entry, example, args, kwargs)
@@ -302,9 +249,31 @@ def _build_lowered(func, low, target_func, args, kwargs, key, arrays, program_ke
         raise
     if device_checks:  # tracing (or the program's disk entry) found checks: one more output
         entry.avals += (((), dtypes.to_jax_dtype(torch.int32)),)
+    _finish(entry)
     op_store.save(program_key, entry, meta_out, in_place, check_meta)  # with the checks' messages
     _ENTRIES[key] = entry
     return entry
+
+
+def _per_call_check(func, target_func, check_meta, args, kwargs, arrays):
+    """The entry's per-call check (``validate.per_call_check``), or None where no call can fail it but
+    this one: it reads the values of dynamic Scalars only, so an entry whose key has none (``x + y``, its
+    alpha the default) runs it here, once, not on every call."""
+    check = validate.per_call_check(func, target_func, check_meta)
+    if check is not None and not any(type(a) in _NUMBERS for a in arrays):
+        check(args, kwargs)
+        return None
+    return check
+
+
+_NUMBERS = (int, float, complex)
+
+
+def _finish(entry: LoweredEntry) -> None:
+    """What the hot path reads of a complete entry."""
+    entry.what = str(entry.func)  # (fused mode names each node)
+    entry.plain = (entry.check is None and not entry.random and not entry.writes and not entry.device_checks
+                   and not entry.returns_scalar and entry.layouts is None and entry.rebuild is None)
 
 
 def _load_entry(func, low, args, kwargs, program_key, example):
@@ -331,9 +300,10 @@ def _load_entry(func, low, args, kwargs, program_key, example):
     entry.rebuild = None if desc.structure is None else _rebuilder(desc.structure)
     entry.layouts = desc.layouts
     check_meta = None if desc.check_dtype is None else _scalar_meta(desc.check_dtype)
-    entry.check = validate.per_call_check(func, registry.resolve(func)[1], check_meta)
+    entry.check = _per_call_check(func, registry.resolve(func)[1], check_meta, args, kwargs, example)
     entry.device_checks = list(desc.device_checks)  # (the checks setting is part of its disk key)
     launchers.current.prepare(entry, example, args, kwargs)
+    _finish(entry)
     return entry
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import os
 import sys
 import threading
 import weakref
@@ -28,15 +27,16 @@ import weakref
 import numpy as np
 
 from .. import config
-from ..runtime import caches, counters, platform, program_cache, spmd, stable_keys
+from ..runtime import counters, platform, program_cache, spmd
 from . import recovery
+from . import graph_sets
+from .call_sites import number_site as _number_site, user_location as _user_location
+from .graph_keys import PY_NUMBERS as _PY_NUMBERS, abstract, dtype_of as _dtype_of, out_avals  # noqa: F401 (abstract: fused.abstract)
+from .graph_keys import out_signature as _out_signature
 from .graph_sets import donation_for as _donation_for, outputs_for as _outputs_for
 from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
 
 _counters = counters.counters
-_AVALS: dict = caches.register("fused output avals", caches.Bounded(program_cache.max_programs))
-# A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
-stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(node[0]) for node in key[1]))
 
 
 class LazyArray:
@@ -98,6 +98,7 @@ class _Graph:
         # graph fails before that write (recovery.py)
         self.writes: list = []
         self.mesh = None    # device ids of the group whose collectives the graph holds (one per graph)
+        self.number_sites: dict = {}  # input position of a Python number -> (op name, (file, line), argument)
 
 
 class _STATE:
@@ -106,6 +107,7 @@ class _STATE:
     graph = _Graph()
     lock = threading.RLock()
     last_flush = (0, 0)  # (nodes, materialised outputs) of the latest flush, for tests and debugging
+    last_constants = 0   # Python numbers the latest flushed graph's program took as constants
 
 
 def _graph() -> _Graph:
@@ -119,6 +121,11 @@ def pending_nodes() -> int:
 def last_flush() -> tuple[int, int]:
     """(recorded nodes, values materialised) of the latest flush."""
     return _STATE.last_flush
+
+
+def last_flush_constants() -> int:
+    """How many Python numbers the latest flushed graph's program took as constants (not as inputs)."""
+    return _STATE.last_constants
 
 
 def _input_ref(g: _Graph, value):
@@ -136,27 +143,6 @@ def _input_ref(g: _Graph, value):
     return ("i", idx)
 
 
-def _user_location() -> str:
-    """file:line of the innermost frame outside torch and torch_tpu (where the user's code made the op)."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if f"{os.sep}torch{os.sep}" not in name and f"{os.sep}torch_tpu{os.sep}" not in name:
-            return f"{name}:{frame.f_lineno}"
-        frame = frame.f_back
-    return "<unknown>"
-
-
-def abstract(a):
-    """What tracing needs of an input: a ShapeDtypeStruct, or a Python number itself (weakly typed)."""
-    if type(a) in _PY_NUMBERS:
-        return a
-    return platform.jax().ShapeDtypeStruct(np.shape(a), _dtype_of(a))
-
-
-_PY_NUMBERS = (int, float, complex, bool)
-
-
 def _input_signature(a):
     """An input's part of a graph key: shape and dtype; a Python number (weakly typed) by its type."""
     if type(a) in _PY_NUMBERS:
@@ -164,41 +150,6 @@ def _input_signature(a):
     if type(a) is LazyArray:  # a value of a graph waiting to launch: keyed as its array will be
         return (a.shape, str(np.dtype(a.dtype)))
     return (np.shape(a), str(_dtype_of(a)))
-
-
-_OUT_SIGNATURES: dict = {}
-
-
-def _out_signature(avals) -> tuple:
-    try:
-        sig = _OUT_SIGNATURES.get(avals)
-    except TypeError:  # shapes given as lists
-        avals = tuple((tuple(a[0]), *a[1:]) for a in avals)
-        sig = _OUT_SIGNATURES.get(avals)
-    if sig is None:
-        if len(_OUT_SIGNATURES) > 4096:
-            _OUT_SIGNATURES.clear()
-        sig = _OUT_SIGNATURES[avals] = tuple((tuple(a[0]), np.dtype(a[1]).name) for a in avals)
-    return sig
-
-
-def out_avals(key, fn, args):
-    """(shape, dtype) of each output of fn(*args), cached by the program key."""
-    avals = _AVALS.get(key)
-    if avals is None:
-        jax = platform.jax()
-        shapes = jax.eval_shape(fn, *[abstract(a) for a in args])
-        leaves = shapes if isinstance(shapes, (tuple, list)) else [shapes]
-        avals = tuple((tuple(s.shape), s.dtype) for s in leaves)
-        _AVALS[key] = avals
-    return avals
-
-
-def _dtype_of(a):
-    dt = getattr(a, "dtype", None)
-    if dt is None:
-        return np.asarray(a).dtype
-    return dt
 
 
 def record(key, fn, args, avals=None, what: str = "", mesh=None):
@@ -219,6 +170,7 @@ def _record(key, fn, args, avals, what):
     if avals is None:
         avals = out_avals(key, fn, args)
     refs = []
+    numbers = None
     for a in args:
         if type(a) is LazyArray:
             if a.concrete is not None:
@@ -234,11 +186,16 @@ def _record(key, fn, args, avals, what):
                 refs.append(_input_ref(g, materialize(a)))
         else:
             refs.append(_input_ref(g, a))
+            if type(a) in _PY_NUMBERS:
+                numbers = (numbers or []) + [len(refs) - 1]
     idx = len(g.nodes)
     if idx == 0:
         g.max_nodes = config.settings().fused_max_nodes
     outs = tuple(LazyArray(shape, dtype, idx, j) for j, (shape, dtype) in enumerate(avals))
     where = (what or str(key[0] if isinstance(key, tuple) and key else key), _user_location())
+    if numbers:  # where each enters the graph: a number that changes there is a program input (graph_sets)
+        for k in numbers:
+            g.number_sites[refs[k][1]] = (where[0], _number_site(), k)
     g.nodes.append(_Node(key, fn, tuple(refs), [weakref.ref(o) for o in outs], where,
                          _out_signature(avals)))
     if len(g.nodes) >= g.max_nodes:
@@ -346,17 +303,34 @@ def _run(g: _Graph) -> None:
     # the outputs' shapes too: an op key does not say whether its result comes in torch's layout or as
     # its flat memory (a program found on disk returned (25,) where the graph expected (5, 5))
     structure = tuple((n.key, n.inputs, n.out_sig) for n in g.nodes)
+    # Python numbers are constants of the program unless their values change where they enter (graph_sets);
+    # not in an SPMD program over several processes: every process runs the same program, and a number may
+    # differ between them (``torch.full((3,), rank + 1)``), so there each is an input (local data)
+    constants = {}
+    if g.number_sites and g.mesh is None:
+        numbers = {i: inputs[i] for i in g.number_sites}
+        dynamic = graph_sets.dynamic_numbers(g.number_sites, numbers)
+        constants = {i: v for i, v in numbers.items() if i not in dynamic}
+        in_sig = tuple(graph_sets.number_key(inputs[i]) if i in constants else s for i, s in enumerate(in_sig))
+    _STATE.last_constants = len(constants)
+    # the program's parameters: the inputs less its constants (None: all of them)
+    params = tuple(i for i in range(len(inputs)) if i not in constants) if constants else None
     live_sig = tuple((i, j) for i, j, _ in live)
     donate = _donation_for(("fused", structure, in_sig, g.mesh),
                            _donatable(inputs, [la for _, _, la in live], g.writes))
     for i in donate:
         _counters["donated_bytes"] += _nbytes(inputs[i])
+    if params is not None:  # (numbers are never donated) as positions among the program's parameters
+        donate = tuple(params.index(i) for i in donate)
     out_sig = _outputs_for(("fused", structure, in_sig, donate, g.mesh), live_sig)
     key = ("fused", structure, in_sig, out_sig, donate, g.mesh)
     nodes = g.nodes
     _counters["flushes"] += 1
 
     def graph_fn(*args):
+        if constants:
+            given = iter(args)
+            args = [_constant(constants[i]) if i in constants else next(given) for i in range(len(inputs))]
         env: list[tuple] = []
         for node in nodes:
             vals = [args[r[1]] if r[0] == "i" else env[r[1]][r[2]] for r in node.inputs]
@@ -365,7 +339,8 @@ def _run(g: _Graph) -> None:
         return tuple(env[i][j] for i, j in out_sig)
 
     graph_fn.__name__ = graph_fn.__qualname__ = _graph_name()  # in traces and the compile log
-    launch = _Launch(key, inputs, live, out_sig, live_sig, nodes, g.writes, donate, g.mesh)
+    launch = _Launch(key, inputs, params, live, out_sig, live_sig, nodes, g.writes, donate, g.mesh)
+    prog_inputs = inputs if params is None else [inputs[i] for i in params]
     prog = program_cache.lookup(key)
     if prog is None and g.mesh is None:
         prog = program_cache.in_flight(key)  # the same graph flushed before, still compiling
@@ -374,16 +349,17 @@ def _run(g: _Graph) -> None:
             if g.mesh is None:
                 # its ops' device-side checks are known to their entries (recorded with them), so
                 # the graph has none of its own to learn: found by key even when it holds some
-                prog = program_cache.compile_program(key, graph_fn, tuple(_example(a) for a in inputs),
+                prog = program_cache.compile_program(key, graph_fn, tuple(_example(a) for a in prog_inputs),
                                                      donate=donate, checks=[], background=True)
             else:
-                prog = spmd.compile_program(key, graph_fn, tuple(inputs), g.mesh, donate=donate,
+                prog = spmd.compile_program(key, graph_fn, tuple(prog_inputs), g.mesh, donate=donate,
                                             out_ndims=[len(la.shape) for _, _, la in live],
                                             what=recovery.collectives_of(nodes))
     except Exception as exc:  # tracing or lowering failed: the graph runs op by op (the error goes there)
         launch.prog = exc
     else:
         launch.prog = prog
+    del prog_inputs  # (a reference to an input buffer would keep it from being donated)
     if _LAUNCHES or type(launch.prog) is concurrent.futures.Future \
             or any(type(a) is LazyArray for a in inputs):
         # its program is compiling, or an earlier graph's is (its values may be inputs here, and graphs
@@ -396,6 +372,16 @@ def _run(g: _Graph) -> None:
             raise
         return
     launch.execute()
+
+
+def _constant(number):
+    """A number a program takes as a constant, as its lowerings get it: a Python number, as compiled mode
+    passes them (the lowerings keep XLA from folding what it would fold wrongly, ``x + 0.0`` of -0.0); a
+    complex as a weakly typed array, which fills a float tensor with its real part as the traced number
+    did (JAX refuses a Python complex there)."""
+    if type(number) is complex:
+        return platform.jax().numpy.asarray(number)
+    return number
 
 
 _LAUNCHES: "collections.deque" = collections.deque()  # flushed graphs waiting to launch, in record order
@@ -432,11 +418,12 @@ class _Launch:
     """A flushed graph: its program (or the Future of one compiling, or the error tracing it raised),
     inputs (arrays, numbers, values of earlier graphs) and the values it fills in."""
 
-    __slots__ = ("key", "prog", "inputs", "live", "out_sig", "live_sig", "nodes", "writes", "donate",
+    __slots__ = ("key", "prog", "inputs", "params", "live", "out_sig", "live_sig", "nodes", "writes", "donate",
                  "mesh", "done")
 
-    def __init__(self, key, inputs, live, out_sig, live_sig, nodes, writes, donate, mesh):
+    def __init__(self, key, inputs, params, live, out_sig, live_sig, nodes, writes, donate, mesh):
         self.key, self.inputs, self.live, self.out_sig, self.live_sig = key, inputs, live, out_sig, live_sig
+        self.params = params  # the positions of the inputs its program takes (None: every one)
         self.nodes, self.writes, self.donate, self.mesh = nodes, writes, donate, mesh
         self.prog = None
         self.done = False
@@ -481,7 +468,7 @@ class _Launch:
                 elif isinstance(prog, Exception):
                     raise prog
                 recovery.check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
-                results = prog(*inputs)
+                results = prog(*(inputs if self.params is None else [inputs[i] for i in self.params]))
                 program_cache.note_launch(results, prog)
                 _counters["executions"] += 1
             except Exception as exc:

@@ -1,5 +1,6 @@
 """Which outputs a fused graph's program returns and which inputs it donates, kept per graph structure
-so that steps which differ only in what happens to be alive or free share one program (``fused.py``).
+so that steps which differ only in what happens to be alive or free share one program (``fused.py``);
+and which of its Python numbers it takes as inputs rather than as constants, kept per place in the code.
 
 Both sets are also kept on disk (verified entries, by the graph's structural key), so a warm process starts
 from the sets the last process ended with: the first occurrence of a graph in a process may see another
@@ -15,6 +16,10 @@ from ..runtime import caches, counters, disk_cache, prefetch, program_cache, sta
 _OUTPUT_SETS: dict = caches.register("fused output sets", caches.Bounded(program_cache.max_programs))
 # graph key less its donation and outputs -> the inputs its program donates (see donation_for)
 _DONATIONS: dict = caches.register("fused donation sets", caches.Bounded(program_cache.max_programs))
+
+# where a number enters a graph -> the value seen there, or _VARIES
+_NUMBER_SITES: dict = caches.register("fused number sites", caches.Bounded(program_cache.max_programs))
+_VARIES = "varies"
 
 _OUTPUTS_KIND = "fused-output-set"
 _DONATION_KIND = "fused-donation-set"
@@ -56,6 +61,45 @@ def donation_for(base, donatable: tuple) -> tuple:
         out = tuple(i for i in known if i in donatable)
     _remember(_DONATIONS, _DONATION_KIND, base, out)
     return out
+
+
+def dynamic_numbers(sites: dict, numbers: dict) -> set:
+    """Which of a graph's Python numbers (``{input position: number}``) its program takes as inputs; the
+    others are constants of the program. ``sites``: for each, where it enters the graph (the op, its place
+    in the code, ``call_sites.number_site``, the argument): a number's history is kept per place, so the
+    table grows with the code, not with shapes.
+
+    A model's numbers (``x * 0.5``, ``1 + scale``, ``eps``, ``alpha=``) are the same at every step: as
+    constants XLA folds them, where as inputs each was a parameter of its own (a fused chain of 1000
+    ``v + 1`` compiled 7x slower than with constants, and each run copied 1000 scalars to the device). A
+    number whose value changes at its place in the code (a loop's counter, a scheduled learning rate, a
+    timestep) is an input from the time a second value is seen there, in this graph or an earlier one,
+    and stays one: so a denoising loop whose glue takes ``1 - i / steps`` compiles that glue once with
+    it as an input, not once per value. Ints past int64 are always inputs (they fail as on CPU)."""
+    for i, site in sites.items():
+        value = _number_key(numbers[i])
+        seen = _NUMBER_SITES.get(site)
+        if seen is None:
+            _NUMBER_SITES[site] = value
+        elif seen != value and seen is not _VARIES:
+            _NUMBER_SITES[site] = _VARIES
+    return {i for i, site in sites.items() if _NUMBER_SITES.get(site) is _VARIES
+            or (type(numbers[i]) is int and not -2 ** 63 <= numbers[i] < 2 ** 63)}
+
+
+def number_key(value) -> tuple:
+    """A constant number's part of a program key: its type and exact value (``1`` and ``1.0``, ``0.0`` and
+    ``-0.0`` differ; NaN equals NaN)."""
+    return ("const", _number_key(value))
+
+
+def _number_key(v) -> tuple:
+    t = type(v)
+    if t is float:
+        return ("f", v.hex())
+    if t is complex:
+        return ("c", v.real.hex(), v.imag.hex())
+    return ("b" if t is bool else "i", v)
 
 
 def _disk_key(kind: str, base) -> str | None:

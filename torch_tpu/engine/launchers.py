@@ -160,10 +160,10 @@ class Fused(Strict):
             return super().run_op(entry, [_concrete(a) for a in arrays], args, kwargs)
         if poisoned.active:
             taken = poisoned.lineage(arrays, entry.func)
-            outs = fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
+            outs = fused.record(entry.key, entry.trace, arrays, entry.avals, what=entry.what)
             poisoned.mark(outs, taken, arrays)
             return outs
-        return fused.record(entry.key, entry.trace, arrays, entry.avals, what=str(entry.func))
+        return fused.record(entry.key, entry.trace, arrays, entry.avals, what=entry.what)
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None

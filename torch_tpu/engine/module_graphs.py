@@ -17,7 +17,8 @@ from . import fused
 # each outermost repeated block (diffusers' ``_repeated_blocks`` classes, or the children of a ModuleList
 # of one class that have children of their own) is a graph of its own too: structurally identical blocks
 # have the same graph key and share one program, so compile time does not grow with depth.
-_HOOKS = []
+_HOOKS = []   # [pre-hook id, hook id] while fused mode's global hooks are installed
+_HOOK_IDS = []  # the ids torch gave them at the first install (see install_module_hooks)
 
 
 class _Calls(threading.local):
@@ -28,8 +29,9 @@ class _Calls(threading.local):
 
 _CALLS = _Calls()
 _SCANNED: "weakref.WeakSet" = weakref.WeakSet()   # outermost modules whose blocks were found
-_BLOCKS: "weakref.WeakSet" = weakref.WeakSet()    # modules that are repeated blocks
-_BLOCK_HOOKS: list = []                           # their pre-hooks (removed with the global ones)
+# modules that are repeated blocks: their pre-hooks stay when fused mode ends (they do nothing then; see
+# install_module_hooks)
+_BLOCKS: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def repeated_blocks(root) -> list:
@@ -64,7 +66,7 @@ def _enter_root(module) -> None:
             if block not in _BLOCKS:
                 _BLOCKS.add(block)
                 # its own hook sees keyword arguments too (global pre-hooks get positional ones only)
-                _BLOCK_HOOKS.append(block.register_forward_pre_hook(_block_pre_hook, with_kwargs=True))
+                block.register_forward_pre_hook(_block_pre_hook, with_kwargs=True)
 
 
 def _cut(module=None) -> None:
@@ -168,21 +170,37 @@ def _post_hook(module, args, output):
 
 
 def install_module_hooks() -> None:
+    """Fused mode's global module hooks, under the ids torch gave them the first time. A compiled block
+    (``compile_repeated_blocks``) is guarded by dynamo on the ids of torch's global hooks and on its own
+    hooks: new ids at each switch into fused mode (``with set_eager_mode(...)`` around every pipeline
+    call) failed those guards, recompiled every block at every call, and hit dynamo's recompile limit,
+    an error with ``fullgraph=True``. So the ids stay the same, and blocks keep their pre-hooks."""
     if _HOOKS:
         return
-    import torch
+    from torch.nn.modules import module as torch_module
 
-    _HOOKS.append(torch.nn.modules.module.register_module_forward_pre_hook(_pre_hook))
-    _HOOKS.append(torch.nn.modules.module.register_module_forward_hook(_post_hook, always_call=True))
+    if not _HOOK_IDS:
+        pre = torch_module.register_module_forward_pre_hook(_pre_hook)
+        post = torch_module.register_module_forward_hook(_post_hook, always_call=True)
+        _HOOK_IDS.extend((pre.id, post.id))
+    else:  # (what register_module_forward_*hook do, with the ids of the first time)
+        torch_module._global_forward_pre_hooks[_HOOK_IDS[0]] = _pre_hook
+        torch_module._global_forward_hooks[_HOOK_IDS[1]] = _post_hook
+        torch_module._global_forward_hooks_always_called[_HOOK_IDS[1]] = True
+    _HOOKS.extend(_HOOK_IDS)
 
 
 def remove_module_hooks() -> None:
-    while _HOOKS:
-        _HOOKS.pop().remove()
-    while _BLOCK_HOOKS:
-        _BLOCK_HOOKS.pop().remove()
+    """Remove the global hooks (a module call in another mode pays nothing for them); the pre-hooks of
+    repeated blocks stay (they do nothing outside fused mode, and their ids stay the same)."""
+    if _HOOKS:
+        from torch.nn.modules import module as torch_module
+
+        torch_module._global_forward_pre_hooks.pop(_HOOK_IDS[0], None)
+        torch_module._global_forward_hooks.pop(_HOOK_IDS[1], None)
+        torch_module._global_forward_hooks_always_called.pop(_HOOK_IDS[1], None)
+        _HOOKS.clear()
     _SCANNED.clear()
-    _BLOCKS.clear()
     _CALLS.depth = 0
     _CALLS.block = None
     _CALLS.outer = None

@@ -146,10 +146,12 @@ def each_call(func, dtype):
     fns = EACH_CALL.get(func)
     if not fns:
         return None
+    names = frozenset(a.name for a in func._schema.arguments)
 
     def check(args, kwargs):
+        own = kwargs if names.issuperset(kwargs) else {k: v for k, v in kwargs.items() if k in names}
         for fn in fns:
-            fn(dtype, *args, **_own(func, kwargs))
+            fn(dtype, *args, **own)
 
     return check
 
@@ -310,6 +312,9 @@ _FLOAT_NAMES = {torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", tor
                 torch.complex128: "c10::complex<double>"}
 
 
+_LARGEST: dict = {}  # floating dtype -> its largest finite value (torch.finfo is slow for every call)
+
+
 def check_fits(value, dtype: torch.dtype) -> None:
     """Raise torch's error when ``value`` cannot be stored in ``dtype`` without overflow (c10's
     ``overflows``: a finite value past a floating dtype's largest, 70000 as float16 or 1e40 as float32,
@@ -322,7 +327,7 @@ def check_fits(value, dtype: torch.dtype) -> None:
             raise RuntimeError(f"value cannot be converted to type {name} without overflow")
         value = value.real
     if dtype in _FLOAT_NAMES:
-        largest = torch.finfo(dtype).max
+        largest = _LARGEST.get(dtype) or _LARGEST.setdefault(dtype, torch.finfo(dtype).max)
         parts = (value.real, value.imag) if type(value) is complex else (value,)
         if any(p == p and abs(p) != float("inf") and abs(p) > largest for p in parts):
             raise RuntimeError(f"value cannot be converted to type {_FLOAT_NAMES[dtype]} without overflow")
@@ -394,7 +399,8 @@ def _integer_power(dtype, x, exponent):
 @validates_each_call(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor,
                      aten.rsub.Scalar)
 def _alpha_fits(dtype, x, other, alpha=1, **_):
-    if type(alpha) in (int, float):  # (a float alpha past float16's range: CPU raises, the tpu gave inf)
+    # (a float alpha past float16's range: CPU raises, the tpu gave inf; 1, the default, fits every dtype)
+    if type(alpha) in (int, float) and alpha != 1:
         check_fits(alpha, dtype)
 
 

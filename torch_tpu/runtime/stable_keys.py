@@ -32,6 +32,7 @@ _KINDS: dict = {}
 # made for their op descriptions, so a warm process makes each op's text once. By identity, not
 # equality: 1, 1.0 and True are equal as tuple items but have different texts.
 _TEXTS = caches.register("key texts", caches.Bounded(lambda: 50_000))
+_LONG_TEXTS = caches.register("long key part texts", caches.Bounded(lambda: 16))  # (see _part)
 
 
 def register_kind(kind: str, check=None) -> None:
@@ -78,12 +79,17 @@ def _part(x, out: list) -> None:
         if found is not None and found[0] is x:
             out.append(found[1])
             return
-    if t is tuple or t is torch.Size or t is list:
-        out.append("[" if t is list else "(")  # a list and a tuple of the same items are different keys
-        for e in x:
-            _part(e, out)
-            out.append(",")
-        out.append("]" if t is list else ")")
+    if t is tuple and len(x) > 64:
+        # a fused graph's nodes: the keys of one flush (its program, its output and donation sets) share
+        # this tuple, and a 1000-node graph's text took 50 ms to make
+        found = _LONG_TEXTS.get(id(x))
+        if found is None or found[0] is not x:
+            inner: list[str] = []
+            _items(x, inner, "(", ")")
+            found = _LONG_TEXTS[id(x)] = (x, "".join(inner))
+        out.append(found[1])
+    elif t is tuple or t is torch.Size or t is list:
+        _items(x, out, "[" if t is list else "(", "]" if t is list else ")")  # (a list is not a tuple)
     elif t is str:
         out.append(json.dumps(x))
     elif t is bool:
@@ -117,6 +123,14 @@ def _part(x, out: list) -> None:
         out.append(f"<np {np.dtype(t).name} {x!r}>")
     else:
         raise _NotStable(x)
+
+
+def _items(x, out: list, opening: str, closing: str) -> None:
+    out.append(opening)
+    for e in x:
+        _part(e, out)
+        out.append(",")
+    out.append(closing)
 
 
 def is_stable(key) -> bool:

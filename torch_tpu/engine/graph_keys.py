@@ -1,0 +1,68 @@
+"""The parts of a fused graph's key that describe values: a node's output signature, an input's abstract
+value for tracing, the output avals of a recorded program (cached by its key)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..runtime import caches, platform, program_cache, stable_keys
+
+_AVALS: dict = caches.register("fused output avals", caches.Bounded(program_cache.max_programs))
+# A graph's key is persistent when every node's key is (node keys of other kinds stay in this process).
+stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(node[0]) for node in key[1]))
+
+PY_NUMBERS = (int, float, complex, bool)
+
+
+def abstract(a):
+    """What tracing needs of an input: a ShapeDtypeStruct, or a Python number itself (weakly typed)."""
+    if type(a) in PY_NUMBERS:
+        return a
+    return platform.jax().ShapeDtypeStruct(np.shape(a), dtype_of(a))
+
+
+_OUT_SIGNATURES: dict = {}
+_BY_IDENTITY: dict = {}  # id(avals) -> (avals, signature): an op entry passes the same avals at every call
+
+
+def out_signature(avals) -> tuple:
+    """A node's outputs as ((shape, dtype name), ...): part of its graph's key."""
+    found = _BY_IDENTITY.get(id(avals))
+    if found is not None and found[0] is avals:
+        return found[1]
+    sig = _signature(avals)
+    if len(_BY_IDENTITY) > 4096:
+        _BY_IDENTITY.clear()
+    _BY_IDENTITY[id(avals)] = (avals, sig)
+    return sig
+
+
+def _signature(avals) -> tuple:
+    try:
+        sig = _OUT_SIGNATURES.get(avals)
+    except TypeError:  # shapes given as lists
+        avals = tuple((tuple(a[0]), *a[1:]) for a in avals)
+        sig = _OUT_SIGNATURES.get(avals)
+    if sig is None:
+        if len(_OUT_SIGNATURES) > 4096:
+            _OUT_SIGNATURES.clear()
+        sig = _OUT_SIGNATURES[avals] = tuple((tuple(a[0]), np.dtype(a[1]).name) for a in avals)
+    return sig
+
+
+def out_avals(key, fn, args):
+    """(shape, dtype) of each output of fn(*args), cached by the program key."""
+    avals = _AVALS.get(key)
+    if avals is None:
+        jax = platform.jax()
+        shapes = jax.eval_shape(fn, *[abstract(a) for a in args])
+        leaves = shapes if isinstance(shapes, (tuple, list)) else [shapes]
+        avals = tuple((tuple(s.shape), s.dtype) for s in leaves)
+        _AVALS[key] = avals
+    return avals
+
+
+def dtype_of(a):
+    dt = getattr(a, "dtype", None)
+    if dt is None:
+        return np.asarray(a).dtype
+    return dt
