@@ -7,7 +7,8 @@ bf16, random weights (seeded, 1/sqrt(fan-in)), batch 1, 4096 image + 512 text to
 Each mode runs in its own process (a TPU is held by one process at a time):
   strict    EagerMode.DEFER_NEVER          fused     EagerMode.DEFER_AND_FUSE
   compiled  m.compile(backend="tpu", fullgraph=True, dynamic=False)
-  regional  m.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
+  regional  m.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False), strict glue
+  regional_fused  the same with the glue between blocks in fused eager
   floor     JAX alone: the model's GEMMs (same shapes, one program) + the attention kernel (same shapes)
 Per mode: the first call (compiles included), the median of ``--reps`` steady calls (each followed by
 ``torch.tpu.synchronize()``), programs launched per call, and the largest difference from CPU torch
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MODES = ("strict", "fused", "compiled", "regional", "floor")
+MODES = ("strict", "fused", "compiled", "regional", "regional_fused", "floor")
 
 
 def _config(args):
@@ -117,9 +118,9 @@ def _worker_torch(args, mode):
     result = {"move_s": time.perf_counter() - t0}
     if mode == "compiled":
         model.compile(backend="tpu", fullgraph=True, dynamic=False)
-    elif mode == "regional":
+    elif mode in ("regional", "regional_fused"):
         model.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
-    eager = torch_tpu.EagerMode.DEFER_AND_FUSE if mode == "fused" else torch_tpu.EagerMode.DEFER_NEVER
+    eager = torch_tpu.EagerMode.DEFER_AND_FUSE if mode in ("fused", "regional_fused") else torch_tpu.EagerMode.DEFER_NEVER
 
     def call():
         with torch.tpu.set_eager_mode(eager), torch.no_grad():
@@ -245,7 +246,8 @@ def main():
                *shape_args]
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            env = dict(os.environ, TORCH_TPU_CACHE_DIR=tempfile.mkdtemp())  # every mode compiles cold
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
             lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
             result = json.loads(lines[-1][7:]) if lines else {"error": (proc.stderr or proc.stdout)[-3000:]}
         except subprocess.TimeoutExpired:
