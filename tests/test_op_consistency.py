@@ -73,7 +73,8 @@ COMPOSITES = {
 
 # Random ops: compared by shape, dtype and support, never by value.
 RANDOM = {"bernoulli", "multinomial", "normal", "normal.number_mean", "randn", "randn_like", "rand_like",
-          "randint", "randint_like", "nn.functional.dropout"}
+          "randint", "randint_like", "nn.functional.dropout", "uniform", "exponential", "cauchy", "geometric",
+          "log_normal", "normal.in_place"}
 # Uninitialised memory: shape and dtype only.
 UNINITIALISED = {"empty_like", "new_empty", "new_empty_strided", "empty", "empty_strided", "empty_permuted"}
 
@@ -252,6 +253,13 @@ def _check_random(name, sample, cpu_out, tpu_out):
         else:
             kept = t != 0
             torch.testing.assert_close(t[kept], (x / (1 - p)).to(t.dtype)[kept])
+    elif name == "uniform":
+        lo, hi = tuple(sample.args[:2]) if len(sample.args) >= 2 else (0, 1)
+        assert ((t >= lo) & (t <= hi)).all(), (lo, hi, t)
+    elif name in ("exponential", "log_normal"):
+        assert (t >= 0).all(), t
+    elif name == "geometric":
+        assert ((t >= 1) & (t == t.round())).all(), t
     elif name == "randint_like":
         lo, hi = (0, sample.args[0]) if len(sample.args) == 1 else sample.args[:2]
         assert ((t >= lo) & (t < hi)).all(), t
