@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 
 from ..tensor.tensor import TpuTensor, value_of, write
-from .op_path import run_op
+
+# the op path is imported where it runs: this module loads at ``import torch``, the op path at the
+# first op
 
 aten = torch.ops.aten
 
@@ -19,6 +21,8 @@ def non_finite_check_and_unscale_(func, args, kwargs):
     for t in (*grads, found_inf, inv_scale):
         if not isinstance(t, TpuTensor):
             raise RuntimeError(f"tpu: {func}: every tensor must be on the tpu device, got {t.device}")
+    from .op_path import run_op
+
     new_grads, new_found = run_op(aten._amp_foreach_non_finite_check_and_unscale.default,
                                   (list(grads), found_inf, inv_scale), {})
     for g, new in zip(grads, new_grads):
@@ -33,6 +37,8 @@ def update_scale_(func, args, kwargs):
              "growth_interval")
     values = list(args) + [kwargs[n] for n in names[len(args):]]
     scale, tracker = values[0], values[1]
+    from .op_path import run_op
+
     new_scale, new_tracker = run_op(aten._amp_update_scale.default, tuple(values), {})
     write(scale, value_of(new_scale))
     write(tracker, value_of(new_tracker))

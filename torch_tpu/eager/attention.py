@@ -20,7 +20,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..ops import tpu_ops
-from .op_path import run_op
+
+# the op path is imported where it runs: this module loads at ``import torch``, the op path at the
+# first op
 
 _LIBS: list = []
 
@@ -94,6 +96,8 @@ def sdpa_without_autograd(func, args, kwargs):
     dropout = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
     if needs_decomposition(None, dropout):
         return func.decompose(*args, **kwargs)
+    from .op_path import run_op
+
     return run_op(func, args, kwargs)
 
 

@@ -108,10 +108,17 @@ def _op(op_name: str):
 
 
 def _kernel(op_name: str, policy: str):
-    op = _op(op_name)
-    dtype_index = next((i for i, a in enumerate(op._schema.arguments) if a.name == "dtype"), None)
+    # The op and its dtype argument's position are looked up at the first call: building torch's
+    # OpOverloadPacket parses every overload's schema (~1 ms an op), too slow for ``import torch``.
+    resolved = []
+
+    def resolve():
+        op = _op(op_name)
+        resolved[:] = [op, next((i for i, a in enumerate(op._schema.arguments) if a.name == "dtype"), None)]
+        return resolved
 
     def kernel(*args, **kwargs):
+        op, dtype_index = resolved or resolve()
         if policy == "fp32_opt_dtype":
             given = kwargs.get("dtype", args[dtype_index] if dtype_index < len(args) else None)
             if args and _eligible(args[0]) and given is None:

@@ -15,7 +15,13 @@ import warnings
 import torch
 
 from ..tensor.tensor import TpuTensor, empty
-from .arguments import to_meta
+
+
+def _meta_outputs(func, args, kwargs):
+    # the op path's argument helpers load at the first op, not at ``import torch`` (this module does)
+    from .arguments import to_meta
+
+    return func(*to_meta(list(args)), **{k: to_meta(v) for k, v in kwargs.items()})
 
 _QUEUED: set = set()  # graph tasks that already carry an error
 
@@ -28,7 +34,7 @@ def defer(func, args, kwargs, exc: BaseException):
     """Placeholder outputs for ``func`` and the error queued for the end of the graph task; None when
     the outputs cannot be described (the caller then raises)."""
     try:
-        meta_out = func(*to_meta(list(args)), **{k: to_meta(v) for k, v in kwargs.items()})
+        meta_out = _meta_outputs(func, args, kwargs)
     except Exception:  # noqa: BLE001 - no meta kernel: no shapes to stand in
         # Raising would still abort the process. Empty stand-ins make autograd fail this backward
         # with "invalid gradient" at once (the queued callback never runs), so say the cause now.
@@ -234,7 +240,7 @@ def _guard_fake_mode() -> None:
                     and (_has_tpu_tensor(args) or _has_tpu_tensor(kwargs or {}))):
                 raise
             try:
-                meta_out = func(*to_meta(list(args)), **{k: to_meta(v) for k, v in (kwargs or {}).items()})
+                meta_out = _meta_outputs(func, args, kwargs or {})
             except Exception:  # noqa: BLE001 - data-dependent or no meta kernel: empty stand-ins
                 meta_out = _schema_stand_ins(func)
                 if meta_out is None:

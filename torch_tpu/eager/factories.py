@@ -6,7 +6,9 @@ import torch
 
 from ..tensor import kernels
 from ..tensor.tensor import empty
-from .op_path import run_op
+
+# The op path (with the op table's checks) is imported by the kernels that use it, at the first
+# device use: this module loads at ``import torch``.
 
 aten = torch.ops.aten
 
@@ -37,6 +39,8 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
 
 def _through_op_table(op):
     def kernel(*args, **kwargs):
+        from .op_path import run_op
+
         _check_device(kwargs.get("device"))
         return run_op(op, args, kwargs)
 
@@ -51,6 +55,8 @@ def _copy_from(src, dst, non_blocking=False):
 
 def efficient_zero_tensor(size, dtype=None, layout=None, device=None, pin_memory=None):
     # autograd's "known zero" gradient (sgn and friends); a plain tensor of zeros here
+    from .op_path import run_op
+
     _check_device(device)
     return run_op(aten.full.default, (list(size), False), {"dtype": dtype or torch.get_default_dtype()})
 

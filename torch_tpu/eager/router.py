@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from ..runtime import caches
 from ..runtime.platform import X64, after_interrupt
-from ..tensor.kernels import KERNELS
 from ..tensor.tensor import TpuTensor
 from ..tensor.views import MATH_BITS_SEEN, run_view
 from . import backward_errors, math_bits
-from .fallbacks import has_composite_implicit
-from .op_path import run_op
-from .rewrites import REWRITES
 
-_HANDLERS = {**KERNELS, **REWRITES}
+# Handlers added by integrations (collectives, GradScaler's ops, fused optimizers); they take precedence
+# over the tables of storage kernels and rewrites, which load with the op path at the first op routed
+# (this module loads at ``import torch``, which must stay light).
+_ADDED_HANDLERS: dict = {}
 _ROUTES: dict = caches.register("op routes", {})
 
 
@@ -74,7 +73,12 @@ def has_user_kernel(func) -> bool:
 
 
 def _route(func):
-    handler = _HANDLERS.get(func)
+    from ..tensor.kernels import KERNELS
+    from .fallbacks import has_composite_implicit
+    from .op_path import run_op
+    from .rewrites import REWRITES
+
+    handler = _ADDED_HANDLERS.get(func) or REWRITES.get(func) or KERNELS.get(func)
     if handler is not None:
         return handler
     if has_user_kernel(func):
@@ -86,7 +90,7 @@ def _route(func):
 
 def add_handlers(handlers: dict) -> None:
     """More handlers (collectives, from the distributed integration); forgets cached routes."""
-    _HANDLERS.update(handlers)
+    _ADDED_HANDLERS.update(handlers)
     _ROUTES.clear()
 
 
