@@ -12,7 +12,8 @@ machine falls on both. Two conditions, each its own set of pairs:
   torch_tpu's modules are compiled from source in every process while torch's come from site-packages'
   bytecode.
 
-The ratio reported per condition is the median of the pairs' ratios.
+The ratio reported per condition is the median of the pairs' ratios, of wall seconds and of the child's
+CPU seconds (user + system: the steadier of the two on a machine others use at the same time).
 """
 from __future__ import annotations
 
@@ -29,10 +30,23 @@ from _common import write
 _IMPORT = [sys.executable, "-c", "import torch"]
 
 
-def _seconds(env: dict) -> float:
+def _seconds(env: dict) -> tuple[float, float]:
+    """(wall, CPU) seconds of one fresh interpreter importing torch; CPU seconds (user + system) are the
+    steadier of the two on a shared machine."""
     t0 = time.perf_counter()
-    subprocess.run(_IMPORT, env=env, check=True)
-    return time.perf_counter() - t0
+    child = subprocess.Popen(_IMPORT, env=env)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - t0
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"import torch failed (status {child.returncode})")
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def _summary(without: list, with_backend: list) -> dict:
+    ratios = [w / wo for w, wo in zip(with_backend, without)]
+    return {"without_backend_s": statistics.median(without), "with_backend_s": statistics.median(with_backend),
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
 
 
 def _pairs(base_env: dict, pairs: int) -> dict:
@@ -44,10 +58,8 @@ def _pairs(base_env: dict, pairs: int) -> dict:
         order = ((without, without_env), (with_backend, with_env))
         for samples, env in (order if i % 2 == 0 else order[::-1]):
             samples.append(_seconds(env))
-    ratios = [w / wo for w, wo in zip(with_backend, without)]
-    return {"pairs": pairs, "without_backend_s": statistics.median(without),
-            "with_backend_s": statistics.median(with_backend), "ratio": statistics.median(ratios),
-            "ratio_min": min(ratios), "ratio_max": max(ratios)}
+    return {"pairs": pairs, "wall": _summary([s[0] for s in without], [s[0] for s in with_backend]),
+            "cpu": _summary([s[1] for s in without], [s[1] for s in with_backend])}
 
 
 def main() -> None:
@@ -61,9 +73,11 @@ def main() -> None:
         results["bytecode"] = _pairs(bytecode_env, args.pairs)
     results["source"] = _pairs(dict(os.environ), args.pairs)
     for name, r in results.items():
-        print(f"import torch ({name}): {r['without_backend_s']:.3f} s without the backend, "
-              f"{r['with_backend_s']:.3f} s with it: {r['ratio']:.2f}x (pairs {r['ratio_min']:.2f}-"
-              f"{r['ratio_max']:.2f}, {r['pairs']} pairs)")
+        for clock in ("wall", "cpu"):
+            c = r[clock]
+            print(f"import torch ({name}, {clock} s): {c['without_backend_s']:.3f} without the backend, "
+                  f"{c['with_backend_s']:.3f} with it: {c['ratio']:.2f}x (pairs {c['ratio_min']:.2f}-"
+                  f"{c['ratio_max']:.2f}, {r['pairs']} pairs)")
     write("import", {**results, "target_ratio": 1.2})
 
 
