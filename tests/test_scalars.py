@@ -183,3 +183,25 @@ def test_pow_exponent_is_static_and_exact():
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.complex64])
+def test_int_and_float_scalars_share_a_program_on_inexact_tensors(dtype, eager_mode):
+    """With a floating (or complex) tensor an int Scalar computes as the same float does, so ``x / 3``
+    and ``x / 3.0`` are one program; ints past 2**53 (not exact as doubles) and 0 (whose negation keeps
+    no sign, unlike 0.0's) keep programs of their own and CPU's results, integer tensors keep ints apart
+    (int and float results differ there)."""
+    cpu = torch.tensor([1.5, -2.25, 7.0, -0.0], dtype=dtype)
+    x = cpu.to("tpu")
+    ops = [lambda t, s: t / s, lambda t, s: s * t, lambda t, s: t.add(t, alpha=s), lambda t, s: t - s]
+    for op in ops:
+        _same(op(cpu, 3), op(x, 3), f"{dtype} int")  # builds the program
+        for s in (3.0, -7, 2 ** 53, -(2 ** 53), 0.5):
+            assert _compiles_during(lambda: _same(op(cpu, s), op(x, s), f"{dtype} {s!r}")) == 0, s
+    for s in (2 ** 53 + 1, 2 ** 60 + 1, -(2 ** 62) - 3):  # not exact as a double: an int key, CPU's rounding
+        _same(cpu * s, x * s, f"{dtype} * {s}")
+    for s in (0, 0.0, -0.0, 0):  # x - 0 * x keeps -0.0 on CPU, x - 0.0 * x does not
+        _same(torch.sub(cpu, cpu, alpha=s), torch.sub(x, x, alpha=s), f"{dtype} sub alpha={s!r}")
+    ints = torch.tensor([7, -8, 0])
+    for s in (3, 3.0, 2):
+        _same(ints * s, ints.to("tpu") * s, f"int64 * {s!r}")

@@ -113,11 +113,30 @@ def _scalar(x, sig, arrays, args):
     if t is bool:
         sig.append(static_key(x))
     else:
-        if t is int and x >= 2 ** 63:
-            x = _beyond_int64(x, args)
+        if t is int:
+            if x >= 2 ** 63:
+                x = _beyond_int64(x, args)
+            elif x and -_EXACT_IN_FLOAT <= x <= _EXACT_IN_FLOAT and _has_inexact_tensor(args):
+                x = float(x)  # see _has_inexact_tensor
             t = type(x)
         sig.append(_DYNAMIC_TAGS[t])  # a converted int is keyed as what it became
         arrays.append(x)
+
+
+_EXACT_IN_FLOAT = 2 ** 53  # every int up to this is a double exactly: converting it rounds nothing
+
+
+def _has_inexact_tensor(args) -> bool:
+    """Whether a floating or complex tensor is among ``args``. With one, an int Scalar computes exactly
+    as the same float does (the result takes the tensor's dtype; the value is converted to it once either
+    way), so ``x / 2`` and ``x / 2.0`` share one program instead of compiling two (the demo pipeline had
+    four such pairs). Zero stays an int: negated (``sub`` adds ``-alpha * other``) it is +0, where 0.0
+    gives -0.0 and ``-0.0 - 0 * -0.0`` keeps its sign on CPU. Ops over integer tensors keep ints apart:
+    there an int Scalar keeps the integer dtype and a float one promotes."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()):
+            return True
+    return False
 
 
 def _beyond_int64(x, args):
@@ -126,7 +145,7 @@ def _beyond_int64(x, args):
     ints stay as they are (JAX refuses them, as torch does)."""
     if x >= 2 ** 64:
         return x
-    if any(isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex()) for a in args):
+    if _has_inexact_tensor(args):
         return float(x)
     return x - 2 ** 64
 
