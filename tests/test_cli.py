@@ -1,6 +1,7 @@
 """`python -m torch_tpu` in subprocesses: info, generate (tiny, 2 steps, 64x64) and compiled mode."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -45,11 +46,17 @@ def test_generate_tiny(tmp_path):
     assert Image.open(out).size == (64, 64)
     for line in ("platform: ", "device: tpu:0", "load", "move to device", "text encoding",
                  "denoising step 1", "denoising step 2", "vae decode", "total", "peak device memory:",
-                 "compiles=", "cache_hits=", "cache_loads=", "loaded ", "from cache", "saved:", "steady state: 2 timed run(s) after 1 warm-up",
+                 "compiles=", "cache_hits=", "cache_loads=", "loaded ", "from cache", "programs: ", " distinct (",
+                 "saved:", "steady state: 2 timed run(s) after 1 warm-up",
                  "pipeline call median", "denoising step median"):
         assert line in r.stdout, (line, r.stdout)
     assert "denoising step 3" not in r.stdout
     assert "it/s" in r.stderr or "s/it" in r.stderr  # diffusers' progress bar
+    # the distinct programs, by stage: they add up to the run's program cache misses
+    total, stages = re.search(r"programs: (\d+) distinct \(([^)]*)\)", r.stdout).groups()
+    counts = dict(re.fullmatch(r"(.+) (\d+)", part).groups() for part in stages.split(", "))
+    assert {"text encoding", "denoising", "vae decode"} <= set(counts), stages
+    assert sum(int(n) for n in counts.values()) == int(total) == int(re.search(r"cache_misses=(\d+)", r.stdout)[1])
     assert "torch_tpu: compiled " in r.stderr, r.stderr[-2000:]  # the live compile status
     assert "of the first (warm-up) pipeline call was XLA compilation" in r.stdout, r.stdout
 

@@ -193,17 +193,20 @@ def cmd_bench(args) -> int:
 class _Timer:
     """Stage times with a device sync at every boundary, so asynchronous work is counted where it ran."""
 
-    def __init__(self, sync):
+    def __init__(self, sync, programs=lambda: 0):
         self.sync = sync
         self.stages: list[tuple[str, float]] = []
+        self.programs = programs  # distinct programs built or loaded so far (torch_tpu.stats())
+        self.built: dict[str, int] = {}  # stage -> programs it built or loaded, over every call
 
     def wrap(self, name, fn):
         def timed(*a, **kw):
             self.sync()
-            t0 = time.perf_counter()
+            t0, p0 = time.perf_counter(), self.programs()
             out = fn(*a, **kw)
             self.sync()
             self.stages.append((name, time.perf_counter() - t0))
+            self.built[name] = self.built.get(name, 0) + self.programs() - p0
             self.mark = time.perf_counter()
             return out
         return timed
@@ -410,7 +413,7 @@ def cmd_generate(args) -> int:
     say(f"pipeline: {type(pipe).__name__}")
     if args.quiet:
         pipe.set_progress_bar_config(disable=True)
-    timer = _Timer(sync)
+    timer = _Timer(sync, (lambda: torch_tpu.stats()["cache_misses"]) if on_tpu else (lambda: 0))
     timer.stages.append(("load", time.perf_counter() - t0))
 
     if on_tpu:
@@ -424,6 +427,7 @@ def cmd_generate(args) -> int:
     sync()
     timer.stages.append(("move to device" if not args.offload else "move to device (offload hooks)",
                          time.perf_counter() - t0))
+    timer.built["move to device"] = timer.programs()
     if args.mode == "compile" and on_tpu:
         # static shapes: the first call compiles (its time shows in the first step), later calls reuse
         if args.offload:  # offload hooks cannot be traced: compile only the repeated blocks (the seed's recipe)
@@ -490,6 +494,7 @@ def cmd_generate(args) -> int:
                 "graph_compiles", "cache_hits", "cache_misses", "executions", "flushes", "cpu_fallbacks")
         say("torch_tpu stats: " + ", ".join(
             f"{k}={st[k]:.2f}" if isinstance(st.get(k), float) else f"{k}={st.get(k)}" for k in keys if k in st))
+        say(_programs_line(st["cache_misses"], timer.built))
         say(_compile_summary(st, warm_s[0] if warm_s else runs[0][0], warm=bool(warm_s)))
     median_call = _median([r[0] for r in runs])
     print(f"saved: {args.output} ({image.size[0]}x{image.size[1]})"
@@ -511,6 +516,16 @@ def _print_steady_state(say, warm_s, runs) -> None:
 def _fail(message: str, code: int) -> int:
     print(f"torch_tpu: error: {message}", file=sys.stderr)
     return code
+
+
+def _programs_line(total: int, built: dict) -> str:
+    """'programs: N distinct (text encoding a, denoising b, vae decode c)': the XLA programs the run
+    built or loaded (one per op and shapes in eager, per graph in fused and compiled mode), by stage."""
+    stages = {k: n for k, n in built.items() if n}
+    stages["denoising"] = total - sum(built.values())  # what no other stage built: the pipeline's loop
+    order = ("move to device", "text encoding", "denoising", "vae decode")
+    parts = [f"{k} {stages[k]}" for k in order if stages.get(k)]
+    return f"programs: {total} distinct" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def _compile_summary(st: dict, call_s: float, warm: bool = False) -> str:
