@@ -1,14 +1,19 @@
-"""Time to first image: the first call on an empty cache, the first call of a fresh process on a warm
-cache, and the steady call, for strict and fused eager; compile seconds per denoising step; and how fused
-compile time grows with transformer depth.
+"""Time to first image per mode: a fresh process on an empty cache, fresh processes on the cache it filled
+(warm), and the steady call; compile seconds per denoising step; how fused compile time grows with depth.
 
-    python bench/bench_coldstart.py [--size tiny] [--resolution 64] [--steps 4] [--warm-runs 3]
+    python bench/bench_coldstart.py [--pipeline demo|tiny] [--modes strict,fused,compile] [--warm-runs 2]
     python bench/bench_coldstart.py --depth-only [--width 512] [--tokens 1024]
 
-Every measurement runs in a fresh process with its own cache folder (TORCH_TPU_CACHE_DIR), so "cold" is
-an empty cache and "warm" a cache the cold process filled. Times are wall seconds and the process's CPU
-seconds (the latter is steadier on a shared machine); ratios compare numbers from the same process.
-Writes bench/results/coldstart.json.
+The pipeline is the demo model shipped in the package (``--pipeline demo``, default: its own call, 64x64,
+20 steps; what ``python -m torch_tpu generate`` runs) or the tiny offline Flux pipeline (``tiny``: 4 steps).
+Modes: strict eager, fused eager, and compile (the transformer under ``torch.compile(backend="tpu")``, the
+rest strict, as ``generate --mode compile``). Every measurement runs in a fresh process with its own cache
+folder (TORCH_TPU_CACHE_DIR): "cold" is an empty cache, "warm" the cache the cold process filled. Per
+process: the first image's time from the interpreter's start (import, load, move, first call), the first
+call's wall and CPU seconds, the distinct programs it built or loaded (compiled, loaded from disk, compile
+and load seconds), and the steady call (the fastest of the next calls). A warm process should compile
+nothing (``warm_compiled_nothing``) and its first call stay within 2x of its steady call
+(``warm_first_over_steady_wall``). Runs on any platform (TPU, GPU, CPU). Writes bench/results/coldstart.json.
 """
 from __future__ import annotations
 
@@ -22,51 +27,73 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+MODES = ("strict", "fused", "compile")
 
 
 # -------------------------------------------------------------------------------------------------
 # Child processes
 # -------------------------------------------------------------------------------------------------
+def _load(args):
+    """(pipeline, call arguments) of ``--pipeline``."""
+    if args.pipeline == "demo":
+        from torch_tpu.demo import shipped
+
+        call = dict(shipped.generation_kwargs(), prompt=shipped.DEFAULT_PROMPT)
+        if args.steps:
+            call["num_inference_steps"] = args.steps
+        return shipped.load_pipeline(), call
+    from torch_tpu.testing import tiny_pipelines
+
+    call = dict(prompt="a photo of a cat", height=args.resolution, width=args.resolution,
+                num_inference_steps=args.steps or 4, guidance_scale=3.5)
+    return tiny_pipelines.load_pipeline("flux", args.size), call
+
+
 def _child_pipeline(args) -> dict:
     import torch
 
     import torch_tpu
-    from torch_tpu.testing import tiny_pipelines
 
-    pipe = tiny_pipelines.load_pipeline("flux", args.size)
+    pipe, call_kwargs = _load(args)
     pipe.set_progress_bar_config(disable=True)
+    torch_tpu.reset_stats()  # from here: the move's programs (and the disk cache read ahead) count too
     pipe.to("tpu")
     torch.tpu.synchronize()
-    mode = {"strict": torch_tpu.EagerMode.DEFER_NEVER, "fused": torch_tpu.EagerMode.DEFER_AND_FUSE}[args.mode]
+    if args.mode == "compile":
+        pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+    mode = torch_tpu.EagerMode.DEFER_AND_FUSE if args.mode == "fused" else torch_tpu.EagerMode.DEFER_NEVER
 
-    def call():
+    def call(reset: bool):
         marks = []
 
         def on_step_end(p, i, t, kwargs):  # no sync here: it would change the fused graphs
             marks.append(torch_tpu.stats()["compile_seconds"])
             return kwargs
 
-        torch_tpu.reset_stats()
+        if reset:
+            torch_tpu.reset_stats()
+        before = torch_tpu.stats()["compile_seconds"]
         w0, c0 = time.perf_counter(), time.process_time()
         with torch.no_grad():
-            pipe(prompt="a photo of a cat", height=args.resolution, width=args.resolution,
-                 num_inference_steps=args.steps, guidance_scale=3.5, output_type="np",
-                 generator=torch.Generator("cpu").manual_seed(0), callback_on_step_end=on_step_end)
+            pipe(**call_kwargs, output_type="np", generator=torch.Generator("cpu").manual_seed(0),
+                 callback_on_step_end=on_step_end)
         torch.tpu.synchronize()
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-        stats = torch_tpu.stats()
-        per_step = [b - a for a, b in zip([0.0] + marks, marks)]
+        st = torch_tpu.stats()
+        per_step = [b - a for a, b in zip([before] + marks, marks)]
         return {"wall_s": wall, "cpu_s": cpu, "compile_seconds_per_step": per_step,
-                "compile_seconds": stats["compile_seconds"], "compiles": stats["compiles"],
-                "cache_loads": stats["cache_loads"], "cache_load_seconds": stats["cache_load_seconds"],
-                "cache_prefetched": stats["cache_prefetched"], "op_loads": stats["op_loads"],
-                "flushes": stats["flushes"]}
+                "programs": st["cache_misses"], "compiles": st["compiles"],
+                "compile_seconds": st["compile_seconds"], "cache_loads": st["cache_loads"],
+                "cache_load_seconds": st["cache_load_seconds"], "cache_prefetched": st["cache_prefetched"],
+                "op_loads": st["op_loads"], "graph_compiles": st["graph_compiles"], "flushes": st["flushes"],
+                "executions": st["executions"]}
 
     with torch.tpu.set_eager_mode(mode):
-        first = call()
-        steady = [call() for _ in range(2)]
-    return {"first": first, "steady": min(steady, key=lambda r: r["wall_s"]),
-            "steady_cpu_s": min(r["cpu_s"] for r in steady)}
+        first = call(reset=False)  # counted from before the move
+        first["first_image_epoch"] = time.time()
+        steady = [call(reset=True) for _ in range(args.steady_calls)]
+    return {"platform": torch_tpu.platform(), "first": first,
+            "steady": min(steady, key=lambda r: r["wall_s"]), "steady_cpu_s": min(r["cpu_s"] for r in steady)}
 
 
 def _child_depth(args) -> dict:
@@ -129,19 +156,36 @@ def _count_compile_cpu() -> list:
 def _run_child(kind: str, cache: str, extra: list, **env_extra) -> dict:
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache, HF_HUB_OFFLINE="1", **env_extra)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind] + extra
+    spawned = time.time()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"child {cmd} failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    first = result.get("first")
+    if first is not None:  # from the interpreter's start: import, load, move to the device, first call
+        first["first_image_s"] = first.pop("first_image_epoch") - spawned
+    return result
 
 
 # -------------------------------------------------------------------------------------------------
 # The benchmark
 # -------------------------------------------------------------------------------------------------
+def _summary(cold: dict, warm: list) -> dict:
+    """The figures of the issue's table for one mode (cold process, warm processes, steady call)."""
+    def row(first: dict) -> dict:
+        return {k: first[k] for k in ("first_image_s", "wall_s", "programs", "compiles", "compile_seconds",
+                                      "cache_loads", "cache_load_seconds")}
+    return {"cold_first_process": row(cold["first"]),
+            "warm_first_process": row(min((w["first"] for w in warm), key=lambda f: f["first_image_s"])),
+            "steady_call_s": min(w["steady"]["wall_s"] for w in [cold, *warm]),
+            "warm_compiled_nothing": all(w["first"]["compiles"] == 0 for w in warm)}
+
+
 def _pipeline_results(args, root: str) -> dict:
     results = {}
-    extra = ["--size", args.size, "--resolution", str(args.resolution), "--steps", str(args.steps)]
-    for mode in ("strict", "fused"):
+    extra = ["--pipeline", args.pipeline, "--size", args.size, "--resolution", str(args.resolution),
+             "--steps", str(args.steps), "--steady-calls", str(args.steady_calls)]
+    for mode in args.modes:
         cache = os.path.join(root, mode)
         cold = _run_child("pipeline", cache, extra + ["--mode", mode])
         warm = [_run_child("pipeline", cache, extra + ["--mode", mode]) for _ in range(args.warm_runs)]
@@ -159,19 +203,34 @@ def _pipeline_results(args, root: str) -> dict:
         r_wall = [w["first"]["wall_s"] / w["steady"]["wall_s"] for w in warm]
         r_cpu = [w["first"]["cpu_s"] / w["steady_cpu_s"] for w in warm]
         results[mode] = {
+            "summary": _summary(cold, warm),
             "empty_cache_first_call": cold["first"],
             "warm_cache_first_call": [w["first"] for w in warm],
             "steady_call": [w["steady"] for w in warm],
             "compile_seconds_per_step_cold": steps,
             "compile_after_step1_over_step1": (after / steps[0]) if steps and steps[0] else None,
-            "warm_first_over_steady_wall": statistics.median(r_wall),
-            "warm_first_over_steady_cpu": statistics.median(r_cpu),
+            "warm_first_over_steady_wall": statistics.median(r_wall) if r_wall else None,
+            "warm_first_over_steady_cpu": statistics.median(r_cpu) if r_cpu else None,
             "empty_first_over_steady_wall": cold["first"]["wall_s"] / cold["steady"]["wall_s"],
             **more,
         }
         print(mode, json.dumps({k: v for k, v in results[mode].items()
-                                if k not in ("warm_cache_first_call", "steady_call")}, indent=1), flush=True)
+                                if k not in ("warm_cache_first_call", "steady_call", "empty_cache_first_call")},
+                               indent=1), flush=True)
+    _print_table(results)
     return results
+
+
+def _print_table(results: dict) -> None:
+    print("| mode | first process, cold cache | programs (compiled, s) | first process, warm cache | "
+          "loaded from disk | warm first call / steady | steady call |")
+    print("|---|---|---|---|---|---|---|")
+    for mode, r in results.items():
+        s, cold, warm = r["summary"], r["summary"]["cold_first_process"], r["summary"]["warm_first_process"]
+        print(f"| {mode} | {cold['first_image_s']:.1f} s | {cold['programs']} ({cold['compiles']}, "
+              f"{cold['compile_seconds']:.1f} s) | {warm['first_image_s']:.1f} s | {warm['cache_loads']} "
+              f"(compiled {warm['compiles']}) | {r['warm_first_over_steady_wall']:.2f}x | "
+              f"{s['steady_call_s']:.3f} s |")
 
 
 def _depth_results(args, root: str) -> dict:
@@ -188,17 +247,23 @@ def _depth_results(args, root: str) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--child", default=None)
-    p.add_argument("--mode", default="strict")
-    p.add_argument("--size", default="tiny")
-    p.add_argument("--resolution", type=int, default=64)
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--warm-runs", type=int, default=3)
+    p.add_argument("--mode", default="strict", choices=MODES)
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to measure")
+    p.add_argument("--pipeline", default="demo", choices=("demo", "tiny"))
+    p.add_argument("--size", default="tiny", help="size of the tiny pipeline (--pipeline tiny)")
+    p.add_argument("--resolution", type=int, default=64, help="--pipeline tiny only (the demo's is its own)")
+    p.add_argument("--steps", type=int, default=0, help="denoising steps (0: the pipeline's: demo 20, tiny 4)")
+    p.add_argument("--steady-calls", type=int, default=2)
+    p.add_argument("--warm-runs", type=int, default=2)
     p.add_argument("--depth", type=int, default=1)
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--tokens", type=int, default=1024)
     p.add_argument("--depth-only", action="store_true")
     p.add_argument("--no-depth", action="store_true")
     args = p.parse_args()
+    args.modes = [m for m in args.modes.split(",") if m]
+    if not set(args.modes) <= set(MODES):
+        p.error(f"--modes: choose from {', '.join(MODES)}")
     if args.child:
         result = {"pipeline": _child_pipeline, "depth": _child_depth}[args.child](args)
         print(json.dumps(result))
@@ -207,8 +272,10 @@ def main() -> None:
     sys.path.insert(0, HERE)
     from _common import write
 
-    payload = {"pipeline": f"flux-{args.size}", "resolution": args.resolution, "steps": args.steps,
-               "targets": {"warm_first_over_steady": {"strict": 4, "fused": 2},
+    payload = {"pipeline": "demo" if args.pipeline == "demo" else f"flux-{args.size}",
+               "resolution": 64 if args.pipeline == "demo" else args.resolution, "steps": args.steps or None,
+               "targets": {"warm_first_over_steady": {"strict": 2, "fused": 2, "compile": 2},
+                           "first_image_s": {"cold": 15, "warm": 5},
                            "fused_compile_after_step1_over_step1": 0.10,
                            "fused_compile_depth4_over_depth1": 1.3}}
     with tempfile.TemporaryDirectory(prefix="torch_tpu-coldstart-") as root:
