@@ -12,6 +12,8 @@ from ..runtime.platform import X64, after_interrupt
 from ..tensor.tensor import TpuTensor
 from ..tensor.views import MATH_BITS_SEEN, run_view
 from . import backward_errors, math_bits
+from . import op_store  # noqa: F401  (light: the "op" key kind and the loader of op descriptions, which a
+#                          warm process reads ahead from its first transfer, before the op path loads)
 
 # Handlers added by integrations (collectives, GradScaler's ops, fused optimizers); they take precedence
 # over the tables of storage kernels and rewrites, which load with the op path at the first op routed
