@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+_INHERITED = {k: os.environ[k] for k in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "JAX_PLATFORMS") if k in os.environ}
 MODES = ("strict", "fused", "compiled", "regional", "regional_fused", "floor")
 
 
@@ -222,6 +223,11 @@ def main():
     parser.add_argument("--weights", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per mode")
     args = parser.parse_args()
+    if not args.worker:
+        # the parent computes on CPU torch only: the backend stays out of it, so it never opens the TPU
+        # (one process at a time can hold it; the workers need it)
+        os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+        os.environ["JAX_PLATFORMS"] = "cpu"
     if args.worker:
         result = _worker_floor(args) if args.worker == "floor" else _worker_torch(args, args.worker)
         print("RESULT " + json.dumps(result), flush=True)
@@ -247,6 +253,10 @@ def main():
         t0 = time.perf_counter()
         try:
             env = dict(os.environ, TORCH_TPU_CACHE_DIR=tempfile.mkdtemp())  # every mode compiles cold
+            for name in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "JAX_PLATFORMS"):
+                env.pop(name, None)
+                if name in _INHERITED:
+                    env[name] = _INHERITED[name]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
             lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
             result = json.loads(lines[-1][7:]) if lines else {"error": (proc.stderr or proc.stdout)[-3000:]}
