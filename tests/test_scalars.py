@@ -186,11 +186,12 @@ def test_pow_exponent_is_static_and_exact():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.complex64])
-def test_int_and_float_scalars_share_a_program_on_inexact_tensors(dtype, eager_mode):
+def test_int_and_float_scalars_share_a_program_on_inexact_tensors(dtype):
     """With a floating (or complex) tensor an int Scalar computes as the same float does, so ``x / 3``
     and ``x / 3.0`` are one program; ints past 2**53 (not exact as doubles) and 0 (whose negation keeps
     no sign, unlike 0.0's) keep programs of their own and CPU's results, integer tensors keep ints apart
-    (int and float results differ there)."""
+    (int and float results differ there). Strict eager: fused graphs hold a number as a constant until a
+    second value comes at its place (tests/test_fused.py)."""
     cpu = torch.tensor([1.5, -2.25, 7.0, -0.0], dtype=dtype)
     x = cpu.to("tpu")
     ops = [lambda t, s: t / s, lambda t, s: s * t, lambda t, s: t.add(t, alpha=s), lambda t, s: t - s]
