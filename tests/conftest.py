@@ -45,6 +45,18 @@ def eager_mode(request):
         yield mode
 
 
+@pytest.fixture
+def fresh_programs(monkeypatch, tmp_path):
+    """Programs built from here on are built anew: an empty persistent cache and empty in-memory caches
+    (for a test that changes a setting programs depend on, or counts what building them does)."""
+    import torch_tpu
+
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    torch_tpu.reset_caches()
+    yield
+    torch_tpu.reset_caches()
+
+
 # Files that take the longest (their isolated-case children, pipelines, torchrun), scheduled first: with
 # whole files per worker (--dist loadfile), a long file collected last kept one core busy alone at the end.
 _SLOW_FIRST = ["test_hostile_workflows.py", "test_hostile_ecosystem.py", "test_hostile_functional.py",

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-import torch_tpu
 from torch_tpu.ops import precise_f32
 from torch_tpu.runtime import platform
 
@@ -98,12 +97,8 @@ def test_log1p_tiny_and_huge_arguments():
 
 
 @pytest.fixture
-def precise_everywhere(monkeypatch, tmp_path):
+def precise_everywhere(monkeypatch, fresh_programs):
     monkeypatch.setenv("TORCH_TPU_F32_MATH", "precise")
-    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
-    torch_tpu.reset_caches()
-    yield
-    torch_tpu.reset_caches()
 
 
 OPS = [torch.log, torch.log2, torch.log10, torch.log1p, torch.tanh, torch.asinh, torch.special.log_ndtr,

@@ -90,14 +90,9 @@ def test_kernel_path_matches_xla_forward_and_backward(kernel_in_interpret_mode, 
 
 
 @pytest.fixture
-def checking(monkeypatch, tmp_path):
+def checking(monkeypatch, fresh_programs):
+    # (fresh programs: those checked by an earlier run would be found by key, and not counted again)
     monkeypatch.setenv("TORCH_TPU_CHECK_LOWERING", "tpu")
-    # programs built earlier must not serve: those of other settings are not found (the setting is in
-    # their keys), but those checked by an earlier run would be, and would not be counted again
-    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
-    torch_tpu.reset_caches()
-    yield
-    torch_tpu.reset_caches()
 
 
 def _sdpa_step(q, k, v, attend=F.scaled_dot_product_attention):
