@@ -98,7 +98,10 @@ def log1p(x):
     # the barrier keeps XLA from folding (1 + x) - 1 into x, which would undo the correction
     d = jax.lax.optimization_barrier(u) - _F32(1.0)
     safe_d = jnp.where(d == 0, _F32(1.0), d)
-    out = jnp.where(d == 0, x, log(u) * (x / safe_d))
+    # past 2**24 the correction is below float32's rounding, and XLA:TPU divides by multiplying with the
+    # reciprocal, which is subnormal (flushed to 0) for d near the top of the range (log1p(3e38) gave 0)
+    corrected = jnp.where(jnp.abs(x) < _F32(2.0 ** 24), log(u) * (x / safe_d), log(u))
+    out = jnp.where(d == 0, x, corrected)
     out = jnp.where(jnp.isposinf(x), jnp.inf, out)
     out = jnp.where(x == -1, -jnp.inf, out)
     return jnp.where(jnp.isnan(x) | (x < -1), jnp.where(jnp.isnan(x), x, jnp.nan), out)
