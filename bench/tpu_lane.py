@@ -85,9 +85,9 @@ def step_flux(args, left):
     return {"rc": rc, "process_s": wall, **result, "tail": text[-2000:]}
 
 
-def _pytest(files, args, left, name, extra=()):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", *extra, *files]
-    rc, text, wall = _run(cmd, left(), log=Path(args.out) / f"{name}.log")
+def _pytest(files, args, left, name, env=None):
+    cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", *files]
+    rc, text, wall = _run(cmd, left(), env=env, log=Path(args.out) / f"{name}.log")
     summary = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed)", l)]
     failed = sorted(set(re.findall(r"^FAILED (\S+)", text, re.M)))
     return {"rc": rc, "process_s": wall, "summary": summary[-1:] if summary else text[-300:],
@@ -99,12 +99,8 @@ def step_tests(args, left):
 
 
 def step_opinfo(args, left):
-    extra = ()
-    env_shard = {}
-    if args.shard:
-        os.environ["TORCH_TPU_TEST_SHARD"] = args.shard
-        env_shard = {"shard": args.shard}
-    return {**env_shard, **_pytest(["tests/test_op_consistency.py"], args, left, "opinfo", extra)}
+    env = {"TORCH_TPU_TEST_SHARD": args.shard} if args.shard else {}
+    return {"shard": args.shard, **_pytest(["tests/test_op_consistency.py"], args, left, "opinfo", env=env)}
 
 
 def _bench_script(name, args, left, extra=()):
