@@ -23,8 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
-import differential as D
-from differential import watchdog  # noqa: F401
+from tests.harness import differential as D
+from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -75,7 +75,7 @@ FUSED_SUBSET = ["index_put", "scatter_reduce.amax", "cummax", "as_strided_scatte
 
 
 def _opinfo_case(name, mode, sample=0):
-    import test_hostile_backward as HB
+    from tests.ops import test_op_backward as HB
 
     def run():
         if name not in HB._opinfos():

@@ -23,9 +23,9 @@ import torch
 import torch._dynamo
 import torch.nn.functional as F
 
-import differential as D
+from tests.harness import differential as D
 import torch_tpu
-from differential import watchdog  # noqa: F401
+from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 

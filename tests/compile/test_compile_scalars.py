@@ -35,9 +35,9 @@ import torch
 import torch._dynamo
 import torch._dynamo.utils as dynamo_utils
 
-import differential as D
+from tests.harness import differential as D
 import torch_tpu
-from differential import watchdog  # noqa: F401
+from tests.harness.differential import watchdog  # noqa: F401
 
 NAN, INF = float("nan"), float("inf")
 FLOATS = [0.5, 1.5, 0.0, NAN, INF, -INF, 1e-320, 3e39, 0.1]

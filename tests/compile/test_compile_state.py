@@ -81,8 +81,8 @@ import torch
 import torch._dynamo
 import torch.nn as nn
 
-import differential as D
-from differential import watchdog  # noqa: F401
+from tests.harness import differential as D
+from tests.harness.differential import watchdog  # noqa: F401
 from torch_tpu import EagerMode
 
 pytestmark = pytest.mark.usefixtures("watchdog")

@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch._dynamo
 
-import differential as D
+from tests.harness import differential as D
 
 SEEDS = D.fuzz_seeds(3)
 

@@ -92,7 +92,7 @@ def test_the_readme_snippet_draws_the_prompts_with_diffusers_defaults(tmp_path):
     that imports nothing of torch_tpu's, moved to the tpu, called with diffusers' defaults but the size
     (max_sequence_length 512, 28 steps). The T5 tokenizer caps the sequence at the 16 tokens the model
     was trained on: the pictures are those of the explicit call on CPU torch, and judged right."""
-    import differential as D
+    from tests.harness import differential as D
 
     out = tmp_path / "images.npy"
     proc = D.run_isolated(f"""

@@ -20,8 +20,7 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_distributed import _assert_ok, _spawn, job_env  # noqa: E402,F401  (job_env: a fixture)
+from tests.distributed.test_distributed import _assert_ok, _spawn, job_env  # noqa: E402,F401  (job_env: a fixture)
 
 HERE = os.path.abspath(__file__)
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 HERE = os.path.abspath(__file__)
-REPO = os.path.dirname(os.path.dirname(HERE))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,10 +44,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import differential as D
-import twin_cases
-import twins
-from differential import watchdog  # noqa: F401
+from tests.harness import differential as D
+from tests.harness import twin_cases, twin_disk
+from tests.harness import twins
+from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -155,11 +155,10 @@ _DISK = "dtype_add,layout_exp,bits_exp,scalarconst_where_f32"
 
 
 def test_twins_through_the_persistent_cache(tmp_path):
-    here = os.path.dirname(os.path.abspath(__file__))
     env = {"TORCH_TPU_CACHE_DIR": str(tmp_path)}
     code = "import runpy, sys\nsys.argv = ['twin_disk.py', '{role}', 'strict', {pat!r}]\n" \
            "runpy.run_path({path!r}, run_name='__main__')\n"
-    path = os.path.join(here, "twin_disk.py")
+    path = twin_disk.__file__
     first = D.run_isolated(code.format(role="a", pat=_DISK, path=path), timeout=240, env=env)
     D.assert_isolated_ok(first, expect="DONE")
     second = D.run_isolated(code.format(role="b", pat=_DISK, path=path), timeout=240, env=env)

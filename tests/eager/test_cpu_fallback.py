@@ -18,7 +18,7 @@ from torch.utils import _pytree as pytree
 
 import torch_tpu
 
-import differential as D
+from tests.harness import differential as D
 
 pytest.importorskip("expecttest")  # common_methods_invocations imports it
 

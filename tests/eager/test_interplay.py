@@ -25,8 +25,8 @@ import threading
 import pytest
 import torch
 
-import differential as D
-from differential import watchdog  # noqa: F401
+from tests.harness import differential as D
+from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 

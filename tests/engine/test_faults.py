@@ -48,9 +48,9 @@ import warnings
 import pytest
 import torch
 
-import differential as D
+from tests.harness import differential as D
 import torch_tpu
-from differential import watchdog  # noqa: F401
+from tests.harness.differential import watchdog  # noqa: F401
 from torch_tpu.eager import backward_errors
 from torch_tpu.engine import fused
 

@@ -229,7 +229,7 @@ def test_backward_through_fused_graphs():
 
 
 def test_failing_op_is_named_with_its_user_location():
-    from test_errors import _boom_op
+    from tests.eager.test_errors import _boom_op
 
     op = _boom_op()
     x = torch.ones(3, device="tpu")
@@ -313,7 +313,7 @@ def test_by_default_only_dead_temporaries_are_donated():
 def test_a_failing_graph_behaves_like_the_failing_op_on_cpu():
     """Values before the failing op are computed, the failing op and everything after it fail with its
     name and line, and in-place writes from then on are undone; the device keeps working."""
-    from test_errors import _boom_op
+    from tests.eager.test_errors import _boom_op
 
     op = _boom_op()
     x = torch.ones(4, device="tpu")

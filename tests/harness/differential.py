@@ -48,6 +48,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import torch_tpu
+from tests.harness import REPO
 
 DEV = "tpu"
 
@@ -683,8 +684,7 @@ def run_isolated(code: str, timeout: float = 90, env: dict | None = None) -> sub
     CompletedProcess; on timeout returncode is None and stdout/stderr hold what came before."""
     full = _PRELUDE + textwrap.dedent(code)
     e = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    e["PYTHONPATH"] = here + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e["PYTHONPATH"] = REPO + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     e.pop("PYTEST_CURRENT_TEST", None)
     e.update(env or {})
     try:
@@ -859,12 +859,10 @@ def run_cases_isolated(module_file: str, names: Sequence[str], timeout_per_case:
     import queue
     import threading
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(here)
     e = dict(os.environ)
-    e["PYTHONPATH"] = root + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e["PYTHONPATH"] = REPO + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     e.update(env or {})
-    code = f"import sys; sys.path.insert(0, {here!r}); import differential; differential._worker({module_file!r})"
+    code = f"from tests.harness import differential; differential._worker({module_file!r})"
     results: dict[str, tuple[str, str]] = {}
     todo = list(names)
     while todo:

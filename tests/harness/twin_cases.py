@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-import differential as D
-from twins import Twin
+from tests.harness import differential as D
+from tests.harness.twins import Twin
 
 PD = D.per_device
 
@@ -336,7 +336,7 @@ def _call_of(op, inp, args, kwargs):
 def opinfo_twins(ops_limit=None, seed=0, per_op=6):
     import random
 
-    import test_op_consistency as T
+    from tests.ops import test_op_consistency as T
     rnd = random.Random(seed)
     ops = [o for o in T._selected() if not any(p in o.name for p in _RANDOM)]
     rnd.shuffle(ops)

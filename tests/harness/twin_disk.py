@@ -6,13 +6,12 @@ second process finds the first one's programs (and op descriptions, graph sets) 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import torch  # noqa: E402
 
 import torch_tpu  # noqa: E402,F401
-import twin_cases  # noqa: E402
-import twins  # noqa: E402
+from tests.harness import twin_cases, twins  # noqa: E402
 
 
 def main(role, mode, pattern, limit=10 ** 9):

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import torch_tpu
-import differential as D
+from tests.harness import differential as D
 
 MODES = ("strict", "fused", "compiled", "compiled_dyn")
 

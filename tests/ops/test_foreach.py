@@ -10,7 +10,7 @@ requires) raised a device mismatch.
 import pytest
 import torch
 
-import differential as D
+from tests.harness import differential as D
 
 
 def _list(dev, dtypes=(torch.float32,) * 3, seed=0):

@@ -11,8 +11,8 @@ import warnings
 import pytest
 import torch
 
-import differential as D
-from differential import watchdog  # noqa: F401
+from tests.harness import differential as D
+from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = [pytest.mark.usefixtures("watchdog"),
               pytest.mark.filterwarnings("ignore:torch.triangular_solve is deprecated")]

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
-import differential as D
-from differential import watchdog  # noqa: F401
+from tests.harness import differential as D
+from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 

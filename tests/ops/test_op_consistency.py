@@ -25,7 +25,7 @@ import torch_tpu
 import torch_tpu.ops as tpu_ops
 from torch_tpu.ops.registry import LOWERINGS
 
-import differential as D
+from tests.harness import differential as D
 
 pytest.importorskip("expecttest")  # common_methods_invocations imports it
 op_db = D.opinfo_db()

@@ -16,7 +16,7 @@ import warnings
 import pytest
 import torch
 
-import differential as D
+from tests.harness import differential as D
 import torch_tpu
 from torch_tpu.errors import DeviceAssertError
 

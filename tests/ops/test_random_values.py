@@ -41,7 +41,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import differential as D
+from tests.harness import differential as D
 
 SEEDS = D.fuzz_seeds(120)
 COMPILED_SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_COMPILED_SEEDS", "6")))

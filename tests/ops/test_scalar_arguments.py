@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import differential as D
-from differential import watchdog  # noqa: F401  (autouse below)
+from tests.harness import differential as D
+from tests.harness.differential import watchdog  # noqa: F401  (autouse below)
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 

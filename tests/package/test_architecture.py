@@ -4,7 +4,7 @@ imported or executed."""
 import ast
 import pathlib
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "torch_tpu"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "torch_tpu"
 
 # Lowest first. A module's layer is that of its first path component under torch_tpu/.
 LAYERS = (

@@ -40,7 +40,7 @@ def test_values_and_defaults(monkeypatch):
 
 
 def test_every_variable_is_documented():
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
     missing = [v.name for v in config.VARIABLES if v.name not in readme]
     assert not missing, f"README has no row for {missing}"
 

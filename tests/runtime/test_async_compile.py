@@ -142,7 +142,7 @@ def test_a_background_compile_failure_runs_the_graph_op_by_op(gate, monkeypatch)
 
 
 def test_an_earlier_graph_failing_fails_the_later_ones_and_undoes_their_writes(gate):
-    from test_errors import _boom_op
+    from tests.eager.test_errors import _boom_op
 
     op = _boom_op()
     p0 = torch.arange(4.0)
@@ -269,7 +269,7 @@ def test_the_line_of_waiting_graphs_is_bounded(gate, monkeypatch):
 
 
 def test_leaving_fused_mode_when_a_waiting_graph_fails_still_leaves_it(gate):
-    from test_errors import _boom_op
+    from tests.eager.test_errors import _boom_op
 
     op = _boom_op()
     x = torch.ones(3, device="tpu")

@@ -41,7 +41,7 @@ import threading
 import pytest
 import torch
 
-import differential as D
+from tests.harness import differential as D
 import torch_tpu
 from torch_tpu.runtime import caches, memory
 

@@ -19,8 +19,9 @@ import textwrap
 import pytest
 import torch
 
-import differential as D
-from differential import watchdog  # noqa: F401
+from tests.harness import REPO
+from tests.harness import differential as D
+from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -137,7 +138,7 @@ def _free_port():
 def test_all_gather_shape_error_is_clear(world):
     port = str(_free_port())
     procs = []
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = REPO
     code = "import torch, torch_tpu\n" + textwrap.dedent(_dist_snippet(world))
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),

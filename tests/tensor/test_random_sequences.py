@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 
-import differential as D
+from tests.harness import differential as D
 import torch_tpu
 from torch_tpu.engine import fused
 

@@ -9,8 +9,8 @@ fails alone and the rest go on; the suite pays the imports once.
 import pytest
 import torch
 
-import differential as D
-from differential import watchdog  # noqa: F401
+from tests.harness import differential as D
+from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
