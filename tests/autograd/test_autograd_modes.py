@@ -24,10 +24,8 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 ALL = ["strict", "fused", "compiled"]
 EAGER = ["strict", "fused"]
 

@@ -27,10 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow, pytest.mark.fuzz]
 SEEDS = D.fuzz_seeds(10)
 COMPILED_SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_COMPILED_SEEDS", str(max(1, len(SEEDS) // 5)))))
 

@@ -29,10 +29,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 O = torch.optim
 EAGER = ["strict", "fused"]
 X = D.rand(6, 4)

@@ -12,6 +12,8 @@ import torch._dynamo
 import torch_tpu
 from torch_tpu.compile import StaticShapeError
 
+pytestmark = pytest.mark.slow
+
 
 def _graph_compiles():
     return torch_tpu.stats()["graph_compiles"]

@@ -25,7 +25,6 @@ import torch.nn.functional as F
 
 from tests.harness import differential as D
 import torch_tpu
-from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 

@@ -37,7 +37,8 @@ import torch._dynamo.utils as dynamo_utils
 
 from tests.harness import differential as D
 import torch_tpu
-from tests.harness.differential import watchdog  # noqa: F401
+
+pytestmark = pytest.mark.slow
 
 NAN, INF = float("nan"), float("inf")
 FLOATS = [0.5, 1.5, 0.0, NAN, INF, -INF, 1e-320, 3e39, 0.1]

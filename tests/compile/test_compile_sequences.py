@@ -15,11 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 def compiled(fn, cpu="plain", **kw):
     """fn compiled with backend="tpu" on the tpu and, on the CPU, run plain (``cpu="plain"``) or compiled
     with backend="eager" (``cpu="eager"``); a per-device argument (a fresh compile on each device)."""

@@ -82,7 +82,6 @@ import torch._dynamo
 import torch.nn as nn
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 from torch_tpu import EagerMode
 
 pytestmark = pytest.mark.usefixtures("watchdog")

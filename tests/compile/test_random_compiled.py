@@ -22,6 +22,8 @@ import torch._dynamo
 
 from tests.harness import differential as D
 
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
+
 SEEDS = D.fuzz_seeds(3)
 
 # ---------------------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ import torch
 
 from torch_tpu.demo import judge, model, shapes, train
 
+pytestmark = pytest.mark.slow
+
 
 def _rng(seed):
     return np.random.Generator(np.random.PCG64(seed))

@@ -22,6 +22,8 @@ import pytest
 
 from tests.distributed.test_distributed import _assert_ok, _spawn, job_env  # noqa: E402,F401  (job_env: a fixture)
 
+pytestmark = pytest.mark.slow
+
 HERE = os.path.abspath(__file__)
 
 DTYPES = ("bool", "uint8", "int8", "int32", "float16", "bfloat16", "float64", "complex64")

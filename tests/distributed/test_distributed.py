@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 HERE = os.path.abspath(__file__)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 

@@ -47,7 +47,6 @@ import torch.nn.functional as F
 from tests.harness import differential as D
 from tests.harness import twin_cases, twin_disk
 from tests.harness import twins
-from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 

@@ -26,10 +26,8 @@ import pytest
 import torch
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 EAGER = ["strict", "fused"]
 ALL = ["strict", "fused", "compiled"]
 X = D.rand(3, 4)

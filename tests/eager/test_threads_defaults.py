@@ -39,7 +39,6 @@ import torch
 
 from tests.harness import differential as D
 import torch_tpu
-from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 

@@ -50,12 +50,10 @@ import torch
 
 from tests.harness import differential as D
 import torch_tpu
-from tests.harness.differential import watchdog  # noqa: F401
 from torch_tpu.eager import backward_errors
 from torch_tpu.engine import fused
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 STRICT, FUSE = torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE
 
 

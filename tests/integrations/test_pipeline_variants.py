@@ -28,10 +28,8 @@ import torch.nn.functional as F
 
 from tests.harness import differential as D
 import torch_tpu
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 TRIED = [  # (case, outcome)
     ("FluxImg2Img / SD3Img2Img: PIL, numpy, CPU and tpu tensor, fp16 tensor, strided tensor, [-1,1] image", "ok"),
     ("img2img strength 1.0, 0.01, 0.0 (both ValueError), batch of 2 images, nipp=2 latent", "ok"),

@@ -14,6 +14,8 @@ import torch
 
 from torch_tpu.testing import tiny_pipelines as tp
 
+pytestmark = pytest.mark.slow
+
 RES = 64
 STEPS = 2
 FP32_TOL = 1e-4

@@ -29,10 +29,8 @@ import torch.nn.functional as F
 
 from tests.harness import differential as D
 import torch_tpu
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 STRICT, FUSED = torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE
 _PIPES = {}
 

@@ -20,10 +20,8 @@ import torch.nn.functional as F
 from torch.nn.utils import rnn as rnn_utils
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 EAGER = ["strict", "fused"]
 TOL = dict(atol=1e-4, rtol=1e-4)
 

@@ -30,10 +30,8 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 bf, hf, c64, c128 = torch.bfloat16, torch.float16, torch.complex64, torch.complex128
 CL = torch.channels_last
 

@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 

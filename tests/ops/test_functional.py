@@ -11,10 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 ALL = ["strict", "fused", "compiled"]
 EAGER = ["strict", "fused"]
 

@@ -12,9 +12,8 @@ import pytest
 import torch
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = [pytest.mark.usefixtures("watchdog"),
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("watchdog"),
               pytest.mark.filterwarnings("ignore:torch.triangular_solve is deprecated")]
 
 ALL = ["strict", "fused", "compiled"]

@@ -16,10 +16,8 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 MODES = ["strict", "fused"]
 RANDOM = {"bernoulli", "nn.functional.dropout", "native_dropout_backward", "normal", "uniform"}
 # grads whose CPU reference is itself ill-defined at ties / kinks for the OpInfo's sample: compared loosely

@@ -27,6 +27,8 @@ from torch_tpu.ops.registry import LOWERINGS
 
 from tests.harness import differential as D
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("expecttest")  # common_methods_invocations imports it
 op_db = D.opinfo_db()
 

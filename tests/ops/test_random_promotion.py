@@ -20,6 +20,8 @@ from tests.harness import differential as D
 import torch_tpu
 from torch_tpu.errors import DeviceAssertError
 
+pytestmark = pytest.mark.fuzz
+
 SEEDS = D.fuzz_seeds(200)
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.complex64]

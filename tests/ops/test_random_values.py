@@ -43,6 +43,8 @@ import torch.nn.functional as F
 
 from tests.harness import differential as D
 
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
+
 SEEDS = D.fuzz_seeds(120)
 COMPILED_SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_COMPILED_SEEDS", "6")))
 

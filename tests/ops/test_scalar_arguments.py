@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401  (autouse below)
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 

@@ -15,6 +15,8 @@ from torch_tpu import EagerMode
 from torch_tpu.engine import fused, module_graphs
 from torch_tpu.runtime import disk_cache, stable_keys
 
+pytestmark = pytest.mark.slow
+
 FUSE = EagerMode.DEFER_AND_FUSE
 
 

@@ -21,10 +21,8 @@ import torch
 
 from tests.harness import REPO
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 FORK = {
     "fork_after_device_use": ("""
         import os, time, signal

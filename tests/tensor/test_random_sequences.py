@@ -16,6 +16,8 @@ from tests.harness import differential as D
 import torch_tpu
 from torch_tpu.engine import fused
 
+pytestmark = pytest.mark.fuzz
+
 SEEDS = D.fuzz_seeds(50)
 
 # each entry: (name, function of (tensor, rng) -> tensor); names make failures readable

@@ -10,10 +10,8 @@ import pytest
 import torch
 
 from tests.harness import differential as D
-from tests.harness.differential import watchdog  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures("watchdog")
-
+pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 SE = ["strict", "fused"]
 ALL = ["strict", "fused", "compiled"]
 X = torch.arange(24, dtype=torch.float32).reshape(4, 6)
