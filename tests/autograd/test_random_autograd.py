@@ -891,11 +891,4 @@ for _s in COMPILED_SEEDS:
     ISOLATED_CASES[f"compiled:{_s}"] = (lambda s: lambda: run_seed(s, "compiled"))(_s)
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_seed"), timeout_per_case=180)
-
-
-@pytest.mark.parametrize("name", list(ISOLATED_CASES))
-def test_seed(results, name):
-    D.assert_isolated_result(results, name)
+results, test_seed = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

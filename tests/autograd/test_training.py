@@ -246,11 +246,4 @@ def test_sparse_embedding_gradient():
     m(torch.tensor([1, 2, 4], device="tpu")).sum().backward()
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=180)
-
-
-@pytest.mark.parametrize("name", list(ISOLATED_CASES))
-def test_case(results, name):
-    D.assert_isolated_result(results, name)
+results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

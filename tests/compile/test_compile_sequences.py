@@ -1137,17 +1137,4 @@ ISOLATED_CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=180)
-
-
-# resize_input was a strict xfail (a stale meta stand-in after resize_: __tensor_unflatten__ shape
-# assertion); fixed in TpuTensor._tpu_fake_inner (compiled14)
-XFAIL: dict = {}
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=XFAIL[n]))
-                                  if n in XFAIL else n for n in ISOLATED_CASES])
-def test_case(results, name):
-    D.assert_isolated_result(results, name)
+results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

@@ -20,7 +20,8 @@ import time
 
 import pytest
 
-from tests.distributed.test_distributed import _assert_ok, _spawn, job_env  # noqa: E402,F401  (job_env: a fixture)
+from tests.harness import jobs
+from tests.harness.jobs import job_env  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -997,8 +998,7 @@ def scenario_dtensor(out_dir):
 def _job(name, tmp_path_factory, env, timeout):
     out = tmp_path_factory.mktemp(name)
     t0 = time.time()
-    results = _spawn(name, out, env, timeout=timeout, script=HERE,
-                     extra={"TORCH_TPU_DIST_TIMEOUT": "30"})
+    results = jobs.spawn(HERE, name, out, env, timeout=timeout, extra={"TORCH_TPU_DIST_TIMEOUT": "30"})
     logs = []
     for rank in range(2):
         entries = []
@@ -1016,7 +1016,7 @@ def sweep(job_env, tmp_path_factory):
 
 
 def _family(job, prefix):
-    _assert_ok(job["results"])  # no rank crashed, hung or exited non-zero
+    jobs.assert_ok(job["results"])  # no rank crashed, hung or exited non-zero
     bad, seen = [], 0
     for rank, entries in enumerate(job["logs"]):
         for name, outcome, detail, _secs in entries:

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from tests.harness import REPO, jobs
+from tests.harness.jobs import job_env  # noqa: F401  (a fixture)
+
 pytestmark = pytest.mark.slow
 
 HERE = os.path.abspath(__file__)
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -659,55 +660,8 @@ def scenario_pipeline_tp(out_dir):
 # ---------------------------------------------------------------------------------------------
 # Launching.
 # ---------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def job_env(tmp_path_factory):
-    env = dict(os.environ)
-    # share one compile cache across the children (and with the rest of the suite when set)
-    from torch_tpu import config
-
-    env["TORCH_TPU_CACHE_DIR"] = config.compile_cache_dir() or str(tmp_path_factory.mktemp("xla-cache"))
-    env.setdefault("TINY_ROOT", os.environ.get("TORCH_TPU_TINY_PIPELINES_DIR")
-                   or str(tmp_path_factory.mktemp("pipes")))
-    env["HF_HUB_OFFLINE"] = "1"
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_TPU_DEVICE_INDEX"):
-        env.pop(var, None)
-    return env
-
-
-def _spawn(scenario, out_dir, env, nproc=2, timeout=150, extra=None, rank0_only=False, script=HERE):
-    """Start nproc ranks as plain processes with torchrun's environment; return [(rc, stderr, secs)].
-    ``script``: the file whose ``scenario_<name>`` the children run (its ``__main__`` picks it)."""
-    port = str(_free_port())
-    procs = []
-    t0 = time.time()
-    for rank in range(nproc):
-        e = dict(env, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **(extra or {}))
-        procs.append(subprocess.Popen([sys.executable, script, scenario, str(out_dir)], env=e, cwd=REPO,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    results = []
-    try:
-        for p in procs[:1] if rank0_only else procs:  # rank0_only: the others are stuck on purpose
-            out, _ = p.communicate(timeout=max(1, timeout - (time.time() - t0)))
-            results.append((p.returncode, out, time.time() - t0))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
-
-
-def _assert_ok(results):
-    for rank, (rc, out, _) in enumerate(results):
-        assert rc == 0, f"rank {rank} exited with {rc}:\n{out[-6000:]}"
+def _spawn(scenario, out_dir, env, **kw):
+    return jobs.spawn(HERE, scenario, out_dir, env, **kw)
 
 
 def test_collectives_under_torchrun_via_launcher(job_env, tmp_path):
@@ -847,14 +801,14 @@ def test_opt_out_keeps_a_worker_off_the_runtime(job_env):
             "assert not multiprocess.active() and multiprocess.why_inactive() == 'TORCH_TPU_DIST_XLA=0'\n"
             "print('ok')\n")
     env = dict(job_env, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()), TORCH_TPU_DIST_XLA="0")
+               MASTER_PORT=str(jobs.free_port()), TORCH_TPU_DIST_XLA="0")
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 
 
 def test_tensor_parallel_pipelines(job_env, tmp_path):
-    _assert_ok(_spawn("pipeline_tp", tmp_path, job_env, timeout=300))
+    jobs.assert_ok(_spawn("pipeline_tp", tmp_path, job_env, timeout=300))
     report = json.loads((tmp_path / "rank0.json").read_text())
     for kind in ("flux2", "flux"):
         info = report[kind]

@@ -556,16 +556,10 @@ def _case_of_item(item):
     return cs.params.get("name") if cs is not None and item.originalname in ("test_case", "test_gap") else None
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, _case_of_item, timeout_per_case=120)
-
-
-@pytest.fixture(scope="module")
-def growth_results():
-    """In a child of its own: a small program bound, so that a few dozen shapes pass it."""
-    return D.run_cases_isolated(__file__, list(GROWTH_CASES), timeout_per_case=120,
-                                env={"TORCH_TPU_MAX_CACHED_PROGRAMS": "24"})
+results = D.isolated_fixture(__file__, _case_of_item, timeout_per_case=120)
+# in a child of its own: a small program bound, so that a few dozen shapes pass it
+growth_results = D.isolated_fixture(__file__, D.param_of("test_growth"), timeout_per_case=120,
+                                    env={"TORCH_TPU_MAX_CACHED_PROGRAMS": "24"})
 
 
 @pytest.mark.parametrize("name", [n for n in ISOLATED_CASES if not n.startswith("gap:")])

@@ -857,9 +857,7 @@ for _n, _fn in DEVICE_RULES.items():
         ISOLATED_CASES[f"rule:{_n}:{_m}"] = _in_mode_case(_fn, _m)
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.case_and_mode, timeout_per_case=120)
+results = D.isolated_fixture(__file__, D.case_and_mode, timeout_per_case=120)
 
 
 # gaps left open, each a strict xfail with its reason

@@ -948,15 +948,29 @@ def param_of(test_name: str, param: str = "name"):
     return case_of_item
 
 
-def isolated_case_tests(module_file: str, cases: dict, xfail: dict | None = None, timeout_per_case: float = 120):
-    """The module fixture and the test of a file whose ``ISOLATED_CASES`` run in one crash-tolerant child:
-    ``results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, XFAIL)``; a case named in
-    ``xfail`` is a strict xfail with that reason."""
-    xfail = xfail or {}
-
+def isolated_fixture(module_file: str, case_of_item: Callable, **kw):
+    """A module-scoped fixture whose value is ``isolated_results`` for ``module_file``'s collected items:
+    ``results = D.isolated_fixture(__file__, D.case_and_mode, timeout_per_case=120)`` (``kw``: those of
+    ``run_cases_isolated``, e.g. ``env``)."""
     @pytest.fixture(scope="module")
     def results(request):
-        return isolated_results(request, module_file, param_of("test_case"), timeout_per_case=timeout_per_case)
+        return isolated_results(request, module_file, case_of_item, **kw)
+
+    return results
+
+
+def isolated_case_tests(module_file: str, cases: dict, xfail: dict | None = None, timeout_per_case: float = 120,
+                        **kw):
+    """The module fixture and the test of a file whose ``ISOLATED_CASES`` run in one crash-tolerant child:
+    ``results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, XFAIL)``; a case named in
+    ``xfail`` is a strict xfail with that reason. The test may take any name (``results, test_seed = ...``)."""
+    xfail = xfail or {}
+
+    def case_of_item(item):
+        cs = getattr(item, "callspec", None)
+        return cs.params.get("name") if cs is not None and getattr(item, "function", None) is test_case else None
+
+    results = isolated_fixture(module_file, case_of_item, timeout_per_case=timeout_per_case, **kw)
 
     @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=xfail[n]))
                                       if n in xfail else n for n in cases])

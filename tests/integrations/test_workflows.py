@@ -420,14 +420,7 @@ ISOLATED_CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=240)
-
-
-@pytest.mark.parametrize("name", list(ISOLATED_CASES))
-def test_case(results, name):
-    D.assert_isolated_result(results, name)
+results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=240)
 
 
 @pytest.mark.xfail(strict=True, reason="torch.empty(..., pin_memory=True) allocates through PrivateUse1's pinned "

@@ -328,11 +328,4 @@ ISOLATED_CASES.update({f"check:{k}": _check_case(*v) for k, v in CHECK_CASES.ite
 ISOLATED_CASES.update({f"misc:{k}": v for k, v in MISC_CASES.items()})
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=180)
-
-
-@pytest.mark.parametrize("name", list(ISOLATED_CASES))
-def test_case(results, name):
-    D.assert_isolated_result(results, name)
+results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

@@ -480,18 +480,7 @@ CASES["api:tpu_and_accelerator"] = _tpu_api
 
 # ---------------------------------------------------------------------------------------------------
 
-XFAIL: dict = {}
-
 ISOLATED_CASES = CASES
 
-
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=180)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=XFAIL[n], strict=True))
-                                  if n in XFAIL else n for n in CASES])
-def test_case(results, name):
-    D.assert_isolated_result(results, name)
+results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)
 

@@ -372,9 +372,7 @@ for _n in sorted(FUSED_TOO):
     ISOLATED_CASES[f"extra:{_n}:fused"] = _make_case("extra", _n, "fused")
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.case_and_mode, timeout_per_case=120)
+results = D.isolated_fixture(__file__, D.case_and_mode, timeout_per_case=120)
 
 
 @pytest.mark.parametrize("mode", ["strict"])

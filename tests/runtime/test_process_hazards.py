@@ -11,18 +11,28 @@ Process-level cases run in child processes, started together so their imports ov
 """
 import json
 import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 
-from tests.harness import REPO
+from tests.harness import jobs
 from tests.harness import differential as D
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
+
+# the parent's side of a fork: wait 30 s for the child, then kill it and say it hung
+_WAIT_FOR_CHILD = """
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            r, status = os.waitpid(pid, os.WNOHANG)
+            if r:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); print("CHILD-HANG")
+"""
+
 FORK = {
     "fork_after_device_use": ("""
         import os, time, signal
@@ -35,14 +45,7 @@ FORK = {
             except Exception as e:
                 os.write(1, f"CHILD-RAISED {type(e).__name__}: {e}\\n".encode())
             os._exit(0)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            r, status = os.waitpid(pid, os.WNOHANG)
-            if r:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); print("CHILD-HANG")
+    """ + _WAIT_FOR_CHILD + """
         print("PARENT", (torch.ones(2, device="tpu") * 3).cpu().tolist())
         print("OK")
     """, r"CHILD-RAISED [A-Za-z]*Error: .*(?i:fork)[\s\S]*PARENT \[3.0, 3.0\][\s\S]*OK"),
@@ -57,14 +60,7 @@ FORK = {
             except Exception as e:
                 os.write(1, f"CHILD-RAISED {type(e).__name__}: {e}\\n".encode())
             os._exit(0)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            r, status = os.waitpid(pid, os.WNOHANG)
-            if r:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0); print("CHILD-HANG")
+    """ + _WAIT_FOR_CHILD + """
         print("OK")
     """, r"CHILD-(RAN|RAISED [A-Za-z]*Error: .*(?i:fork))[\s\S]*OK"),
     "is_in_bad_fork": ("""
@@ -126,44 +122,16 @@ def test_fork(fork_batch, name):
     D.assert_isolated_ok(proc, expect=FORK[name][1])
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("world", [1, 2])
 def test_all_gather_shape_error_is_clear(world):
-    port = str(_free_port())
-    procs = []
-    here = REPO
     code = "import torch, torch_tpu\n" + textwrap.dedent(_dist_snippet(world))
-    for rank in range(world):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                   LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
-                   TORCH_TPU_DIST_TIMEOUT="30", PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        env.pop("PYTEST_CURRENT_TEST", None)
-        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    outs = []
-    try:
-        for p in procs:
-            try:
-                o, e = p.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                o, e = p.communicate()
-                pytest.fail(f"[hang] a rank did not finish: {o[-500:]} {e[-800:]}")
-            outs.append((p.returncode, o, e))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for rank, (rc, o, e) in enumerate(outs):
-        assert rc == 0, f"[crash] rank {rank} rc {rc}: {o[-500:]} {e[-1500:]}"
+    outs = jobs.run_ranks(["-c", code], jobs.without_rank_variables(os.environ), nproc=world, timeout=120,
+                          extra={"TORCH_TPU_DIST_TIMEOUT": "30"})
+    for rank, (rc, o, _) in enumerate(outs):
+        assert rc is not None, f"[hang] rank {rank} did not finish: {o[-1500:]}"
+        assert rc == 0, f"[crash] rank {rank} rc {rc}: {o[-2000:]}"
         assert "RAISED" in o, f"[silent] rank {rank}: all_gather_into_tensor with a wrong output size returned: {o}"
-        msg = o.split("RAISED", 1)[1].lower()
+        msg = o.split("RAISED", 1)[1].split("\n", 1)[0].lower()
         assert "peer" not in msg and "exited" not in msg, f"[unclear error] rank {rank} blames a peer: {o.strip()}"
         assert any(w in msg for w in ("size", "shape", "numel", "element")), (
             f"[unclear error] rank {rank}: the message does not name the size problem: {o.strip()}")

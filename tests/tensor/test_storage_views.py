@@ -93,8 +93,7 @@ VIEW_META = {
 
 
 @pytest.mark.parametrize("case", sorted(VIEW_META))
-def test_view_metadata(eager_mode, case, request):
-    _known_gap(request, case)
+def test_view_metadata(eager_mode, case):
     D.check(VIEW_META[case], X.clone())
 
 
@@ -340,25 +339,8 @@ def _iso_pickle_tensor():
 ISOLATED_CASES = {name[len("_iso_"):]: fn for name, fn in dict(globals()).items() if name.startswith("_iso_")}
 
 
-@pytest.fixture(scope="module")
-def isolated_results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_isolated_storage"), timeout_per_case=90)
-
-
-# Known gaps, stated (strict: a fix makes these fail until the entry is removed).
-KNOWN_GAPS = {
-}
-
-
-def _known_gap(request, name):
-    if name in KNOWN_GAPS:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
-
-
-@pytest.mark.parametrize("name", sorted(ISOLATED_CASES))
-def test_isolated_storage(isolated_results, name, request):
-    _known_gap(request, name)
-    D.assert_isolated_result(isolated_results, name)
+results, test_isolated_storage = D.isolated_case_tests(__file__, dict(sorted(ISOLATED_CASES.items())),
+                                                       timeout_per_case=90)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -829,13 +829,4 @@ KNOWN_GAPS: dict[str, str] = {
 }
 
 
-@pytest.fixture(scope="module")
-def results(request):
-    return D.isolated_results(request, __file__, D.param_of("test_case"), timeout_per_case=120)
-
-
-@pytest.mark.parametrize("name", list(ISOLATED_CASES))
-def test_case(results, name, request):
-    if name in KNOWN_GAPS:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
-    D.assert_isolated_result(results, name)
+results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, KNOWN_GAPS, timeout_per_case=120)
