@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import torch_tpu
+from tests.harness.failing_ops import boom_op
 
 DEV = "tpu"
 
@@ -59,34 +60,8 @@ def test_cpu_fallback(monkeypatch):
     _fresh_entries()
 
 
-def _boom_op():
-    """A custom op whose lowering fails while the program runs (not while it compiles)."""
-    if hasattr(torch.ops, "tputest") and hasattr(torch.ops.tputest, "boom"):
-        return torch.ops.tputest.boom.default
-    import jax
-
-    from torch_tpu.ops import registry
-
-    @torch.library.custom_op("tputest::boom", mutates_args=())
-    def boom(x: torch.Tensor) -> torch.Tensor:
-        return x.clone()
-
-    @boom.register_fake
-    def _(x):
-        return torch.empty_like(x)
-
-    def fail(a):
-        raise ValueError("device-side failure for the test")
-
-    @registry.register(torch.ops.tputest.boom.default)
-    def _lower(x):
-        return jax.pure_callback(fail, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
-
-    return torch.ops.tputest.boom.default
-
-
 def test_launch_blocking_raises_at_the_op():
-    op = _boom_op()
+    op = boom_op()
     x = torch.ones(3, device=DEV)
     with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING):
         y = x + 1

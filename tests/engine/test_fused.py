@@ -229,9 +229,9 @@ def test_backward_through_fused_graphs():
 
 
 def test_failing_op_is_named_with_its_user_location():
-    from tests.eager.test_errors import _boom_op
+    from tests.harness.failing_ops import boom_op
 
-    op = _boom_op()
+    op = boom_op()
     x = torch.ones(3, device="tpu")
     with torch.tpu.set_eager_mode(FUSE):
         y = x + 1
@@ -313,9 +313,9 @@ def test_by_default_only_dead_temporaries_are_donated():
 def test_a_failing_graph_behaves_like_the_failing_op_on_cpu():
     """Values before the failing op are computed, the failing op and everything after it fail with its
     name and line, and in-place writes from then on are undone; the device keeps working."""
-    from tests.eager.test_errors import _boom_op
+    from tests.harness.failing_ops import boom_op
 
-    op = _boom_op()
+    op = boom_op()
     x = torch.ones(4, device="tpu")
     p = torch.full((4,), 5.0, device="tpu")
     with torch.tpu.set_eager_mode(FUSE):

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.failing_ops import boom_everywhere_op
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -263,45 +264,14 @@ def test_nonfused_dependency_on_failed_value(fused):
 
 
 # ---------------------------------------------------------------------------------------------------
-# a graph that fails while it runs (not at record time): today's out-of-range indices do not raise, so
-# the scenarios above cannot reach a failing graph yet; this custom op fails inside the program.
-
-
-def _boom_op():
-    """``hostile::boom``: on CPU it raises at the call; on the tpu its lowering is a host callback that
-    raises while the program runs (registered through the op table -- an internal API)."""
-    if hasattr(torch.ops, "hostile") and hasattr(torch.ops.hostile, "boom"):
-        return torch.ops.hostile.boom.default
-    import jax
-
-    try:
-        from torch_tpu.ops import registry
-    except ImportError as e:  # the op table moved: adjust this import
-        pytest.fail(f"[setup] cannot reach the op table's register(): {e}")
-
-    @torch.library.custom_op("hostile::boom", mutates_args=())
-    def boom(x: torch.Tensor) -> torch.Tensor:
-        raise ValueError("hostile.boom: failure for the test")
-
-    @boom.register_fake
-    def _(x):
-        return torch.empty_like(x)
-
-    def fail(a):
-        raise ValueError("hostile.boom: device-side failure for the test")
-
-    @registry.register(torch.ops.hostile.boom.default)
-    def _lower(x):
-        return jax.pure_callback(fail, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
-
-    return torch.ops.hostile.boom.default
+# a graph that fails while it runs (not at record time): a custom op whose lowering fails inside the program
 
 
 BOOM_SCENARIOS = {
-    "inplace_then_boom": lambda x, p: (p.add_(1), _boom_op()(x)),
-    "values_then_boom": lambda x, p: (x * 2, p.mul_(3), _boom_op()(x + 1)),
-    "chain_into_boom": lambda x, p: (p.copy_(p * 2 + 1), _boom_op()(p)),
-    "inplace_on_input_then_boom": lambda x, p: (x.sub_(1), p.add_(x[0]), _boom_op()(x)),
+    "inplace_then_boom": lambda x, p: (p.add_(1), boom_everywhere_op()(x)),
+    "values_then_boom": lambda x, p: (x * 2, p.mul_(3), boom_everywhere_op()(x + 1)),
+    "chain_into_boom": lambda x, p: (p.copy_(p * 2 + 1), boom_everywhere_op()(p)),
+    "inplace_on_input_then_boom": lambda x, p: (x.sub_(1), p.add_(x[0]), boom_everywhere_op()(x)),
 }
 
 
@@ -309,15 +279,15 @@ BOOM_SCENARIOS = {
 def test_failing_graph_keeps_pending_values(fused, case):
     """The failing program raises; every mutation recorded before the failing op keeps its value (as on
     CPU, where the failing op raised and nothing after it ran); the device keeps working."""
-    _boom_op()
+    boom_everywhere_op()
     D.check(BOOM_SCENARIOS[case], X.clone(), torch.ones(3), match=r"boom")
 
 
 @pytest.mark.parametrize("case", sorted(BOOM_SCENARIOS))
 def test_failing_graph_then_new_work(fused, case):
     """After the failed graph, the survivors take part in new work (never 'a deferred value was lost')."""
-    _boom_op()
-    _train_through_failure(lambda params: torch.optim.Adam(params, lr=0.1), 1, lambda x, d: _boom_op()(x))
+    boom_everywhere_op()
+    _train_through_failure(lambda params: torch.optim.Adam(params, lr=0.1), 1, lambda x, d: boom_everywhere_op()(x))
 
 
 def _train_through_failure(make_opt, warm_steps, failing):

@@ -142,9 +142,9 @@ def test_a_background_compile_failure_runs_the_graph_op_by_op(gate, monkeypatch)
 
 
 def test_an_earlier_graph_failing_fails_the_later_ones_and_undoes_their_writes(gate):
-    from tests.eager.test_errors import _boom_op
+    from tests.harness.failing_ops import boom_op
 
-    op = _boom_op()
+    op = boom_op()
     p0 = torch.arange(4.0)
     x = torch.ones(4, device="tpu")
     p = p0.to("tpu")
@@ -269,9 +269,9 @@ def test_the_line_of_waiting_graphs_is_bounded(gate, monkeypatch):
 
 
 def test_leaving_fused_mode_when_a_waiting_graph_fails_still_leaves_it(gate):
-    from tests.eager.test_errors import _boom_op
+    from tests.harness.failing_ops import boom_op
 
-    op = _boom_op()
+    op = boom_op()
     x = torch.ones(3, device="tpu")
     with pytest.raises(RuntimeError, match="tputest.boom"):
         with torch.tpu.set_eager_mode(FUSE):
