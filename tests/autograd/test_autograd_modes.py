@@ -1,6 +1,6 @@
-"""Hostile, round 9: autograd across the three execution modes (strict, fused, compiled).
+"""Autograd across the three execution modes (strict, fused, compiled).
 
-``test_hostile_backward.py`` compares the backward of every lowered OpInfo op in strict mode; here:
+``ops/test_op_backward.py`` compares the backward of every lowered OpInfo op in strict mode; here:
 
 * the backward of OpInfo ops in fused mode and in compiled mode (the forward compiled with
   ``torch.compile(backend="tpu", dynamic=False)``, the backward through AOTAutograd's compiled backward
@@ -54,7 +54,7 @@ def _compiled_on_tpu(f):
 
 
 # --------------------------------------------------------------------------------------------------
-# 1. OpInfo backward in fused and compiled modes (one sample per op, as test_hostile_backward)
+# 1. OpInfo backward in fused and compiled modes (one sample per op, as ops/test_op_backward.py)
 
 # ops whose compiled backward failed in the full sweep: CopySlices' and masked_scatter's backward graphs
 # hold new_empty_strided / masked_scatter_backward, sgn's and angle's a known zero (_efficientzerotensor):

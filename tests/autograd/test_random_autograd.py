@@ -38,7 +38,7 @@ SHAPES = [(3, 4), (4,), (2, 3, 4), (4, 4), (2, 4), (1, 4), (3, 1, 2)]
 #   place (``base[1:].requires_grad_()``, ``v = leaf.t()``, ``with no_grad: leaf.mul_(2)``, ``v.grad_fn``):
 #   torch regenerates v's grad_fn by replaying the views from the base (it does so for every tensor
 #   subclass with ``__torch_dispatch__``; ``TwoTensor`` on the CPU fails alike) and asserts on the missing
-#   grad_fn; CPU tensors take the as_strided path. Kept as a strict xfail in test_hostile_autograd_modes.py
+#   grad_fn; CPU tensors take the as_strided path. Kept as a strict xfail in autograd/test_autograd_modes.py.py
 KNOWN_GAPS = re.compile(r"new_fn INTERNAL ASSERT FAILED")
 TOL = {torch.float64: 1e-6, torch.float32: 2e-4, torch.bfloat16: 6e-2}
 
@@ -317,7 +317,7 @@ def _b_sdpa(r, t, d):
     def f(t, o):
         # 4-D: CPU's flash kernel saves q, k, v for backward, as tpu::attention does (3-D inputs take
         # CPU's math path, which saves copies: writing q's base after SDPA fails backward on the tpu only,
-        # test_hostile_autograd_modes: sdpa_3d_input_modified)
+        # autograd/test_autograd_modes.py: sdpa_3d_input_modified)
         q = t.reshape(1, 1, -1, t.shape[-1])
         k = _fit(o, q.shape).to(q.dtype)
         return F.scaled_dot_product_attention(q, k, q * 0.5 + k, is_causal=causal)
@@ -649,7 +649,7 @@ class Program:
             _, extra = self.pick()
             inputs.append(extra)
         # (compiled blocks: AOTAutograd's backward is not differentiable: with create_graph its gradients
-        # require grad and fail a double backward, torch's own behaviour, test_hostile_autograd_modes:
+        # require grad and fail a double backward, torch's own behaviour, autograd/test_autograd_modes.py:
         # double_backward_compiled_refused)
         create = r.random() < 0.5 and not self.with_compiled
         unused = r.random() < 0.7
@@ -680,7 +680,7 @@ class Program:
             return g * c
         if t.device.type == "cpu" and t.requires_grad:
             t.grad_fn  # noqa: B018 - CPU torch segfaults hooking a view whose base changed in place unless its
-            # grad_fn was read first; the tpu reads it itself (test_hostile_autograd_modes: hook_on_stale_view)
+            # grad_fn was read first; the tpu reads it itself (autograd/test_autograd_modes.py: hook_on_stale_view)
         self.hooks.append(t.register_hook(hook))
         if r.random() < 0.2 and len(self.hooks) > 1:
             self.hooks[r.randrange(len(self.hooks))].remove()

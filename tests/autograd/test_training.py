@@ -1,4 +1,4 @@
-"""Hostile training workflows, in strict and fused eager, against the same workflow on CPU torch.
+"""Training workflows, in strict and fused eager, against the same workflow on CPU torch.
 
 Optimizers (every torch.optim class, foreach on and off, fused, capturable, tensor learning rates changed
 between steps, groups added mid-training, state moved between the CPU and the tpu), nn.utils

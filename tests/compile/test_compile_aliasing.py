@@ -1,4 +1,4 @@
-"""Hostile, compiled mode: aliasing, guards across calls, training loops, errors under launch blocking.
+"""Compiled mode: aliasing, guards across calls, training loops, errors under launch blocking.
 
 * In-place writes into memory an input of the same op shares (``x[1:].add_(x[:-1])``, ``x[1:] = x[:-1]``,
   ``x.index_add_(0, i, x[:2])``, ``out=`` a shifted view): CPU and tpu eager refuse them; the compiled
@@ -28,7 +28,7 @@ import torch_tpu
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
-# the sweep (issue 10, compiled12): family -> (cases tried, outcome)
+# the sweep: family -> (cases tried, outcome)
 SWEEP_LOG = {
     "in-graph partial-overlap writes (18 ops x 1-D/2-D)": (31, "19 silent results -> fixed (overlaps.py); "
                                                             "1 'too hard' (non-dense) overlap: strict eager too"),

@@ -1,7 +1,7 @@
-"""Hostile: torch.compile(backend="tpu") (issue family 11).
+"""torch.compile(backend="tpu") entry points.
 
-* ``Module.compile(backend='tpu', fullgraph=True, dynamic=False)`` on ``nn.Linear`` aborts the process
-  today (rc 134): that case runs in a child process.
+* ``Module.compile(backend='tpu', fullgraph=True, dynamic=False)`` on ``nn.Linear`` aborted the process
+  (rc 134): that case runs in a child process.
 * Default ``dynamic=None`` with a second input shape must compile once per shape (never
   StaticShapeError); an explicit ``dynamic=True`` keeps being refused with a clear error.
 * Bool-mask indexing, bad indices, scalar variants and in-place updates in a compiled function behave
@@ -103,7 +103,7 @@ def test_bad_index_with_input_writes_in_compiled_fn():
                    "whose device-side index check fails still land (the error is raised at the next wait); CPU "
                    "stops at the failing op. Strict and fused eager do the same (asynchronous checks, as CUDA's "
                    "device-side asserts; engine/recovery.py replays graphs that fail as a whole, not failed "
-                   "checks); under launch blocking compiled graphs stop at the op (test_hostile_compile_aliasing). "
+                   "checks); under launch blocking compiled graphs stop at the op (compile/test_compile_aliasing.py). "
                    "Undoing at the next wait would hold every written input's pre-call array until then, and eager "
                    "work run meanwhile on the written values cannot be undone")
 def test_bad_index_then_input_write_in_compiled_fn():

@@ -1,27 +1,26 @@
-"""Hostile Python scalars through ``torch.compile(backend="tpu")``: floats, ints and bools that change
+"""Python scalars through ``torch.compile(backend="tpu")``: floats, ints and bools that change
 between calls, signed zeros, nan/inf, huge values, scalars used as shapes or branches, and a compiled
 optimizer step under LR schedulers. Every call is compared with CPU eager (``differential.py``); dynamo
 frame and graph compile counts are bounded where a changing float must not compile per value.
 
-Log of what was tried (tests/test_hostile_compile_scalars.py, compiled13; 434 scalar calls in 27
-functions x dynamic=False/None, 9 optimizer/scheduler pairs x 20 steps):
+What was tried, and what each finding is now guarded by (434 scalar calls in 27 functions x dynamic=False/None, 9 optimizer/scheduler pairs x 20 steps):
   * SGD/Adam/AdamW x StepLR/LambdaLR/OneCycleLR, 20 compiled steps: 8 dynamo frames and 7-8 graph
     compiles each (recompile limit, then the step ran uncompiled), values right -> 2 frames, <= 2 graph
-    compiles (fixed: ``compile/floats.py``, ``compile/composites._symbolic_scalar_forms``).
+    compiles (now: ``compile/floats.py``, ``compile/composites._symbolic_scalar_forms``).
   * a graph constant (``torch.tensor(s)`` lifted) keyed its program by ``id(gm)``: a later graph with the
     same code got the freed graph's id and ran the old constant (x * 1.5 for torch.tensor(nan) * x in a
-    long run) -> keyed by the constants' contents (fixed, ``lowering._constants_key``).
+    long run) -> keyed by the constants' contents (now ``lowering._constants_key``).
   * -0.0 after 0.0 (or the reverse) where the float is a constant in the graph: dynamo's guard
-    ``s == 0.0`` holds for -0.0: the program for +0.0 ran (fixed in compiled14: a constant zero's guard
+    ``s == 0.0`` holds for -0.0: the program for +0.0 ran (now a constant zero's guard
     also checks its sign for this backend's frames, ``floats._install_signed_zero_guard``; inductor still
     does the same).
   * -0.0 after two other values (the float is an input by then) in clamp/where: dynamo specialises it
-    through sympy, which drops the sign (fixed in keys15: a zero float stays a constant, ``floats._install_zero_constants``).
+    through sympy, which drops the sign (now a zero float stays a constant, ``floats._install_zero_constants``).
   * ``x * 0 + 0.0`` with x negative: -0.0 in the compiled program (XLA folds ``A + 0`` to ``A``), +0.0 on
-    CPU (fixed in compiled14: ``ops/elementwise._static_zero_added``; test_negative_zero_plus_constant_zero).
+    CPU (now ``ops/elementwise._static_zero_added``; test_negative_zero_plus_constant_zero).
     ``x + torch.zeros(...)`` made inside a fused graph or a compiled program is folded the same way (left).
   * add(alpha=1e308) on float32: CPU refuses the overflowing scalar, the compiled step computed with the
-    float as an input and returned inf; ``torch.where(c, x, 1e308)`` the same (fixed in compiled14:
+    float as an input and returned inf; ``torch.where(c, x, 1e308)`` the same (now
     ``compile/scalar_checks.py``; test_overflowing_float_scalar).
   * everything else in CASES: right values, clear errors where CPU raises.
 """
@@ -219,7 +218,7 @@ SIGNED_ZERO = [
 @pytest.mark.parametrize("name,fn", SIGNED_ZERO, ids=D.ids(SIGNED_ZERO))
 def test_signed_zero_float_constant(name, fn):
     """-0.0 after 0.0 (and back) as a graph constant: dynamo's ``==`` guard held for both, so the program
-    for +0.0 ran for -0.0 (fixed: ``floats._install_signed_zero_guard``, for this backend's frames)."""
+    for +0.0 ran for -0.0 (now: ``floats._install_signed_zero_guard``, for this backend's frames)."""
     D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.0, -0.0, 1.0, 2.0, -0.0, 0.0)],
                      _compiled(fn), _x())
 
@@ -227,7 +226,7 @@ def test_signed_zero_float_constant(name, fn):
 def test_negative_zero_after_float_became_input():
     """Once the float changed (an input), dynamo specialised it again for clamp/where at a new value through
     its symbolic value, and sympy has no -0.0: the graph got the constant 0.0. Fixed: a zero float stays a
-    constant under the signed-zero guard (``compile/floats.py``; more in test_hostile_cache_keys.py)."""
+    constant under the signed-zero guard (``compile/floats.py``; more in eager/test_cache_keys.py)."""
     D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.5, 1.5, -0.0)],
                      _compiled(lambda x, s: x.clamp(max=s)), _x())
 
@@ -256,7 +255,7 @@ OVERFLOWING = [
 @pytest.mark.parametrize("name,fn", OVERFLOWING, ids=D.ids(OVERFLOWING))
 def test_overflowing_float_scalar(name, fn):
     """A float past float32's range where CPU refuses it: also once the float is a program input
-    (fixed: ``compile/scalar_checks.py`` checks input floats' values as eager does; ``where``'s constant
+    (now: ``compile/scalar_checks.py`` checks input floats' values as eager does; ``where``'s constant
     at compile time); before, alpha=1e308 and torch.where(c, x, 1e308) returned inf."""
     D.check_sequence([D.named(f"s={s}", lambda c, x, s=s: c(x, s)) for s in (0.5, 1.5, 1e308, -0.5, 3e39, 2.0)],
                      _compiled(fn), _x())

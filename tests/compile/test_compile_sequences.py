@@ -1,4 +1,4 @@
-"""Hostile, compiled mode: SEQUENCES of calls of one ``torch.compile(..., backend="tpu")`` function.
+"""Compiled mode: SEQUENCES of calls of one ``torch.compile(..., backend="tpu")`` function.
 
 Cache-key and guard bugs live between calls: the same compiled function called with another dtype,
 another requires_grad, a non-contiguous input, a changed Python scalar or module attribute, a reassigned
@@ -981,7 +981,7 @@ def _inplace_on_nonleaf_input_grad():
     """A compiled function writing in place to an input that requires grad and is not a leaf (``w * 1``):
     the backend's fake inputs were all leaves, so AOTAutograd wrote the mutation back with
     ``detach().copy_()``, hidden from autograd: ``x`` kept its old grad_fn and the gradient skipped the
-    write (found by tests/test_fuzz_compiled.py, seed 11)."""
+    write (compile/test_random_compiled.py, seed 11)."""
     def f(x, s):
         x.mul_(s)
         return x
@@ -1018,7 +1018,7 @@ def _returned_written_input_beside_grad_input_write():
     """A training graph (an input requires grad and is written) that returns another input it writes
     (``y[0] = s; return y``): with input mutations kept in the graph, AOTAutograd's forward returned ``y``
     in the place of ``x``'s new value, so ``x`` was overwritten with ``y``'s values (torch's own bug;
-    found by tests/test_fuzz_compiled.py, seed 33)."""
+    compile/test_random_compiled.py, seed 33)."""
     def f(x, y, s):
         x.diagonal()[0] = s
         y[0] = s
@@ -1049,8 +1049,8 @@ def _returned_written_input_beside_grad_input_write():
 def _float_after_shape_change():
     """dynamic=None: a new shape (a per-shape program, ``specialize.py``), then a new Python float that
     dynamo passes unspecialised (a host 0-d tensor read with ``.item()``): the per-shape compile saw
-    ``.item()`` as an op no program runs ("no tpu lowering for aten._local_scalar_dense"; found by
-    tests/test_fuzz_compiled.py, seed 0 with dynamic=None)."""
+    ``.item()`` as an op no program runs ("no tpu lowering for aten._local_scalar_dense"; compile/test_random_compiled.py,
+    seed 0 with dynamic=None)."""
     def f(x, s):
         t = x * s
         x[0] = s
@@ -1071,7 +1071,7 @@ def _float_after_shape_change():
 def _input_rank_change_dynamic_none():
     """dynamic=None: a second input that changes from (4,) to (3, 4) between calls was traced with
     symbolic sizes while no size was a graph input; the backend refused it as "dynamic" (StaticShapeError)
-    although nothing asked for dynamism (found by tests/test_fuzz_compiled.py, seed 23 with dynamic=None)."""
+    although nothing asked for dynamism (compile/test_random_compiled.py, seed 23 with dynamic=None)."""
     def f(x, y):
         t = (x + y).index_select(-1, torch.tensor([0, 2], device=x.device))
         return torch.cat([x, x.flip(-1)], -1).t(), t

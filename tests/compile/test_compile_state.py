@@ -1,4 +1,4 @@
-"""Hostile, compiled mode: STATE that changes between calls of one ``torch.compile(..., backend="tpu")``
+"""Compiled mode: STATE that changes between calls of one ``torch.compile(..., backend="tpu")``
 function or ``Module.compile`` / diffusers' ``compile_repeated_blocks`` module: parameters and buffers
 rewritten (``p.data = w`` of another shape, stride or dtype, ``copy_``, ``set_``, ``load_state_dict``,
 ``module.to(bfloat16)``, ``swap_tensors``), train/eval, parametrisations and ties added after compiling,
@@ -6,22 +6,22 @@ inputs that are pending fused-mode values or views, global modes (grad modes, au
 eager mode). Each case runs its whole sequence on CPU torch uncompiled and on the tpu compiled, and
 compares every value it returns (a stale value read by a compiled call shows up as a mismatch).
 
-Log of what was tried (compiled14; 92 sequences, 1-6 compiled calls each, plus 20 functions of a changing
+What was tried (92 sequences, 1-6 compiled calls each, plus 20 functions of a changing
 float; probes outside the suite ran them all, this file keeps the cheap ones and every fixed one):
 
-found and fixed
+guarded against (each with the code that handles it)
   * ``p.data = w`` with another stride (a transposed weight), dtype (``module.to(bfloat16)``,
     ``.double()``) or shape after the first compiled call: the next call failed inside dynamo with an
     AssertionError from ``TpuTensor.__tensor_unflatten__`` (shape/stride/dtype mismatch). The meta
     stand-in dynamo fakes a tpu tensor from was cached on the tensor forever; now rebuilt when the
-    tensor's metadata changed (``tensor/tensor.py``). Same root: the strict xfail ``resize_input`` of
-    test_hostile_compile_sequences.py (x.resize_(6) on a graph input) passes now.
+    tensor's metadata changed (``tensor/tensor.py``). Same root:
+    ``resize_input`` of compile/test_compile_sequences.py (x.resize_(6) on a graph input).
   * a float input's value (a float that changed between calls): ``torch.add(x, x, alpha=1e308)`` on
-    float32 returned inf where CPU raises; ``torch.where(c, x, 1e308)`` too (a constant there). Fixed in
-    ``compile/scalar_checks.py``; tests in test_hostile_compile_scalars.py (test_overflowing_float_scalar).
+    float32 returned inf where CPU raises; ``torch.where(c, x, 1e308)`` too (a constant there). Now
+    ``compile/scalar_checks.py``; tests in compile/test_compile_scalars.py (test_overflowing_float_scalar).
 
 tried, right (cases kept below are marked *; the others ran in probes, too slow to keep or covered by
-test_hostile_compile_sequences.py)
+compile/test_compile_sequences.py)
   parameters/buffers: p.data = tensor (same shape*, transposed*, float64*, other shape*), copy_ under
   no_grad* , mul_(0)*, set_*, module.to(bfloat16) and back*, requires_grad_ toggles*, load_state_dict
   (strict, assign=True)*, apply(init)*, swap_tensors*, swap_module_params_on_conversion + double(),
@@ -57,16 +57,16 @@ test_hostile_compile_sequences.py)
   clip_grad_norm_ with changing max_norm, a captured list of tensors that grows, a ModuleList appended
   to, an int step buffer counted inside and reset outside, inference_mode weight writes, a conv moved
   to channels_last after compile; untyped_storage().resize_(0) (refused clearly: eager's documented limit).
-  floats (test_hostile_compile_scalars.py): add/sub alpha, addcmul value, where (both sides, half),
+  floats (compile/test_compile_scalars.py): add/sub alpha, addcmul value, where (both sides, half),
   clamp, leaky_relu, fill_, full_like, masked_fill, hardtanh, softshrink, torch.tensor(s), x * s with
   0.5, 1.5, 1e308, -0.5, 3e39; -0.0 after 0.0 in clamp, where, mul, x * 0 + s.
 
   * -0.0 after 0.0 as a graph constant: the +0.0 program ran (dynamo's ``==`` guard); fixed in
-    ``compile/floats.py`` (a zero's guard checks its sign), tests in test_hostile_compile_scalars.py.
+    ``compile/floats.py`` (a zero's guard checks its sign), tests in compile/test_compile_scalars.py.
 
 left
   * -0.0 after two other values (the float is an input by then) in clamp/where: dynamo specialises it
-    through sympy, which has no -0.0 (strict xfail in test_hostile_compile_scalars.py).
+    through sympy, which has no -0.0 (strict xfail in compile/test_compile_scalars.py).
   * x + torch.zeros(n) with x holding -0.0, the zeros made in the same fused graph or compiled program:
     XLA folds ``A + 0`` to ``A`` and keeps -0.0 (CPU: +0.0). ``x * 0 + 0.0`` (a Python zero) was the
     same and is fixed in the add/sub lowerings (test_negative_zero_plus_constant_zero).

@@ -9,7 +9,7 @@ call's results, the inputs afterwards (in-place writes) and the gradients are co
 CPU raises, the tpu must raise a clear error. A stale program run for inputs it was not built for shows
 as a wrong value, dtype or shape.
 
-A found seed becomes a named case in the hostile compile files; this file keeps the sweep. More seeds:
+A found seed becomes a named case in compile/test_compile_*.py; this file keeps the sweep. More seeds:
 ``TORCH_TPU_FUZZ_SEEDS=N``."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Hostile sweep of tpu_dist and tensor parallelism on it: views, dtypes x reduce ops, async work in strict
+"""A sweep of tpu_dist and tensor parallelism on it: views, dtypes x reduce ops, async work in strict
 and fused eager, point-to-point, object collectives, subgroups, re-initialisation, DTensor and
 parallelize_module.
 
-One 2-process job (the plumbing of ``test_distributed.py``) runs ~310 cases per rank: each compared with
+One 2-process job (``harness/jobs.py``, as ``test_distributed.py``) runs ~310 cases per rank: each compared with
 CPU torch computed in the same job (gloo on CPU tensors or a gloo cpu mesh, or CPU math over every rank's
 inputs, which every rank rebuilds from the seeds), each outcome recorded in a JSON log per rank; a case
 that must fail must raise a Python exception naming the collective and the dtype, and the ranks must still

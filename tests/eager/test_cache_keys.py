@@ -1,4 +1,4 @@
-"""Hostile round on program cache keys ("twin calls"): two calls that differ in exactly one attribute (a
+"""Program cache keys ("twin calls"): two calls that differ in exactly one attribute (a
 tensor's dtype, shape with equal numel, strides, offset, conj/neg bit, 0-dim vs 1-element, empty,
 requires_grad, memory format; a Python number's type and value: int/float/bool/complex, -0.0, nan, inf,
 huge ints; keywords: keepdim, dim as int/list/tuple/negative, None vs default vs explicit, out= vs none,

@@ -1,7 +1,7 @@
-"""Hostile, interplay round: how the runtime's pieces meet user code (threads, mode switches, hooks,
+"""How the runtime's pieces meet user code (threads, mode switches, hooks,
 dispatch modes, custom ops, lifetimes, errors in the middle), compared with CPU torch.
 
-Found:
+Cases (each tagged with the failure it guards against):
   * [crash] any Python exception a user hook raised inside a backward pass over tpu tensors aborted the
     process ("terminate called without an active exception"): tensor hooks, post-accumulate-grad hooks,
     module backward (pre-)hooks, legacy module backward hooks, saved-tensor unpack hooks, checkpoint's

@@ -1,4 +1,4 @@
-"""Hostile: sequences of calls whose bugs live *between* ops (round 3, family A).
+"""Sequences of calls whose bugs live *between* ops.
 
 * autograd: a tensor saved for backward modified in place (also through a view, a ``detach()``, in
   fused mode) must make backward raise like CPU torch (version counters); in-place on a leaf that

@@ -1,6 +1,6 @@
-"""Hostile, round 9: threads, long loops and device defaults, as a user would meet them.
+"""Threads, long loops and device defaults, as a user would meet them.
 
-Found:
+Cases (each tagged with the failure it guards against):
   * [wrong dtype] under ``torch.set_default_dtype(torch.bfloat16)`` (or float16, float64) an op seen
     before under another default dtype (``torch.arange(0, 1, 0.25)``, ``int_tensor / 2``,
     ``int_tensor * 1.5``, ``linspace``) returned the old default's dtype: the op-entry key held no
@@ -25,7 +25,7 @@ Found:
     (``x[i]``, ``x[i] = v``, ``index_put_``) was refused, though eager (and CUDA) allow it.
   * [wrong value] random ops from several threads at once could draw the same numbers: the RNG offset
     was read and advanced without a lock.
-Every case compares with CPU torch (tests/differential.py) in strict and fused eager and, where a graph
+Every case compares with CPU torch (harness/differential.py) in strict and fused eager and, where a graph
 makes sense, compiled mode.
 """
 import copy

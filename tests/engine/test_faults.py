@@ -1,4 +1,4 @@
-"""Hostile, fault injection: the N-th program compile or launch fails (RuntimeError, XLA's out of memory
+"""Fault injection: the N-th program compile or launch fails (RuntimeError, XLA's out of memory
 as jax's ``JaxRuntimeError: RESOURCE_EXHAUSTED``, KeyboardInterrupt), and user code raises at awkward
 points, in strict eager, fused eager and torch.compile. The promise: a clear Python exception naming the
 aten op or the graph; every value that existed before stays readable with its value (CPU torch's up to

@@ -1,4 +1,4 @@
-"""Hostile: failures inside fused graphs and interrupted module calls (issue families 7 and 8).
+"""Failures inside fused graphs and interrupted module calls.
 
 Fused eager records ops and runs them as one program. When that program (or its recording) fails:
   * the error must name the op that caused it (not another op of the graph),

@@ -13,8 +13,7 @@ The tpu side is always *read*: every result and every input is copied to the hos
 synchronised inside the same ``try``, so errors that the backend defers (fused graphs, asynchronous
 dispatch) surface in the case that caused them. After a tpu exception the device must still work.
 
-This module holds helpers only (no tests). Tests import it as ``import differential as D`` (the tests
-folder is on sys.path under pytest's default import mode).
+This module holds helpers only (no tests). Tests import it as ``from tests.harness import differential as D``.
 
 Failure messages start with a tag so a run can be catalogued by kind:
   [wrong value] [wrong dtype] [wrong shape] [wrong structure] [wrong requires_grad] [wrong stride]
@@ -796,7 +795,7 @@ def _worker(module_file: str) -> None:
     import json
     import traceback
 
-    spec = importlib.util.spec_from_file_location("_hostile_cases", module_file)
+    spec = importlib.util.spec_from_file_location("_isolated_cases", module_file)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     cases = mod.ISOLATED_CASES

@@ -1,4 +1,4 @@
-"""Hand-written twin families for test_hostile_cache_keys (see twins.py): each entry differs from its
+"""Hand-written twin families for eager/test_cache_keys.py (see twins.py): each entry differs from its
 twin in exactly one attribute."""
 from __future__ import annotations
 

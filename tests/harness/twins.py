@@ -1,7 +1,7 @@
 """Twin calls: two calls that differ in exactly one attribute (a dtype, strides, a conj bit, a scalar's
 Python type, a keyword...) run one after the other in one process, and each is compared to CPU torch.
 A program cache whose key misses that attribute hands the first call's program to the second: a silent
-wrong result. Helpers only (no tests); ``tests/test_hostile_cache_keys.py`` runs them.
+wrong result. Helpers only (no tests); ``tests/eager/test_cache_keys.py`` runs them.
 
 A twin is ``Twin(name, call_a, call_b)``; a call is ``(fn, args)`` with ``args`` as ``differential``
 takes them (CPU tensors copied to each device, ``PerDevice`` built per device). ``run_twin`` runs

@@ -1,4 +1,4 @@
-"""Hostile, pipelines round 2: diffusers pipeline VARIANTS on the tpu device against the same pipeline on CPU.
+"""Diffusers pipeline VARIANTS on the tpu device against the same pipeline on CPU.
 
 Image-to-image and inpainting pipelines built from the tiny Flux components (images as PIL, numpy, CPU and
 tpu tensors; strength 1.0 and tiny; masks as tensors, ``padding_mask_crop``), schedulers swapped in

@@ -1,4 +1,4 @@
-"""Hostile round: the torch ecosystem utilities on the tpu device, in every executor where they add coverage.
+"""The torch ecosystem utilities on the tpu device, in every executor where they add coverage.
 
 torch.func (vmap, grad, jacrev/jacfwd, hessian, jvp/vjp, functional_call), forward-mode AD, activation
 checkpointing, double backward, anomaly mode, saved-tensor hooks, tensor and module hooks, autocast,

@@ -1,4 +1,4 @@
-"""Hostile, workflows: real diffusers/transformers workflows as call sequences, tpu against CPU torch.
+"""Real diffusers/transformers workflows as call sequences, tpu against CPU torch.
 
 One tiny pipeline (``torch_tpu.testing.tiny_pipelines``, built offline) called again and again with
 changing resolution, batch, ``num_images_per_prompt``, guidance, steps, output types, reused prompt

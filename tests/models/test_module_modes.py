@@ -1,6 +1,6 @@
-"""Hostile, round 4: whole torch.nn modules and argument checks, in every executor.
+"""Whole torch.nn modules and argument checks, in every executor.
 
-Found by trying stock modules in compiled mode (``torch.compile(backend="tpu")``) and in both eager modes:
+Stock modules in compiled mode (``torch.compile(backend="tpu")``) and in both eager modes:
 BatchNorm in training and eval mode, InstanceNorm with running statistics, ``nn.LSTM``/``nn.GRU`` and
 their cells (no lowering for the fused cells at all; ``bias=False`` backward aborted the process),
 complex ``conj``, and argument checks that eager made and compiled programs skipped (``float32 @

@@ -1,4 +1,4 @@
-"""Hostile, modules round 2: torch.nn modules and their options that earlier rounds tried little.
+"""torch.nn modules and their less common options.
 
 nn.MultiheadAttention with every mask kind and option (bool/float attn_mask, key_padding_mask,
 need_weights/average_attn_weights, kdim/vdim, add_bias_kv, add_zero_attn) with backward;

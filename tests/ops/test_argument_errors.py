@@ -1,4 +1,4 @@
-"""Hostile: argument validation and error clarity (issue families 4 and 13).
+"""Argument validation and error clarity.
 
 Every case is an argument CPU torch refuses (or a corner CPU answers in a defined way); the tpu must
 refuse it with a clear Python exception, or answer the same. Random ops are compared by what CPU
@@ -289,7 +289,7 @@ def test_random_support(eager_mode, case):
 @pytest.mark.parametrize("where", ["alone", "first", "second"])
 def test_cat_of_zero_dim_tensor_raises_cpus_error(eager_mode, where):
     """torch's meta kernel raised an IndexError ("list assignment index out of range"); CPU names the
-    0-dim tensor (found by test_fuzz_sequences, seed 2758)."""
+    0-dim tensor (tensor/test_random_sequences.py, seed 2758)."""
     lists = {"alone": lambda z, v: [z], "first": lambda z, v: [z, v], "second": lambda z, v: [v, z]}
     D.check(lambda z, v: torch.cat(lists[where](z, v)), torch.tensor(1.0), torch.ones(2),
             match=r"^zero-dimensional tensor \(at position \d\) cannot be concatenated$")

@@ -1,13 +1,13 @@
-"""Hostile round: dtypes and tensor plumbing, in every executor.
+"""Dtypes and tensor plumbing, in every executor.
 
-Found by a hostile user's tour of the less common dtypes (float8 weights and ``torch._scaled_mm``,
+A tour of the less common dtypes (float8 weights and ``torch._scaled_mm``,
 uint16/32/64, narrow-int wraparound, bool, complex and ``torch.fft``), of the tensor plumbing (repr,
 pickle and ``torch.save``, ``as_strided``, in-place writes through expanded views, dtype views) and of
 the RNG and ``torch.tpu`` / ``torch.accelerator`` APIs a ``torch.cuda`` user calls. Every case compares
 with CPU torch through ``differential`` (equal results and inputs afterwards, or both raise) and runs in
 one crash-tolerant child process.
 
-Fixed in this round (each case below would have caught its bug):
+Cases (each tagged with the failure it guards against):
   * float8_e4m3fn conversions gave NaN where torch saturates to +-448 (``.to(fp8)``, ``copy_``, an fp8
     matmul's result); fp8 matmul did not accumulate in float32; e4m3fnuz/e5m2fnuz were refused;
     ``torch._scaled_mm`` and ``torch.fft.*`` had no lowering; ``aten.view.dtype`` had none in compiled

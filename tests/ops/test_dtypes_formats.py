@@ -1,4 +1,4 @@
-"""Hostile round: reduced and odd dtypes through whole computations, memory formats and strides, torch.func
+"""Reduced and odd dtypes through whole computations, memory formats and strides, torch.func
 and forward-mode AD over common ops, in strict and fused eager mode. CPU torch is the reference for every
 case (``differential``).
 

@@ -1,7 +1,7 @@
-"""Hostile: empty, 0-dim, non-contiguous, expanded (stride 0) and offset inputs through common ops.
+"""Empty, 0-dim, non-contiguous, expanded (stride 0) and offset inputs through common ops.
 
-(Plain elementwise ops passed on every kind when this file was written and were dropped to keep the
-file cheap; what stays are reductions, shape ops, in-place writes, data-dependent ops.)
+(Reductions, shape ops, in-place writes, data-dependent ops; plain elementwise ops are left out to keep
+the file cheap.)
 
 Each (op, input kind) runs on CPU and on the tpu; both raise or both return equal values (dtype, shape,
 values). Input kinds are built per device so views stay views: a transposed tensor, a stride-0

@@ -1,4 +1,4 @@
-"""Hostile, foreach ops and the optimizers and utilities built on them, tpu against CPU torch.
+"""Foreach ops and the optimizers and utilities built on them, tpu against CPU torch.
 
 torch sends optimizers (foreach by default on a PrivateUse1 device), ``clip_grad_norm_`` and EMA updates
 through ``torch._foreach_*``: lists with mixed dtypes, empty tensors, views of one base, the same tensor

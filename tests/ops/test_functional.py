@@ -1,4 +1,4 @@
-"""Hostile, round 5: torch.nn.functional and common tensor ops beyond the op-consistency sweep.
+"""torch.nn.functional and common tensor ops beyond the op-consistency sweep.
 
 Dtypes other than float32 (half, bfloat16, double, small integers, bool), special values (NaN, inf,
 -0.0), empty and 0-dim tensors, in-place and out= variants, integer wrap-around and division by zero,

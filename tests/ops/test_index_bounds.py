@@ -1,4 +1,4 @@
-"""Hostile: out-of-range and negative indices for every indexing op (issue family 3).
+"""Out-of-range and negative indices for every indexing op.
 
 CPU torch raises for an index outside ``[-n, n)`` (or outside ``[0, n)`` for ops that take no negative
 indices); the tpu must raise too -- a clear error about the index -- at the latest at the next wait

@@ -1,6 +1,6 @@
-"""Hostile: backward of every op the op table lowers, plus the composites the issue names (family 5).
+"""Backward of every op the op table lowers, plus common composites.
 
-An exception inside a built-in backward kills the process today (SIGABRT / "SystemError
+An exception inside a built-in backward can kill the process (SIGABRT / "SystemError
 run_backward returned NULL"), so every case here runs in a crash-tolerant child process
 (``differential.run_cases_isolated``): a case that kills its process is reported as a crash and the
 child restarts for the remaining cases. Each case runs forward and backward on CPU and on the tpu and

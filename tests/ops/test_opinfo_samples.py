@@ -1,4 +1,4 @@
-"""Hostile, OpInfo sweep round: what a wide sweep of torch's OpInfo database found beyond
+"""What a wide sweep of torch's OpInfo database checks beyond
 ``test_op_consistency.py`` (extra dtypes, every sample, non-contiguous inputs, fused mode, backward,
 ``error_inputs``), each case reduced to a small input and compared against CPU torch through
 ``differential`` (equal results and inputs afterwards, gradients included, or both raise) in the eager
@@ -359,7 +359,7 @@ ISOLATED_CASES["value:uint8_bilinear"] = _uint8_bilinear
 ISOLATED_CASES["raised:inplace_broadcast_intermediate_compiled"] = lambda: D.check_raises(
     lambda x, y: (x * 2).clamp_max_(y), D.rand(5, 1), D.rand(5, seed=1), modes=["compiled"])
 
-# Real gaps (found by the sweep, not fixed): strict xfails with the reason.
+# Open gaps: strict xfails with the reason.
 GAPS = {}
 
 

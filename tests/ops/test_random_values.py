@@ -573,7 +573,7 @@ def test_random_values_match_cpu_compiled():
 
 
 # ----------------------------------------------------------------------------------------------------
-# found by the sweep: each a named case (it failed before its fix)
+# seeds of the sweep kept as named cases
 
 EAGER = ["strict", "fused"]
 ALL_MODES = ["strict", "fused", "compiled"]

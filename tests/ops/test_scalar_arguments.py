@@ -1,4 +1,4 @@
-"""Hostile: Python scalars in ops (issue families 1, 2 and the scalar part of 4).
+"""Python scalars as op arguments.
 
 * Cache keys: ``1 == 1.0 == True`` and ``0.0 == -0.0`` as dict keys, so a program made for one variant
   can be served for another. Every case runs a list of scalar variants in both orders on one input, so
@@ -192,7 +192,7 @@ def test_narrow_int_scalar_wrap(eager_mode, s):
 
 
 # --------------------------------------------------------------------------------------------------
-# changing scalars compile nothing new (family 2)
+# changing scalars compile nothing new
 
 
 def _warm_then_count(step, values, warm=2):
@@ -424,7 +424,7 @@ def test_unsupported_dtype_is_named_not_a_type_error():
             fn()
 
 
-# round 16: Python scalars of other types in less common places
+# Python scalars of other types in less common places
 U8 = torch.tensor([0, 2, 250, 5], dtype=torch.uint8)
 BOOLS = torch.tensor([True, False, True, False])
 HALF = torch.tensor([-1.5, 0.0, 2.0, -0.0], dtype=torch.float16)

@@ -1,4 +1,4 @@
-"""Hostile round on unbounded growth over long sequences of calls, in the three executors (strict eager,
+"""Unbounded growth over long sequences of calls, in the three executors (strict eager,
 fused eager, torch.compile backend="tpu"). After a warm-up, what a loop leaves behind must stop growing:
 live device buffers (``jax.live_arrays()``), torch_tpu's count of live storages and bytes, every
 registered in-memory cache, tensors and torch_tpu objects, open file descriptors, threads. Every case
@@ -80,7 +80,7 @@ def _assert_stops_growing(step, what, warm=6, n=30):
 
 
 # ---------------------------------------------------------------------------------------------------
-# found: refused calls left their program key texts behind
+# refused calls must leave no program key texts behind
 
 
 def _refusals():
@@ -116,7 +116,7 @@ def test_refused_calls_leave_no_key_texts(mode):
 
 
 # ---------------------------------------------------------------------------------------------------
-# found: per-shape compiled graphs kept forever, and without bound
+# per-shape compiled graphs must be bounded, not kept forever
 
 
 def _per_shape_fn(t):

@@ -1,4 +1,4 @@
-"""Hostile: process-level hazards and everyday API corners (issue families 9, 12, 13 and more).
+"""Process-level hazards and everyday API corners.
 
 * fork: using the device in a child forked after the parent used it must raise a clear error (like
   CUDA's "Cannot re-initialize ... in forked subprocess"), never hang; forked DataLoader workers that

@@ -1,4 +1,4 @@
-"""Hostile: how training and model-loading code handles parameters, gradients and storage, tpu against CPU.
+"""How training and model-loading code handles parameters, gradients and storage, tpu against CPU.
 
 Flat parameter and gradient buffers (FSDP/DeepSpeed style: ``p.data = flat[i:j].view(shape)``,
 ``p.grad = gflat[i:j].view(shape)``), optimizer steps (foreach, for-loop, fused) read back through the flat

@@ -1,8 +1,8 @@
-"""Hostile: views, storage, deepcopy, save/load (issue families 6, 8 (deepcopy part) and 10).
+"""Views, storage, deepcopy, save/load.
 
 * Views share storage with their base on CPU; writes through any view must show in the base and in
   every other view, in strict and fused mode alike.
-* ``copy.deepcopy`` of a view and ``untyped_storage().clone()`` segfault today: those cases run in a
+* ``copy.deepcopy`` of a view and ``untyped_storage().clone()`` once segfaulted: those cases run in a
   child process (a crash fails the case, the suite survives).
 * ``torch.save``/``torch.load`` must keep storage sharing between a tensor and its views, the strides of
   non-contiguous tensors, and ``nn.Parameter`` types.
@@ -232,7 +232,7 @@ def test_set_storage_cannot_grow(eager_mode):
 
 
 # ---------------------------------------------------------------------------------------------------
-# deepcopy and storage clone: in one crash-tolerant child process (segfaults today)
+# deepcopy and storage clone: in one crash-tolerant child process (a segfault fails the case only)
 
 
 def _fused():
@@ -461,7 +461,7 @@ def _permuted_flat_memory_add(x):
 def test_permuted_whole_storages_of_other_shapes_do_not_share_an_entry(eager_mode):
     """Both write back the storage's memory in the storage's shape; their op key left the storage's shape
     out, so the second wrote a (2, 2) array into the (4,) storage and the next read crashed inside JAX
-    ("Argument types differ ..."; found by test_fuzz_sequences, seeds 3388 then 3403)."""
+    ("Argument types differ ..."; tensor/test_random_sequences.py, seeds 3388 then 3403)."""
     D.check_both_orders([D.named("whole (2, 2) storage", _permuted_whole_storage_add),
                          D.named("flat (4,) memory", _permuted_flat_memory_add)], X.clone().reshape(-1))
 

@@ -1,4 +1,4 @@
-"""Hostile, round 3 (family B): bugs between ops -- view chains and mutation, mode switches in the
+"""Bugs between ops -- view chains and mutation, mode switches in the
 middle of a sequence, cache-key collisions, dynamic-shape ops in sequence, random sequences.
 
 Every case compares with CPU torch through ``differential`` (both raise, or equal results and equal
@@ -497,7 +497,7 @@ def _zero_dim_vs_one_elem(op):
 
 def _memory_formats():
     def op(x):
-        # values only: the strides of elementwise results are a known gap (test_hostile_storage.py,
+        # values only: the strides of elementwise results are a known gap (tensor/test_storage_views.py,
         # "channels_last_op")
         return (x * 2 + 1).sum(1), (x + x)[:, 1], x.mean((2, 3)), x.sum(1, keepdim=True)
     calls = [D.named("contiguous", lambda x: op(x)),
