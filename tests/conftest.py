@@ -77,3 +77,28 @@ def pytest_collection_modifyitems(session, config, items):
     if shard:                                       # splits a long file over calls with a time limit)
         index, count = (int(part) for part in shard.split("/"))
         items[:] = items[index::count]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With TORCH_TPU_TEST_TIMES=FILE, append each test's wall seconds and the XLA compile seconds, compiles and
+    disk-cache loads of this process during it (children's are in TORCH_TPU_CASE_TIMES): where the time goes."""
+    out = os.environ.get("TORCH_TPU_TEST_TIMES")
+    if not out:
+        yield
+        return
+    import time
+
+    def counters():
+        tpu = sys.modules.get("torch_tpu")
+        if tpu is None:
+            return 0.0, 0, 0
+        s = tpu.stats()
+        return s["compile_seconds"], s["compiles"], s["cache_loads"]
+
+    before, t0 = counters(), time.perf_counter()
+    yield
+    wall, after = time.perf_counter() - t0, counters()
+    delta = [max(0, a - b) for a, b in zip(after, before)]  # a test that resets the counters undercounts
+    with open(out, "a") as f:
+        f.write(f"{wall:.3f}\t{delta[0]:.3f}\t{delta[1]}\t{delta[2]}\t{item.nodeid}\n")
