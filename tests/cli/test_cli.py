@@ -2,10 +2,10 @@
 
 import os
 import re
-import subprocess
 import sys
 
 import pytest
+from tests.harness import hangs
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def _shared_tiny_pipelines(tmp_path_factory):
 
 def _run(args, tmp_path, timeout=240, **env_extra):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TORCH_TPU_TINY_PIPELINES_DIR=_PIPES, **env_extra)
-    return subprocess.run([sys.executable, "-m", "torch_tpu", *args], capture_output=True, text=True,
+    return hangs.run([sys.executable, "-m", "torch_tpu", *args], capture_output=True, text=True,
                           env=env, timeout=timeout, cwd=tmp_path)
 
 

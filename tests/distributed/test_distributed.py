@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.harness import REPO, jobs
+from tests.harness import REPO, hangs, jobs
 from tests.harness.jobs import job_env  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -669,7 +668,7 @@ def test_collectives_under_torchrun_via_launcher(job_env, tmp_path):
     # One job checks every collective, both paths, fused and compiled modes, DTensor; 2 XLA CPU devices
     # per process, so each rank must bind the one its LOCAL_RANK names.
     env = dict(job_env, XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    proc = subprocess.run([sys.executable, "-m", "torch.tpu.distributed", "--nproc-per-node", "2", HERE,
+    proc = hangs.run([sys.executable, "-m", "torch.tpu.distributed", "--nproc-per-node", "2", HERE,
                            "collectives", str(tmp_path)], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
@@ -678,7 +677,7 @@ def test_collectives_under_torchrun_via_launcher(job_env, tmp_path):
 def test_singlehost_wrapper_prints_exportable_env(job_env):
     # the documented form: eval $(python -m ...singlehost_wrapper | sed 's/^/export /')
     wrapper = f"{sys.executable} -m torch_tpu._internal.distributed.launchers.singlehost_wrapper"
-    shell = subprocess.run(
+    shell = hangs.run(
         ["bash", "-c", f"set -e; out=$({wrapper}); echo \"$out\"; echo ---; "
                        f"eval $(echo \"$out\" | sed 's/^/export /'); "
                        "echo $MASTER_ADDR $MASTER_PORT $PET_NPROC_PER_NODE $NPROC_PER_NODE $TORCH_TPU_PLATFORM"],
@@ -761,7 +760,7 @@ print("OK")
                PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+    proc = hangs.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
@@ -802,7 +801,7 @@ def test_opt_out_keeps_a_worker_off_the_runtime(job_env):
             "print('ok')\n")
     env = dict(job_env, RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(jobs.free_port()), TORCH_TPU_DIST_XLA="0")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+    proc = hangs.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
 

@@ -6,6 +6,7 @@ import torch
 
 import torch_tpu
 from tests.harness.failing_ops import boom_op
+from tests.harness import hangs
 
 DEV = "tpu"
 
@@ -102,7 +103,6 @@ def test_numpy_and_device_errors():
 
 def test_device_in_a_forked_child_raises_instead_of_hanging():
     """Like CUDA: the parent started the XLA runtime, a fork cannot use it; CPU work still runs."""
-    import subprocess
     import sys
 
     code = (
@@ -120,7 +120,7 @@ def test_device_in_a_forked_child_raises_instead_of_hanging():
         "ctx = mp.get_context('fork'); q = ctx.Queue()\n"
         "p = ctx.Process(target=child, args=(q,)); p.start(); print(q.get(timeout=60)); p.join(30)\n"
         "print('exit', p.exitcode, (x * 3).cpu().tolist())\n")
-    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=180)
+    out = hangs.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     assert ("['op ForkedProcessError names spawn', 'read ForkedProcessError names spawn', "
             "'new ForkedProcessError names spawn', 'bad_fork=True cpu=2.0']") in out.stdout, out.stdout
@@ -179,7 +179,6 @@ def test_lowering_result_of_another_shape_is_an_error_not_a_broadcast():
 def test_tensors_alive_until_interpreter_exit_free_quietly():
     """Tensors kept on modules torn down after torch_tpu's (an attribute of ``torch``, a library's cache,
     a reference cycle) are freed at exit: no "Exception ignored in TpuStorage.__del__" on stderr."""
-    import subprocess
     import sys
 
     code = (
@@ -189,6 +188,6 @@ def test_tensors_alive_until_interpreter_exit_free_quietly():
         "class Cycle: pass\n"
         "c = Cycle(); c.me = c; c.t = torch.arange(4.0, device='tpu') * 2\n"
         "print((torch._kept_by_a_library * 3).cpu().tolist())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    out = hangs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0 and "[6.0, 6.0]" in out.stdout, out.stdout + out.stderr
     assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr, out.stderr

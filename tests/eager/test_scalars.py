@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import torch_tpu
+from tests.harness import hangs
 
 SCALARS = [2, 2.0, True, 1, 1.0, 0.0, -0.0, -3, float("nan"), float("inf"), 1 + 0j, 2 - 1j]
 TENSORS = {
@@ -172,7 +173,6 @@ def test_program_caches_are_bounded(monkeypatch):
 def test_pow_exponent_is_static_and_exact():
     # pow(x, 2) is x * x, as on the CPU (a traced exponent would be XLA's general pow: slower, and
     # a few ulp off); also when pow is the first op of a process (before any lowering module loaded)
-    import subprocess
     import sys
 
     code = ("import torch, torch_tpu\n"
@@ -181,7 +181,7 @@ def test_pow_exponent_is_static_and_exact():
             "assert torch.equal(t.pow(2).cpu(), x.pow(2)), 'pow 2'\n"
             "assert torch.equal(t.pow(3).cpu(), x.pow(3)), 'pow 3'\n"
             "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = hangs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 

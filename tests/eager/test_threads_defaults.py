@@ -30,6 +30,7 @@ makes sense, compiled mode.
 """
 import copy
 import gc
+import os
 import sys
 import threading
 import time
@@ -38,6 +39,7 @@ import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness import hangs
 import torch_tpu
 
 pytestmark = pytest.mark.usefixtures("watchdog")
@@ -281,12 +283,13 @@ def _run_threads(targets, timeout=60):
     try:
         threads = [threading.Thread(target=guard(fn), daemon=True) for fn in targets]
         [t.start() for t in threads]
-        deadline = time.monotonic() + timeout
-        for t in threads:
-            t.join(max(0.1, deadline - time.monotonic()))
+        progress, why = hangs.Progress(os.getpid(), 2 * timeout, stall_s=60), None
+        while any(t.is_alive() for t in threads) and why is None:
+            threads[0].join(1.0) if threads[0].is_alive() else [t.join(1.0) for t in threads if t.is_alive()][:1]
+            why = progress.verdict()  # a hang is no progress, not a slow machine
     finally:
         sys.setswitchinterval(old)
-    assert not any(t.is_alive() for t in threads), "[hang] a thread did not finish"
+    assert not any(t.is_alive() for t in threads), f"[hang] a thread did not finish: {why}"
     assert not errors, errors[0]
 
 

@@ -679,15 +679,16 @@ import torch_tpu
 
 def run_isolated(code: str, timeout: float = 90, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh Python process (this worktree first on sys.path). Returns the
-    CompletedProcess; on timeout returncode is None and stdout/stderr hold what came before."""
+    CompletedProcess; when the child is taken for hung (``hangs.run``: ``timeout`` is about the seconds it
+    takes at most on an idle machine) returncode is None and stdout/stderr hold what came before."""
     full = _PRELUDE + textwrap.dedent(code)
     e = dict(os.environ)
     e["PYTHONPATH"] = REPO + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     e.pop("PYTEST_CURRENT_TEST", None)
     e.update(env or {})
     try:
-        return subprocess.run([sys.executable, "-X", "faulthandler", "-c", full], env=e, capture_output=True,
-                              text=True, timeout=timeout)
+        return hangs.run([sys.executable, "-X", "faulthandler", "-c", full], env=e, capture_output=True,
+                         text=True, timeout=timeout)
     except subprocess.TimeoutExpired as t:
         out = t.stdout.decode() if isinstance(t.stdout, bytes) else (t.stdout or "")
         err = t.stderr.decode() if isinstance(t.stderr, bytes) else (t.stderr or "")

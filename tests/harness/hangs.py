@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -95,6 +96,42 @@ class Progress:
         if wall > self.budget * WALL_FACTOR:
             return f"still running after {wall:.0f} s ({used:.0f} s of CPU), {WALL_FACTOR}x its budget"
         return None
+
+
+class Hung(subprocess.TimeoutExpired):
+    """``run``'s child was taken for hung (``why``); a ``subprocess.TimeoutExpired``, as ``subprocess.run``'s."""
+
+    def __init__(self, cmd, timeout, why, output=None, stderr=None):
+        super().__init__(cmd, timeout, output, stderr)
+        self.why = why
+
+    def __str__(self):
+        return f"[hang] {self.why}: {str(self.cmd)[:300]}"
+
+
+def run(args, *, timeout: float, input=None, stall_s: float = 120.0, **kw) -> subprocess.CompletedProcess:
+    """``subprocess.run`` for tests, whose ``timeout`` is about the seconds the child takes at most on an idle
+    machine: the child is killed (``Hung``, a ``TimeoutExpired``) only when ``Progress`` takes it for hung
+    (no CPU use for ``stall_s``, more than twice ``timeout`` seconds of CPU, or the wall-clock backstop), so a
+    loaded machine only makes it slower."""
+    if kw.pop("capture_output", False):
+        kw["stdout"] = kw["stderr"] = subprocess.PIPE
+    if input is not None:
+        kw["stdin"] = subprocess.PIPE
+    with subprocess.Popen(args, **kw) as proc:
+        progress = Progress(proc.pid, 2 * timeout, stall_s)
+        while True:
+            try:
+                out, err = proc.communicate(input, timeout=2.0)
+                break
+            except subprocess.TimeoutExpired:
+                input = None  # sent by the first call
+                why = progress.verdict()
+                if why:
+                    proc.kill()
+                    out, err = proc.communicate()
+                    raise Hung(args, timeout, why, out, err) from None
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def watch_this_process(cpu_budget_s: float, stall_s: float = 120.0):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.harness import REPO
+from tests.harness import REPO, hangs
 
 
 def free_port() -> int:
@@ -46,7 +46,8 @@ def job_env(tmp_path_factory):
 def run_ranks(argv: list[str], env: dict, nproc: int = 2, timeout: float = 150, extra: dict | None = None,
               rank0_only: bool = False) -> list[tuple[int | None, str, float]]:
     """Run ``python argv...`` as ``nproc`` ranks; return [(exit status, stdout and stderr, seconds)] per rank
-    (status None: the rank did not finish in ``timeout`` seconds, and was killed). ``rank0_only``: wait for
+    (status None: the rank was taken for hung, ``hangs.Progress`` with twice ``timeout`` seconds of CPU, and
+    killed). ``rank0_only``: wait for
     rank 0 alone (the others are stuck on purpose)."""
     port = str(free_port())
     procs = []
@@ -59,13 +60,19 @@ def run_ranks(argv: list[str], env: dict, nproc: int = 2, timeout: float = 150, 
     results = []
     try:
         for p in procs[:1] if rank0_only else procs:
-            try:
-                out, _ = p.communicate(timeout=max(1, timeout - (time.time() - t0)))
-                results.append((p.returncode, out, time.time() - t0))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                out, _ = p.communicate()
-                results.append((None, out + f"\n[hang] did not finish in {timeout} s", time.time() - t0))
+            progress = hangs.Progress(p.pid, 2 * timeout)  # a rank is hung when it stops, not when it is slow
+            while True:
+                try:
+                    out, _ = p.communicate(timeout=2.0)
+                    results.append((p.returncode, out, time.time() - t0))
+                    break
+                except subprocess.TimeoutExpired:
+                    why = progress.verdict()
+                    if why:
+                        p.kill()
+                        out, _ = p.communicate()
+                        results.append((None, out + f"\n[hang] {why}", time.time() - t0))
+                        break
     finally:
         for p in procs:
             if p.poll() is None:

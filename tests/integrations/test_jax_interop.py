@@ -1,7 +1,6 @@
 """JAX interop: to_jax/from_jax (zero copy by buffer identity), DLPack both ways, and JAX's global x64
 flag left alone (a fresh process runs int64/float64 tpu work in every mode, then checks user JAX)."""
 
-import subprocess
 import sys
 import textwrap
 
@@ -10,6 +9,7 @@ import pytest
 import torch
 
 import torch_tpu
+from tests.harness import hangs
 
 
 def _pointer(array) -> int:
@@ -166,5 +166,5 @@ _FRESH = textwrap.dedent("""
 
 
 def test_jax_x64_flag_untouched_in_a_fresh_process():
-    r = subprocess.run([sys.executable, "-c", _FRESH], capture_output=True, text=True, timeout=300)
+    r = hangs.run([sys.executable, "-c", _FRESH], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr[-3000:]

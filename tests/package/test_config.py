@@ -1,12 +1,12 @@
 """Settings: every TORCH_TPU_* variable parsed in one place; a bad value is named, never a crash of
 ``import torch``."""
 import os
-import subprocess
 import sys
 
 import pytest
 
 from torch_tpu import config
+from tests.harness import hangs
 
 
 @pytest.mark.parametrize("name, value", [
@@ -51,7 +51,7 @@ def test_malformed_setting_does_not_break_import_torch():
             "    torch.ones(2, device='tpu')\n"
             "except Exception as e:\n"
             "    print('ERR', type(e).__name__, e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    out = hangs.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, TORCH_TPU_FUSED_MAX_NODES="abc"))
     assert out.returncode == 0, out.stderr
     assert "TORCH_TPU_FUSED_MAX_NODES='abc'" in out.stderr  # the warning at import torch

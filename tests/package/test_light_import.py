@@ -2,8 +2,8 @@
 neither JAX nor the op path (the op table's checks, argument handling, rewrites); they load at the first
 device use. Timed side by side in bench/bench_import.py."""
 import os
-import subprocess
 import sys
+from tests.harness import hangs
 
 DEFERRED = ("jax", "torch_tpu.eager.op_path", "torch_tpu.eager.rewrites", "torch_tpu.eager.arguments",
             "torch_tpu.ops.refusals", "torch_tpu.ops.validate")
@@ -24,7 +24,7 @@ print("AFTER_USE", sorted(m for m in deferred if m not in sys.modules))
 
 def test_import_torch_defers_jax_and_the_op_path():
     env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
-    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=300, env=env)
+    out = hangs.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
     assert lines["TPU_REGISTERED"] == "True"

@@ -4,7 +4,6 @@ found by key, eviction) and fused-mode graph boundaries (model calls and repeate
 Results are compared with CPU torch; counters say what was compiled, loaded or rejected. No timing."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -14,6 +13,7 @@ import torch_tpu
 from torch_tpu import EagerMode
 from torch_tpu.engine import fused, module_graphs
 from torch_tpu.runtime import disk_cache, stable_keys
+from tests.harness import hangs
 
 pytestmark = pytest.mark.slow
 
@@ -204,7 +204,7 @@ print(json.dumps({**out, "stats": torch_tpu.stats()}))
 
 def _child(cache):
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(cache))
-    out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
+    out = hangs.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -398,7 +398,7 @@ def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode,
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path), TORCH_TPU_LOG="compiles")
 
     def child():
-        out = subprocess.run([sys.executable, "-c", _AHEAD_CHILD, mode, str(threads)], env=env, capture_output=True,
+        out = hangs.run([sys.executable, "-c", _AHEAD_CHILD, mode, str(threads)], env=env, capture_output=True,
                              text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -449,7 +449,7 @@ def test_a_warm_process_starts_from_the_donation_sets_the_last_one_ended_with(tm
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path))
 
     def child(arg):
-        out = subprocess.run([sys.executable, "-c", _SETS_CHILD, arg], env=env, capture_output=True, text=True,
+        out = hangs.run([sys.executable, "-c", _SETS_CHILD, arg], env=env, capture_output=True, text=True,
                              timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         r = json.loads(out.stdout.strip().splitlines()[-1])
