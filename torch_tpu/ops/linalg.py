@@ -301,11 +301,20 @@ def linalg_eigh(a, UPLO="L", compute_v=True):
     return vals, (vecs if compute_v else jnp.zeros((0,), a.dtype))
 
 
+def _svd(a, **kwargs):
+    """jnp.linalg.svd; for a TPU traced with 64-bit mode off where the input allows it (on a TPU v5e every
+    program holding the SVD traced with 64-bit mode on aborted XLA:TPU's compiler, 'Check failed: buffer !=
+    nullptr', while the same SVD traced without it compiled and ran; eigh and QR compile either way)."""
+    if platform.target() == "tpu" and a.dtype not in (jnp.float64, jnp.complex128):
+        return platform.traced_without_x64(lambda: jnp.linalg.svd(a, **kwargs))
+    return jnp.linalg.svd(a, **kwargs)
+
+
 @register(aten._linalg_svd.default)
 def linalg_svd(a, full_matrices=False, compute_uv=True, driver=None):
     if not compute_uv:
-        return jnp.zeros((0,), a.dtype), jnp.linalg.svd(a, compute_uv=False), jnp.zeros((0,), a.dtype)
-    u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
+        return jnp.zeros((0,), a.dtype), _svd(a, compute_uv=False), jnp.zeros((0,), a.dtype)
+    u, s, vh = _svd(a, full_matrices=full_matrices)
     return u, s, vh
 
 
@@ -350,15 +359,11 @@ def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
     if a.size == 0:
         return jnp.zeros(a.shape[:-2] + (n, m), a.dtype)
     real = jnp.real(a).dtype
-    # torch compares the singular values with float64 tolerances. XLA:TPU aborts compiling this program
-    # with its float64 scalars (a compiler check failure, on a TPU v5e: every shape, while the SVD alone
-    # compiles), so a program built for a TPU keeps them in the input's real dtype
-    tol_dtype = real if platform.target() == "tpu" else jnp.float64
-    atol_ = jnp.zeros((), tol_dtype) if atol is None else jnp.asarray(atol, tol_dtype)
+    atol_ = jnp.zeros((), jnp.float64) if atol is None else jnp.asarray(atol, jnp.float64)
     if rtol is not None:
-        rtol_ = jnp.asarray(rtol, tol_dtype)
+        rtol_ = jnp.asarray(rtol, jnp.float64)
     else:
-        default = jnp.asarray(jnp.finfo(real).eps * max(m, n), tol_dtype)
+        default = jnp.asarray(jnp.finfo(real).eps * max(m, n), jnp.float64)
         rtol_ = default if atol is None else jnp.where(atol_ > 0, 0.0, default)
     if hermitian:
         vecs, vals = _lax.eigh(_hermitian_from(a, False), symmetrize_input=False)
@@ -366,7 +371,7 @@ def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
         tol = jnp.maximum(atol_[..., None], rtol_[..., None] * jnp.max(mag, axis=-1, keepdims=True))
         inv = jnp.where(mag > tol, 1 / jnp.where(mag == 0, 1, vals), 0).astype(a.dtype)
         return jnp.matmul(vecs * inv[..., None, :], _mH(vecs), precision=_HIGHEST)
-    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    u, s, vh = _svd(a, full_matrices=False)
     tol = jnp.maximum(atol_[..., None], rtol_[..., None] * s[..., :1])
     inv = jnp.where(s > tol, 1 / jnp.where(s == 0, 1, s), 0).astype(a.dtype)
     return jnp.matmul(_mH(vh) * inv[..., None, :], _mH(u), precision=_HIGHEST)
