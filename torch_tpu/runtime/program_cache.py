@@ -333,6 +333,21 @@ def in_flight(key):
     return prog
 
 
+def find(key):
+    """The program of ``key`` in memory, else the Future of it compiling (``in_flight``), else None; not
+    counted as a cache hit (the caller's entry was)."""
+    prog = _PROGRAMS.get(key)
+    return prog if prog is not None else in_flight(key)
+
+
+def wait_in_flight() -> None:
+    """Wait until every program compiling in the background is compiled (and counted)."""
+    with _FLIGHT_LOCK:
+        futures = list(_IN_FLIGHT.values())
+    for future in futures:
+        future.exception()
+
+
 def adopt(key, future):
     """The program of a finished ``future`` for ``key`` (waits for it; raises its compile error)."""
     try:
