@@ -197,7 +197,10 @@ class StrictLine(Strict):
         return _queue(taken, arrays, entry.key, prog, arrays, entry.avals, entry)
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
-        if _line_empty():
+        # (launches nothing that waits: a small program is called from within an op, where an earlier op's
+        # error must not surface, e.g. while deferred_errors stacks pending check codes)
+        if not strict_line.waiting():
+            _line_empty()
             return STRICT.launch(key, fn, args, aval, what)
         held = args
         taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
