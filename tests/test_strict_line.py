@@ -26,7 +26,7 @@ def gate(monkeypatch):
     torch_tpu.reset_caches()
     original = program_cache._compile_and_keep
     event = threading.Event()
-    state = {"background": 0, "main": 0, "fail": None}
+    state = {"background": 0, "main": 0, "fail": None, "broken": None}
 
     def held(lowered, done):
         if done[0][0] == "fused":  # fused graphs compile as ever (test_async_compile.py holds those)
@@ -38,7 +38,12 @@ def gate(monkeypatch):
             event.wait(60)
         if state["fail"] is not None and state["fail"] in str(done[0]):
             raise OpError(f"tpu: XLA could not compile {done[5]}: simulated failure")
-        return original(lowered, done)
+        prog = original(lowered, done)
+        if state["broken"] is not None and state["broken"] in str(done[0]):
+            def broken(*args):
+                raise RuntimeError("simulated launch failure")
+            return broken
+        return prog
 
     monkeypatch.setattr(program_cache, "_compile_and_keep", held)
     event.state = state
@@ -151,6 +156,23 @@ def test_a_failing_compile_raises_at_the_next_op_that_finds_it(gate):
     with pytest.raises(OpError, match="simulated failure"):
         y.cpu()
     torch.testing.assert_close((tx * 5).cpu(), x * 5)
+
+
+def test_a_failing_launch_raises_strict_errors_where_the_line_reaches_it(gate):
+    gate.state["broken"] = "atan"
+    x = torch.randn(4)
+    tx = x.to("tpu")
+    y = tx.atan()
+    z = tx + 2
+    gate.set()
+    with pytest.raises(OpError, match=r"atan.*failed to run: simulated launch failure"):
+        torch.tpu.synchronize()
+    with pytest.raises(OpError, match="did not run: aten.atan.default, called before it, failed"):
+        z.cpu()
+    with pytest.raises(OpError, match="failed to run"):
+        y.cpu()
+    torch_tpu.reset_caches()  # (forget the broken program)
+    torch.testing.assert_close((tx + 2).cpu(), x + 2)
 
 
 def test_a_failed_device_side_check_with_ops_waiting(gate):
