@@ -10,11 +10,10 @@ it ``STRICT`` again.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 
 from ..errors import OpError, describe, out_of_memory
-import concurrent.futures
-
 from ..runtime import compile_pool, counters, device_trace, failed_values, multiprocess, platform, program_cache, spmd
 from . import fused, graph_keys, poisoned, strict_line
 
@@ -104,7 +103,8 @@ class Strict:
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         """``fn(*args)`` (one output) through the program cache; ``aval`` = its (shape, dtype)."""
-        taken = poisoned.lineage(held := args, what or key[0]) if poisoned.active else None
+        held = args
+        taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
         args = tuple(fused.materialize(a) for a in args)
         prog = program_cache.lookup(key)
         if prog is None:
@@ -112,7 +112,7 @@ class Strict:
                 prog = _small_program(key, fn, args)
                 if type(prog) is _Future:  # compiling: the launch waits in line for it
                     avals = (aval,) if aval is not None else graph_keys.out_avals(key, fn, args)
-                    return _queue(taken, args, key, prog, args, avals, None, what or str(key[0]))[0]
+                    return _queue(taken, held, key, prog, args, avals, None, what or str(key[0]))[0]
             else:
                 prog = program_cache.compile_program(key, fn, args)
         _counters["executions"] += 1

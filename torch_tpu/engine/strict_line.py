@@ -27,6 +27,8 @@ from __future__ import annotations
 import concurrent.futures
 import weakref
 
+import torch
+
 from ..errors import OpError, out_of_memory
 from ..runtime import counters, platform, program_cache
 from . import fused, recovery
@@ -90,7 +92,7 @@ class OpLaunch(fused._Launch):
 
     def _error(self, exc: Exception) -> Exception:
         """The error strict eager raises for this launch failing (a compile error is one already)."""
-        if isinstance(exc, (OpError, NotImplementedError)) or type(exc).__name__ == "OutOfMemoryError":
+        if isinstance(exc, (OpError, NotImplementedError, torch.OutOfMemoryError)):
             return exc
         what = self.entry.describe_inputs() if self.entry is not None else self.what
         oom = out_of_memory(exc, f"running {what}")
