@@ -74,6 +74,31 @@ def test_ops_wait_in_line_and_run_in_order(gate):
     assert launchers.current is launchers.STRICT
 
 
+def test_launches_follow_call_order_whatever_order_programs_arrive_in(gate, monkeypatch):
+    order = []
+    execute = strict_line.OpLaunch.execute
+
+    def noted(self):
+        order.append(self.name())
+        return execute(self)
+
+    monkeypatch.setattr(strict_line.OpLaunch, "execute", noted)
+    x = torch.randn(4, 3)
+    tx = x.to("tpu")
+    tx.neg()          # compiled ahead: its program is ready before the ops below are called
+    gate.set()
+    program_cache.wait_in_flight()
+    gate.clear()
+    a = tx.exp()      # new: waits at the gate
+    b = tx.neg()      # ready, but called after a: queued behind it
+    c = a + b
+    assert strict_line.waiting() == 3
+    gate.set()
+    got = c.cpu()
+    assert order[-3:] == ["aten.exp.default", "aten.neg.default", "aten.add.Tensor"]
+    torch.testing.assert_close(got, x.exp() - x)
+
+
 def test_a_read_launches_the_line_up_to_its_value(gate):
     x = torch.randn(6)
     tx = x.to("tpu")
