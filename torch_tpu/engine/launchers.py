@@ -325,6 +325,7 @@ def _after_fork_in_child() -> None:
     global current
     if platform.runtime_started():  # the parent's XLA runtime did not survive the fork
         current = FORKED
+        strict_line.abandon(platform.fork_error())  # (nor the threads compiling the line's programs)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -132,6 +132,18 @@ def stop(failed: OpLaunch, error: BaseException) -> None:
         recovery.undo(launch.writes)
 
 
+def abandon(error: BaseException) -> None:
+    """In a forked child: the programs of the launches in line compile on threads that did not survive
+    the fork (waiting for them would hang); each fails with ``error``. Takes no lock (one may have been held
+    by a thread that is gone)."""
+    for launch in list(_LAUNCHES):
+        launch.done = True
+        for _, _, la in launch.live:
+            la.error = error
+            la.node = la.launch = None
+    _LAUNCHES.clear()
+
+
 def waiting() -> int:
     """Launches in line (strict ops, or fused graphs waiting for their programs)."""
     return len(_LAUNCHES)

@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import pickle
 import threading
 import time
@@ -360,6 +361,11 @@ def adopt(key, future):
     return prog
 
 
+def _after_fork_in_child() -> None:
+    _IN_FLIGHT.clear()  # their compile threads did not survive the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 prefetch.set_loader("program-by-key", _load_alias)
 stable_keys.register_kind("zeros")
 
