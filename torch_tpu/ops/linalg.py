@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..runtime import platform
 from .registry import aten, register
 
 _lax = jax.lax.linalg
@@ -349,11 +350,15 @@ def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
     if a.size == 0:
         return jnp.zeros(a.shape[:-2] + (n, m), a.dtype)
     real = jnp.real(a).dtype
-    atol_ = jnp.zeros((), jnp.float64) if atol is None else jnp.asarray(atol, jnp.float64)
+    # torch compares the singular values with float64 tolerances. XLA:TPU aborts compiling this program
+    # with its float64 scalars (a compiler check failure, on a TPU v5e: every shape, while the SVD alone
+    # compiles), so a program built for a TPU keeps them in the input's real dtype
+    tol_dtype = real if platform.target() == "tpu" else jnp.float64
+    atol_ = jnp.zeros((), tol_dtype) if atol is None else jnp.asarray(atol, tol_dtype)
     if rtol is not None:
-        rtol_ = jnp.asarray(rtol, jnp.float64)
+        rtol_ = jnp.asarray(rtol, tol_dtype)
     else:
-        default = jnp.asarray(jnp.finfo(real).eps * max(m, n), jnp.float64)
+        default = jnp.asarray(jnp.finfo(real).eps * max(m, n), tol_dtype)
         rtol_ = default if atol is None else jnp.where(atol_ > 0, 0.0, default)
     if hermitian:
         vecs, vals = _lax.eigh(_hermitian_from(a, False), symmetrize_input=False)
