@@ -126,6 +126,7 @@ def test_a_background_compile_failure_runs_the_graph_op_by_op(gate, monkeypatch)
 
     def failing(lowered, done):
         if threading.current_thread() is not threading.main_thread():
+            gate.wait(60)  # (held: else the graph may fail before the flush looks at it, and launch at once)
             raise RuntimeError("simulated XLA compile failure")
         return held(lowered, done)
 
@@ -135,6 +136,7 @@ def test_a_background_compile_failure_runs_the_graph_op_by_op(gate, monkeypatch)
         y = (x.to("tpu") + 1).exp()
         fused.flush()
         assert fused.waiting_graphs() == 1
+        gate.set()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             got = y.cpu()
