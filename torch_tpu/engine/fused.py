@@ -236,10 +236,14 @@ def materialize(a):
 
 
 def note_write(storage, old, new: LazyArray) -> None:
-    """A storage's value is replaced by a pending one: remember how to undo it if the graph fails."""
+    """A storage's value is replaced by a pending one: remember how to undo it if the graph (or the strict
+    op waiting in line, ``strict_line.py``) that computes it fails."""
     with _STATE.lock:
-        if new.node is not None and new.error is None and new.concrete is None:
-            _graph().writes.append((weakref.ref(storage), old, new))
+        if new.error is None and new.concrete is None:
+            if new.node is not None:
+                _graph().writes.append((weakref.ref(storage), old, new))
+            elif new.launch is not None:
+                new.launch.wrote(storage, old, new)
 
 
 def flush() -> None:
@@ -430,6 +434,10 @@ class _Launch:
 
     def ready(self) -> bool:
         return type(self.prog) is not concurrent.futures.Future or self.prog.done()
+
+    def wrote(self, storage, old, new) -> None:
+        """A value of this graph was written into a storage after its flush: not undone (its graph's own
+        writes are, ``recovery``)."""
 
     def complete(self) -> None:
         """Launch this graph, after every graph recorded before it (waits for its program). An earlier
