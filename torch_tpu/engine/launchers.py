@@ -163,7 +163,7 @@ class Fused(Strict):
             outs = fused.record(entry.key, entry.trace, arrays, entry.avals, what=entry.what)
             poisoned.mark(outs, taken, arrays)
             return outs
-        return fused.record(entry.key, entry.trace, arrays, entry.avals, what=entry.what)
+        return fused.record_op(entry.key, entry.trace, arrays, entry.avals, entry.what)
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None
