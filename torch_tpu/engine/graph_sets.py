@@ -79,7 +79,7 @@ def dynamic_numbers(sites: dict, numbers: dict) -> set:
     it as an input, not once per value. Ints past int64 are always inputs (they fail as on CPU)."""
     history = _NUMBER_SITES
     for i, site in sites.items():
-        value = _number_key(numbers[i])
+        value = value_key(numbers[i])
         seen = history.get(site)
         if seen is None:
             history[site] = value
@@ -93,14 +93,16 @@ def dynamic_numbers(sites: dict, numbers: dict) -> set:
 def number_key(value) -> tuple:
     """A constant number's part of a program key: its type and exact value (``1`` and ``1.0``, ``0.0`` and
     ``-0.0`` differ; NaN equals NaN)."""
-    return ("const", _number_key(value))
+    return ("const", value_key(value))
 
 
 _NAN = ("f", float("nan"))  # one NaN object: equal to itself as a tuple item (tuples compare items by identity first)
 _ZERO, _NEG_ZERO = ("f", 0.0), ("f-0",)
 
 
-def _number_key(v) -> tuple:
+def value_key(v) -> tuple:
+    """A Python number as a key: its type and exact value (``1``, ``1.0`` and ``True``, ``0.0`` and ``-0.0``
+    differ; every NaN is one key)."""
     t = type(v)
     if t is float:
         if v != v:

@@ -11,11 +11,12 @@ import os
 
 from ..errors import OpError, describe, out_of_memory
 from ..runtime import counters, device_trace, failed_values, multiprocess, platform, program_cache, spmd
-from . import fused, poisoned
+from . import device_numbers, fused, poisoned
 
 _counters = counters.counters
 _launched = program_cache._Launched
 _tracing = device_trace.ACTIVE
+_NUMBER_AT = device_numbers.POSITIONS
 
 
 def _concrete(a):
@@ -48,8 +49,12 @@ class Strict:
         if prog is None:
             arrays = [_concrete(a) for a in arrays]  # (see below)
             prog = entry.compile(arrays, args, kwargs)
+        at = _NUMBER_AT.get(entry)
+        if at is None:
+            at = device_numbers.positions(entry, arrays)
         try:
-            outs = prog(*arrays)
+            # Python numbers as device scalars (device_numbers.py)
+            outs = prog(*(device_numbers.inputs(arrays, at) if at else arrays))
         except Exception as exc:
             if any(type(a) is fused.LazyArray for a in arrays):
                 # another thread left fused mode between this op's inputs and its launch: they were taken
