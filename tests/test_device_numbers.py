@@ -79,6 +79,22 @@ def test_every_number_computes_as_itself_in_any_order():
     assert not bad, bad[:5]
 
 
+def test_a_strict_op_passes_a_number_seen_before_as_a_device_scalar():
+    """The second ``x + 0.37`` finds 0.37's device scalar (made at its second sighting); fused mode keeps
+    its numbers as graph constants and makes none."""
+    from torch_tpu.engine.graph_sets import value_key
+
+    x = torch.randn(5)
+    xt = x.to("tpu")
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        for _ in range(2):
+            torch.testing.assert_close((xt + 0.4137).cpu(), x + 0.4137, rtol=0, atol=0)
+    assert value_key(0.4137) not in device_numbers._SEEN
+    for _ in range(2):
+        torch.testing.assert_close((xt + 0.4137).cpu(), x + 0.4137, rtol=0, atol=0)
+    assert hasattr(device_numbers._SEEN.get(value_key(0.4137)), "dtype")
+
+
 def test_the_cache_keeps_values_apart():
     """0.0 and -0.0, 1 and 1.0 (True is never a dynamic input): distinct device scalars of JAX's own
     argument types (64-bit, weakly typed); NaN and ints past int64 are never cached."""

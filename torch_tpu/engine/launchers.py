@@ -49,7 +49,7 @@ class Strict:
         if prog is None:
             arrays = [_concrete(a) for a in arrays]  # (see below)
             prog = entry.compile(arrays, args, kwargs)
-        at = _NUMBER_AT.get(entry)
+        at = _NUMBER_AT.get(id(entry))
         if at is None:
             at = device_numbers.positions(entry, arrays)
         try:
