@@ -34,46 +34,10 @@ from .call_sites import number_site as _number_site, op_sites as _op_sites, user
 from .graph_keys import PY_NUMBERS as _PY_NUMBERS, abstract, dtype_of as _dtype_of, out_avals  # noqa: F401 (abstract: fused.abstract)
 from .graph_keys import out_signature as _out_signature
 from .graph_sets import donation_for as _donation_for, outputs_for as _outputs_for
+from .lazy_values import LazyArray, set_materializer
 from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
 
 _counters = counters.counters
-
-
-class LazyArray:
-    """A deferred device value: the j-th output of a recorded node (or, after a flush, a concrete array)."""
-
-    __slots__ = ("shape", "dtype", "node", "out", "concrete", "error", "launch", "__weakref__")
-
-    def __init__(self, shape, dtype, node, out):
-        self.shape = tuple(shape)
-        self.dtype = dtype
-        self.node = node
-        self.out = out
-        self.concrete = None
-        self.error = None  # set when the graph that computes it failed (see recovery.py)
-        self.launch = None  # the _Launch of its flushed graph while that graph's program compiles
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-    def __array__(self, dtype=None, copy=None):
-        arr = np.asarray(materialize(self))
-        return arr if dtype is None else arr.astype(dtype)
-
-    def block_until_ready(self):
-        return materialize(self).block_until_ready()
-
-    def __repr__(self):
-        state = "ready" if self.concrete is not None else "pending"
-        return f"LazyArray({self.shape}, {self.dtype}, {state})"
 
 
 class _Node:
@@ -141,17 +105,6 @@ def _input_ref(g: _Graph, value):
         g.inputs.append(value)
         g.input_ids[key] = idx
     return ("i", idx)
-
-
-_DTYPE_NAMES: dict = {}
-
-
-def _dtype_name(dtype) -> str:
-    """An input's dtype in its graph's key (``str(np.dtype(dtype))``, kept per dtype object)."""
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(np.dtype(dtype))
-    return name
 
 
 def record(key, fn, args, avals=None, what: str = "", mesh=None):
@@ -274,6 +227,9 @@ def materialize(a):
     return a.concrete
 
 
+set_materializer(materialize)
+
+
 def note_write(storage, old, new: LazyArray) -> None:
     """A storage's value is replaced by a pending one: remember how to undo it if the graph fails."""
     with _STATE.lock:
@@ -356,10 +312,10 @@ def _run(g: _Graph) -> None:
         if t in _PY_NUMBERS:
             in_sig.append(graph_sets.number_key(a) if i in constants else t)
         elif t is LazyArray:  # keyed as its array will be
-            in_sig.append((a.shape, _dtype_name(a.dtype)))
+            in_sig.append((a.shape, graph_keys.dtype_name(a.dtype)))
             waits = True
         else:
-            in_sig.append((np.shape(a), _dtype_name(_dtype_of(a))))
+            in_sig.append((np.shape(a), graph_keys.dtype_name(_dtype_of(a))))
     # both hashed once and kept as one object per content: the graph's keys below (and its program's)
     # are looked up in several tables per flush, and a 1000-node tuple hashes in tens of us
     in_sig = graph_keys.interned(tuple(in_sig))

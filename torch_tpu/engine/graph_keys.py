@@ -80,3 +80,14 @@ def dtype_of(a):
     if dt is None:
         return np.asarray(a).dtype
     return dt
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def dtype_name(dtype) -> str:
+    """An input's dtype in its graph's key (``str(np.dtype(dtype))``, kept per dtype object)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(np.dtype(dtype))
+    return name

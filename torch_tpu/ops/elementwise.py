@@ -26,14 +26,12 @@ def _u64(x, y):
     return x, y
 
 
-_UINT64 = jnp.dtype(jnp.uint64)
-_BOOL = jnp.dtype(jnp.bool_)
+_UINT64, _BOOL = jnp.dtype(jnp.uint64), jnp.dtype(jnp.bool_)
 
 
 def _both_bool(x, y) -> bool:
-    """Both operands are booleans (arrays or Python bools): ``jnp.result_type(v) == bool`` of each."""
-    return (type(x) is bool or getattr(x, "dtype", None) == _BOOL) and \
-        (type(y) is bool or getattr(y, "dtype", None) == _BOOL)
+    """Both operands are booleans (``jnp.result_type(v) == bool`` of each, without computing it)."""
+    return all(type(v) is bool or getattr(v, "dtype", None) == _BOOL for v in (x, y))
 
 
 def _scaled(y, alpha):
