@@ -19,16 +19,16 @@ _LIMIT = 2048  # values kept (a loop counter passes a new one at every call: the
 _DTYPES = {int: "int64", float: "float64", complex: "complex128"}
 
 
-# id(op entry) -> the positions of its program inputs that are Python numbers (read by the strict launcher:
-# a dict lookup, no walk over the inputs of ops that take none). By id, so that no dropped entry (and its
-# program) is kept alive; an entry made later under a dropped one's id may find other positions, which
-# only costs it the conversion (``inputs`` converts numbers only)
+# id(op entry) -> (its program key, the positions of its program inputs that are Python numbers), read by
+# the strict launcher (a dict lookup, no walk over the inputs of ops that take none). By id, so that no
+# dropped entry (and its program) is kept alive; the key object tells an entry made later under the same id
 POSITIONS: dict = caches.register("op number positions", caches.Bounded(program_cache.max_programs))
 
 
 def positions(entry, arrays: list) -> tuple:
     """Where ``entry``'s program inputs are Python numbers (the same at every call: the op's key says)."""
-    found = POSITIONS[id(entry)] = tuple(i for i, a in enumerate(arrays) if type(a) in _NUMBERS)
+    found = tuple(i for i, a in enumerate(arrays) if type(a) in _NUMBERS)
+    POSITIONS[id(entry)] = (entry.key, found)
     return found
 
 

@@ -50,7 +50,9 @@ class Strict:
             arrays = [_concrete(a) for a in arrays]  # (see below)
             prog = entry.compile(arrays, args, kwargs)
         at = _NUMBER_AT.get(id(entry))
-        if at is None:
+        if at is not None and at[0] is entry.key:
+            at = at[1]
+        else:
             at = device_numbers.positions(entry, arrays)
         try:
             # Python numbers as device scalars (device_numbers.py)
