@@ -79,50 +79,67 @@ def test_every_number_computes_as_itself_in_any_order():
     assert not bad, bad[:5]
 
 
-def test_a_strict_op_passes_a_number_seen_before_as_a_device_scalar():
-    """The second ``x + 0.37`` finds 0.37's device scalar (made at its second sighting); fused mode keeps
-    its numbers as graph constants and makes none."""
+def _kept(value):
+    """The device scalars kept for ``value`` at any op's place."""
     from torch_tpu.engine.graph_sets import value_key
 
+    key = value_key(value)
+    return [slot[1] for _, _, places in list(device_numbers.PLACES.values()) for kept in places
+            for slot in kept if slot[0] == key]
+
+
+def test_a_strict_op_passes_a_number_seen_before_as_a_device_scalar():
+    """The second ``x + 0.4137`` finds 0.4137's device scalar (made at its second sighting); fused mode keeps
+    its numbers as graph constants and makes none."""
     x = torch.randn(5)
     xt = x.to("tpu")
     with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
         for _ in range(2):
             torch.testing.assert_close((xt + 0.4137).cpu(), x + 0.4137, rtol=0, atol=0)
-    assert value_key(0.4137) not in device_numbers._SEEN
-    for _ in range(2):
+    assert not _kept(0.4137)
+    for _ in range(3):
         torch.testing.assert_close((xt + 0.4137).cpu(), x + 0.4137, rtol=0, atol=0)
-    assert hasattr(device_numbers._SEEN.get(value_key(0.4137)), "dtype")
+    assert any(hasattr(d, "dtype") for d in _kept(0.4137))
 
 
-def test_the_cache_keeps_values_apart():
+def test_a_place_keeps_values_apart():
     """0.0 and -0.0, 1 and 1.0 (True is never a dynamic input): distinct device scalars of JAX's own
-    argument types (64-bit, weakly typed); NaN and ints past int64 are never cached."""
-    for v in (0.0, -0.0, 1, 1.0, 2.5 + 1j, float("nan"), 2 ** 64):
-        device_numbers.device_scalar(v)
-    zero, neg_zero = device_numbers.device_scalar(0.0), device_numbers.device_scalar(-0.0)
+    argument types (64-bit, weakly typed), each made at its second sighting; NaN and ints past int64 are
+    never kept; a place keeps its last few values only."""
+    kept: list = []
+    for v in (0.0, -0.0, 1, 1.0):
+        assert device_numbers.scalar_for(kept, v) is None  # (seen once)
+    zero, neg_zero = device_numbers.scalar_for(kept, 0.0), device_numbers.scalar_for(kept, -0.0)
     assert math.copysign(1.0, float(zero)) == 1.0 and math.copysign(1.0, float(neg_zero)) == -1.0
-    one_int, one_float = device_numbers.device_scalar(1), device_numbers.device_scalar(1.0)
+    one_int, one_float = device_numbers.scalar_for(kept, 1), device_numbers.scalar_for(kept, 1.0)
     assert (str(one_int.dtype), str(one_float.dtype)) == ("int64", "float64")
     assert one_int.weak_type and one_float.weak_type and zero.weak_type
-    assert str(device_numbers.device_scalar(2.5 + 1j).dtype) == "complex128"
-    assert device_numbers.device_scalar(float("nan")) is None
-    assert device_numbers.device_scalar(2 ** 64) is None
+    other: list = []
+    for _ in range(2):
+        c = device_numbers.scalar_for(other, 2.5 + 1j)
+    assert str(c.dtype) == "complex128"
+    for v in (float("nan"), 2 ** 64):
+        assert device_numbers.scalar_for(other, v) is None and device_numbers.scalar_for(other, v) is None
+    for i in range(10):
+        device_numbers.scalar_for(other, float(i))
+    assert len(other) == device_numbers._PER_PLACE
 
 
-def test_a_changing_number_reuses_the_program_and_stays_right():
-    """A counter passes a new value at every call: one program, every value right, the table bounded."""
+def test_a_changing_number_reuses_the_program_keeps_nothing_more_and_stays_right():
+    """A counter passes a new value at every call: one program, every value right, the values kept at its
+    place bounded (no device scalar per value)."""
     x = torch.randn(8)
     xt = x.to("tpu")
     (xt * 0.5).cpu()
     before = torch_tpu.stats()["cache_misses"]
-    for i in range(3 * device_numbers._LIMIT // 2):
-        if i % 500 == 0 or i > 3 * device_numbers._LIMIT // 2 - 3:
+    for i in range(300):
+        if i % 50 == 0 or i > 296:
             torch.testing.assert_close((xt * (i / 7)).cpu(), x * (i / 7), rtol=0, atol=0)
         else:
             xt * (i / 7)
     assert torch_tpu.stats()["cache_misses"] == before
-    assert len(device_numbers._SEEN) <= device_numbers._LIMIT
+    assert all(len(kept) <= device_numbers._PER_PLACE for _, _, places in device_numbers.PLACES.values()
+               for kept in places)
 
 
 @pytest.mark.parametrize("mode", ["strict", "launch_blocking"])

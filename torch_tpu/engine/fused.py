@@ -30,7 +30,8 @@ from .. import config
 from ..runtime import counters, platform, program_cache, spmd
 from . import recovery
 from . import graph_keys, graph_sets
-from .call_sites import number_site as _number_site, op_sites as _op_sites, user_location as _user_location
+from .call_sites import number_site as _number_site, op_sites as _op_sites
+from .call_sites import user_location as _user_location
 from .graph_keys import PY_NUMBERS as _PY_NUMBERS, abstract, dtype_of as _dtype_of, out_avals  # noqa: F401 (abstract: fused.abstract)
 from .graph_keys import out_signature as _out_signature
 from .graph_sets import donation_for as _donation_for, outputs_for as _outputs_for

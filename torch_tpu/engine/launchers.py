@@ -16,7 +16,7 @@ from . import device_numbers, fused, poisoned
 _counters = counters.counters
 _launched = program_cache._Launched
 _tracing = device_trace.ACTIVE
-_NUMBER_AT = device_numbers.POSITIONS
+_NUMBER_PLACES = device_numbers.PLACES
 
 
 def _concrete(a):
@@ -49,14 +49,12 @@ class Strict:
         if prog is None:
             arrays = [_concrete(a) for a in arrays]  # (see below)
             prog = entry.compile(arrays, args, kwargs)
-        at = _NUMBER_AT.get(id(entry))
-        if at is not None and at[0] is entry.key:
-            at = at[1]
-        else:
-            at = device_numbers.positions(entry, arrays)
+        places = _NUMBER_PLACES.get(id(entry))
+        if places is None or places[0] is not entry.key:
+            places = device_numbers.places(entry, arrays)
         try:
-            # Python numbers as device scalars (device_numbers.py)
-            outs = prog(*(device_numbers.inputs(arrays, at) if at else arrays))
+            # Python numbers seen before as device scalars (device_numbers.py)
+            outs = prog(*(device_numbers.inputs(arrays, places) if places[1] else arrays))
         except Exception as exc:
             if any(type(a) is fused.LazyArray for a in arrays):
                 # another thread left fused mode between this op's inputs and its launch: they were taken
