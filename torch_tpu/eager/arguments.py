@@ -317,10 +317,11 @@ _CPU_SCALARS_OPS = {id(op): 3 for op in (_aten._foreach_addcdiv.Tensor, _aten._f
 def key_and_inputs(func, args, kwargs):
     """(structural key, dynamic inputs) of a call: arrays, and Python numbers of dynamic Scalars.
     Hot path: plain tpu tensors are inlined."""
-    sig = [id(func)]  # id: OpOverload.__hash__ is Python code
+    fid = id(func)
+    sig = [fid]  # id: OpOverload.__hash__ is Python code
     arrays = []
-    allow_cpu = id(func) in _CPU_INDEX_OPS
-    cpu_scalars_at = _CPU_SCALARS_OPS.get(id(func))
+    allow_cpu = fid in _CPU_INDEX_OPS
+    cpu_scalars_at = _CPU_SCALARS_OPS.get(fid)
     slots = None
     for i, a in enumerate(args):
         ta = type(a)

@@ -15,11 +15,12 @@ import os
 
 from ..errors import OpError, describe, out_of_memory
 from ..runtime import compile_pool, counters, device_trace, failed_values, multiprocess, platform, program_cache, spmd
-from . import fused, graph_keys, poisoned, strict_line
+from . import device_numbers, fused, graph_keys, poisoned, strict_line
 
 _counters = counters.counters
 _launched = program_cache._Launched
 _tracing = device_trace.ACTIVE
+_NUMBER_PLACES = device_numbers.PLACES
 
 
 def _concrete(a):
@@ -83,8 +84,12 @@ class Strict:
             if type(prog) is _Future:  # compiling: the op waits in line for it
                 return _queue(taken, arrays, entry.key, prog, arrays, entry.avals, entry)
             arrays = [_concrete(a) for a in arrays]  # (see below)
+        places = _NUMBER_PLACES.get(id(entry))
+        if places is None or places[0] is not entry.key:
+            places = device_numbers.places(entry, arrays)
         try:
-            outs = prog(*arrays)
+            # Python numbers seen before as device scalars (device_numbers.py)
+            outs = prog(*(device_numbers.inputs(arrays, places) if places[1] else arrays))
         except Exception as exc:
             if any(type(a) is fused.LazyArray for a in arrays):
                 # another thread left fused mode between this op's inputs and its launch: they were taken
@@ -280,7 +285,7 @@ class Fused(Strict):
             outs = fused.record(entry.key, entry.trace, arrays, entry.avals, what=entry.what)
             poisoned.mark(outs, taken, arrays)
             return outs
-        return fused.record(entry.key, entry.trace, arrays, entry.avals, what=entry.what)
+        return fused.record_op(entry.key, entry.trace, arrays, entry.avals, entry.what)
 
     def launch(self, key, fn, args: tuple, aval=None, what: str = ""):
         taken = poisoned.lineage(args, what or key[0]) if poisoned.active else None

@@ -15,9 +15,10 @@ needed them report that they were lost.
 from __future__ import annotations
 
 import warnings
+import weakref
 
 from ..errors import out_of_memory
-from ..runtime import counters, program_cache
+from ..runtime import caches, counters, program_cache
 
 
 class FusedGraphError(RuntimeError):
@@ -104,10 +105,27 @@ def fail(live, writes, cause: BaseException, nodes) -> None:
     undo(writes)
 
 
+# id(program) -> (weak ref to it, the graph key it passed check_program_shapes for): a graph's key fixes its
+# values' shapes, so a program run again for an equal key needs no second look (reading out_info builds its
+# outputs' structs); weak, so that a program the cache dropped is freed
+_CHECKED = caches.register("fused programs checked", caches.Bounded(program_cache.max_programs))
+
+
 def check_program_shapes(prog, key, donate, out_sig, live) -> None:
     """A program (compiled now or found on disk) must return the shapes its graph's values were recorded
     with; one that does not (a wrong cache entry) is forgotten before it runs, and the graph runs op by op
     (the error goes to the replay)."""
+    found = _CHECKED.get(id(prog))
+    if found is not None and found[0]() is prog and found[1] == key:
+        return
+    _check_program_shapes(prog, key, donate, out_sig, live)
+    try:
+        _CHECKED[id(prog)] = (weakref.ref(prog), key)
+    except TypeError:  # (a program object that takes no weak reference: checked at every run)
+        pass
+
+
+def _check_program_shapes(prog, key, donate, out_sig, live) -> None:
     info = getattr(prog, "out_info", None)
     if info is None:
         return
