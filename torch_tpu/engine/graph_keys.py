@@ -12,6 +12,20 @@ stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(n
 
 PY_NUMBERS = (int, float, complex, bool)
 
+# a graph key's long parts, one object per content (see interned)
+_INTERNED: dict = caches.register("fused key parts", caches.Bounded(lambda: 4 * program_cache.max_programs()))
+
+
+def interned(part: tuple) -> tuple:
+    """``part`` (a graph's structure, its inputs' signature) as a tuple that hashes once, the same object
+    for every equal part seen before: the keys holding it are looked up in several tables per flush, and
+    equal keys then compare by identity instead of item by item."""
+    hashed = stable_keys.Hashed(part)
+    found = _INTERNED.get(hashed)
+    if found is None:
+        found = _INTERNED[hashed] = hashed
+    return found
+
 
 def abstract(a):
     """What tracing needs of an input: a ShapeDtypeStruct, or a Python number itself (weakly typed)."""
@@ -66,3 +80,14 @@ def dtype_of(a):
     if dt is None:
         return np.asarray(a).dtype
     return dt
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def dtype_name(dtype) -> str:
+    """An input's dtype in its graph's key (``str(np.dtype(dtype))``, kept per dtype object)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(np.dtype(dtype))
+    return name

@@ -15,9 +15,10 @@ needed them report that they were lost.
 from __future__ import annotations
 
 import warnings
+import weakref
 
 from ..errors import out_of_memory
-from ..runtime import counters, program_cache
+from ..runtime import caches, counters, program_cache
 
 
 class FusedGraphError(RuntimeError):
@@ -75,7 +76,7 @@ def replay(nodes, inputs, live, writes, exc) -> RuntimeError | None:
             la.concrete = out[j]
         la.node = la.launch = None
     if failed is not None:
-        _undo(writes)
+        undo(writes)
     else:
         counters.counters["fused_graph_replays"] += 1
         warnings.warn(f"tpu fused eager: a graph of {len(nodes)} ops failed as a whole ({exc}); it ran op "
@@ -83,7 +84,8 @@ def replay(nodes, inputs, live, writes, exc) -> RuntimeError | None:
     return failed
 
 
-def _undo(writes) -> None:
+def undo(writes) -> None:
+    """Undo the recorded writes ((storage ref, old value, new value)) whose new value failed, latest first."""
     for storage_ref, old, new in reversed(writes):
         storage = storage_ref()
         if storage is not None and storage.array is new and new.error is not None:
@@ -100,13 +102,30 @@ def fail(live, writes, cause: BaseException, nodes) -> None:
     for _, _, la in live:
         la.error = error
         la.node = la.launch = None
-    _undo(writes)
+    undo(writes)
+
+
+# id(program) -> (weak ref to it, the graph key it passed check_program_shapes for): a graph's key fixes its
+# values' shapes, so a program run again for an equal key needs no second look (reading out_info builds its
+# outputs' structs); weak, so that a program the cache dropped is freed
+_CHECKED = caches.register("fused programs checked", caches.Bounded(program_cache.max_programs))
 
 
 def check_program_shapes(prog, key, donate, out_sig, live) -> None:
     """A program (compiled now or found on disk) must return the shapes its graph's values were recorded
     with; one that does not (a wrong cache entry) is forgotten before it runs, and the graph runs op by op
     (the error goes to the replay)."""
+    found = _CHECKED.get(id(prog))
+    if found is not None and found[0]() is prog and found[1] == key:
+        return
+    _check_program_shapes(prog, key, donate, out_sig, live)
+    try:
+        _CHECKED[id(prog)] = (weakref.ref(prog), key)
+    except TypeError:  # (a program object that takes no weak reference: checked at every run)
+        pass
+
+
+def _check_program_shapes(prog, key, donate, out_sig, live) -> None:
     info = getattr(prog, "out_info", None)
     if info is None:
         return
