@@ -11,6 +11,7 @@ LAYERS = (
     ("config", "errors"),
     ("runtime",),
     ("ops",),
+    ("parity",),
     ("engine",),
     ("tensor",),
     ("eager", "compile", "distributed"),
@@ -115,7 +116,7 @@ def test_the_graph_is_read():
     modules, graph = _graph()
     assert "torch_tpu.eager.op_path" in modules and "torch_tpu.tensor.tensor" in modules
     # a known edge, to prove the reader resolves relative imports
-    assert "torch_tpu.tensor.tensor" in graph["torch_tpu.eager.op_path"]
+    assert "torch_tpu.tensor.tensor" in graph["torch_tpu.eager.entries"]
 
 
 def test_no_import_cycle():

@@ -7,7 +7,8 @@ import warnings
 import torch
 
 from ..engine import deferred_errors, fused
-from ..ops import calling, checks, registry, validate
+from .. import parity
+from ..ops import calling, checks, registry
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
@@ -320,8 +321,8 @@ def _check_like_eager(node, func, target) -> None:
             return type(a)(fake(e) for e in a) if isinstance(a, tuple) else [fake(e) for e in a]
         return a
 
-    validate.check_graph_call(func, target, fake(node.args), {k: fake(v) for k, v in node.kwargs.items()},
-                              node.meta.get("val"))
+    parity.check_call(func, target, fake(node.args), {k: fake(v) for k, v in node.kwargs.items()},
+                      result=node.meta.get("val"))
 
 
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd")

@@ -17,7 +17,7 @@ import torch
 
 from ..runtime import counters, disk_cache, prefetch, stable_keys
 
-stable_keys.register_kind("op")  # ("op", name, input signature, matmul precision): see op_path._program_key
+stable_keys.register_kind("op")  # ("op", name, input signature, matmul precision): see op_path.program_key
 
 _NAMES: dict = {}
 

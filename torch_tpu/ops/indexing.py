@@ -9,7 +9,6 @@ import numpy as np
 
 from ..runtime import dtypes
 from .checks import index_in_range, require
-from .validate import _TYPE_NAMES
 from .registry import aten, register
 from ._util import is_low_precision, is_value, upcast
 
@@ -415,7 +414,7 @@ def bincount(x, weights=None, minlength=0):
     a = np.asarray(x)
     if not np.issubdtype(a.dtype, np.integer):
         dtype = dtypes.to_torch_dtype(a.dtype)
-        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
+        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{dtypes.TYPE_NAMES.get(dtype, dtype)}\'')
     if a.ndim != 1 or (a.size and a.min() < 0):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:
