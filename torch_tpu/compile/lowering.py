@@ -6,8 +6,8 @@ import warnings
 
 import torch
 
-from ..engine import deferred_errors, fused
 from .. import parity
+from ..engine import deferred_errors, fused
 from ..ops import calling, checks, registry
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
@@ -531,6 +531,16 @@ def _scalar_type(v):
     return None
 
 
+def _stored_array(x: TpuTensor, new):
+    """The array a view with math bits stores for the values ``new`` it is to mean (a compiled graph's
+    write into an input computed on ``resolved`` values): conj and neg are their own inverses."""
+    if x.is_conj():
+        new = platform.jax().numpy.conj(new)
+    if x.is_neg():
+        new = -new
+    return new
+
+
 def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, written: list[int], layouts=None,
             tokens=frozenset(), aliases=None, in_vals=(), out_vals=()):
     device = None
@@ -577,7 +587,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
             outs = outs[:len(outs) - len(targets)]
             for t, new in zip(targets, news):
                 if isinstance(t, TpuTensor):
-                    write(t, math_bits.stored_array(t, new))
+                    write(t, _stored_array(t, new))
                 else:  # a host tensor input
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []

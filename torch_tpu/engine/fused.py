@@ -29,7 +29,7 @@ import numpy as np
 from .. import config
 from ..runtime import counters, platform, program_cache, spmd
 from . import recovery
-from . import graph_sets
+from . import graph_keys, graph_sets
 from .call_sites import number_site as _number_site, user_location as _user_location
 from .graph_keys import PY_NUMBERS as _PY_NUMBERS, abstract, dtype_of as _dtype_of, out_avals  # noqa: F401 (abstract: fused.abstract)
 from .graph_keys import out_signature as _out_signature
@@ -354,7 +354,7 @@ def _run(g: _Graph) -> None:
             else:
                 prog = spmd.compile_program(key, graph_fn, tuple(prog_inputs), g.mesh, donate=donate,
                                             out_ndims=[len(la.shape) for _, _, la in live],
-                                            what=recovery.collectives_of(nodes))
+                                            what=graph_keys.collectives_of(nodes))
     except Exception as exc:  # tracing or lowering failed: the graph runs op by op (the error goes there)
         launch.prog = exc
     else:
@@ -467,7 +467,7 @@ class _Launch:
                     prog = program_cache.adopt(self.key, prog)
                 elif isinstance(prog, Exception):
                     raise prog
-                recovery.check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
+                graph_keys.check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
                 results = prog(*(inputs if self.params is None else [inputs[i] for i in self.params]))
                 program_cache.note_launch(results, prog)
                 _counters["executions"] += 1

@@ -14,7 +14,7 @@ from ..runtime import counters, device_trace, failed_values, multiprocess, platf
 from . import fused, poisoned
 
 _counters = counters.counters
-_launched = program_cache._Launched
+_launched = program_cache.Launched
 _tracing = device_trace.ACTIVE
 
 

@@ -101,26 +101,3 @@ def fail(live, writes, cause: BaseException, nodes) -> None:
         la.error = error
         la.node = la.launch = None
     _undo(writes)
-
-
-def check_program_shapes(prog, key, donate, out_sig, live) -> None:
-    """A program (compiled now or found on disk) must return the shapes its graph's values were recorded
-    with; one that does not (a wrong cache entry) is forgotten before it runs, and the graph runs op by op
-    (the error goes to the replay)."""
-    info = getattr(prog, "out_info", None)
-    if info is None:
-        return
-    shapes = [tuple(s.shape) for s in info] if isinstance(info, (tuple, list)) else None
-    position = {o: k for k, o in enumerate(out_sig)}
-    for i, j, la in live:
-        k = position[(i, j)]
-        if shapes is None or k >= len(shapes) or shapes[k] != la.shape:
-            program_cache.discard(key, donate=donate)
-            got = "another structure" if shapes is None or k >= len(shapes) else f"shape {shapes[k]}"
-            raise FusedGraphError(f"tpu fused eager: the graph's program returns {got} for a value recorded "
-                                  f"as {la.shape} (internal error; the program is dropped)")
-
-
-def collectives_of(nodes) -> str:
-    names = [n.where[0] for n in nodes if isinstance(n.key, tuple) and n.key[:1] == ("collective",)]
-    return f"a fused graph of {len(nodes)} ops with collectives {', '.join(names[:6])}"
