@@ -212,7 +212,8 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from . import attention, composites, lowering
+    from ..eager import attention
+    from . import composites, lowering
 
     attention.rewrite_graph(gm)  # attention stays one op (tpu.attention) through AOTAutograd
 
