@@ -578,7 +578,9 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
         program_cache.note_launch(outs, prog)
         _counters["executions"] += 1
         if device_checks:
-            outs, code = outs[:-1], outs[-1]  # a failure poisons the results; inputs it wrote stay readable
+            # a failure poisons the results (the call raised on CPU); inputs it wrote stay readable, as
+            # eager's in-place writes with a bad index do
+            outs, code = outs[:-1], outs[-1]
             deferred_errors.add(code, device_checks, "torch.compile(backend='tpu') graph",
                                 outs[:len(outs) - len(targets)])
             replay.verify_now()  # launch blocking: a failed check raises before any write-back

@@ -79,7 +79,7 @@ def needs_decomposition(attn_mask, dropout_p) -> bool:
 def _transformed(*tensors) -> bool:
     """A torch.func transform (grad, vjp, jacrev, jvp, jacfwd, hessian: ``_Attention`` is a one-op
     autograd.Function these cannot see into) or a forward-mode AD tangent on an input (``_Attention`` has
-    no jvp): torch's decomposition computes these, as on CPU. Both raised before."""
+    no jvp): torch's decomposition computes these, as on CPU (``_Attention`` would raise)."""
     if torch._C._are_functorch_transforms_active():
         return True
     if fwAD._current_level < 0:

@@ -55,7 +55,8 @@ class LoweredEntry:
         avals = tuple((tuple(m.shape) if layouts is None or layouts[k] is None else (m.numel(),),
                        dtypes.to_jax_dtype(m.dtype)) for k, m in enumerate(tensor_leaves))
         avals += tuple((tuple(m.shape) if write_orders is None or write_orders[k] is None else write_orders[k][1],
-                        dtypes.to_jax_dtype(m.dtype)) for k, m in enumerate(p.write_metas) if isinstance(m, torch.Tensor))
+                        dtypes.to_jax_dtype(m.dtype))
+                       for k, m in enumerate(p.write_metas) if isinstance(m, torch.Tensor))
         returns_scalar = (len(p.out_leaves) == 1 and p.out_leaves[0] is not None
                           and not isinstance(p.out_leaves[0], torch.Tensor))
         rebuild = None if (p.in_place or isinstance(p.meta_out, torch.Tensor)) else rebuilder(p.meta_out)
@@ -67,8 +68,9 @@ class LoweredEntry:
     def from_description(cls, func, key, desc, random: bool, recipe, write_orders, check) -> LoweredEntry:
         """The entry of a description an earlier process stored (``op_store.OpDescription``); it plans
         the op from ``recipe`` when its traceable function is first needed."""
-        return cls(func, key, fn=None, recipe=recipe, avals=tuple((shape, dtypes.to_jax_dtype(dt)) for shape, dt in desc.avals),
-                   out_dtypes=desc.out_dtypes, rebuild=None if desc.structure is None else rebuilder(desc.structure),
+        avals = tuple((shape, dtypes.to_jax_dtype(dt)) for shape, dt in desc.avals)
+        rebuild = None if desc.structure is None else rebuilder(desc.structure)
+        return cls(func, key, fn=None, recipe=recipe, avals=avals, out_dtypes=desc.out_dtypes, rebuild=rebuild,
                    random=random, returns_scalar=desc.returns_scalar, check=check,
                    device_checks=list(desc.device_checks),  # (the checks setting is part of its disk key)
                    layouts=desc.layouts, write_orders=write_orders)

@@ -187,7 +187,7 @@ def shift_of_bool(func, args, kwargs):
     x = args[0] if args else kwargs.get("self")
     y = args[1] if len(args) > 1 else kwargs.get("other")
     if isinstance(x, torch.Tensor) and x.dtype in (torch.uint16, torch.uint32, torch.uint64):
-        # (CPU has no shift kernel for them; the op table's dtype refusals know bitwise_*_shift only)
+        # (CPU has no shift kernel for them; parity's dtype refusals know bitwise_*_shift only)
         from ..runtime.dtypes import TYPE_NAMES
 
         kernel = "lshift_cpu" if "lshift" in func._schema.name else "rshift_cpu"

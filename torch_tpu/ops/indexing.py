@@ -372,7 +372,7 @@ def unique(x, sorted=True, return_inverse=False):
 def unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
     if x.ndim == 0:  # (numpy's AxisError leaked out)
         raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
-    if x.size == 0 and x.shape[dim % x.ndim] != 0:  # (the tpu returned an empty result)
+    if x.size == 0 and x.shape[dim % x.ndim] != 0:  # (an empty result otherwise)
         raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
     vals, inv, counts = np.unique(np.asarray(x), axis=dim, return_inverse=True, return_counts=True)
     return jnp.asarray(vals), jnp.asarray(inv.reshape(-1).astype(np.int64)), jnp.asarray(counts.astype(np.int64))

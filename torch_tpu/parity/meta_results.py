@@ -18,7 +18,7 @@ def cpu_meta(func, args, kwargs, meta_out):
             return torch.empty(meta_out.shape, dtype=torch.bool, device="meta")
     if func is aten.pow.Scalar and isinstance(meta_out, torch.Tensor) and not meta_out.is_contiguous():
         # ``2 ** x``: CPU's kernel lays the result out contiguously whatever x's strides (the meta kernel
-        # follows x's: ``(2 ** x.t()).view(-1)`` failed on the tpu only)
+        # follows x's, so ``(2 ** x.t()).view(-1)`` would fail where CPU's does not)
         return torch.empty(meta_out.shape, dtype=meta_out.dtype, device="meta")
     fmt = _cpu_memory_format(func, args)
     if fmt is not None and isinstance(meta_out, torch.Tensor) and meta_out.is_contiguous():

@@ -248,7 +248,7 @@ _BOOL_PRODUCT_KERNEL = {aten.mm.default: "addmm_impl_cpu_", aten.addmm.default: 
 
 def _refuse_bool_product(kernel):
     def refuse(*args, **kwargs):
-        """Matrix products of bools have no CPU (or CUDA) kernel; the tpu computed them."""
+        """Matrix products of bools have no CPU (or CUDA) kernel; the lowerings would compute them."""
         if any(isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in args[:3]):
             raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
     return refuse

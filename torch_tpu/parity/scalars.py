@@ -109,7 +109,7 @@ def _integer_power(dtype, x, exponent):
 @validates_each_call(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor,
                      aten.rsub.Scalar)
 def _alpha_fits(dtype, x, other, alpha=1, **_):
-    # (a float alpha past float16's range: CPU raises, the tpu gave inf; 1, the default, fits every dtype)
+    # (a float alpha past float16's range: CPU raises, the lowering would give inf; 1, the default, fits every dtype)
     if type(alpha) in (int, float) and alpha != 1:
         check_fits(alpha, dtype)
 
@@ -117,12 +117,12 @@ def _alpha_fits(dtype, x, other, alpha=1, **_):
 @validates_each_call(aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default)
 def _bounds_fit(dtype, x, *bounds, **named):
     for b in (*bounds, *named.values()):
-        if type(b) in (int, float):  # (clamp(min=1e40) of float32: CPU raises, the tpu clamped to inf)
+        if type(b) in (int, float):  # (clamp(min=1e40) of float32: CPU raises, the lowering would clamp to inf)
             check_fits(b, dtype)
 
 
-# Scalars CPU kernels convert to the tensor's dtype (checked): past its range they raise, the tpu computed
-# with inf (threshold's and scatter's values, hardtanh's bounds)
+# Scalars CPU kernels convert to the tensor's dtype (checked): past its range they raise, the lowerings
+# would compute with inf (threshold's and scatter's values, hardtanh's bounds)
 @validates_each_call(aten.threshold.default)
 def _threshold_fits(dtype, x, threshold, value):
     for v in (threshold, value):
@@ -161,8 +161,9 @@ def _addc_value_fits(dtype, x, t1, t2, value=1):
 
 
 # activations' parameters: CPU converts them to the type it computes in (float for float16/bfloat16), or to
-# the dtype itself (hardshrink's lambda); past its range they raise, the tpu computed with inf. (celu,
-# hardshrink and softshrink are decomposed: fallbacks.python_entry runs these checks with the input's dtype)
+# the dtype itself (hardshrink's lambda); past its range they raise, the lowerings would compute with inf.
+# (celu, hardshrink and softshrink are decomposed: parity.decomposition_check runs these checks with the
+# input's dtype)
 _ACTIVATION_PARAMETERS = {aten.leaky_relu.default: ("negative_slope",), aten.elu.default: ("alpha", "scale", "input_scale"),
                           aten.celu.default: ("alpha",), aten.softplus.default: ("beta", "threshold"),
                           aten.rrelu_with_noise.default: ("lower", "upper"),

@@ -60,7 +60,7 @@ def run(func, args, kwargs) -> None:
 def checked_decompositions(table: dict) -> dict:
     """A compiled graph's decomposition table whose decompositions of validated ops run the validators
     first: a decomposed call (``hardshrink``, ``upsample_nearest2d.vec``, ``celu``) leaves no node of its
-    own for ``check_graph_call``, so a compiled program computed what eager refuses."""
+    own for ``parity.check_call``, so a compiled program computed what eager refuses."""
     def validated(op) -> bool:
         if op in VALIDATORS:
             return True
