@@ -224,6 +224,15 @@ def test_private_name_finder_finds_them(tmp_path):
                      "line 7: from torch_tpu.a._p import q"]
 
 
+def test_cpu_parity_is_reached_through_its_package():
+    # the executors call parity's entry points (``parity.check_call`` ...), never its modules: what a check
+    # is and where it lives stays inside the package
+    _, graph = _graph()
+    wrong = [f"{a} imports {b}" for a, targets in sorted(graph.items()) if not a.startswith("torch_tpu.parity")
+             for b in sorted(targets) if b.startswith("torch_tpu.parity.")]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_no_module_is_too_long():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
