@@ -98,9 +98,45 @@ def step_tests(args, left):
     return _pytest(TEST_FILES, args, left, "tests")
 
 
+def _tpu_log_tail(lines=15) -> list:
+    """The last fatal/check lines of libtpu's newest log (where an XLA:TPU abort says why)."""
+    logs = sorted(Path("/tmp/tpu_logs").glob("*"), key=lambda p: p.stat().st_mtime) if Path("/tmp/tpu_logs").is_dir() else []
+    if not logs:
+        return []
+    text = logs[-1].read_text(errors="replace").splitlines()
+    return [l for l in text if re.match(r"^[FE]\d{4}|.*Check failed", l)][-lines:]
+
+
 def step_opinfo(args, left):
-    env = {"TORCH_TPU_TEST_SHARD": args.shard} if args.shard else {}
-    return {"shard": args.shard, **_pytest(["tests/test_op_consistency.py"], args, left, "opinfo", env=env)}
+    """The OpInfo file (or a shard of it), restarted after a case that aborts the process (an XLA:TPU compiler
+    abort cannot be caught): that case is recorded as aborted, with libtpu's last fatal lines, and the run
+    goes on from the next case. Every case's outcome comes from the outcomes file conftest writes."""
+    outcomes = Path(args.out) / "opinfo_outcomes.jsonl"
+    outcomes.unlink(missing_ok=True)
+    done, aborted, attempts = args.start, [], []
+    while left() > 30:
+        env = {"TORCH_TPU_TEST_OUTCOMES": str(outcomes), "TORCH_TPU_TEST_FROM": str(done)}
+        if args.count:
+            left_to_run = args.start + args.count - done
+            if left_to_run <= 0:
+                break
+            env["TORCH_TPU_TEST_COUNT"] = str(left_to_run)
+        if args.shard:
+            env["TORCH_TPU_TEST_SHARD"] = args.shard
+        result = _pytest(["tests/test_op_consistency.py"], args, left, f"opinfo{len(attempts)}", env=env)
+        attempts.append({k: result[k] for k in ("rc", "process_s", "summary")})
+        records = [json.loads(l) for l in outcomes.read_text().splitlines()] if outcomes.exists() else []
+        started = [r["case"] for r in records if r["when"] == "start"]
+        started_total = args.start + len(started)
+        if result["rc"] in (0, 1) or not started or result["rc"] == "timeout":
+            break
+        aborted.append({"case": started[-1], "rc": result["rc"], "libtpu": _tpu_log_tail()})
+        done = started_total  # the aborted case counts as done: the next attempt starts after it
+    records = [json.loads(l) for l in outcomes.read_text().splitlines()] if outcomes.exists() else []
+    calls = [r for r in records if r["when"] == "call"]
+    return {"shard": args.shard, "attempts": attempts, "passed": sum(r["outcome"] == "passed" for r in calls),
+            "failed": [{"case": r["case"], "when": r["when"], "text": r["text"]} for r in records
+                       if r["outcome"] == "failed"], "aborted": aborted}
 
 
 def _bench_script(name, args, left, extra=()):
@@ -135,6 +171,9 @@ def main():
     parser.add_argument("--steps", default="demo,flux,tests")
     parser.add_argument("--budget", type=float, default=540, help="seconds for all steps together")
     parser.add_argument("--shard", default=None, help="opinfo: run part i of n (i/n)")
+    parser.add_argument("--start", type=int, default=0, help="opinfo: skip the shard's first cases (a later call "
+                                                                  "going on where an earlier one stopped)")
+    parser.add_argument("--count", type=int, default=0, help="opinfo: run at most this many of the shard's cases")
     args = parser.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()

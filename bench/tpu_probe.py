@@ -281,11 +281,56 @@ def numerics(quick: bool) -> dict:
     return out
 
 
+# float64 on the chip: each case in a child process (an XLA:TPU compiler abort ends the process that compiles)
+_F64_CASES = {
+    "add": "lambda a: a + a", "mul": "lambda a: a * 3.0", "compare": "lambda a: a > 0.5",
+    "where": "lambda a: jnp.where(a > 0.5, a, 0.0)", "max_reduce": "lambda a: jnp.max(a, axis=-1)",
+    "sum_reduce": "lambda a: jnp.sum(a)", "divide": "lambda a: 1 / (a + 1)", "sqrt": "jnp.sqrt", "exp": "jnp.exp",
+    "log": "jnp.log", "cast_to_f32": "lambda a: a.astype(jnp.float32)", "matmul": "lambda a: a @ a.T",
+    "cumsum": "lambda a: jnp.cumsum(a, axis=-1)",
+    "f32_times_f64_scalar": "lambda a: a.astype(jnp.float32) * jnp.asarray(1e-7, jnp.float64)",
+    "pinv_f32_f64_tol": "lambda a: _pinv_like(a.astype(jnp.float32))",
+    "svd_f32": "lambda a: jnp.linalg.svd(a.astype(jnp.float32), full_matrices=False)[1]",
+}
+_F64_CHILD = """
+import sys, json, jax, jax.numpy as jnp, numpy as np
+jax.config.update("jax_enable_x64", True)
+def _pinv_like(a):
+    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    tol = jnp.asarray(1e-7, jnp.float64) * s[..., :1]
+    inv = jnp.where(s > tol, 1 / jnp.where(s == 0, 1, s), 0).astype(a.dtype)
+    return jnp.matmul(jnp.swapaxes(vh, -1, -2) * inv[..., None, :], jnp.swapaxes(u, -1, -2))
+fn = eval(sys.argv[1])
+a = jnp.asarray(np.random.default_rng(0).uniform(0, 1, (8, 8)))
+out = jax.jit(fn)(a)
+ref = jax.jit(fn, backend="cpu")(np.asarray(a))
+got, want = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+print(json.dumps({"ok": True, "dtype": str(out.dtype), "max_abs_err": float(np.max(np.abs(got - want)))}))
+"""
+
+
+def float64_support() -> dict:
+    import subprocess
+    import sys
+
+    out = {}
+    for name, fn in _F64_CASES.items():
+        proc = subprocess.run([sys.executable, "-c", _F64_CHILD, fn], capture_output=True, text=True, timeout=120)
+        last = proc.stdout.strip().splitlines()[-1:] or [""]
+        try:
+            out[name] = json.loads(last[0])
+        except ValueError:
+            err = [l for l in proc.stderr.splitlines() if l.strip()][-3:]
+            out[name] = {"ok": False, "rc": proc.returncode, "stderr": err}
+        print("float64", name, json.dumps(out[name]), flush=True)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(HERE / "results/tpu/probe.json"))
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--skip", default="", help="comma list of parts to skip: attention,numerics")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: attention,numerics,float64")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     result = {"platform": jax.devices()[0].platform, "device": jax.devices()[0].device_kind,
@@ -294,6 +339,8 @@ def main():
     print(json.dumps(result), flush=True)
     if "numerics" not in skip:
         result["numerics"] = numerics(args.quick)
+    if "float64" not in skip:
+        result["float64"] = float64_support()
     if "attention" not in skip and result["platform"] == "tpu":
         result["attention"] = attention_sweep(args.quick)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -77,3 +77,28 @@ def pytest_collection_modifyitems(session, config, items):
     if shard:                                       # splits a long file over calls with a time limit)
         index, count = (int(part) for part in shard.split("/"))
         items[:] = items[index::count]
+    # the TPU lane restarts a run that a compiler abort ended, from the case after the one that aborted
+    start = int(os.environ.get("TORCH_TPU_TEST_FROM", "0"))
+    count = int(os.environ.get("TORCH_TPU_TEST_COUNT", "0")) or len(items)
+    items[:] = items[start:start + count]
+
+
+def _record_outcome(**fields) -> None:
+    import json
+
+    with open(os.environ["TORCH_TPU_TEST_OUTCOMES"], "a") as out:
+        out.write(json.dumps(fields) + "\n")
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """With TORCH_TPU_TEST_OUTCOMES=FILE, each case's start and outcome (a failure's text too) are appended to
+    FILE as they happen: a run that a native abort kills keeps what it learned, and the case that aborted is
+    the last one started (the TPU lane reads it)."""
+    if os.environ.get("TORCH_TPU_TEST_OUTCOMES"):
+        _record_outcome(case=nodeid, when="start", outcome="started")
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("TORCH_TPU_TEST_OUTCOMES") and (report.when == "call" or not report.passed):
+        _record_outcome(case=report.nodeid, when=report.when, outcome=report.outcome,
+                        text="" if report.passed else str(report.longrepr)[-4000:])

@@ -107,6 +107,7 @@ OPS = [torch.log, torch.log2, torch.log10, torch.log1p, torch.tanh, torch.asinh,
        torch.nn.functional.softplus, torch.nn.functional.logsigmoid, torch.nn.functional.mish,
        lambda x: torch.nn.functional.gelu(x, approximate="tanh"), lambda x: torch.log_softmax(x, -1),
        lambda x: torch.logsumexp(x, -1), lambda x: torch.logaddexp(x, x.flip(-1)),
+       lambda x: torch.logcumsumexp(x, 0), lambda x: torch.logcumsumexp(x.masked_fill(x < -1, -float("inf")), 1),
        lambda x: torch.nn.functional.cross_entropy(x, torch.arange(x.shape[0], device=x.device) % x.shape[1])]
 
 

@@ -219,6 +219,8 @@ def logcumsumexp(x, dim):
         step = lambda acc, v: (complex_logaddexp(acc, v),) * 2  # noqa: E731
         _, out = jax.lax.scan(step, moved[0], moved[1:])
         return jnp.moveaxis(jnp.concatenate([moved[:1], out]), 0, dim % x.ndim)
+    if elementary.precise(x):  # XLA's scan steps through the target's own log (coarse on a TPU)
+        return jax.lax.associative_scan(elementary.logaddexp, x, axis=dim % x.ndim)
     return jax.lax.cumlogsumexp(x, axis=dim % x.ndim)
 
 
