@@ -1,11 +1,12 @@
 """The per-op path of eager mode: structural key -> cached entry -> program, in every eager mode.
 
-Per op: build a structural key (op, input shapes and dtypes, static arguments); on a miss, ask torch's
-meta kernel what the op returns (this also raises torch's own errors for bad input), wrap the op
-table's lowering into a traceable function and let the launcher prepare it (strict: compile now;
-fused: check it traces); on a hit, the launcher runs the program (strict) or records it (fused) and the
-outputs are wrapped as tpu tensors. JAX dispatch is asynchronous, so nothing waits for the device
-until a value is read.
+Per op: build a structural key (op, input shapes and dtypes, static arguments); on a miss, build the
+key's entry (``entries.LoweredEntry``) from the op's description on disk, or check the call as CPU torch
+does (``parity.check_call``) and plan it (``plans.plan``: torch's meta kernel says what the op returns and
+raises torch's own errors for bad input; the op table's lowering becomes a traceable function), and let
+the launcher prepare it (strict: compile now; fused: check it traces); on a hit, the entry runs: the
+launcher runs the program (strict) or records it (fused) and the outputs are wrapped as tpu tensors. JAX
+dispatch is asynchronous, so nothing waits for the device until a value is read.
 """
 from __future__ import annotations
 
