@@ -13,7 +13,10 @@ process: the first image's time from the interpreter's start (import, load, move
 call's wall and CPU seconds, the distinct programs it built or loaded (compiled, loaded from disk, compile
 and load seconds), and the steady call (the fastest of the next calls). A warm process should compile
 nothing (``warm_compiled_nothing``) and its first call stay within 2x of its steady call
-(``warm_first_over_steady_wall``). Runs on any platform (TPU, GPU, CPU). Writes bench/results/coldstart.json.
+(``warm_first_over_steady_wall``). Strict and fused mode also run a cold process compiling every program on the calling thread
+(``TORCH_TPU_COMPILE_THREADS=0``; ``--no-reference`` skips it): ``empty_first_background_over_caller_wall``
+is what compiling on the compile threads gained. Runs on any platform (TPU, GPU, CPU). Writes
+bench/results/coldstart.json.
 """
 from __future__ import annotations
 
@@ -86,13 +89,16 @@ def _child_pipeline(args) -> dict:
                 "compile_seconds": st["compile_seconds"], "cache_loads": st["cache_loads"],
                 "cache_load_seconds": st["cache_load_seconds"], "cache_prefetched": st["cache_prefetched"],
                 "op_loads": st["op_loads"], "graph_compiles": st["graph_compiles"], "flushes": st["flushes"],
-                "executions": st["executions"]}
+                "executions": st["executions"], "queued_ops": st["queued_ops"]}
 
     with torch.tpu.set_eager_mode(mode):
         first = call(reset=False)  # counted from before the move
         first["first_image_epoch"] = time.time()
         steady = [call(reset=True) for _ in range(args.steady_calls)]
-    return {"platform": torch_tpu.platform(), "first": first,
+    from torch_tpu.runtime import compile_pool
+
+    return {"platform": torch_tpu.platform(), "cpu_count": os.cpu_count(), "compile_threads": compile_pool.threads(),
+            "first": first,
             "steady": min(steady, key=lambda r: r["wall_s"]), "steady_cpu_s": min(r["cpu_s"] for r in steady)}
 
 
@@ -190,15 +196,18 @@ def _pipeline_results(args, root: str) -> dict:
         cold = _run_child("pipeline", cache, extra + ["--mode", mode])
         warm = [_run_child("pipeline", cache, extra + ["--mode", mode]) for _ in range(args.warm_runs)]
         steps = cold["first"]["compile_seconds_per_step"]
-        more = {}
-        if mode == "fused":
-            # the reference run side by side: every graph compiled on the calling thread. Its per-step
-            # compile seconds say which step built what (in the background, a graph's compile ends later)
-            sync = _run_child("pipeline", os.path.join(root, "fused-sync"), extra + ["--mode", mode],
+        more = {"cpu_count": cold.get("cpu_count"), "compile_threads": cold.get("compile_threads")}
+        if mode in ("strict", "fused") and not args.no_reference:
+            # the reference run side by side: every program compiled on the calling thread (strict ops and
+            # fused graphs otherwise compile on compile threads while the program goes on). Its per-step
+            # compile seconds say which step built what (in the background, a compile ends later)
+            sync = _run_child("pipeline", os.path.join(root, f"{mode}-sync"), extra + ["--mode", mode],
                               TORCH_TPU_COMPILE_THREADS="0")
             steps = sync["first"]["compile_seconds_per_step"]
-            more = {"empty_cache_first_call_compiling_on_the_caller": sync["first"],
-                    "empty_first_background_over_caller_wall": cold["first"]["wall_s"] / sync["first"]["wall_s"]}
+            more.update({"empty_cache_first_call_compiling_on_the_caller": sync["first"],
+                         "empty_first_background_over_caller_wall": cold["first"]["wall_s"] / sync["first"]["wall_s"],
+                         "empty_first_image_background_over_caller":
+                             cold["first"]["first_image_s"] / sync["first"]["first_image_s"]})
         after = sum(steps[1:])
         r_wall = [w["first"]["wall_s"] / w["steady"]["wall_s"] for w in warm]
         r_cpu = [w["first"]["cpu_s"] / w["steady_cpu_s"] for w in warm]
@@ -222,12 +231,14 @@ def _pipeline_results(args, root: str) -> dict:
 
 
 def _print_table(results: dict) -> None:
-    print("| mode | first process, cold cache | programs (compiled, s) | first process, warm cache | "
-          "loaded from disk | warm first call / steady | steady call |")
-    print("|---|---|---|---|---|---|---|")
+    print("| mode | first process, cold cache | same, compiling on the caller | programs (compiled, s) | "
+          "first process, warm cache | loaded from disk | warm first call / steady | steady call |")
+    print("|---|---|---|---|---|---|---|---|")
     for mode, r in results.items():
         s, cold, warm = r["summary"], r["summary"]["cold_first_process"], r["summary"]["warm_first_process"]
-        print(f"| {mode} | {cold['first_image_s']:.1f} s | {cold['programs']} ({cold['compiles']}, "
+        ref = r.get("empty_cache_first_call_compiling_on_the_caller")
+        ref = f"{ref['first_image_s']:.1f} s" if ref else "-"
+        print(f"| {mode} | {cold['first_image_s']:.1f} s | {ref} | {cold['programs']} ({cold['compiles']}, "
               f"{cold['compile_seconds']:.1f} s) | {warm['first_image_s']:.1f} s | {warm['cache_loads']} "
               f"(compiled {warm['compiles']}) | {r['warm_first_over_steady_wall']:.2f}x | "
               f"{s['steady_call_s']:.3f} s |")
@@ -260,6 +271,8 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=1024)
     p.add_argument("--depth-only", action="store_true")
     p.add_argument("--no-depth", action="store_true")
+    p.add_argument("--no-reference", action="store_true",
+                   help="skip the cold runs compiling on the calling thread (TORCH_TPU_COMPILE_THREADS=0)")
     args = p.parse_args()
     args.modes = [m for m in args.modes.split(",") if m]
     if not set(args.modes) <= set(MODES):

@@ -21,7 +21,8 @@ FUSE = EagerMode.DEFER_AND_FUSE
 
 @pytest.fixture
 def gate(monkeypatch):
-    """Compiles on compile threads wait until ``gate.set()``; counts how many waited at once."""
+    """Fused graphs' compiles on compile threads wait until ``gate.set()``; counts how many waited at once
+    (strict ops' programs, compiled in the background too, are not held: see test_strict_line.py)."""
     monkeypatch.setenv("TORCH_TPU_CACHE_DIR", "")  # every graph compiles (nothing from disk)
     monkeypatch.setenv("TORCH_TPU_COMPILE_THREADS", "4")
     torch_tpu.reset_caches()
@@ -31,7 +32,7 @@ def gate(monkeypatch):
     lock = threading.Lock()
 
     def held(lowered, done):
-        if threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread() and done[0][0] == "fused":
             with lock:
                 state["now"] += 1
                 state["background"] += 1
@@ -125,6 +126,7 @@ def test_a_background_compile_failure_runs_the_graph_op_by_op(gate, monkeypatch)
 
     def failing(lowered, done):
         if threading.current_thread() is not threading.main_thread():
+            gate.wait(60)  # (held: else the graph may fail before the flush looks at it, and launch at once)
             raise RuntimeError("simulated XLA compile failure")
         return held(lowered, done)
 
@@ -134,6 +136,7 @@ def test_a_background_compile_failure_runs_the_graph_op_by_op(gate, monkeypatch)
         y = (x.to("tpu") + 1).exp()
         fused.flush()
         assert fused.waiting_graphs() == 1
+        gate.set()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             got = y.cpu()

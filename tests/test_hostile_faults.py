@@ -204,6 +204,11 @@ def test_an_interrupt_raised_by_an_op_in_backward_leaves_backward():
                 raise KeyboardInterrupt
             return real(self, *a, **k)
         w = torch.arange(6.0).reshape(2, 3).to("tpu").requires_grad_()
+        # its programs compiled first: a new program's op waits in line while it compiles in the
+        # background, and would run after backward returned
+        (w.sin() * 3).sum().backward()
+        torch.tpu.synchronize()
+        w.grad = None
         stages.Compiled.__call__ = call
         try:
             (w.sin() * 3).sum().backward()

@@ -43,6 +43,7 @@ import torch
 
 import differential as D
 import torch_tpu
+from torch_tpu.engine import device_numbers
 from torch_tpu.runtime import caches, memory
 
 FUSE = torch_tpu.EagerMode.DEFER_AND_FUSE
@@ -59,7 +60,9 @@ def _footprint():
     torch_tpu.sync()
     torch.tpu.synchronize()
     gc.collect()
-    return {"live device buffers": len(jax.live_arrays()), "live storages": memory._Counter.live,
+    # (less the device scalars strict eager keeps for Python numbers: a bounded cache, engine/device_numbers.py)
+    return {"live device buffers": len(jax.live_arrays()) - device_numbers.kept(),
+            "live storages": memory._Counter.live,
             "device bytes": memory.in_use(), "open files": len(os.listdir("/proc/self/fd")),
             "threads": threading.active_count(), "tensors and torch_tpu objects": D.backend_objects(),
             **{f"cache {k}": v for k, v in caches.sizes().items()}}

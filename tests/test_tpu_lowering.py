@@ -127,7 +127,7 @@ def test_check_lowering_catches_a_kernel_traced_with_64_bit_indices(checking, mo
     """The bug the check exists for: the kernel traced under JAX's 64-bit mode lowers on the CPU (which
     runs XLA's attention) but not for a TPU. With the per-shape guard out of the way, the check raises,
     naming the op."""
-    monkeypatch.setattr(attention_lowering, "_no_x64", lambda fn, *args: fn(*args))
+    monkeypatch.setattr(platform, "traced_without_x64", lambda fn, *args: fn(*args))
     monkeypatch.setattr(attention_lowering, "_kernel_lowers", lambda *a: True)
     q = torch.randn(1, 1, 1536, 64).bfloat16().to("tpu")
     with pytest.raises(tpu_lowering.TpuLoweringError, match=r"attention.*does not lower for TPU"):
@@ -156,3 +156,32 @@ def test_check_lowering_setting_is_validated(monkeypatch):
     monkeypatch.setenv("TORCH_TPU_CHECK_LOWERING", "gpu")
     with pytest.raises(config.ConfigError, match="TORCH_TPU_CHECK_LOWERING='gpu'"):
         config.settings()
+
+
+def test_svd_built_for_a_tpu_is_traced_without_64_bit_mode(monkeypatch):
+    """On a TPU v5e every program holding the SVD traced with 64-bit mode on aborted XLA:TPU's compiler
+    (torch.linalg.pinv at every shape), the same SVD traced without it ran: programs built for a TPU trace it
+    so, and compute what CPU torch does."""
+    import numpy as np
+
+    from torch_tpu.ops import linalg as linalg_lowering
+
+    platform.jax()
+    modes = []
+    svd = jnp.linalg.svd
+
+    def recording_svd(a, **kwargs):
+        modes.append(jnp.asarray(1).dtype)  # int64 under 64-bit mode
+        return svd(a, **kwargs)
+
+    monkeypatch.setattr(jnp.linalg, "svd", recording_svd)
+    a = np.random.default_rng(0).standard_normal((3, 5, 4)).astype(np.float32)
+    with platform.Targeting("tpu"), platform.X64():
+        pinv = jax.jit(lambda x: linalg_lowering.linalg_pinv(x))(a)
+        _, s, _ = jax.jit(lambda x: linalg_lowering.linalg_svd(x))(a)
+        _, s64, _ = jax.jit(lambda x: linalg_lowering.linalg_svd(x))(a.astype(np.float64))  # needs 64-bit
+    assert modes == [jnp.int32, jnp.int32, jnp.int64]
+    want = torch.from_numpy(a)
+    torch.testing.assert_close(torch.from_numpy(np.asarray(pinv)), torch.linalg.pinv(want), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(np.asarray(s)), torch.linalg.svdvals(want), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.from_numpy(np.asarray(s64)), torch.linalg.svdvals(want.double()))

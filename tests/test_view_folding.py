@@ -150,3 +150,84 @@ def test_a_read_view_and_a_contiguous_tensor_of_its_shape_keep_their_own_layouts
         torch.testing.assert_close(got.cpu(), want)
         if want.is_contiguous():
             torch.testing.assert_close(got.view(-1).cpu(), want.view(-1))
+
+
+def _random_views(seed, count):
+    """(storage shape, size, stride, offset) of as_strided views inside their storage, from a seeded sweep."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        shape = [rng.randint(1, 5) for _ in range(rng.randint(1, 4))]
+        numel = 1
+        for n in shape:
+            numel *= n
+        nd = rng.randint(1, 3)
+        size = [rng.randint(1, 4) for _ in range(nd)]
+        stride = [rng.choice([0, 1, 2, 3, 4, 5, 6, 8, 12, 20]) for _ in range(nd)]
+        span = sum((n - 1) * s for n, s in zip(size, stride))
+        if span < numel:
+            out.append((shape, size, stride, rng.randint(0, numel - 1 - span)))
+    return out
+
+
+PLACED_VIEWS = {  # view -> how its program finds it in its storage (strided.placement)
+    "rows": (lambda b: b[:, 2:5], "box"),
+    "chunk of the last dim": (lambda b: b.chunk(3, -1)[1], "box"),
+    "heads split from a row": (lambda b: b.view(2, 6, 3, 4)[:, 1:4, 1], "box"),
+    "heads merged into a row": (lambda b: b.view(2, 6, 3, 4)[1, 2:5].reshape(3, 12), "box"),
+    "select": (lambda b: b[1, 3:], "box"),
+    "permuted box": (lambda b: b.view(2, 6, 3, 4)[..., 1:3].permute(3, 0, 2, 1), "box"),
+    "whole, transposed": (lambda b: b.transpose(0, 2), "zero"),
+    "wraps into the next row": (lambda b: b.reshape(-1)[5:17], "window"),
+    "expanded": (lambda b: b[:, 1:2, :].expand(2, 4, 12), "window"),
+}
+
+
+@pytest.mark.parametrize("case", list(PLACED_VIEWS))
+def test_view_placement_reads_and_writes_like_cpu(case, eager_mode):
+    """A view that is a box of its storage is read with one dynamic slice of the array in its own shape (no
+    flat copy of the whole storage); values and writes through it as on CPU, in both eager modes."""
+    from torch_tpu.tensor import strided
+
+    view, expected_placement = PLACED_VIEWS[case]
+    base_c = torch.arange(2 * 6 * 12, dtype=torch.float32).reshape(2, 6, 12)
+    base_t = base_c.to("tpu")
+    v_t = view(base_t)
+    storage = v_t._tpu_storage
+    assert strided.placement(tuple(v_t.shape), tuple(v_t.stride()), v_t.storage_offset(), storage.shape,
+                             storage.dtype, v_t.dtype) == expected_placement
+    torch.testing.assert_close((v_t * 2).cpu(), view(base_c) * 2, rtol=0, atol=0)
+    if 0 not in view(base_c).stride():
+        values = torch.randn(view(base_c).shape)
+        view(base_c).copy_(values)
+        view(base_t).copy_(values.to("tpu"))
+        view(base_c).mul_(3)
+        view(base_t).mul_(3)
+        torch.testing.assert_close(base_t.cpu(), base_c, rtol=0, atol=0)
+
+
+def test_random_views_read_and_write_like_cpu():
+    """Seeded as_strided views of random storages (boxes, windows, wrapping rows, overlapping and
+    broadcast dims): every read equals CPU's, and writes through the boxes land where CPU's do."""
+    from torch_tpu.tensor import strided
+
+    torch.manual_seed(0)
+    seen = set()
+    for shape, size, stride, offset in _random_views(seed=1, count=120):
+        b_c = torch.randn(shape)
+        b_t = b_c.to("tpu")
+        v_t = b_t.as_strided(size, stride, offset)
+        storage = v_t._tpu_storage
+        where = strided.placement(tuple(v_t.shape), tuple(v_t.stride()), offset, storage.shape, storage.dtype,
+                                  v_t.dtype)
+        seen.add(where)
+        want = b_c.as_strided(size, stride, offset)
+        assert torch.equal((v_t + 0).cpu(), want), (shape, size, stride, offset, where)
+        if where == "box":
+            values = torch.randn(size)
+            b_c.as_strided(size, stride, offset).copy_(values)
+            b_t.as_strided(size, stride, offset).copy_(values.to("tpu"))
+            assert torch.equal(b_t.cpu(), b_c), (shape, size, stride, offset)
+    assert seen == {"box", "window", "zero"}

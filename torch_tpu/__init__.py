@@ -28,6 +28,7 @@ from .compile.extract import extract_jax  # noqa: E402
 from .eager.jax_calls import call_jax  # noqa: E402
 from .runtime import caches as _caches  # noqa: E402
 from .runtime import counters as _counters  # noqa: E402
+from .runtime import program_cache as _program_cache  # noqa: E402
 from .tensor.interop import from_dlpack, from_jax, to_jax  # noqa: E402
 
 _registration.register()
@@ -41,6 +42,9 @@ def stats() -> dict:
 
 
 def reset_stats() -> None:
+    """Zero the counters of ``stats()``; programs still compiling in the background are waited for first,
+    so their compiles count before."""
+    _program_cache.wait_in_flight()
     _counters.reset()
 
 

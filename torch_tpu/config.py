@@ -124,8 +124,9 @@ VARIABLES = (
              "fused graphs reuse the buffers of values replaced in place (less memory; a graph that fails "
              "while running then loses those values instead of undoing the writes)"),
     Variable("TORCH_TPU_COMPILE_THREADS", "compile_threads", _int_at_least(0), None,
-             "threads that compile fused graphs in the background while the program goes on recording "
-             "(default: one per core but one, at least 1, at most 4); 0: compile on the calling thread"),
+             "threads that compile new programs in the background (fused graphs, strict ops' programs) while "
+             "the program goes on (default: one per core but one, at least 1, at most 8); 0: compile on the "
+             "calling thread"),
     Variable("TORCH_TPU_MAX_CACHED_PROGRAMS", "max_cached_programs", _int_at_least(16), 4096,
              "in-memory program and op-entry caches forget their oldest quarter beyond this many"),
     Variable("TORCH_TPU_CHECKS", "checks", _flag, True,

@@ -221,11 +221,11 @@ def _base_shape(storage, reads_only: bool) -> tuple:
     return storage.shape if reshaped is None else tuple(reshaped[1].shape)
 
 
-def _static_zero(x, storage) -> bool:
-    """Whether a view's program is specialised on its offset being 0 (no offset input); see
-    ``strided.static_zero_offset``."""
-    return strided.static_zero_offset(tuple(x.shape), tuple(x.stride()), x.storage_offset(),
-                                      storage.nbytes // storage.dtype.itemsize, storage.dtype, x.dtype)
+def _placement(x, storage, base_shape) -> str:
+    """How a view's program finds it in the array of shape ``base_shape`` it is read from ("zero": no
+    offset input); see ``strided.placement``."""
+    return strided.placement(tuple(x.shape), tuple(x.stride()), x.storage_offset(), base_shape,
+                             storage.dtype, x.dtype)
 
 
 def _fold_view(func, x, sig, arrays):
@@ -242,10 +242,11 @@ def _fold_view(func, x, sig, arrays):
             storage.reshaped = (storage.version, arr)
     else:
         arr = _storage_array(storage)
-    zero = _static_zero(x, storage)
-    sig.append(("view", _base_shape(storage, reads_only), storage.dtype, x.dtype, x.shape, x.stride(), zero))
+    base_shape = _base_shape(storage, reads_only)
+    where = _placement(x, storage, base_shape)
+    sig.append(("view", base_shape, storage.dtype, x.dtype, x.shape, x.stride(), where))
     arrays.append(arr)
-    if not zero:
+    if where != "zero":
         # a runtime input: x[i] for every i (0 included) shares one program
         arrays.append(np.int64(x.storage_offset()))
 
@@ -316,10 +317,11 @@ _CPU_SCALARS_OPS = {id(op): 3 for op in (_aten._foreach_addcdiv.Tensor, _aten._f
 def key_and_inputs(func, args, kwargs):
     """(structural key, dynamic inputs) of a call: arrays, and Python numbers of dynamic Scalars.
     Hot path: plain tpu tensors are inlined."""
-    sig = [id(func)]  # id: OpOverload.__hash__ is Python code
+    fid = id(func)
+    sig = [fid]  # id: OpOverload.__hash__ is Python code
     arrays = []
-    allow_cpu = id(func) in _CPU_INDEX_OPS
-    cpu_scalars_at = _CPU_SCALARS_OPS.get(id(func))
+    allow_cpu = fid in _CPU_INDEX_OPS
+    cpu_scalars_at = _CPU_SCALARS_OPS.get(fid)
     slots = None
     for i, a in enumerate(args):
         ta = type(a)
@@ -366,9 +368,10 @@ def template(x, counter, dynamic: bool = False, reads_only: bool = False):
     value is an input). ``reads_only``: the op writes no argument (see _reshaped)."""
     if isinstance(x, TpuTensor) and not x._tpu_full and not _has_read_value(x):
         storage = x._tpu_storage
-        zero = _static_zero(x, storage)
-        read = strided.read_fn(_base_shape(storage, reads_only), storage.dtype, tuple(x.shape),
-                               tuple(x.stride()), x.dtype, zero)
+        base_shape = _base_shape(storage, reads_only)
+        where = _placement(x, storage, base_shape)
+        zero = where == "zero"
+        read = strided.read_fn(base_shape, storage.dtype, tuple(x.shape), tuple(x.stride()), x.dtype, where)
         s = ViewSlot(counter[0], read, not zero)
         counter[0] += 1 if zero else 2
         return s

@@ -161,17 +161,21 @@ class LoweredEntry:
                                 self.write_orders, self.device_checks).fn
         return fn(*arrs)
 
-    def compile(self, arrays, args, kwargs):
+    def compile(self, arrays, args, kwargs, background: bool = False):
+        """The entry's program, compiled now; ``background``: XLA's compile may run on a compile thread,
+        and a ``Future`` of the program is returned then (kept by ``program_cache.in_flight``)."""
         try:
             # the entry knows its checks (traced, or from its description): found by key with them
-            self.compiled = program_cache.compile_program(self.key, self.trace, tuple(arrays),
-                                                          checks=self.device_checks)
+            prog = program_cache.compile_program(self.key, self.trace, tuple(arrays), checks=self.device_checks,
+                                                 background=background)
         except (OpError, NotImplementedError, torch.OutOfMemoryError):
             raise
         except Exception as exc:
             raise OpError(f"tpu: could not lower {self.func} ({describe(args, kwargs)}): "
                           f"{type(exc).__name__}: {exc}") from exc
-        return self.compiled
+        if callable(prog):  # (not a Future)
+            self.compiled = prog
+        return prog
 
 
 def store(t, arr) -> None:

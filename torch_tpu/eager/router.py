@@ -7,6 +7,7 @@ CompositeImplicit "maybe-view" op (torch decides whether it copies); otherwise t
 from __future__ import annotations
 
 
+from ..engine import call_sites
 from ..runtime import caches
 from ..runtime.platform import X64, after_interrupt
 from ..tensor.tensor import TpuTensor
@@ -98,3 +99,6 @@ def add_handlers(handlers: dict) -> None:
 
 def install() -> None:
     TpuTensor.__torch_dispatch__ = classmethod(torch_dispatch)
+
+
+call_sites.set_dispatch_code(torch_dispatch.__code__)  # (fused mode finds the user's frames from it)

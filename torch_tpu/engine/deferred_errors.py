@@ -107,7 +107,18 @@ def verify() -> None:
         found = list(_UNREPORTED)
         _UNREPORTED.clear()
         upto = _COUNTS["next"]
-    arrays = [fused.materialize(v) for v, _ in batches] + [fused.materialize(c) for c, _, _, _ in items]
+    try:
+        # (a code of a strict op that never ran, ``strict_line.stop``, has no value: its op raised already)
+        batches = [b for b in batches if not _never_ran(b[0])]
+        items = [item for item in items if not _never_ran(item[0])]
+        arrays = [fused.materialize(v) for v, _ in batches] + [fused.materialize(c) for c, _, _, _ in items]
+    except BaseException:  # computing a code failed (an op waiting in line): these checks stay pending
+        with _LOCK:
+            _PENDING[:0] = items
+            _FOLDED[:0] = batches
+            _COUNTS["folded"] += sum(len(records) for _, records in batches)
+            _UNREPORTED[:0] = found
+        raise
     if arrays:
         counters.counters["device_check_reads"] += 1
         values = platform.jax().device_get(arrays)
@@ -124,6 +135,10 @@ def verify() -> None:
     if found:
         number = found[0][0]
         raise DeviceAssertError(_message(failures[number]))
+
+
+def _never_ran(code) -> bool:
+    return type(code) is fused.LazyArray and code.error is not None and code.concrete is None
 
 
 def check_read(a, where: str = "this tensor's value") -> None:

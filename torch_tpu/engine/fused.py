@@ -30,50 +30,15 @@ from .. import config
 from ..runtime import counters, platform, program_cache, spmd
 from . import recovery
 from . import graph_keys, graph_sets
-from .call_sites import number_site as _number_site, user_location as _user_location
+from .call_sites import number_site as _number_site, op_sites as _op_sites
+from .call_sites import user_location as _user_location
 from .graph_keys import PY_NUMBERS as _PY_NUMBERS, abstract, dtype_of as _dtype_of, out_avals  # noqa: F401 (abstract: fused.abstract)
 from .graph_keys import out_signature as _out_signature
 from .graph_sets import donation_for as _donation_for, outputs_for as _outputs_for
+from .lazy_values import LazyArray, set_materializer
 from .recovery import FusedGraphError  # noqa: F401  (re-exported: the error fused mode raises)
 
 _counters = counters.counters
-
-
-class LazyArray:
-    """A deferred device value: the j-th output of a recorded node (or, after a flush, a concrete array)."""
-
-    __slots__ = ("shape", "dtype", "node", "out", "concrete", "error", "launch", "__weakref__")
-
-    def __init__(self, shape, dtype, node, out):
-        self.shape = tuple(shape)
-        self.dtype = dtype
-        self.node = node
-        self.out = out
-        self.concrete = None
-        self.error = None  # set when the graph that computes it failed (see recovery.py)
-        self.launch = None  # the _Launch of its flushed graph while that graph's program compiles
-
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-    def __array__(self, dtype=None, copy=None):
-        arr = np.asarray(materialize(self))
-        return arr if dtype is None else arr.astype(dtype)
-
-    def block_until_ready(self):
-        return materialize(self).block_until_ready()
-
-    def __repr__(self):
-        state = "ready" if self.concrete is not None else "pending"
-        return f"LazyArray({self.shape}, {self.dtype}, {state})"
 
 
 class _Node:
@@ -143,15 +108,6 @@ def _input_ref(g: _Graph, value):
     return ("i", idx)
 
 
-def _input_signature(a):
-    """An input's part of a graph key: shape and dtype; a Python number (weakly typed) by its type."""
-    if type(a) in _PY_NUMBERS:
-        return type(a)
-    if type(a) is LazyArray:  # a value of a graph waiting to launch: keyed as its array will be
-        return (a.shape, str(np.dtype(a.dtype)))
-    return (np.shape(a), str(_dtype_of(a)))
-
-
 def record(key, fn, args, avals=None, what: str = "", mesh=None):
     """Record ``fn(*args)`` as a node; returns a tuple of LazyArrays (one per output).
 
@@ -162,51 +118,88 @@ def record(key, fn, args, avals=None, what: str = "", mesh=None):
             if _graph().mesh not in (None, mesh):
                 flush()
             _graph().mesh = mesh
-        return _record(key, fn, args, avals, what)
+        return _record(key, fn, args, avals, what, None)
 
 
-def _record(key, fn, args, avals, what):
-    g = _graph()
+def record_op(key, fn, args, avals, what: str):
+    """``record`` of an op's program from the op path (``launchers.Fused.run_op``, called by the op's entry
+    from ``__torch_dispatch__``): the user's frames are found from the dispatch's (``call_sites.op_sites``)."""
+    with _STATE.lock:
+        return _record(key, fn, args, avals, what, _OP_DEPTH)
+
+
+# frames from _record out to __torch_dispatch__ on the op path: record_op, Fused.run_op, the entry's
+# __call__, op_path.run_op, then the dispatch (call_sites.op_sites checks that it is)
+_OP_DEPTH = 5
+
+
+def _record(key, fn, args, avals, what, depth):
+    g = _STATE.graph
     if avals is None:
         avals = out_avals(key, fn, args)
+    nodes = g.nodes
+    idx = len(nodes)
     refs = []
     numbers = None
     for a in args:
-        if type(a) is LazyArray:
+        ta = type(a)
+        if ta is LazyArray:
             if a.concrete is not None:
-                idx = g.input_ids.get(id(a))  # an input already, taken while its graph was waiting
-                refs.append(("i", idx) if idx is not None else _input_ref(g, a.concrete))
-            elif a.node is not None and a.node < len(g.nodes) and _owner(g, a):
-                refs.append(("n", a.node, a.out))
-            elif a.launch is not None and a.error is None:
+                i = g.input_ids.get(id(a))  # an input already, taken while its graph was waiting
+                refs.append(("i", i) if i is not None else _input_ref(g, a.concrete))
+                continue
+            n = a.node
+            if n is not None and n < idx:
+                outputs = nodes[n].outputs
+                j = a.out
+                if j < len(outputs) and outputs[j]() is a:  # a value of this graph
+                    refs.append(("n", n, j))
+                    continue
+            if a.launch is not None and a.error is None:
                 # computed by a flushed graph whose program is still compiling: an input of this graph
                 # (read when this one launches), so recording goes on without waiting for the compiler
                 refs.append(_input_ref(g, a))
             else:  # a value from an abandoned graph: materialise it first
                 refs.append(_input_ref(g, materialize(a)))
+        elif ta in _PY_NUMBERS:
+            # never shared by identity: which numbers happen to be one object (small ints, constants)
+            # must not change the graph's structure from one step to the next
+            inputs = g.inputs
+            inputs.append(a)
+            refs.append(("i", len(inputs) - 1))
+            if numbers is None:
+                numbers = [len(refs) - 1]
+            else:
+                numbers.append(len(refs) - 1)
         else:
-            refs.append(_input_ref(g, a))
-            if type(a) in _PY_NUMBERS:
-                numbers = (numbers or []) + [len(refs) - 1]
-    idx = len(g.nodes)
+            i = g.input_ids.get(id(a))
+            if i is None:
+                inputs = g.inputs
+                i = g.input_ids[id(a)] = len(inputs)
+                inputs.append(a)
+            refs.append(("i", i))
     if idx == 0:
         g.max_nodes = config.settings().fused_max_nodes
-    outs = tuple(LazyArray(shape, dtype, idx, j) for j, (shape, dtype) in enumerate(avals))
-    where = (what or str(key[0] if isinstance(key, tuple) and key else key), _user_location())
+    if len(avals) == 1:
+        shape, dtype = avals[0]
+        outs = (LazyArray(shape, dtype, idx, 0),)
+        weak = [weakref.ref(outs[0])]
+    else:
+        outs = tuple(LazyArray(shape, dtype, idx, j) for j, (shape, dtype) in enumerate(avals))
+        weak = [weakref.ref(o) for o in outs]
+    op = what or str(key[0] if isinstance(key, tuple) and key else key)
+    if depth is None:
+        location = _user_location()
+        site = _number_site() if numbers else None
+    else:
+        location, site = _op_sites(depth, numbers is not None)
     if numbers:  # where each enters the graph: a number that changes there is a program input (graph_sets)
         for k in numbers:
-            g.number_sites[refs[k][1]] = (where[0], _number_site(), k)
-    g.nodes.append(_Node(key, fn, tuple(refs), [weakref.ref(o) for o in outs], where,
-                         _out_signature(avals)))
-    if len(g.nodes) >= g.max_nodes:
+            g.number_sites[refs[k][1]] = (op, site, k)
+    nodes.append(_Node(key, fn, tuple(refs), weak, (op, location), _out_signature(avals)))
+    if idx + 1 >= g.max_nodes:
         flush()
     return outs
-
-
-def _owner(g: _Graph, a: LazyArray) -> bool:
-    node = g.nodes[a.node]
-    ref = node.outputs[a.out] if a.out < len(node.outputs) else None
-    return ref is not None and ref() is a
 
 
 def materialize(a):
@@ -235,11 +228,18 @@ def materialize(a):
     return a.concrete
 
 
+set_materializer(materialize)
+
+
 def note_write(storage, old, new: LazyArray) -> None:
-    """A storage's value is replaced by a pending one: remember how to undo it if the graph fails."""
+    """A storage's value is replaced by a pending one: remember how to undo it if the graph (or the strict
+    op waiting in line, ``strict_line.py``) that computes it fails."""
     with _STATE.lock:
-        if new.node is not None and new.error is None and new.concrete is None:
-            _graph().writes.append((weakref.ref(storage), old, new))
+        if new.error is None and new.concrete is None:
+            if new.node is not None:
+                _graph().writes.append((weakref.ref(storage), old, new))
+            elif new.launch is not None:
+                new.launch.wrote(storage, old, new)
 
 
 def flush() -> None:
@@ -283,11 +283,15 @@ def _flush() -> None:
 
 def _run(g: _Graph) -> None:
     live = []          # (node index, output index, LazyArray)
+    parts = []         # each node's part of the graph's structure
     for i, node in enumerate(g.nodes):
         for j, ref in enumerate(node.outputs):
             la = ref()
             if la is not None and la.concrete is None:
                 live.append((i, j, la))
+        # the outputs' shapes too: an op key does not say whether its result comes in torch's layout or
+        # as its flat memory (a program found on disk returned (25,) where the graph expected (5, 5))
+        parts.append((node.key, node.inputs, node.out_sig))
     _STATE.last_flush = (len(g.nodes), len(live))
     if not live:
         return
@@ -297,12 +301,7 @@ def _run(g: _Graph) -> None:
         g.inputs = [materialize(a) for a in g.inputs]
     # values of graphs that launched meanwhile enter as their arrays, as they would have had their
     # graphs not waited: the same donation set, so the same program as in a process that compiled nothing
-    g.inputs = [a.concrete if type(a) is LazyArray and a.concrete is not None else a for a in g.inputs]
-    inputs = g.inputs
-    in_sig = tuple(_input_signature(a) for a in inputs)
-    # the outputs' shapes too: an op key does not say whether its result comes in torch's layout or as
-    # its flat memory (a program found on disk returned (25,) where the graph expected (5, 5))
-    structure = tuple((n.key, n.inputs, n.out_sig) for n in g.nodes)
+    inputs = g.inputs = [a.concrete if type(a) is LazyArray and a.concrete is not None else a for a in g.inputs]
     # Python numbers are constants of the program unless their values change where they enter (graph_sets);
     # not in an SPMD program over several processes: every process runs the same program, and a number may
     # differ between them (``torch.full((3,), rank + 1)``), so there each is an input (local data)
@@ -311,7 +310,21 @@ def _run(g: _Graph) -> None:
         numbers = {i: inputs[i] for i in g.number_sites}
         dynamic = graph_sets.dynamic_numbers(g.number_sites, numbers)
         constants = {i: v for i, v in numbers.items() if i not in dynamic}
-        in_sig = tuple(graph_sets.number_key(inputs[i]) if i in constants else s for i, s in enumerate(in_sig))
+    in_sig = []
+    waits = False  # an input is a value of a graph waiting to launch
+    for i, a in enumerate(inputs):
+        t = type(a)
+        if t in _PY_NUMBERS:
+            in_sig.append(graph_sets.number_key(a) if i in constants else t)
+        elif t is LazyArray:  # keyed as its array will be
+            in_sig.append((a.shape, graph_keys.dtype_name(a.dtype)))
+            waits = True
+        else:
+            in_sig.append((np.shape(a), graph_keys.dtype_name(_dtype_of(a))))
+    # both hashed once and kept as one object per content: the graph's keys below (and its program's)
+    # are looked up in several tables per flush, and a 1000-node tuple hashes in tens of us
+    in_sig = graph_keys.interned(tuple(in_sig))
+    structure = graph_keys.interned(tuple(parts))
     _STATE.last_constants = len(constants)
     # the program's parameters: the inputs less its constants (None: all of them)
     params = tuple(i for i in range(len(inputs)) if i not in constants) if constants else None
@@ -360,8 +373,7 @@ def _run(g: _Graph) -> None:
     else:
         launch.prog = prog
     del prog_inputs  # (a reference to an input buffer would keep it from being donated)
-    if _LAUNCHES or type(launch.prog) is concurrent.futures.Future \
-            or any(type(a) is LazyArray for a in inputs):
+    if _LAUNCHES or type(launch.prog) is concurrent.futures.Future or waits:
         # its program is compiling, or an earlier graph's is (its values may be inputs here, and graphs
         # launch in the order they were recorded): it waits in line; recording goes on meanwhile
         _LAUNCHES.append(launch)
@@ -430,6 +442,10 @@ class _Launch:
 
     def ready(self) -> bool:
         return type(self.prog) is not concurrent.futures.Future or self.prog.done()
+
+    def wrote(self, storage, old, new) -> None:
+        """A value of this graph was written into a storage after its flush: not undone (its graph's own
+        writes are, ``recovery``)."""
 
     def complete(self) -> None:
         """Launch this graph, after every graph recorded before it (waits for its program). An earlier

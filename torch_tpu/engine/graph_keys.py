@@ -3,6 +3,8 @@ value for tracing, the output avals of a recorded program (cached by its key), a
 graph's program returns the shapes its values were recorded with."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..runtime import caches, platform, program_cache, stable_keys
@@ -13,6 +15,20 @@ _AVALS: dict = caches.register("fused output avals", caches.Bounded(program_cach
 stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(node[0]) for node in key[1]))
 
 PY_NUMBERS = (int, float, complex, bool)
+
+# a graph key's long parts, one object per content (see interned)
+_INTERNED: dict = caches.register("fused key parts", caches.Bounded(lambda: 4 * program_cache.max_programs()))
+
+
+def interned(part: tuple) -> tuple:
+    """``part`` (a graph's structure, its inputs' signature) as a tuple that hashes once, the same object
+    for every equal part seen before: the keys holding it are looked up in several tables per flush, and
+    equal keys then compare by identity instead of item by item."""
+    hashed = stable_keys.Hashed(part)
+    found = _INTERNED.get(hashed)
+    if found is None:
+        found = _INTERNED[hashed] = hashed
+    return found
 
 
 def abstract(a):
@@ -70,10 +86,38 @@ def dtype_of(a):
     return dt
 
 
+_DTYPE_NAMES: dict = {}
+
+
+def dtype_name(dtype) -> str:
+    """An input's dtype in its graph's key (``str(np.dtype(dtype))``, kept per dtype object)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(np.dtype(dtype))
+    return name
+
+
+# id(program) -> (weak ref to it, the graph key it passed check_program_shapes for): a graph's key fixes its
+# values' shapes, so a program run again for an equal key needs no second look (reading out_info builds its
+# outputs' structs); weak, so that a program the cache dropped is freed
+_CHECKED = caches.register("fused programs checked", caches.Bounded(program_cache.max_programs))
+
+
 def check_program_shapes(prog, key, donate, out_sig, live) -> None:
     """A program (compiled now or found on disk) must return the shapes its graph's values were recorded
     with; one that does not (a wrong cache entry) is forgotten before it runs, and the graph runs op by op
     (the error goes to the replay)."""
+    found = _CHECKED.get(id(prog))
+    if found is not None and found[0]() is prog and found[1] == key:
+        return
+    _check_program_shapes(prog, key, donate, out_sig, live)
+    try:
+        _CHECKED[id(prog)] = (weakref.ref(prog), key)
+    except TypeError:  # (a program object that takes no weak reference: checked at every run)
+        pass
+
+
+def _check_program_shapes(prog, key, donate, out_sig, live) -> None:
     info = getattr(prog, "out_info", None)
     if info is None:
         return

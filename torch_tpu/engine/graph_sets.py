@@ -9,6 +9,7 @@ without the last run's sets it would compile a program the cache holds under a n
 from __future__ import annotations
 
 import json
+import math
 
 from ..runtime import caches, counters, disk_cache, prefetch, program_cache, stable_keys
 
@@ -76,27 +77,39 @@ def dynamic_numbers(sites: dict, numbers: dict) -> set:
     timestep) is an input from the time a second value is seen there, in this graph or an earlier one,
     and stays one: so a denoising loop whose glue takes ``1 - i / steps`` compiles that glue once with
     it as an input, not once per value. Ints past int64 are always inputs (they fail as on CPU)."""
+    history = _NUMBER_SITES
     for i, site in sites.items():
-        value = _number_key(numbers[i])
-        seen = _NUMBER_SITES.get(site)
+        value = value_key(numbers[i])
+        seen = history.get(site)
         if seen is None:
-            _NUMBER_SITES[site] = value
-        elif seen != value and seen is not _VARIES:
-            _NUMBER_SITES[site] = _VARIES
-    return {i for i, site in sites.items() if _NUMBER_SITES.get(site) is _VARIES
+            history[site] = value
+        elif seen is not _VARIES and seen != value:
+            history[site] = _VARIES
+    get = history.get
+    return {i for i, site in sites.items() if get(site) is _VARIES
             or (type(numbers[i]) is int and not -2 ** 63 <= numbers[i] < 2 ** 63)}
 
 
 def number_key(value) -> tuple:
     """A constant number's part of a program key: its type and exact value (``1`` and ``1.0``, ``0.0`` and
     ``-0.0`` differ; NaN equals NaN)."""
-    return ("const", _number_key(value))
+    return ("const", value_key(value))
 
 
-def _number_key(v) -> tuple:
+_NAN = ("f", float("nan"))  # one NaN object: equal to itself as a tuple item (tuples compare items by identity first)
+_ZERO, _NEG_ZERO = ("f", 0.0), ("f-0",)
+
+
+def value_key(v) -> tuple:
+    """A Python number as a key: its type and exact value (``1``, ``1.0`` and ``True``, ``0.0`` and ``-0.0``
+    differ; every NaN is one key)."""
     t = type(v)
     if t is float:
-        return ("f", v.hex())
+        if v != v:
+            return _NAN
+        if v == 0.0:
+            return _NEG_ZERO if math.copysign(1.0, v) < 0 else _ZERO
+        return ("f", v)
     if t is complex:
         return ("c", v.real.hex(), v.imag.hex())
     return ("b" if t is bool else "i", v)

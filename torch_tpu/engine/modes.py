@@ -53,8 +53,8 @@ def set_mode(mode) -> None:
         raise platform.fork_error()
     leaving = _mode is EagerMode.DEFER_AND_FUSE and mode is not EagerMode.DEFER_AND_FUSE
     try:
-        if leaving:
-            fused.finish()  # pending work runs before the mode changes
+        if leaving or fused.waiting_graphs():
+            fused.finish()  # pending work (and strict ops waiting for their programs) runs first
     finally:  # its error (a graph that failed) is raised with the mode changed: it must not stay fused
         if leaving:
             module_graphs.remove_module_hooks()

@@ -75,7 +75,7 @@ def replay(nodes, inputs, live, writes, exc) -> RuntimeError | None:
             la.concrete = out[j]
         la.node = la.launch = None
     if failed is not None:
-        _undo(writes)
+        undo(writes)
     else:
         counters.counters["fused_graph_replays"] += 1
         warnings.warn(f"tpu fused eager: a graph of {len(nodes)} ops failed as a whole ({exc}); it ran op "
@@ -83,7 +83,8 @@ def replay(nodes, inputs, live, writes, exc) -> RuntimeError | None:
     return failed
 
 
-def _undo(writes) -> None:
+def undo(writes) -> None:
+    """Undo the recorded writes ((storage ref, old value, new value)) whose new value failed, latest first."""
     for storage_ref, old, new in reversed(writes):
         storage = storage_ref()
         if storage is not None and storage.array is new and new.error is not None:
@@ -100,4 +101,5 @@ def fail(live, writes, cause: BaseException, nodes) -> None:
     for _, _, la in live:
         la.error = error
         la.node = la.launch = None
-    _undo(writes)
+    undo(writes)
+

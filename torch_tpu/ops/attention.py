@@ -190,16 +190,6 @@ def _kernel_shapes(q, k, v, mask, is_causal, precision):
     return _tile(lq, q.shape[-1]), _tile(lk, q.shape[-1])
 
 
-def _no_x64(fn, *args):
-    """``fn(*args)`` traced with JAX's 64-bit mode off: the Pallas TPU kernels' index arithmetic must stay
-    32-bit (traced under x64 it becomes int64 and Mosaic rejects it when lowering, after tracing)."""
-    prev = platform.X64.swap(False)
-    try:
-        return fn(*args)
-    finally:
-        platform.X64.restore(prev)
-
-
 def _kernel(q, k, v, kv_len, is_causal, scale, tiles):
     """The Pallas flash-attention kernel on 4-d (B, H, L, E) arrays padded to whole tiles; keys past
     ``kv_len`` are padding, kept out by segment ids (queries past the real length are sliced off)."""
@@ -232,13 +222,16 @@ def _flash_vjp():
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
     def flash(q, k, v, kv_len, is_causal, scale, tiles):
-        return _no_x64(_kernel, q, k, v, kv_len, is_causal, scale, tiles)
+        return platform.traced_without_x64(_kernel, q, k, v, kv_len, is_causal, scale, tiles)
 
     def forward(q, k, v, kv_len, is_causal, scale, tiles):
-        return _no_x64(lambda: jax.vjp(lambda a, b, c: _kernel(a, b, c, kv_len, is_causal, scale, tiles), q, k, v))
+        def kernel(a, b, c):
+            return _kernel(a, b, c, kv_len, is_causal, scale, tiles)
+
+        return platform.traced_without_x64(lambda: jax.vjp(kernel, q, k, v))
 
     def backward(kv_len, is_causal, scale, tiles, pull, grad):
-        return _no_x64(pull, grad)
+        return platform.traced_without_x64(pull, grad)
 
     flash.defvjp(forward, backward)
     return flash

@@ -37,9 +37,12 @@ def conform(func, result, meta: torch.Tensor, broadcast: bool = False):
     value written into a tensor in place (``broadcast``: ``x.add_(scalar_shaped)``) broadcasts to it: a
     result of another shape is a lowering or meta kernel bug (``any(x, dim=())`` reduced every dim and
     the total was broadcast to x's shape), raised rather than silently spread."""
-    jnp = platform.jax().numpy
-    result = jnp.asarray(result)
+    jax = platform.jax()
     want = dtypes.to_jax_dtype(meta.dtype)
+    if isinstance(result, jax.core.Tracer) and result.dtype == want and result.shape == meta.shape:
+        return result  # (what tracing meets almost always: nothing to convert)
+    jnp = jax.numpy
+    result = jnp.asarray(result)
     if result.dtype != want:
         result = dtypes.astype(result, want)
     shape = tuple(meta.shape)

@@ -9,7 +9,6 @@ Outside ``collecting()`` a concrete condition (an eager data-dependent op) is ch
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 
 from .. import config
@@ -19,17 +18,21 @@ from ..runtime import counters, platform
 _STATE = threading.local()
 
 
-@contextlib.contextmanager
-def collecting():
-    """Collect the ``require`` conditions of what is traced in this block: yields the list
-    [(traced bool, message)], empty when TORCH_TPU_CHECKS=0."""
-    previous = getattr(_STATE, "found", None)
-    found: list = []
-    _STATE.found = found if config.settings().checks else None
-    try:
-        yield found
-    finally:
-        _STATE.found = previous
+class collecting:
+    """Collect the ``require`` conditions of what is traced in this block: ``with collecting() as found``
+    gives the list [(traced bool, message)], empty when TORCH_TPU_CHECKS=0. (A class, not a generator:
+    every op of a fused graph is traced inside one.)"""
+
+    __slots__ = ("previous",)
+
+    def __enter__(self) -> list:
+        self.previous = getattr(_STATE, "found", None)
+        found: list = []
+        _STATE.found = found if config.settings().checks else None
+        return found
+
+    def __exit__(self, *exc) -> None:
+        _STATE.found = self.previous
 
 
 def require(ok, message: str) -> None:

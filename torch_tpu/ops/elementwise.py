@@ -21,9 +21,17 @@ def _up(x):
 def _u64(x, y):
     """JAX promotes uint64 with a signed integer to float64 (values past 2**53 round, past 2**64
     saturate); torch's only such mix is a 0-dim operand, which takes the other's dtype (wraps)."""
-    if any(getattr(v, "dtype", None) == jnp.uint64 for v in (x, y)):
+    if getattr(x, "dtype", None) == _UINT64 or getattr(y, "dtype", None) == _UINT64:
         return torch_operands(x, y)
     return x, y
+
+
+_UINT64, _BOOL = jnp.dtype(jnp.uint64), jnp.dtype(jnp.bool_)
+
+
+def _both_bool(x, y) -> bool:
+    """Both operands are booleans (``jnp.result_type(v) == bool`` of each, without computing it)."""
+    return all(type(v) is bool or getattr(v, "dtype", None) == _BOOL for v in (x, y))
 
 
 def _scaled(y, alpha):
@@ -47,7 +55,7 @@ def _plus_zero(x):
 
 @register(aten.add.Tensor, aten.add.Scalar)
 def add(x, y, alpha=1):
-    if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
+    if _both_bool(x, y):
         return jnp.logical_or(x, y)
     if _static_zero_added(x, y, alpha, 1.0):  # (a static False is the constant 0 too)
         return _plus_zero(x)
@@ -92,7 +100,7 @@ def _opmath_by_number(x, y, fn):
 
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def mul(x, y):
-    if jnp.result_type(x) == jnp.bool_ and jnp.result_type(y) == jnp.bool_:
+    if _both_bool(x, y):
         return jnp.logical_and(x, y)
     by_number = _opmath_by_number(x, y, jnp.multiply)
     if by_number is None:

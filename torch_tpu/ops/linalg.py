@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ..runtime import platform
 from .registry import aten, register
 
 _lax = jax.lax.linalg
@@ -300,11 +301,20 @@ def linalg_eigh(a, UPLO="L", compute_v=True):
     return vals, (vecs if compute_v else jnp.zeros((0,), a.dtype))
 
 
+def _svd(a, **kwargs):
+    """jnp.linalg.svd; for a TPU traced with 64-bit mode off where the input allows it (on a TPU v5e every
+    program holding the SVD traced with 64-bit mode on aborted XLA:TPU's compiler, 'Check failed: buffer !=
+    nullptr', while the same SVD traced without it compiled and ran; eigh and QR compile either way)."""
+    if platform.target() == "tpu" and a.dtype not in (jnp.float64, jnp.complex128):
+        return platform.traced_without_x64(lambda: jnp.linalg.svd(a, **kwargs))
+    return jnp.linalg.svd(a, **kwargs)
+
+
 @register(aten._linalg_svd.default)
 def linalg_svd(a, full_matrices=False, compute_uv=True, driver=None):
     if not compute_uv:
-        return jnp.zeros((0,), a.dtype), jnp.linalg.svd(a, compute_uv=False), jnp.zeros((0,), a.dtype)
-    u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices)
+        return jnp.zeros((0,), a.dtype), _svd(a, compute_uv=False), jnp.zeros((0,), a.dtype)
+    u, s, vh = _svd(a, full_matrices=full_matrices)
     return u, s, vh
 
 
@@ -361,7 +371,7 @@ def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
         tol = jnp.maximum(atol_[..., None], rtol_[..., None] * jnp.max(mag, axis=-1, keepdims=True))
         inv = jnp.where(mag > tol, 1 / jnp.where(mag == 0, 1, vals), 0).astype(a.dtype)
         return jnp.matmul(vecs * inv[..., None, :], _mH(vecs), precision=_HIGHEST)
-    u, s, vh = jnp.linalg.svd(a, full_matrices=False)
+    u, s, vh = _svd(a, full_matrices=False)
     tol = jnp.maximum(atol_[..., None], rtol_[..., None] * s[..., :1])
     inv = jnp.where(s > tol, 1 / jnp.where(s == 0, 1, s), 0).astype(a.dtype)
     return jnp.matmul(_mH(vh) * inv[..., None, :], _mH(u), precision=_HIGHEST)

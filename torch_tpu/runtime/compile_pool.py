@@ -1,9 +1,11 @@
-"""Threads that compile XLA programs in the background (fused eager's graphs, ``fused.py``).
+"""Threads that compile XLA programs in the background (fused eager's graphs, ``fused.py``; strict eager's
+new op programs, ``strict_line.py``).
 
 Tracing and lowering stay on the caller's thread (they run torch meta kernels and Python lowerings);
 only XLA's own compilation, which releases the GIL and is what costs minutes for a model-sized graph on
-TPU or GPU, runs here. Several graphs then compile at once (the text encoders and the transformer of a
-pipeline) while the program goes on recording the next ones.
+TPU or GPU (and ~0.3 s for one small op's program on a TPU), runs here. Several programs then compile at
+once (the text encoders and the transformer of a pipeline; a model's first call's ops) while the program
+goes on recording or lowering the next ones.
 """
 from __future__ import annotations
 
@@ -22,8 +24,13 @@ def threads() -> int:
     """How many compile threads the settings ask for (0: compile on the calling thread)."""
     n = config.settings().compile_threads
     if n is None:  # the caller's thread keeps one core busy tracing and recording
-        n = max(1, min(4, (os.cpu_count() or 1) - 1))
+        n = max(1, min(_MOST, (os.cpu_count() or 1) - 1))
     return n
+
+
+# a TPU host's 13 cores: a cold strict process compiles ~230 small programs (~0.3 s each there), which 8
+# threads keep up with while the caller lowers the next ones; more would mostly hold memory (fused graphs)
+_MOST = 8
 
 
 def submit(fn, *args) -> concurrent.futures.Future | None:

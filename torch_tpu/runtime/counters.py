@@ -17,6 +17,7 @@ _FIELDS = {
     "cache_hits": 0,          # op/graph program cache hits (in-memory)
     "cache_misses": 0,
     "executions": 0,          # compiled programs launched
+    "queued_ops": 0,          # strict ops queued behind a program compiling in the background (strict_line)
     "flushes": 0,             # fused-mode graph materialisations
     "fused_graph_replays": 0,  # fused graphs that failed whole and ran op by op instead
     "donated_bytes": 0,       # fused-mode input buffers handed to XLA for reuse by outputs

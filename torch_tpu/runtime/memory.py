@@ -10,15 +10,24 @@ reset (exact), else the highest of the bytes in use at the reset and the counted
 from __future__ import annotations
 
 
-class _Counter:
-    in_use = 0          # bytes of live storages
-    peak = 0
-    live = 0            # number of live storages
-    live_peak = 0
-    allocs = 0          # cumulative
-    frees = 0
-    allocated_bytes = 0
-    freed_bytes = 0
+class _Counts:
+    """The counts (one instance: setting a class's attribute costs several times an instance's, and
+    every op output and every freed storage sets some)."""
+
+    __slots__ = ("in_use", "peak", "live", "live_peak", "allocs", "frees", "allocated_bytes", "freed_bytes")
+
+    def __init__(self):
+        self.in_use = 0          # bytes of live storages
+        self.peak = 0
+        self.live = 0            # number of live storages
+        self.live_peak = 0
+        self.allocs = 0          # cumulative
+        self.frees = 0
+        self.allocated_bytes = 0
+        self.freed_bytes = 0
+
+
+_Counter = _Counts()
 
 
 class _Reset:

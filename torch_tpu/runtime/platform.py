@@ -76,6 +76,17 @@ class X64:
         return False
 
 
+def traced_without_x64(fn, *args):
+    """``fn(*args)`` traced with JAX's 64-bit mode off, inside a program traced with it on: for what XLA:TPU
+    or Mosaic cannot compile with 64-bit index arithmetic (the Pallas kernels, whose int64 indices Mosaic
+    rejects; the SVD's Jacobi sweeps). Arguments and results must not be 64-bit."""
+    prev = X64.swap(False)
+    try:
+        return fn(*args)
+    finally:
+        X64.restore(prev)
+
+
 def with_x64(fn):
     """Decorator: ``fn`` runs with JAX's 64-bit mode on for its thread (see X64)."""
 

@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import pickle
 import threading
 import time
@@ -335,6 +336,21 @@ def in_flight(key):
     return prog
 
 
+def find(key):
+    """The program of ``key`` in memory, else the Future of it compiling (``in_flight``), else None; not
+    counted as a cache hit (the caller's entry was)."""
+    prog = _PROGRAMS.get(key)
+    return prog if prog is not None else in_flight(key)
+
+
+def wait_in_flight() -> None:
+    """Wait until every program compiling in the background is compiled (and counted)."""
+    with _FLIGHT_LOCK:
+        futures = list(_IN_FLIGHT.values())
+    for future in futures:
+        future.exception()
+
+
 def adopt(key, future):
     """The program of a finished ``future`` for ``key`` (waits for it; raises its compile error)."""
     try:
@@ -347,6 +363,11 @@ def adopt(key, future):
     return prog
 
 
+def _after_fork_in_child() -> None:
+    _IN_FLIGHT.clear()  # their compile threads did not survive the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 prefetch.set_loader("program-by-key", _load_alias)
 stable_keys.register_kind("zeros")
 

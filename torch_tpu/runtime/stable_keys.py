@@ -59,6 +59,22 @@ class ProcessLocal:
         return f"ProcessLocal({self.value!r})"
 
 
+class Hashed(tuple):
+    """A tuple whose hash is computed once (a long key part looked up many times); equal to the tuple of
+    its items, and its text is theirs."""
+
+    def __new__(cls, items):
+        self = tuple.__new__(cls, items)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self):
+        return self._hash
+
+    def __reduce__(self):
+        return tuple, (tuple(self),)
+
+
 class _NotStable(Exception):
     pass
 
@@ -74,6 +90,8 @@ def _float(x: float) -> str:
 
 def _part(x, out: list) -> None:
     t = type(x)
+    if t is Hashed:
+        t = tuple
     if t is tuple and x and type(x[0]) is str:  # a key of its own (an op in a graph): text made before?
         found = _TEXTS.get(id(x))
         if found is not None and found[0] is x:

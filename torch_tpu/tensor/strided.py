@@ -3,9 +3,17 @@
 A view is torch metadata (size, stride, storage offset, dtype) over its storage's memory. Most views
 (transpose, permute, slicing, select, reshape, expand, unsqueeze, chunk, unbind ...) are *regular*:
 once their dimensions are sorted by stride, each stride divides the previous one and rows do not
-overlap. Those become reshape + static slices + transpose (cheap for XLA); the offset is a runtime
-argument so that ``x[i]`` for many ``i`` shares one program. Anything else (diagonal, overlapping
-``unfold``, exotic ``as_strided``) uses an index gather / scatter.
+overlap. The offset is a runtime argument so that ``x[i]`` for many ``i`` shares one program. How a
+view is placed in its storage picks the program (``placement``):
+
+- ``"zero"``: at offset 0 and spanning its whole storage (a reshape or transpose of it): no offset input;
+- ``"box"``: a box of the storage's array once its dims are split at the view's strides (a slice, a chunk,
+  ``select``, a head split, ...): one multi-dimensional ``dynamic_slice`` (``dynamic_update_slice`` to
+  write) of the array in its own shape, starts computed from the offset inside the program. TPUs lay
+  arrays out in tiles, so this keeps XLA from flattening, padding and reshaping the whole storage;
+- ``"window"``: any other regular view: a window of the flat storage, reshaped, sliced and transposed.
+
+Anything else (diagonal, overlapping ``unfold``, exotic ``as_strided``) uses an index gather / scatter.
 """
 from __future__ import annotations
 
@@ -93,9 +101,110 @@ def _window_geometry(real, n_flat, offset_is_zero):
     return shape, length, pad, whole
 
 
-def _read_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_zero):
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return strides[::-1]
+
+
+def _box_geometry(storage_shape, size, stride):
+    """How a view is a box of its storage's array, or None.
+
+    The array is reshaped (the same memory in another shape) to refined dims: its own dims, split where a
+    view stride falls inside one (a ``(L, H*D)`` array read as ``(L, H, D)`` heads) and merged where a view
+    dim spans several (a ``(L, H, D)`` array read as ``(L, H*D)`` rows). Every view dim of extent > 1 must
+    then be one refined dim, each a different one, with its stride. Returns (refined shape, refined strides,
+    (refined dim, view dim) pairs in refined order)."""
+    real = [(k, n, st) for k, (n, st) in enumerate(zip(size, stride)) if n > 1]
+    if any(st <= 0 for _, _, st in real):
+        return None
+    numel = math.prod(storage_shape)
+    bounds = {numel, 1, *(st for _, _, st in real)}
+    bounds.update(cs for n, cs in zip(storage_shape, _contiguous_strides(storage_shape)) if n > 1)
+    for _, n, st in real:  # a view dim is one refined dim: no boundary inside its span
+        bounds = {b for b in bounds if not st < b < st * n}
+    chain = sorted(bounds, reverse=True)
+    if chain[0] != numel or any(hi % lo for hi, lo in zip(chain, chain[1:])):
+        return None
+    refined = tuple(hi // lo for hi, lo in zip(chain, chain[1:]))
+    refined_strides = tuple(chain[1:])
+    by_stride = {st: r for r, st in enumerate(refined_strides)}
+    mapping = []
+    for k, n, st in real:
+        r = by_stride.get(st)
+        if r is None or n > refined[r]:
+            return None
+        mapping.append((r, k))
+    mapping.sort()
+    if len({r for r, _ in mapping}) != len(mapping):
+        return None
+    return refined, refined_strides, tuple(mapping)
+
+
+def _box_starts(geometry, offset):
+    """Per refined dim, where the box starts for a storage ``offset`` (host ints or traced values)."""
+    refined, refined_strides, _ = geometry
+    return [(offset // st) % n for n, st in zip(refined, refined_strides)]
+
+
+def _box_fits(geometry, size, offset: int) -> bool:
+    """Whether the view at ``offset`` is inside the box (no dim wraps into the next)."""
+    refined = geometry[0]
+    starts = _box_starts(geometry, offset)
+    return all(starts[r] + size[k] <= refined[r] for r, k in geometry[2])
+
+
+def _box_read_fn(storage_shape, size, geometry):
     jax = platform.jax()
     jnp = jax.numpy
+    refined, _, mapping = geometry
+    sizes = [1] * len(refined)
+    for r, k in mapping:
+        sizes[r] = size[k]
+    kept = [k for _, k in mapping]  # view dims in refined order
+    perm = sorted(range(len(kept)), key=lambda i: kept[i])  # -> view order
+    expanded = [size[k] if k in kept else 1 for k in range(len(size))]
+
+    def fn(arr, offset):
+        if 0 in size:
+            return jnp.zeros(size, arr.dtype)
+        box = jax.lax.dynamic_slice(arr.reshape(refined), _box_starts(geometry, offset), sizes)
+        box = jnp.transpose(box.reshape([size[k] for k in kept]), perm)
+        return jnp.broadcast_to(box.reshape(expanded), size)
+
+    return fn
+
+
+def _box_write_fn(storage_shape, size, geometry):
+    jax = platform.jax()
+    jnp = jax.numpy
+    refined, _, mapping = geometry
+    sizes = [1] * len(refined)
+    for r, k in mapping:
+        sizes[r] = size[k]
+    kept = [k for _, k in mapping]
+    in_view_order = sorted(kept)
+
+    def fn(arr, value, offset):
+        if 0 in size:
+            return arr
+        box = value.reshape([size[k] for k in in_view_order])
+        box = jnp.transpose(box, [in_view_order.index(k) for k in kept]).reshape(sizes)
+        new = jax.lax.dynamic_update_slice(arr.reshape(refined), box.astype(arr.dtype),
+                                           _box_starts(geometry, offset))
+        return new.reshape(storage_shape)
+
+    return fn
+
+
+def _read_fn(storage_shape, storage_dtype, size, stride, view_dtype, placement):
+    jax = platform.jax()
+    jnp = jax.numpy
+    if placement == "box":
+        return _box_read_fn(storage_shape, size, _box_geometry(storage_shape, size, stride))
+    offset_is_zero = placement == "zero"
     real = _layout(size, stride)
 
     def fn(arr, offset):
@@ -126,9 +235,12 @@ def _read_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_z
     return fn
 
 
-def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_zero):
+def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, placement):
     jax = platform.jax()
     jnp = jax.numpy
+    if placement == "box":
+        return _box_write_fn(storage_shape, size, _box_geometry(storage_shape, size, stride))
+    offset_is_zero = placement == "zero"
     real = _layout(size, stride)
 
     def fn(arr, value, offset):
@@ -167,36 +279,45 @@ stable_keys.register_kind("view-write")
 _FNS: dict = caches.register("view programs", caches.Bounded(program_cache.max_programs))  # program functions by key (traced again only when a fused graph needs them)
 
 
-_STATIC_ZERO: dict = caches.register("view offset specialisation", caches.Bounded(program_cache.max_programs))
+_PLACEMENT: dict = caches.register("view placements", caches.Bounded(program_cache.max_programs))
 
 
-def static_zero_offset(size, stride, offset: int, storage_numel: int, storage_dtype, view_dtype) -> bool:
-    """Whether a view's read or write program is specialised on its storage offset being 0: only a view
-    at offset 0 whose window is its whole storage (read without padding or slicing, often a bitcast).
-    Every other view takes its offset as a runtime input, so ``x[0]`` and ``x[i]`` share one program (a
-    scheduler reading ``sigmas[step]`` makes the same graph at the first denoising step as at the next)."""
-    if offset != 0:
-        return False
-    key = (size, stride, storage_numel, storage_dtype, view_dtype)
-    found = _STATIC_ZERO.get(key)
+def placement(size, stride, offset: int, storage_shape, storage_dtype, view_dtype) -> str:
+    """How a view's read or write program finds it in its storage (see the module's docstring): ``"zero"``
+    (specialised on offset 0: a view at offset 0 whose window is its whole storage; no offset input),
+    ``"box"`` or ``"window"`` (the offset a runtime input, so ``x[0]`` and ``x[i]`` share one program: a
+    scheduler reading ``sigmas[step]`` makes the same graph at the first denoising step as at the next).
+    ``storage_shape`` is the shape of the array the view is read from."""
+    key = (size, stride, storage_shape, storage_dtype, view_dtype)
+    found = _PLACEMENT.get(key)
     if found is None:
         real = _layout(size, stride)
-        n_flat = int(storage_numel * _units(storage_dtype, view_dtype))
-        found = _STATIC_ZERO[key] = bool(real) and 0 not in size and real[0][1] * real[0][2] == n_flat
-    return found
+        numel = math.prod(storage_shape)
+        n_flat = int(numel * _units(storage_dtype, view_dtype))
+        whole = bool(real) and 0 not in size and real[0][1] * real[0][2] == n_flat
+        box = None
+        if storage_dtype == view_dtype and 0 not in size and numel:
+            box = _box_geometry(tuple(storage_shape), size, stride)
+        found = _PLACEMENT[key] = (whole, box)
+    whole, box = found
+    if whole and offset == 0:
+        return "zero"
+    if box is not None and _box_fits(box, size, offset):
+        return "box"
+    return "window"
 
 
 def _offset_arg(offset: int):
     return np.int64(offset)
 
 
-def read_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_zero):
+def read_fn(storage_shape, storage_dtype, size, stride, view_dtype, placement):
     """The traceable ``fn(storage_array, offset)`` that reads one view geometry (cached). An op's
     program calls it on a view input it was given as its storage's array (``eager/arguments.py``)."""
-    key = ("view-read", storage_shape, storage_dtype, view_dtype, size, stride, offset_is_zero)
+    key = ("view-read", storage_shape, storage_dtype, view_dtype, size, stride, placement)
     fn = _FNS.get(key)
     if fn is None:
-        fn = _FNS[key] = _read_fn(storage_shape, storage_dtype, size, stride, view_dtype, offset_is_zero)
+        fn = _FNS[key] = _read_fn(storage_shape, storage_dtype, size, stride, view_dtype, placement)
     return fn
 
 
@@ -204,9 +325,9 @@ def read(storage, t):
     size = tuple(t.shape)
     stride = tuple(t.stride())
     offset = t.storage_offset()
-    zero = static_zero_offset(size, stride, offset, math.prod(storage.shape), storage.dtype, t.dtype)
-    key = ("view-read", storage.shape, storage.dtype, t.dtype, size, stride, zero)
-    fn = read_fn(storage.shape, storage.dtype, size, stride, t.dtype, zero)
+    where = placement(size, stride, offset, storage.shape, storage.dtype, t.dtype)
+    key = ("view-read", storage.shape, storage.dtype, t.dtype, size, stride, where)
+    fn = read_fn(storage.shape, storage.dtype, size, stride, t.dtype, where)
     return launch(key, fn, (storage.value(), _offset_arg(offset)),
                   (size, dtypes.to_jax_dtype(t.dtype)), "view read")
 
@@ -335,11 +456,11 @@ def write(storage, t, value):
     size = tuple(t.shape)
     stride = tuple(t.stride())
     offset = t.storage_offset()
-    zero = static_zero_offset(size, stride, offset, math.prod(storage.shape), storage.dtype, t.dtype)
-    key = ("view-write", storage.shape, storage.dtype, t.dtype, size, stride, zero)
+    where = placement(size, stride, offset, storage.shape, storage.dtype, t.dtype)
+    key = ("view-write", storage.shape, storage.dtype, t.dtype, size, stride, where)
     fn = _FNS.get(key)
     if fn is None:
-        fn = _FNS[key] = _write_fn(storage.shape, storage.dtype, size, stride, t.dtype, zero)
+        fn = _FNS[key] = _write_fn(storage.shape, storage.dtype, size, stride, t.dtype, where)
     return launch(key, fn, (storage.value(), value, _offset_arg(offset)),
                   (storage.shape, dtypes.to_jax_dtype(storage.dtype)), "view write")
 

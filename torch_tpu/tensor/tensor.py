@@ -304,8 +304,9 @@ class TpuTensor(torch.Tensor):
 
 def new_full(array, dtype: torch.dtype, _make=torch.Tensor._make_wrapper_subclass) -> "TpuTensor":
     """Hot path: wrap a fresh device array (an op's output) as a new tensor on tpu:0."""
-    t = _make(TpuTensor, array.shape, dtype=dtype, device=_DEVICE or device_for(0))
-    t._tpu_storage = TpuStorage(array, array.shape, dtype)
+    shape = array.shape  # (a Python property of JAX's arrays on some versions: read once)
+    t = _make(TpuTensor, shape, dtype=dtype, device=_DEVICE or device_for(0))
+    t._tpu_storage = TpuStorage(array, shape, dtype)
     return t
 
 

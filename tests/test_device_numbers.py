@@ -1,0 +1,156 @@
+"""Strict eager passes a Python number it has seen before to its op's program as a cached device scalar
+(``engine/device_numbers.py``): every value must compute as the number itself did, bit for bit, whichever
+value, type or tensor dtype came before it (the cache is keyed by value and type only)."""
+import math
+
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.engine import device_numbers
+
+NUMBERS = [0.0, -0.0, 1, 1.0, True, -3, 0.1, 1e-30, 3e38, float("inf"), -float("inf"), float("nan"),
+           -float("nan"), 300, 2 ** 63 - 1, -2 ** 63, 1 + 0j, -0.0 - 0j, 1e308]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int64, torch.uint8]
+OPS = {"add": lambda t, s: t + s, "mul": lambda t, s: t * s, "rsub": lambda t, s: s - t,
+       "add_alpha": lambda t, s: torch.add(t, t, alpha=s), "clamp_max": lambda t, s: torch.clamp(t, max=s)}
+
+
+def _pairs_with(name, dtype, s) -> bool:
+    """Combinations this test covers: complex numbers with float32/float64 tensors outside clamp (complex32
+    and complex clamp bounds are refused on tpu), 1e308 with floating tensors (an integer tensor times it
+    is another test's subject)."""
+    if type(s) is complex:
+        return name != "clamp_max" and dtype in (torch.float32, torch.float64)
+    if s == 1e308:
+        return dtype.is_floating_point
+    return True
+
+
+def _tensor(dtype):
+    if dtype.is_floating_point:
+        return torch.tensor([1.5, -0.0, 0.0, -2.25, 1e-3, 6e4], dtype=torch.float64).to(dtype)
+    return torch.tensor([7, 0, 100, 1, 3, 5], dtype=torch.int64).to(dtype)
+
+
+def _bits(t):
+    """Exact contents: each element's bits (NaN's sign and payload aside, which CPU kernels do not fix)."""
+    t = t.detach().cpu()
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    if t.is_floating_point():
+        nan = torch.isnan(t)
+        t = torch.where(nan, torch.zeros_like(t), t)
+        width = {2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+        return torch.cat([nan.flatten().to(torch.int64), t.view(width).flatten().to(torch.int64)])
+    return t.flatten()
+
+
+def _outcome(fn, t, s):
+    try:
+        out = fn(t, s)
+    except Exception as exc:  # noqa: BLE001 - compared as "both raise"
+        return type(exc).__name__
+    return out.dtype, _bits(out)
+
+
+def test_every_number_computes_as_itself_in_any_order():
+    """Each (op, dtype, number) twice in a row (the second call takes the cached scalar), over numbers whose
+    keys a value-keyed table could confuse: 0.0/-0.0, 1/1.0/True, NaN of either sign, ints at int64's ends,
+    complex; and the dtypes in turn, so a scalar cached for one dtype serves the next (weakly typed, it
+    must take the tensor's dtype as the Python number does: a float64 scalar would round float32 twice)."""
+    bad = []
+    for name, fn in OPS.items():
+        for dtype in DTYPES:
+            cpu = _tensor(dtype)
+            tpu = cpu.to("tpu")
+            for s in NUMBERS:
+                if not _pairs_with(name, dtype, s):
+                    continue
+                want = _outcome(fn, cpu, s)
+                for attempt in range(2):
+                    got = _outcome(fn, tpu, s)
+                    if type(want) is str or type(got) is str:
+                        ok = type(want) is str and type(got) is str
+                    else:
+                        ok = want[0] == got[0] and torch.equal(want[1], got[1])
+                    if not ok:
+                        bad.append((name, dtype, s, attempt, want, got))
+    assert not bad, bad[:5]
+
+
+def _kept(value):
+    """The device scalars kept for ``value`` at any op's place."""
+    from torch_tpu.engine.graph_sets import value_key
+
+    key = value_key(value)
+    return [slot[1] for _, _, places in list(device_numbers.PLACES.values()) for kept in places
+            for slot in kept if slot[0] == key]
+
+
+def test_a_strict_op_passes_a_number_seen_before_as_a_device_scalar():
+    """The second ``x + 0.4137`` finds 0.4137's device scalar (made at its second sighting); fused mode keeps
+    its numbers as graph constants and makes none."""
+    x = torch.randn(5)
+    xt = x.to("tpu")
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        for _ in range(2):
+            torch.testing.assert_close((xt + 0.4137).cpu(), x + 0.4137, rtol=0, atol=0)
+    assert not _kept(0.4137)
+    for _ in range(3):
+        torch.testing.assert_close((xt + 0.4137).cpu(), x + 0.4137, rtol=0, atol=0)
+    assert any(hasattr(d, "dtype") for d in _kept(0.4137))
+
+
+def test_a_place_keeps_values_apart():
+    """0.0 and -0.0, 1 and 1.0 (True is never a dynamic input): distinct device scalars of JAX's own
+    argument types (64-bit, weakly typed), each made at its second sighting; NaN and ints past int64 are
+    never kept; a place keeps its last few values only."""
+    kept: list = []
+    for v in (0.0, -0.0, 1, 1.0):
+        assert device_numbers.scalar_for(kept, v) is None  # (seen once)
+    zero, neg_zero = device_numbers.scalar_for(kept, 0.0), device_numbers.scalar_for(kept, -0.0)
+    assert math.copysign(1.0, float(zero)) == 1.0 and math.copysign(1.0, float(neg_zero)) == -1.0
+    one_int, one_float = device_numbers.scalar_for(kept, 1), device_numbers.scalar_for(kept, 1.0)
+    assert (str(one_int.dtype), str(one_float.dtype)) == ("int64", "float64")
+    assert one_int.weak_type and one_float.weak_type and zero.weak_type
+    other: list = []
+    for _ in range(2):
+        c = device_numbers.scalar_for(other, 2.5 + 1j)
+    assert str(c.dtype) == "complex128"
+    for v in (float("nan"), 2 ** 64):
+        assert device_numbers.scalar_for(other, v) is None and device_numbers.scalar_for(other, v) is None
+    for i in range(10):
+        device_numbers.scalar_for(other, float(i))
+    assert len(other) == device_numbers._PER_PLACE
+
+
+def test_a_changing_number_reuses_the_program_keeps_nothing_more_and_stays_right():
+    """A counter passes a new value at every call: one program, every value right, the values kept at its
+    place bounded (no device scalar per value)."""
+    x = torch.randn(8)
+    xt = x.to("tpu")
+    (xt * 0.5).cpu()
+    before = torch_tpu.stats()["cache_misses"]
+    for i in range(300):
+        if i % 50 == 0 or i > 296:
+            torch.testing.assert_close((xt * (i / 7)).cpu(), x * (i / 7), rtol=0, atol=0)
+        else:
+            xt * (i / 7)
+    assert torch_tpu.stats()["cache_misses"] == before
+    assert all(len(kept) <= device_numbers._PER_PLACE for _, _, places in device_numbers.PLACES.values()
+               for kept in places)
+
+
+@pytest.mark.parametrize("mode", ["strict", "launch_blocking"])
+def test_out_of_range_numbers_still_raise_as_on_cpu(mode):
+    """An int past int64 is passed as it is, and fails as on CPU, also when seen twice."""
+    modes = {"strict": torch_tpu.EagerMode.DEFER_NEVER,
+             "launch_blocking": torch_tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING}
+    x = torch.ones(3, dtype=torch.int64)
+    with torch.tpu.set_eager_mode(modes[mode]):
+        for _ in range(2):
+            with pytest.raises(Exception):
+                x + 2 ** 70
+            with pytest.raises(Exception):
+                x.to("tpu") + 2 ** 70
