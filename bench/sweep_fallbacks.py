@@ -1,7 +1,7 @@
 """Which OpInfos reach an op without a tpu lowering (not a test): every OpInfo of torch's database whose
 name the op table does not lower directly runs its first sample on the tpu with TORCH_TPU_CPU_FALLBACK=1;
 the ops counted in ``stats()["cpu_fallback_ops"]`` are printed per OpInfo with whether the result matched
-CPU torch. ``tests/test_cpu_fallback.py``'s ``FALLBACK`` is this list: rerun after a torch upgrade or a new
+CPU torch. ``tests/eager/test_cpu_fallback.py``'s ``FALLBACK`` is this list: rerun after a torch upgrade or a new
 lowering and update it.
 
     TORCH_TPU_CPU_FALLBACK=1 PYTHONPATH=$PWD python3 bench/sweep_fallbacks.py [--out /tmp/fallbacks.jsonl]
@@ -18,7 +18,7 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root: tests.harness
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
     import torch
     from torch.utils import _pytree as pytree
 
-    import differential as D
+    from tests.harness import differential as D
     import torch_tpu
     import torch_tpu.ops as tpu_ops
     from torch_tpu.ops.registry import LOWERINGS

@@ -1,5 +1,5 @@
 """Wide OpInfo sweep (not a test): every OpInfo that reaches the tpu op table (the selection of
-tests/test_op_consistency.py), run against CPU torch beyond what that file checks:
+tests/ops/test_op_consistency.py), run against CPU torch beyond what that file checks:
 
   dtype:<dt>   extra dtypes (float16, float64, int64, int32, int8, uint8, int16, bool, complex64) where supported
   f32all       float32 samples past the first three (the consistency file runs only those)
@@ -40,15 +40,15 @@ _S, _E, _R = "@@S ", "@@E ", "@@R "
 
 
 def _worker():
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, ROOT)  # the repository root: tests.*
     import faulthandler
     faulthandler.enable()
     import torch
     from torch.utils import _pytree as pytree
 
     import torch_tpu
-    import test_op_consistency as T
-    import differential as D
+    from tests.harness import differential as D
+    from tests.ops import test_op_consistency as T
 
     ops = {T._full_name(o): o for o in T._selected()}
 
@@ -405,9 +405,9 @@ def _worker():
 
 
 def _tasks(selected_ops, phases):
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    sys.path.insert(0, ROOT)  # the repository root: tests.*
     import torch
-    import test_op_consistency as T
+    from tests.ops import test_op_consistency as T
     out = []
     for op in T._selected():
         name = T._full_name(op)

@@ -11,7 +11,7 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
   flux       bench/bench_flux_width.py: a FLUX.1-width transformer (2+4 blocks, 4608 tokens, bf16) in the
              four modes beside the floor (its GEMMs and attention kernel alone, in JAX)
   tests      the attention, TPU lowering, real-width transformer and pipeline test files on the chip
-  opinfo     tests/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part)
+  opinfo     tests/ops/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part)
   eager      bench/bench_eager_cost.py (per-op cost, fused chains, against JAX's own)
   coldstart  bench/bench_coldstart.py (first image per mode, cold and warm)
   probe      bench/tpu_probe.py (kernel tiles, float32 functions' error)
@@ -33,8 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("demo", "flux", "tests", "opinfo", "eager", "coldstart", "probe")
-TEST_FILES = ["tests/test_attention_op.py", "tests/test_tpu_lowering.py", "tests/test_real_width.py",
-              "tests/test_precise_math.py", "tests/test_pipelines.py"]
+TEST_FILES = ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
+              "tests/ops/test_precise_math.py", "tests/integrations/test_pipelines.py"]
 
 
 def _run(cmd, timeout, env=None, log=None):
@@ -123,7 +123,7 @@ def step_opinfo(args, left):
             env["TORCH_TPU_TEST_COUNT"] = str(left_to_run)
         if args.shard:
             env["TORCH_TPU_TEST_SHARD"] = args.shard
-        result = _pytest(["tests/test_op_consistency.py"], args, left, f"opinfo{len(attempts)}", env=env)
+        result = _pytest(["tests/ops/test_op_consistency.py"], args, left, f"opinfo{len(attempts)}", env=env)
         attempts.append({k: result[k] for k in ("rc", "process_s", "summary")})
         records = [json.loads(l) for l in outcomes.read_text().splitlines()] if outcomes.exists() else []
         started = [r["case"] for r in records if r["when"] == "start"]

@@ -1,9 +1,9 @@
-"""Run twin families (tests/twin_cases.py) and print failures with whether B alone fails.
+"""Run twin families (tests/harness/twin_cases.py) and print failures with whether B alone fails.
 usage: python bench/twin_sweep.py [family-substring] [modes,comma] [limit]"""
 import collections, os, sys, time
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch, torch_tpu  # noqa
-import twins, twin_cases
+from tests.harness import twins, twin_cases
 
 pat = sys.argv[1] if len(sys.argv) > 1 else ""
 modes = sys.argv[2].split(",") if len(sys.argv) > 2 else list(twins.MODES)

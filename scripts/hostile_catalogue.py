@@ -1,9 +1,9 @@
-"""Catalogue a run of the hostile tests from pytest's JUnit XML files.
+"""Catalogue a run of the differential tests from pytest's JUnit XML files.
 
-    python3 -m pytest -q tests/test_hostile_scalars.py --tb=no --junitxml=/tmp/h_scalars.xml   # etc.
+    python3 -m pytest -q tests/ops/test_scalar_arguments.py --tb=no --junitxml=/tmp/h_scalars.xml   # etc.
     python3 scripts/hostile_catalogue.py /tmp/h_*.xml > catalogue.md
 
-Each failure message of tests/differential.py starts with a tag ([wrong value], [silent], [crash]...);
+Each failure message of tests/harness/differential.py starts with a tag ([wrong value], [silent], [crash]...);
 this script counts cases per file and per tag and lists the failing test ids grouped by test
 function and tag, each with one example message.
 """

@@ -57,22 +57,22 @@ def fresh_programs(monkeypatch, tmp_path):
     torch_tpu.reset_caches()
 
 
-# Files that take the longest (their isolated-case children, pipelines, torchrun), scheduled first: with
-# whole files per worker (--dist loadfile), a long file collected last kept one core busy alone at the end.
-_SLOW_FIRST = ["test_hostile_workflows.py", "test_hostile_ecosystem.py", "test_hostile_functional.py",
-               "test_distributed.py", "test_demo.py", "test_compile.py", "test_pipelines.py", "test_hostile_pipelines2.py",
-               "test_hostile_interplay.py", "test_hostile_autograd_modes.py", "test_hostile_backward.py",
-               "test_coldstart.py", "test_hostile_dtypes_formats.py", "test_hostile_plumbing.py",
-               "test_hostile_sequences.py", "test_cli.py", "test_hostile_modules.py", "test_hostile_modules2.py",
-               "test_hostile_compile_sequences.py", "test_hostile_opinfo.py", "test_op_consistency.py",
-               "test_hostile_views_modes.py", "test_hostile_misc.py", "test_hostile_distributed.py",
-               "test_fuzz_autograd.py", "test_fuzz_training.py", "test_hostile_compile_scalars.py",
-               "test_fuzz_values.py", "test_fuzz_compiled.py", "test_linalg.py", "test_hostile_faults.py"]
+@pytest.fixture
+def watchdog():
+    """A test that stops making progress (its processes use no CPU for two minutes) or uses more than
+    ``TORCH_TPU_TEST_CPU_BUDGET`` seconds of CPU (default 600) prints every thread's stack and ends its
+    process: a hang fails loudly instead of holding the suite, and a slow machine is no hang
+    (``harness/hangs.py``). Files of cases that may hang use it: ``pytestmark = pytest.mark.usefixtures("watchdog")``."""
+    from tests.harness import hangs
+
+    with hangs.watch_this_process(float(os.environ.get("TORCH_TPU_TEST_CPU_BUDGET", "600"))):
+        yield
 
 
 def pytest_collection_modifyitems(session, config, items):
-    rank = {name: k for k, name in enumerate(_SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order within a file kept
+    # with whole files per worker (--dist loadfile) and files in collection order (--no-loadscope-reorder), a
+    # long file collected last kept one core busy alone at the end: the files marked slow go first
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the order within kept
     shard = os.environ.get("TORCH_TPU_TEST_SHARD")  # "i/n": every n-th case from the i-th (the TPU lane
     if shard:                                       # splits a long file over calls with a time limit)
         index, count = (int(part) for part in shard.split("/"))
@@ -102,3 +102,28 @@ def pytest_runtest_logreport(report):
     if os.environ.get("TORCH_TPU_TEST_OUTCOMES") and (report.when == "call" or not report.passed):
         _record_outcome(case=report.nodeid, when=report.when, outcome=report.outcome,
                         text="" if report.passed else str(report.longrepr)[-4000:])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With TORCH_TPU_TEST_TIMES=FILE, append each test's wall seconds and the XLA compile seconds, compiles and
+    disk-cache loads of this process during it (children's are in TORCH_TPU_CASE_TIMES): where the time goes."""
+    out = os.environ.get("TORCH_TPU_TEST_TIMES")
+    if not out:
+        yield
+        return
+    import time
+
+    def counters():
+        tpu = sys.modules.get("torch_tpu")
+        if tpu is None:
+            return 0.0, 0, 0
+        s = tpu.stats()
+        return s["compile_seconds"], s["compiles"], s["cache_loads"]
+
+    before, t0 = counters(), time.perf_counter()
+    yield
+    wall, after = time.perf_counter() - t0, counters()
+    delta = [max(0, a - b) for a, b in zip(after, before)]  # a test that resets the counters undercounts
+    with open(out, "a") as f:
+        f.write(f"{wall:.3f}\t{delta[0]:.3f}\t{delta[1]}\t{delta[2]}\t{item.nodeid}\n")

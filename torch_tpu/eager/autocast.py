@@ -12,7 +12,7 @@ Every other op falls through unchanged. Only floating tpu tensors other than flo
 cached until the outermost autocast region exits, as CUDA's ``cached_cast`` does: a weight is cast once per
 region, and a weight changed in place inside the region (an optimizer step) is still read as its cast from
 before, as on CUDA and the CPU (the tpu read the new value: a training loop inside one autocast region
-computed other losses than on CUDA). ``tests/test_hostile_ecosystem.py`` checks the lists against torch's own CUDA autocast
+computed other losses than on CUDA). ``tests/integrations/test_torch_ecosystem.py`` checks the lists against torch's own CUDA autocast
 test lists (``torch.testing._internal.autocast_test_lists``).
 """
 from __future__ import annotations
