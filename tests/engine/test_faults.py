@@ -28,7 +28,7 @@ Found (fixed):
   * [lost value] fused: a Ctrl-C landing inside a C callback during a flush (a SystemError caused by the
     KeyboardInterrupt) or while a flushed graph's values were put in line lost the graph's values.
 Left: a SIGALRM storm over fused ops on new shapes once left a JAX tracer as a tensor's value (the
-interrupt landed in ``validate.run`` of a new op; the next read raised "block_until_ready is not available
+interrupt landed in ``validators.run`` of a new op; the next read raised "block_until_ready is not available
 on traced array"): seen once in ~20 storms of 80 interrupts, not reproduced on demand, root not found.
 Not backend bugs: ``as_subclass`` of a tpu tensor to a ``__torch_function__`` subclass raises (a separate
 gap, no fault involved); try/except around a failing op inside a torch.compile'd function (dynamo cannot

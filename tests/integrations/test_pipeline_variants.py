@@ -10,7 +10,7 @@ seeds, CPU generators); every exception must be of CPU's kind. Cases run in one 
 
 Found here: ``F.interpolate`` of dtypes CPU's resampling kernels refuse (a bool mask tensor given to
 FluxInpaintPipeline, nearest/bilinear of int tensors, linear/area of uint8, antialias of half) computed
-silently on the tpu; now the CPU kernels' NotImplementedError (``ops/refusals.py``). uint8 images resized
+silently on the tpu; now the CPU kernels' NotImplementedError (``parity/refusals.py``). uint8 images resized
 bilinearly (and with antialias) were off by one in a fifth of the pixels: CPU's kernel works in int16 fixed
 point with a rounding between its two passes; the tpu now does the same (``ops/spatial.py``).
 

@@ -13,7 +13,7 @@ Found here:
 * A channels_last conv (transposed too), and reflection/replication pads and ``roll`` of a channels_last
   input, returned contiguous results where CPU returns channels_last: ``.stride()``/``is_contiguous`` differed
   and ``y.permute(0, 2, 3, 1).view(n, -1, c)`` raised on the tpu only. The meta kernel's layout is corrected
-  to CPU's (``ops/validate.corrected_meta``).
+  to CPU's (``parity/meta_results.cpu_meta``).
 
 * ``scatter_add``, ``scatter_reduce`` (sum, mean, prod), ``scatter(reduce="add")`` and ``index_add`` (dim 0 or
   the last dim of a >1-d tensor, alpha 1) of bfloat16/float16 summed in the dtype: 600 ones scattered into one

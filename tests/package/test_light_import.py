@@ -6,7 +6,7 @@ import sys
 from tests.harness import hangs
 
 DEFERRED = ("jax", "torch_tpu.eager.op_path", "torch_tpu.eager.rewrites", "torch_tpu.eager.arguments",
-            "torch_tpu.ops.refusals", "torch_tpu.ops.validate")
+            "torch_tpu.parity", "torch_tpu.parity.refusals", "torch_tpu.parity.validators")
 
 _CHILD = f"""
 import sys

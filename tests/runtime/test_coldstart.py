@@ -124,6 +124,49 @@ def test_op_descriptions_of_view_arguments_load_in_the_other_mode(tmp_path, monk
     assert stats["op_loads"] > 0, stats
 
 
+def _entry_calls(x, i):
+    conv = torch.nn.functional.conv2d(x.view(1, 2, 3, 4).to(memory_format=torch.channels_last),
+                                      torch.ones(3, 2, 1, 1, device=x.device))  # a channels_last result
+    values, idx = x.max(dim=1)  # two results
+    y = x.clone()
+    y.add_(1.5)  # in-place, a dynamic Scalar
+    out = torch.empty(4, 6, device=x.device, dtype=torch.float64)
+    torch.add(x, 2, out=out)  # out= of another dtype
+    return conv, values, idx, y, out, x.index_select(0, i), torch.full((2,), 3.5, device=x.device)
+
+
+def test_an_entry_from_its_description_is_the_entry_from_its_plan(tmp_path, monkeypatch):
+    # LoweredEntry.from_description (a warm process) must give every op what LoweredEntry.from_plan gave it
+    from torch_tpu.eager import op_path
+    from torch_tpu.eager.entries import LoweredEntry
+
+    def entries():
+        found = {e.key: e for e in op_path._ENTRIES.values() if isinstance(e, LoweredEntry)}
+        return {k: (e.avals, e.out_dtypes, e.n_out, e.writes, e.returns_scalar, tuple(e.device_checks), e.layouts,
+                    e.write_orders, e.random, e.plain, e.check is None, e.rebuild is None, e.loaded)
+                for k, e in found.items()}
+
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    x, i = torch.randn(4, 6), torch.tensor([0, 3])
+    ref = _entry_calls(x, i)
+    torch_tpu.reset_caches()
+    first = [t.cpu() for t in _entry_calls(x.to("tpu"), i.to("tpu"))]
+    planned = entries()
+    disk_cache.flush_writes()
+    torch_tpu.reset_caches()  # a fresh process, as far as programs and op entries go
+    torch_tpu.reset_stats()
+    second = [t.cpu() for t in _entry_calls(x.to("tpu"), i.to("tpu"))]
+    described = entries()
+    for a, b, r in zip(first, second, ref):
+        torch.testing.assert_close(a, r)
+        torch.testing.assert_close(b, r)
+    assert torch_tpu.stats()["op_loads"] >= 6
+    loaded = [k for k in described if described[k][-1]]
+    assert len(loaded) >= 6 and any(planned[k][6] is not None for k in loaded)  # (the conv's layout)
+    for k in loaded:
+        assert described[k][:-1] == planned[k][:-1], k
+
+
 
 def _resized_out_ops(x, c):
     # out= tensors of the wrong shape (resized, as CPU does with its deprecation warning when they held

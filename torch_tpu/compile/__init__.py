@@ -80,7 +80,7 @@ def _check_inplace_calls(gm: torch.fx.GraphModule) -> None:
     ``int_tensor.mul_(1.5)`` / ``int_tensor *= 1.5`` (eager refuses a result dtype that cannot be cast to
     self's; functionalised into ``mul`` + ``copy_``, it cast silently), and writes into an expanded view
     (``x[:1].expand(3, 6).add_(1)``: eager refuses; ``fill_`` came back as garbage)."""
-    from ..ops import refusals
+    from .. import parity
 
     def meta(a):
         if isinstance(a, torch.fx.Node):
@@ -126,8 +126,8 @@ def _check_inplace_calls(gm: torch.fx.GraphModule) -> None:
                 # ``(x * 2).clamp_max_(y)``, x [5, 1], y [5]: torch's fake kernel resized the intermediate
                 # to the broadcast result (its example value reads [5, 5] now; functionalised, the graph
                 # returned [5, 5]); eager refuses. Its producer, run again, gives the shape it had.
-                refusals.refuse_inplace_shape(result.shape, _produced_shape(node.args[0], meta, args[0].shape))
-            refusals.refuse_inplace_cast(result.dtype, args[0].dtype)
+                parity.refuse_inplace_shape(result.shape, _produced_shape(node.args[0], meta, args[0].shape))
+            parity.refuse_inplace_cast(result.dtype, args[0].dtype)
 
 
 def _produced_shape(node, meta, recorded):
@@ -212,7 +212,8 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
     from torch._functorch.aot_autograd import aot_module_simplified
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from . import attention, composites, lowering
+    from ..eager import attention
+    from . import composites, lowering
 
     attention.rewrite_graph(gm)  # attention stays one op (tpu.attention) through AOTAutograd
 
@@ -263,9 +264,9 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
             keep_inference_input_mutations=keep_mutations,
         )
 
-    from ..ops import validate
+    from .. import parity
 
-    with validate.python_kernels_validated():
+    with parity.python_kernels_validated():
         try:
             return compile_with(True)
         except _MisplacedInputOutput:
@@ -279,10 +280,10 @@ def _decompositions() -> dict:
     """The graphs' decomposition table; a decomposed call is validated as eager validates it."""
     global _DECOMPOSITIONS
     if _DECOMPOSITIONS is None:
-        from ..ops import validate
+        from .. import parity
         from . import composites, lowering
 
-        _DECOMPOSITIONS = validate.checked_decompositions({**lowering.decompositions(), **composites.decompositions()})
+        _DECOMPOSITIONS = parity.checked_decompositions({**lowering.decompositions(), **composites.decompositions()})
     return _DECOMPOSITIONS
 
 

@@ -6,8 +6,9 @@ import warnings
 
 import torch
 
+from .. import parity
 from ..engine import deferred_errors, fused
-from ..ops import calling, checks, registry, validate
+from ..ops import calling, checks, registry
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
@@ -320,8 +321,8 @@ def _check_like_eager(node, func, target) -> None:
             return type(a)(fake(e) for e in a) if isinstance(a, tuple) else [fake(e) for e in a]
         return a
 
-    validate.check_graph_call(func, target, fake(node.args), {k: fake(v) for k, v in node.kwargs.items()},
-                              node.meta.get("val"))
+    parity.check_call(func, target, fake(node.args), {k: fake(v) for k, v in node.kwargs.items()},
+                      result=node.meta.get("val"))
 
 
 _COLLECTIVE_NAMESPACES = ("_c10d_functional", "_c10d_functional_autograd")
@@ -530,6 +531,16 @@ def _scalar_type(v):
     return None
 
 
+def _stored_array(x: TpuTensor, new):
+    """The array a view with math bits stores for the values ``new`` it is to mean (a compiled graph's
+    write into an input computed on ``resolved`` values): conj and neg are their own inverses."""
+    if x.is_conj():
+        new = platform.jax().numpy.conj(new)
+    if x.is_neg():
+        new = -new
+    return new
+
+
 def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, written: list[int], layouts=None,
             tokens=frozenset(), aliases=None, in_vals=(), out_vals=()):
     device = None
@@ -567,7 +578,9 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
         program_cache.note_launch(outs, prog)
         _counters["executions"] += 1
         if device_checks:
-            outs, code = outs[:-1], outs[-1]  # a failure poisons the results; inputs it wrote stay readable
+            # a failure poisons the results (the call raised on CPU); inputs it wrote stay readable, as
+            # eager's in-place writes with a bad index do
+            outs, code = outs[:-1], outs[-1]
             deferred_errors.add(code, device_checks, "torch.compile(backend='tpu') graph",
                                 outs[:len(outs) - len(targets)])
             replay.verify_now()  # launch blocking: a failed check raises before any write-back
@@ -576,7 +589,7 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
             outs = outs[:len(outs) - len(targets)]
             for t, new in zip(targets, news):
                 if isinstance(t, TpuTensor):
-                    write(t, math_bits.stored_array(t, new))
+                    write(t, _stored_array(t, new))
                 else:  # a host tensor input
                     t.copy_(new_full(new, t.dtype).cpu())
         result = []

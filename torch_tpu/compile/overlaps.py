@@ -42,7 +42,7 @@ class _Check(TorchDispatchMode):
                 raise _Overlap(str(exc)) from exc
             for pos, name in registry.mutated_arguments(func):
                 t = kwargs[name] if name in kwargs else args[pos] if pos < len(args) else None
-                if isinstance(t, FakeTensor) and strided._self_overlapping(tuple(t.shape), tuple(t.stride())):
+                if isinstance(t, FakeTensor) and strided.self_overlapping(tuple(t.shape), tuple(t.stride())):
                     # functionalisation refuses it (x.unfold(0, 3, 1).fill_(2)); eager fills it
                     raise _Overlap(f"{func} writes a view whose elements share memory")
         return func(*args, **kwargs)
@@ -117,7 +117,7 @@ def _may_overlap(node) -> bool:
             v = getattr(a.graph.owning_module, a.target, None)
             if isinstance(v, torch.Tensor) and hasattr(v, "_tpu_storage"):
                 key = id(v._tpu_storage)
-                if key in seen or strided._self_overlapping(tuple(v.shape), tuple(v.stride())):
+                if key in seen or strided.self_overlapping(tuple(v.shape), tuple(v.stride())):
                     return True
                 seen.add(key)
                 continue
@@ -127,7 +127,7 @@ def _may_overlap(node) -> bool:
             continue
         try:
             key = v.untyped_storage()._cdata
-            overlapping = strided._self_overlapping(tuple(v.shape), tuple(v.stride()))
+            overlapping = strided.self_overlapping(tuple(v.shape), tuple(v.stride()))
         except Exception:  # noqa: BLE001 - no storage to tell (a subclass, symbolic sizes)
             return True
         if key in seen or overlapping:

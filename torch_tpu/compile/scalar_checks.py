@@ -3,7 +3,7 @@
 A float that changes between calls becomes an input of the compiled program (``floats.py``): dynamo
 passes it as a host 0-d float64 tensor read with ``.item()``, and AOTAutograd turns the symbolic float
 into tensor operations (``torch.add(x, y, alpha=s)`` becomes ``x + y * s``). Eager's per-call checks of a
-Scalar's value (``ops/validate.py``: ``alpha``, a clamp bound, a fill value or an activation's parameter
+Scalar's value (``parity/scalars.py``: ``alpha``, a clamp bound, a fill value or an activation's parameter
 must fit the dtype the CPU kernel converts it to) ran at compile time on the graph's constants only, so
 ``torch.add(x, x, alpha=1e308)`` on float32, refused by CPU torch, returned inf once ``alpha`` was an input.
 
@@ -29,14 +29,15 @@ class _Refused(Exception):
 
 class _Check(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        from ..ops import registry, validate
+        from .. import parity
+        from ..ops import registry
 
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if isinstance(func, torch._ops.OpOverload):
             _, target = registry.resolve(func)
             try:
-                validate.check_graph_call(func, target, args, kwargs, out)
+                parity.check_call(func, target, args, kwargs, result=out)
             except RuntimeError as exc:
                 raise _Refused(exc) from exc
         return out
@@ -141,13 +142,13 @@ def _where_scalars(args, kwargs, dtype) -> None:
     """``torch.where(c, x, s)``: CPU's kernel makes the Scalar a tensor of the result's dtype (checked, as
     ``torch.scalar_tensor(s, dtype=...)``; one float16/bfloat16 element is not), which the meta kernel's
     decomposition does in float64 (not checked)."""
-    from ..ops import validate
+    from .. import parity
 
     if dtype in (torch.float16, torch.bfloat16):
         return
     for v in (*args[1:], *(kwargs[k] for k in ("input", "other", "self") if k in kwargs)):
         if type(v) in (int, float):
-            validate.check_fits(v, dtype)
+            parity.check_fits(v, dtype)
 
 
 def check_constants(gm: torch.fx.GraphModule) -> None:

@@ -206,7 +206,7 @@ def _reads_only(func) -> bool:
 def _reshaped(storage, reads_only: bool):
     """The storage's whole value in another shape, when one was read for its current version (only
     for ops that write no argument: a write into a whole-storage view returns the storage's memory in
-    the storage's own shape, ``op_path._write_orders``, so a writing op's key keeps that shape)."""
+    the storage's own shape, ``plans.write_orders``, so a writing op's key keeps that shape)."""
     reshaped = storage.reshaped
     if reads_only and reshaped is not None and reshaped[0] == storage.version:
         if type(reshaped[1]) is LazyArray and reshaped[1].error is not None:
@@ -270,7 +270,7 @@ def _walk(func, x, sig, arrays, allow_cpu):
             # .view(-1) failed). A slice in natural order (gaps only) lays results out contiguously.
             order = _stride_order(x.shape, x.stride())
             # (a permuted view that is its whole storage is written back as the storage's memory, in the
-            # storage's shape: op_path._write_orders; a transposed (2, 2) and the same view of a (4,) memory
+            # storage's shape: plans.write_orders; a transposed (2, 2) and the same view of a (4,) memory
             # shared one entry, which wrote a (2, 2) array into the (4,) storage)
             sig.append((x.shape, x.dtype) if order is None else
                        (x.shape, x.dtype, order, strided.memory_order(tuple(x.shape), x.stride()) is not None,

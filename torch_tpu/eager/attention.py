@@ -11,6 +11,11 @@ the score matrix) unless it intercepts the op before its CompositeImplicitAutogr
   ``__torch_dispatch__``: ``sdpa_without_autograd`` (a rewrite) sends it to the op path, where the same
   lowering computes it (``ops/attention.py``).
 
+Compiled mode keeps attention as one op too: ``rewrite_graph`` turns SDPA calls in dynamo's torch-level
+graph into ``tpu::attention`` before AOTAutograd, which would otherwise decompose SDPA into its math path
+on the meta stand-ins; the aten graphs then hold ``tpu.attention`` (and ``tpu.attention_backward`` in a
+backward graph, from its autograd kernel here), lowered by ``ops/attention.py`` as in eager mode.
+
 Dropout (p > 0), and a float mask that needs a gradient, keep torch's own decomposition.
 Torch only: ``define()`` runs at ``import torch`` (``_registration``).
 """
@@ -19,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from ..ops import tpu_ops
+from ..ops import attention as attention_op
 
 # the op path is imported where it runs: this module loads at ``import torch``, the op path at the
 # first op
@@ -74,7 +79,7 @@ def needs_decomposition(attn_mask, dropout_p) -> bool:
 def _transformed(*tensors) -> bool:
     """A torch.func transform (grad, vjp, jacrev, jvp, jacfwd, hessian: ``_Attention`` is a one-op
     autograd.Function these cannot see into) or a forward-mode AD tangent on an input (``_Attention`` has
-    no jvp): torch's decomposition computes these, as on CPU. Both raised before."""
+    no jvp): torch's decomposition computes these, as on CPU (``_Attention`` would raise)."""
     if torch._C._are_functorch_transforms_active():
         return True
     if fwAD._current_level < 0:
@@ -105,9 +110,41 @@ def define() -> None:
     """Define the tpu ops and route aten SDPA on tpu tensors to them (once per process)."""
     if _LIBS:
         return
-    tpu_ops.define()
+    attention_op.define()
     lib = torch.library.Library("tpu", "IMPL")
     lib.impl("attention", _attention_autograd, "Autograd")
     aten_lib = torch.library.Library("aten", "IMPL")
     aten_lib.impl("scaled_dot_product_attention", _sdpa_autograd_tpu, "AutogradPrivateUse1")
     _LIBS.extend([lib, aten_lib])
+
+
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def rewrite_graph(gm: torch.fx.GraphModule) -> int:
+    """SDPA calls (constant dropout_p == 0) -> tpu::attention, in place. Returns how many."""
+    define()
+    targets = {torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention,
+               torch.ops.aten.scaled_dot_product_attention.default}
+    n = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in targets:
+            continue
+        bound = dict(zip(_SDPA_ARGS, node.args))
+        bound.update(node.kwargs)
+        if set(bound) - set(_SDPA_ARGS) or not {"query", "key", "value"} <= set(bound):
+            continue  # a call this rewrite does not understand: left to AOTAutograd
+        dropout = bound.get("dropout_p", 0.0)
+        if not isinstance(dropout, (int, float)) or dropout > 0.0:
+            continue  # torch's decomposition draws the dropout mask
+        mask = bound.get("attn_mask")
+        if isinstance(mask, torch.fx.Node) and getattr(mask.meta.get("example_value"), "requires_grad", False):
+            continue  # a mask that needs a gradient: torch's decomposition computes it
+        node.target = torch.ops.tpu.attention.default
+        node.args = (bound["query"], bound["key"], bound["value"])
+        node.kwargs = {"attn_mask": mask, "is_causal": bound.get("is_causal", False),
+                       "scale": bound.get("scale"), "enable_gqa": bound.get("enable_gqa", False)}
+        n += 1
+    if n:
+        gm.recompile()
+    return n

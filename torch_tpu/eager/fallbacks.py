@@ -129,27 +129,20 @@ def _composite_explicit(func):
 
 def python_entry(func):
     """Decomposition (torch's own tables), composite kernel or CPU fallback for ``func``, or None; with
-    the op's per-call checks of its Scalars (``validate.validates_each_call``: CPU raises for them, a
-    decomposition would compute: celu with alpha 0, hardshrink's lambda past float16)."""
+    the op's per-call checks (``parity.decomposition_check``: CPU raises for them, a decomposition would
+    compute: celu with alpha 0, hardshrink's lambda past float16)."""
     entry = _python_entry(func)
     if entry is None:
         return None
-    from ..ops import out_dtypes, validate
+    from .. import parity
 
-    target = func if func in validate.EACH_CALL else registry.functional_variant(func) if \
-        registry.mutated_arguments(func) else None
-    exact_out = out_dtypes.demands_exact_out(func)
-    if not exact_out and (target is None or target not in validate.EACH_CALL):
+    check = parity.decomposition_check(func, to_meta)
+    if check is None:
         return entry
     run = entry.fn
 
     def checked(*args, **kwargs):
-        if exact_out:  # (the decomposition would cast its result into a wider out= tensor)
-            out_dtypes.check_exact_out(func, registry.functional_variant(func), to_meta(list(args)),
-                                     {k: to_meta(v) for k, v in kwargs.items()})
-        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        if first is not None and target in validate.EACH_CALL:
-            validate.each_call(target, first.dtype)(args, kwargs)
+        check(args, kwargs)
         return run(*args, **kwargs)
 
     return PythonEntry(checked)

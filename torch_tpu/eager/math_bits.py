@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from ..runtime import platform
 from ..tensor.tensor import TpuTensor
 from ..tensor.views import without_math_bits
 
@@ -38,16 +37,6 @@ def _apply_bits(values: torch.Tensor, conj: bool, neg: bool) -> torch.Tensor:
 def resolved(x: TpuTensor) -> torch.Tensor:
     """A new tensor holding the values ``x`` means (its storage read through the view, then the bits)."""
     return _apply_bits(aten.clone.default(without_math_bits(x)), x.is_conj(), x.is_neg())
-
-
-def stored_array(x: TpuTensor, new):
-    """The array a view with math bits stores for the values ``new`` it is to mean (a compiled graph's
-    write into an input computed on ``resolved`` values): conj and neg are their own inverses."""
-    if x.is_conj():
-        new = platform.jax().numpy.conj(new)
-    if x.is_neg():
-        new = -new
-    return new
 
 
 def _written(func) -> set:

@@ -9,17 +9,29 @@ verified disk entry (``runtime.disk_cache``: full key and checksum checked on lo
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from types import SimpleNamespace
 
 import torch
 
 from ..runtime import counters, disk_cache, prefetch, stable_keys
 
-stable_keys.register_kind("op")  # ("op", name, input signature, matmul precision): see op_path._program_key
+stable_keys.register_kind("op")  # ("op", name, input signature, matmul precision): see op_path.program_key
 
 _NAMES: dict = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class OpDescription:
+    """What an op entry needs beside its program (``entries.LoweredEntry.from_description``)."""
+    avals: tuple  # the program's outputs: ((shape, torch dtype), ...)
+    out_dtypes: tuple  # the results' torch dtypes
+    returns_scalar: bool  # a Python scalar result
+    structure: object  # None, or the result's structure with meta tensors standing for the outputs
+    check_dtype: torch.dtype | None  # the dtype a dynamic Scalar must fit (None: no per-call check)
+    device_checks: tuple  # the messages of the lowering's device-side checks
+    layouts: tuple | None  # see ``plans.Plan.layouts``
 
 
 def op_name(func) -> str:
@@ -119,7 +131,7 @@ def load(program_key):
         return None
     try:
         d = json.loads(payload)
-        desc = SimpleNamespace(
+        desc = OpDescription(
             avals=tuple((tuple(int(n) for n in shape), _dtype(dt)) for shape, dt in d["avals"]),
             out_dtypes=tuple(_dtype(n) for n in d["out_dtypes"]),
             returns_scalar=bool(d["returns_scalar"]),

@@ -19,7 +19,7 @@ _NO_OVERLAP = {torch.ops.aten.cat.out}
 
 
 # out= ops whose CPU kernels refuse an out= tensor sharing any memory with the named inputs, the whole of
-# it included (kthvalue(x, out=(x, i)), gather(x, 0, i, out=x)): the tpu computed them
+# it included (kthvalue(x, out=(x, i)), gather(x, 0, i, out=x)): refused here too
 _aten = torch.ops.aten
 _NO_SELF_OVERLAP = {_aten.kthvalue.values: ("self",), _aten.gather.out: ("self", "index"),
                     _aten.index_select.out: ("self", "index"), _aten.take.out: ("self", "index"),

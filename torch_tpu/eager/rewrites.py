@@ -187,11 +187,11 @@ def shift_of_bool(func, args, kwargs):
     x = args[0] if args else kwargs.get("self")
     y = args[1] if len(args) > 1 else kwargs.get("other")
     if isinstance(x, torch.Tensor) and x.dtype in (torch.uint16, torch.uint32, torch.uint64):
-        # (CPU has no shift kernel for them; the op table's dtype refusals know bitwise_*_shift only)
-        from ..ops.validate import _TYPE_NAMES
+        # (CPU has no shift kernel for them; parity's dtype refusals know bitwise_*_shift only)
+        from ..runtime.dtypes import TYPE_NAMES
 
         kernel = "lshift_cpu" if "lshift" in func._schema.name else "rshift_cpu"
-        raise NotImplementedError(f"\"{kernel}\" not implemented for '{_TYPE_NAMES[x.dtype]}'")
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{TYPE_NAMES[x.dtype]}'")
     if any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in (x, y)):
         left = func._schema.name in ("aten::__lshift__", "aten::__ilshift__")
         inplace = func._schema.name.startswith("aten::__i")
@@ -341,9 +341,9 @@ def nansum_out(func, args, kwargs):
             return run_op(aten.sum.IntList_out, [x, c.get("dim"), c.get("keepdim", False)],
                           {"dtype": c.get("dtype"), "out": out})
         if c.get("dtype") is None and not out.is_floating_point():
-            from ..ops.validate import _TYPE_NAMES
+            from ..runtime.dtypes import TYPE_NAMES
 
-            raise NotImplementedError(f'"nansum_cpu" not implemented for \'{_TYPE_NAMES[out.dtype]}\'')
+            raise NotImplementedError(f'"nansum_cpu" not implemented for \'{TYPE_NAMES[out.dtype]}\'')
     return run_op(func, args, kwargs)
 
 

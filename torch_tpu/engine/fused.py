@@ -367,7 +367,7 @@ def _run(g: _Graph) -> None:
             else:
                 prog = spmd.compile_program(key, graph_fn, tuple(prog_inputs), g.mesh, donate=donate,
                                             out_ndims=[len(la.shape) for _, _, la in live],
-                                            what=recovery.collectives_of(nodes))
+                                            what=graph_keys.collectives_of(nodes))
     except Exception as exc:  # tracing or lowering failed: the graph runs op by op (the error goes there)
         launch.prog = exc
     else:
@@ -483,7 +483,7 @@ class _Launch:
                     prog = program_cache.adopt(self.key, prog)
                 elif isinstance(prog, Exception):
                     raise prog
-                recovery.check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
+                graph_keys.check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
                 results = prog(*(inputs if self.params is None else [inputs[i] for i in self.params]))
                 program_cache.note_launch(results, prog)
                 _counters["executions"] += 1

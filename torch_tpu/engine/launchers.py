@@ -18,7 +18,7 @@ from ..runtime import compile_pool, counters, device_trace, failed_values, multi
 from . import device_numbers, fused, graph_keys, poisoned, strict_line
 
 _counters = counters.counters
-_launched = program_cache._Launched
+_launched = program_cache.Launched
 _tracing = device_trace.ACTIVE
 _NUMBER_PLACES = device_numbers.PLACES
 

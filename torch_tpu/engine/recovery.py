@@ -15,10 +15,9 @@ needed them report that they were lost.
 from __future__ import annotations
 
 import warnings
-import weakref
 
 from ..errors import out_of_memory
-from ..runtime import caches, counters, program_cache
+from ..runtime import counters, program_cache
 
 
 class FusedGraphError(RuntimeError):
@@ -104,42 +103,3 @@ def fail(live, writes, cause: BaseException, nodes) -> None:
         la.node = la.launch = None
     undo(writes)
 
-
-# id(program) -> (weak ref to it, the graph key it passed check_program_shapes for): a graph's key fixes its
-# values' shapes, so a program run again for an equal key needs no second look (reading out_info builds its
-# outputs' structs); weak, so that a program the cache dropped is freed
-_CHECKED = caches.register("fused programs checked", caches.Bounded(program_cache.max_programs))
-
-
-def check_program_shapes(prog, key, donate, out_sig, live) -> None:
-    """A program (compiled now or found on disk) must return the shapes its graph's values were recorded
-    with; one that does not (a wrong cache entry) is forgotten before it runs, and the graph runs op by op
-    (the error goes to the replay)."""
-    found = _CHECKED.get(id(prog))
-    if found is not None and found[0]() is prog and found[1] == key:
-        return
-    _check_program_shapes(prog, key, donate, out_sig, live)
-    try:
-        _CHECKED[id(prog)] = (weakref.ref(prog), key)
-    except TypeError:  # (a program object that takes no weak reference: checked at every run)
-        pass
-
-
-def _check_program_shapes(prog, key, donate, out_sig, live) -> None:
-    info = getattr(prog, "out_info", None)
-    if info is None:
-        return
-    shapes = [tuple(s.shape) for s in info] if isinstance(info, (tuple, list)) else None
-    position = {o: k for k, o in enumerate(out_sig)}
-    for i, j, la in live:
-        k = position[(i, j)]
-        if shapes is None or k >= len(shapes) or shapes[k] != la.shape:
-            program_cache.discard(key, donate=donate)
-            got = "another structure" if shapes is None or k >= len(shapes) else f"shape {shapes[k]}"
-            raise FusedGraphError(f"tpu fused eager: the graph's program returns {got} for a value recorded "
-                                  f"as {la.shape} (internal error; the program is dropped)")
-
-
-def collectives_of(nodes) -> str:
-    names = [n.where[0] for n in nodes if isinstance(n.key, tuple) and n.key[:1] == ("collective",)]
-    return f"a fused graph of {len(nodes)} ops with collectives {', '.join(names[:6])}"

@@ -40,7 +40,7 @@ def _first_unreported_failure(jax):
     Every failed value is remembered, so the same failure is not raised again by the next call."""
     first, seen = None, False
     arrays = list(jax.live_arrays())
-    last = program_cache._Launched.last
+    last = program_cache.last_launched()
     if last is not None and not last.is_deleted():
         arrays.append(last)
     for a in arrays:

@@ -9,11 +9,7 @@ def load() -> None:
 
     platform.jax()  # configure JAX (x64, caches) before any lowering module imports it
     from . import elementwise, reductions, variance, nn, attention, spatial, shape, indexing, random, factories  # noqa: F401
-    from . import activations, activation_backward, amp, argument_refusals, ctc, fft, index_dtypes, indexing_extra, integral_refusals, linalg, nn_fastpaths, refusals, rnn, special  # noqa: F401
-    from . import validate  # noqa: F401
+    from . import activations, activation_backward, amp, ctc, fft, indexing_extra, linalg, nn_fastpaths, rnn, special  # noqa: F401
     from . import meta_kernels
 
     meta_kernels.register()
-    from . import cpu_kernel_dtypes
-
-    cpu_kernel_dtypes.register()

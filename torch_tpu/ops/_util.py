@@ -124,16 +124,6 @@ def matmul(a, b, precision=None):
     return jnp.matmul(a, b, precision=prec)
 
 
-def strided_indices(size, stride, offset):
-    """Flat storage index of every element of a (size, stride, offset) view (offset may be traced)."""
-    idx = offset
-    for k, (s, st) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[k] = s
-        idx = idx + jnp.arange(s, dtype=jnp.int64).reshape(shape) * st
-    return jnp.broadcast_to(idx, tuple(size))
-
-
 def complex_logaddexp(x, y):
     """torch's CPU formula (LogAddExp.h): log1p(exp(min - max)) + max, min/max by real part, so the
     imaginary part is not wrapped into (-pi, pi] (jnp.logaddexp's principal log differed by 2 pi)."""

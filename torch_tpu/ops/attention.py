@@ -20,6 +20,13 @@ Scores and softmax are fp32; the normalisation divides the (Lq, Ev) output rathe
 probabilities; a fully masked row gives 0 (torch 2.13's math and CPU kernels do too); the causal mask
 is top-left aligned (query i sees keys 0..i). GQA repeats key/value heads. The backward is JAX's VJP of
 the same function (it recomputes the scores: nothing of size Lq x Lk is kept from the forward).
+
+The ops themselves live here too (namespace ``tpu``, defined by ``define()``): ``tpu::attention`` is
+``scaled_dot_product_attention`` without dropout, kept as ONE op in every mode so that it is lowered as
+one computation instead of torch's math decomposition (about 14 aten ops, the score matrix materialised
+several times); ``tpu::attention_backward`` is its gradient for query, key and value. ``eager/attention.py``
+routes SDPA to them in eager mode and rewrites dynamo's graphs to them. This module is imported at
+``import torch`` for ``define()``, so it imports JAX only inside its functions (``_jax()``).
 """
 from __future__ import annotations
 
@@ -27,14 +34,58 @@ import functools
 import math
 import warnings
 
-import jax
-import jax.numpy as jnp
 import torch
 
 from ..runtime import caches, platform
-from . import tpu_ops
-from ._util import is_low_precision, precision_of
 from .registry import aten, register
+
+_LIBS: list = []
+
+ATTENTION_SCHEMA = ("attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
+                    "bool is_causal=False, float? scale=None, bool enable_gqa=False) -> Tensor")
+ATTENTION_BACKWARD_SCHEMA = (
+    "attention_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
+    "bool is_causal=False, float? scale=None, bool enable_gqa=False) -> (Tensor, Tensor, Tensor)")
+
+
+def _meta_like(t):
+    if t is None:
+        return None
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def _attention_meta(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+    # torch's own argument checks and result shape: SDPA's math path on meta stand-ins. CPU torch's
+    # kernel accepts a mask together with is_causal (it applies both, as the lowering does); the math
+    # path alone refuses that pair, so the mask is checked without is_causal.
+    out = torch.ops.aten.scaled_dot_product_attention.default(
+        _meta_like(q), _meta_like(k), _meta_like(v), _meta_like(attn_mask), 0.0,
+        is_causal and attn_mask is None, scale=scale, enable_gqa=enable_gqa)
+    return q.new_empty(out.shape)
+
+
+def _attention_backward_meta(grad_out, q, k, v, attn_mask=None, is_causal=False, scale=None,
+                             enable_gqa=False):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def define() -> list:
+    """Define the ``tpu`` ops once per process; returns the libraries (kept alive here)."""
+    if not _LIBS:
+        lib = torch.library.Library("tpu", "DEF")
+        lib.define(ATTENTION_SCHEMA)
+        lib.define(ATTENTION_BACKWARD_SCHEMA)
+        lib.impl("attention", _attention_meta, "Meta")
+        lib.impl("attention_backward", _attention_backward_meta, "Meta")
+        _LIBS.append(lib)
+    return _LIBS
+
+
+def _jax():
+    """(jax, jax.numpy), configured (``platform.jax``)."""
+    jax = platform.jax()
+    return jax, jax.numpy
+
 
 # A (batch x head) slice's score matrix up to this many bytes is computed whole; larger ones in
 # query-row chunks of about this size. Whole problems up to SMALL_BYTES skip the slicing loop.
@@ -44,6 +95,9 @@ SMALL_BYTES = 2 << 20
 
 def _core(q, k, v, mask, is_causal, scale, prec, q_offset=0):
     """softmax(q k^T * scale + mask) v for q (..., Lq, E), k (..., Lk, E), v (..., Lk, Ev)."""
+    from ._util import is_low_precision
+
+    jax, jnp = _jax()
     f32 = jnp.float64 if q.dtype == jnp.float64 else jnp.float32  # float64 stays float64 (as on CPU)
     s = jnp.einsum("...qd,...kd->...qk", q, k, precision=prec, preferred_element_type=f32) * scale
     lq, lk = q.shape[-2], k.shape[-2]
@@ -64,6 +118,7 @@ def _core(q, k, v, mask, is_causal, scale, prec, q_offset=0):
 
 def _row_chunks(q, k, v, mask, is_causal, scale, prec):
     """One (Lq, E) slice: whole, or in query-row chunks when its score matrix is large."""
+    jax, jnp = _jax()
     lq, lk = q.shape[-2], k.shape[-2]
     if lq * lk * 4 <= SLICE_BYTES or lq <= 16:
         return _core(q, k, v, mask, is_causal, scale, prec)
@@ -86,6 +141,7 @@ def _row_chunks(q, k, v, mask, is_causal, scale, prec):
 
 def _xla_sliced(q, k, v, mask, is_causal, scale, prec):
     """XLA attention that keeps each (batch x head) score matrix in cache (the CPU path)."""
+    jax, jnp = _jax()
     lead = q.shape[:-2]
     lq, lk = q.shape[-2], k.shape[-2]
     n = math.prod(lead)
@@ -119,6 +175,7 @@ def _tile(length: int, head_dim: int) -> int:
 
 def _kernel_shapes(q, k, v, mask, is_causal, precision):
     """(tile_q, tile_k) where the Pallas kernel computes this attention, else None (XLA does)."""
+    jnp = platform.jax().numpy
     lq, lk = q.shape[-2], k.shape[-2]
     if mask is not None or q.ndim not in (3, 4) or v.shape[-1] != q.shape[-1] or q.shape[-1] % 8:
         return None
@@ -136,6 +193,7 @@ def _kernel_shapes(q, k, v, mask, is_causal, precision):
 def _kernel(q, k, v, kv_len, is_causal, scale, tiles):
     """The Pallas flash-attention kernel on 4-d (B, H, L, E) arrays padded to whole tiles; keys past
     ``kv_len`` are padding, kept out by segment ids (queries past the real length are sliced off)."""
+    jax, jnp = _jax()
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
 
     tq, tk = tiles
@@ -152,25 +210,31 @@ def _kernel(q, k, v, kv_len, is_causal, scale, tiles):
                               block_sizes=sizes)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
 def _flash(q, k, v, kv_len, is_causal, scale, tiles):
-    return platform.traced_without_x64(_kernel, q, k, v, kv_len, is_causal, scale, tiles)
+    return _flash_vjp()(q, k, v, kv_len, is_causal, scale, tiles)
 
 
-def _flash_forward(q, k, v, kv_len, is_causal, scale, tiles):
-    # the kernel's own VJP, its forward and backward both traced with x64 off (jax.vjp alone would
-    # trace the backward later, wherever the gradient is asked for)
-    def kernel(a, b, c):
-        return _kernel(a, b, c, kv_len, is_causal, scale, tiles)
+@functools.lru_cache(maxsize=None)
+def _flash_vjp():
+    """The kernel with its own VJP, its forward and backward both traced with x64 off (jax.vjp alone
+    would trace the backward later, wherever the gradient is asked for)."""
+    jax = platform.jax()
 
-    return platform.traced_without_x64(lambda: jax.vjp(kernel, q, k, v))
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+    def flash(q, k, v, kv_len, is_causal, scale, tiles):
+        return platform.traced_without_x64(_kernel, q, k, v, kv_len, is_causal, scale, tiles)
 
+    def forward(q, k, v, kv_len, is_causal, scale, tiles):
+        def kernel(a, b, c):
+            return _kernel(a, b, c, kv_len, is_causal, scale, tiles)
 
-def _flash_backward(kv_len, is_causal, scale, tiles, pull, grad):
-    return platform.traced_without_x64(pull, grad)
+        return platform.traced_without_x64(lambda: jax.vjp(kernel, q, k, v))
 
+    def backward(kv_len, is_causal, scale, tiles, pull, grad):
+        return platform.traced_without_x64(pull, grad)
 
-_flash.defvjp(_flash_forward, _flash_backward)
+    flash.defvjp(forward, backward)
+    return flash
 
 _LOWERS = caches.register("pallas attention lowering checks", {})
 
@@ -179,6 +243,7 @@ def _kernel_lowers(q, k, kv_len, is_causal, scale, tiles) -> bool:
     """Whether the kernel lowers for a TPU at these shapes (checked once per shape with jax.export, which
     lowers for TPU on any platform): a Mosaic error comes at lowering, after tracing, where the caller's
     program could no longer fall back to XLA."""
+    jax = platform.jax()
     key = (q.shape, k.shape, str(q.dtype), kv_len, is_causal, tiles)
     ok = _LOWERS.get(key)
     if ok is None:
@@ -203,6 +268,7 @@ def _kernel_lowers(q, k, kv_len, is_causal, scale, tiles) -> bool:
 
 def _pallas_tpu(q, k, v, mask, is_causal, scale, precision):
     """Attention by the Pallas TPU flash-attention kernel, or None where it does not apply."""
+    jnp = platform.jax().numpy
     tiles = _kernel_shapes(q, k, v, mask, is_causal, precision)
     if tiles is None:
         return None
@@ -225,6 +291,7 @@ def _pallas_tpu(q, k, v, mask, is_causal, scale, precision):
 
 def _jax_nn(q, k, v, mask, is_causal, scale):
     """``jax.nn.dot_product_attention`` (cuDNN where it applies), or None. UNTESTED off GPU."""
+    jax, jnp = _jax()
     if q.ndim != 4 or (is_causal and q.shape[-2] != k.shape[-2]):
         return None
     if mask is not None and mask.dtype == jnp.bool_:
@@ -251,6 +318,9 @@ def _score_bytes(q, k) -> int:
 
 def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False, precision=None):
     """torch's scaled_dot_product_attention (no dropout) over JAX arrays; the output has q's dtype."""
+    from ._util import is_low_precision, precision_of
+
+    jnp = platform.jax().numpy
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if q.ndim >= 3 and k.shape[-3] != q.shape[-3]:  # GQA (torch's meta kernel has checked the ratio)
@@ -277,6 +347,7 @@ def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=F
 def attention_backward(grad_out, q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False,
                        precision=None):
     """Gradients of ``attention`` for q, k and v (JAX's VJP of the same computation)."""
+    jax = platform.jax()
     _, pull = jax.vjp(lambda q_, k_, v_: attention(q_, k_, v_, attn_mask, is_causal, scale, enable_gqa,
                                                    precision), q, k, v)
     return pull(grad_out.astype(q.dtype))
@@ -290,6 +361,6 @@ def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, en
     return attention(q, k, v, attn_mask, is_causal, scale, enable_gqa, precision)
 
 
-tpu_ops.define()
+define()
 register(torch.ops.tpu.attention.default, matmul=True)(attention)
 register(torch.ops.tpu.attention_backward.default, matmul=True)(attention_backward)

@@ -387,7 +387,7 @@ def xlogy(x, y):
 @register(aten.heaviside.default)
 def heaviside(x, values):
     """values where x is 0, else 1 for x > 0 and 0 below (NaN too). A lowering of its own so the dtype
-    checks of refusals.py run (torch's decomposition computed float32 against int16 values, which CPU
+    checks of parity/refusals.py run (torch's decomposition computed float32 against int16 values, which CPU
     refuses)."""
     x, values = jnp.broadcast_arrays(x, values)
     return jnp.where(x == 0, values, (x > 0).astype(values.dtype))

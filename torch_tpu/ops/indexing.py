@@ -9,7 +9,6 @@ import numpy as np
 
 from ..runtime import dtypes
 from .checks import index_in_range, require
-from .validate import _TYPE_NAMES
 from .registry import aten, register
 from ._util import is_low_precision, is_value, upcast
 
@@ -373,7 +372,7 @@ def unique(x, sorted=True, return_inverse=False):
 def unique_dim(x, dim, sorted=True, return_inverse=False, return_counts=False):
     if x.ndim == 0:  # (numpy's AxisError leaked out)
         raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
-    if x.size == 0 and x.shape[dim % x.ndim] != 0:  # (the tpu returned an empty result)
+    if x.size == 0 and x.shape[dim % x.ndim] != 0:  # (an empty result otherwise)
         raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
     vals, inv, counts = np.unique(np.asarray(x), axis=dim, return_inverse=True, return_counts=True)
     return jnp.asarray(vals), jnp.asarray(inv.reshape(-1).astype(np.int64)), jnp.asarray(counts.astype(np.int64))
@@ -415,7 +414,7 @@ def bincount(x, weights=None, minlength=0):
     a = np.asarray(x)
     if not np.issubdtype(a.dtype, np.integer):
         dtype = dtypes.to_torch_dtype(a.dtype)
-        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
+        raise NotImplementedError(f'"bincount_cpu" not implemented for \'{dtypes.TYPE_NAMES.get(dtype, dtype)}\'')
     if a.ndim != 1 or (a.size and a.min() < 0):
         raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if minlength < 0:

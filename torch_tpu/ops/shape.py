@@ -7,7 +7,17 @@ import jax.numpy as jnp
 
 from ..runtime import dtypes
 from .registry import aten, register
-from ._util import jdtype, strided_indices
+from ._util import jdtype
+
+
+def strided_indices(size, stride, offset):
+    """Flat storage index of every element of a (size, stride, offset) view (offset may be traced)."""
+    idx = offset
+    for k, (s, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[k] = s
+        idx = idx + jnp.arange(s, dtype=jnp.int64).reshape(shape) * st
+    return jnp.broadcast_to(idx, tuple(size))
 
 
 @register(aten.cat.default)

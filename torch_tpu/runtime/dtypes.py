@@ -9,6 +9,18 @@ import torch
 from ..errors import OpError, out_of_memory
 from . import counters, failed_values, multiprocess, platform, prefetch
 
+# torch's names of dtypes in its CPU kernels' messages: the dispatch macros' ("Float"), C++'s ("float")
+TYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+              torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+              torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+              torch.complex128: "ComplexDouble", torch.uint16: "UInt16", torch.uint32: "UInt32",
+              torch.uint64: "UInt64", **{getattr(torch, n): n.capitalize() for n in (
+                  "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")}}
+CPP_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+             torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
+             torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
+             torch.bool: "bool", torch.complex64: "c10::complex<float>", torch.complex128: "c10::complex<double>"}
+
 
 @functools.lru_cache(maxsize=None)
 def _tables():

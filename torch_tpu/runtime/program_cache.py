@@ -40,8 +40,10 @@ _counters = counters.counters
 _log = logging.getLogger("torch_tpu")
 
 
-class _Launched:
-    # one output of the program launched last. PJRT runs a device's programs in launch order (the CPU
+class Launched:
+    """``Launched.last``: one output of the program launched last (set inline by the strict launcher's
+    hot path, else by ``note_launch``)."""
+    # PJRT runs a device's programs in launch order (the CPU
     # client makes each execution wait for the previous one, GPU and TPU use one compute stream), so
     # once it is ready, everything launched before it has run, also programs whose results were dropped.
     last = None
@@ -53,19 +55,19 @@ def note_launch(outputs, prog=None) -> None:
         device_trace.launched(prog if prog is not None else "program", outputs)
     if type(outputs) in (list, tuple):
         if outputs:
-            _Launched.last = outputs[0]
+            Launched.last = outputs[0]
     elif outputs is not None:
-        _Launched.last = outputs
+        Launched.last = outputs
 
 
 def last_launched():
     """One output of the program launched last (None before the first)."""
-    return _Launched.last
+    return Launched.last
 
 
 def wait_for_launched() -> None:
     """Block until every program launched so far has finished (their results may be gone)."""
-    last = _Launched.last
+    last = Launched.last
     if last is not None and not last.is_deleted():  # a donated buffer: a later launch consumed it
         last.block_until_ready()
 

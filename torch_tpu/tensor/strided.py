@@ -27,7 +27,7 @@ from ..runtime import caches, dtypes, platform, program_cache, stable_keys
 
 
 def strided_indices(size, stride, offset):
-    from ..ops._util import strided_indices  # the op table's helper (imports JAX: not at import time)
+    from ..ops.shape import strided_indices  # the op table's helper (imports JAX: not at import time)
 
     return strided_indices(size, stride, offset)
 
@@ -409,7 +409,7 @@ def check_no_overlap(written, inputs, storage_of=tpu_storage_of) -> None:
 _SELF_OVERLAP: dict = caches.register("self-overlapping layouts", caches.Bounded(program_cache.max_programs))
 
 
-def _self_overlapping(shape, stride) -> bool:
+def self_overlapping(shape, stride) -> bool:
     """Do two elements of a view with this size and stride share a memory location?"""
     dims = sorted((st, sz) for sz, st in zip(shape, stride) if sz > 1)
     reach = 0  # the furthest offset the smaller strides reach
@@ -436,7 +436,7 @@ def check_no_internal_overlap(t, op) -> None:
     key = (tuple(t.shape), tuple(t.stride()))
     hit = _SELF_OVERLAP.get(key)
     if hit is None:
-        hit = _SELF_OVERLAP[key] = _self_overlapping(*key)
+        hit = _SELF_OVERLAP[key] = self_overlapping(*key)
     if hit:
         raise RuntimeError(
             f"tpu: {op} writes a view whose elements share memory (size {key[0]}, stride {key[1]}): CPU "

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .registry import aten
-from .validate import _TYPE_NAMES, validates
+from ..ops.registry import aten
+from ..runtime.dtypes import TYPE_NAMES
+from .validators import validates
 
 _ADDCDIV = ("Integer division with addcdiv is no longer supported, and in a future  release addcdiv will perform a "
             "true division of tensor1 and tensor2. The historic addcdiv behavior can be implemented as (input + "
@@ -37,4 +38,4 @@ def _soft_margin_loss(x, target, *_, **__):
         raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
                            "invert a mask, use the `~` or `logical_not()` operator instead.")
     if _integral(x):  # CPU computes the float loss into a tensor of the input's dtype
-        raise RuntimeError(f"result type Float can't be cast to the desired output type {_TYPE_NAMES[x.dtype]}")
+        raise RuntimeError(f"result type Float can't be cast to the desired output type {TYPE_NAMES[x.dtype]}")

@@ -1,6 +1,6 @@
 """Arguments and dtypes torch's CPU kernels refuse but its meta kernels accept: the same refusal here.
 
-Validators (``validate.validates``) run on the host once per program key with the call's arguments;
+Validators (``validators.validates``) run on the host once per program key with the call's arguments;
 only static arguments (dims, dtypes, ``float`` parameters such as uniform_'s bounds) and input
 dtypes/shapes are checked here. Values on the device (probabilities, class indices, divisors) are
 checked inside the lowerings with ``checks.require``.
@@ -11,9 +11,10 @@ import math
 
 import torch
 
-from . import out_dtypes
-from .registry import aten
-from .validate import _CPP_NAMES, _TYPE_NAMES, _random_bounds, validates, validates_each_call
+from ..ops.registry import aten
+from ..runtime.dtypes import CPP_NAMES, TYPE_NAMES
+from .arguments import random_bounds
+from .validators import validates, validates_each_call
 
 # --- complex inputs: ordering and rounding are not defined ------------------------------------------
 _CPU_KERNEL = {"lt": "lt_cpu", "le": "le_cpu", "gt": "gt_cpu", "ge": "ge_cpu", "max": "max_all", "min": "min_all",
@@ -99,14 +100,14 @@ def _randint_like(x, *bounds, **_):
     low, high = (0, bounds[0]) if len(bounds) == 1 else bounds[:2]
     if isinstance(high, torch.Tensor) or isinstance(low, torch.Tensor):
         return
-    _random_bounds(x, low, high)
+    random_bounds(x, low, high)
 
 
 @validates(aten.uniform_.default, aten.uniform.default)
 def _uniform(x, *bounds, **named):
     low = bounds[0] if len(bounds) > 0 else named.get("from", 0.0)
     high = bounds[1] if len(bounds) > 1 else named.get("to", 1.0)
-    name = _CPP_NAMES.get(x.dtype, str(x.dtype))
+    name = CPP_NAMES.get(x.dtype, str(x.dtype))
     for what, v in (("from", low), ("to", high)):
         if not math.isfinite(v) or (x.dtype.is_floating_point and abs(v) > torch.finfo(x.dtype).max):
             raise RuntimeError(f"{what} is out of bounds for {name}")
@@ -127,50 +128,8 @@ def _bernoulli_p(x, p=0.5, **_):
 def _index_put(x, indices, values, accumulate=False):
     if isinstance(values, torch.Tensor) and values.dtype != x.dtype:
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
-                           f"{_TYPE_NAMES.get(x.dtype, x.dtype)} for the destination and "
-                           f"{_TYPE_NAMES.get(values.dtype, values.dtype)} for the source.")
-
-
-def check_inplace_result(func, target_func, meta_args, meta_kwargs) -> None:
-    """An in-place op stores its result into ``self``: torch refuses a result dtype that cannot be cast to
-    ``self``'s (``int_tensor.mul_(float_tensor)``), which meta kernels do not check. ``target_func``: the
-    functional overload; the arguments are meta tensors (called before the in-place meta kernel)."""
-    out_dtypes.check_exact_out(func, target_func, meta_args, meta_kwargs)
-    if target_func is func or not func._schema.name.endswith("_") or not meta_args:
-        return
-    self_meta = meta_args[0]
-    try:
-        result_meta = target_func(*meta_args, **meta_kwargs)
-    except Exception:  # noqa: BLE001 - the in-place meta kernel reports bad arguments itself
-        return
-    if isinstance(result_meta, (tuple, list)):
-        result_meta = result_meta[0] if result_meta else None
-    if not isinstance(result_meta, torch.Tensor) or not isinstance(self_meta, torch.Tensor):
-        return
-    if tuple(result_meta.shape) != tuple(self_meta.shape) and func not in _RESIZES_SELF \
-            and torch.Tag.inplace_view not in func.tags:  # (squeeze_, resize_as_ ... change self's shape)
-        # ``x.clamp_max_(y)`` with x [5, 1] and y [5]: CPU refuses a result of another shape than self
-        # (the functional result was written back over self)
-        refuse_inplace_shape(result_meta.shape, self_meta.shape)
-    refuse_inplace_cast(result_meta.dtype, self_meta.dtype)
-
-
-def refuse_inplace_shape(result_shape, self_shape) -> None:
-    """torch's refusal of an in-place op whose result broadcasts past ``self``'s shape."""
-    if tuple(result_shape) != tuple(self_shape):
-        raise RuntimeError(f"output with shape {list(self_shape)} doesn't match the broadcast shape "
-                           f"{list(result_shape)}")
-
-
-# in-place ops whose CPU kernels resize self to the result (no broadcast-shape check)
-_RESIZES_SELF = {aten.addbmm_.default}
-
-
-def refuse_inplace_cast(result_dtype: torch.dtype, self_dtype: torch.dtype) -> None:
-    """torch's refusal of an in-place op whose result dtype cannot be cast to ``self``'s."""
-    if result_dtype != self_dtype and not torch.can_cast(result_dtype, self_dtype):
-        raise RuntimeError(f"result type {_TYPE_NAMES.get(result_dtype, result_dtype)} can't be cast to "
-                           f"the desired output type {_TYPE_NAMES.get(self_dtype, self_dtype)}")
+                           f"{TYPE_NAMES.get(x.dtype, x.dtype)} for the destination and "
+                           f"{TYPE_NAMES.get(values.dtype, values.dtype)} for the source.")
 
 
 @validates(aten.masked_select.default)
@@ -216,7 +175,7 @@ def _softmax_integral(name):
         if x.numel() and not (x.is_floating_point() or x.is_complex()):
             last = x.dim() == 0 or dim % x.dim() == x.dim() - 1
             raise NotImplementedError(f'"{name}{"_lastdim" if last else ""}_kernel_impl" not implemented for '
-                                      f"'{_TYPE_NAMES.get(x.dtype, x.dtype)}'")
+                                      f"'{TYPE_NAMES.get(x.dtype, x.dtype)}'")
 
     return check
 
@@ -266,13 +225,13 @@ def _output_padding(x, weight, bias, stride, padding, dilation, transposed, outp
 def _histc_integral(x, *_, **__):
     """CPU's histc has floating kernels only (the tpu counted integers)."""
     if not x.is_floating_point():
-        raise NotImplementedError(f'"histogram_cpu" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+        raise NotImplementedError(f'"histogram_cpu" not implemented for \'{TYPE_NAMES.get(x.dtype, x.dtype)}\'')
 
 
 @validates(aten.threshold.default)
 def _threshold_dtypes(x, *_, **__):
     if x.dtype == torch.bool or x.is_complex():
-        raise NotImplementedError(f'"threshold_cpu" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+        raise NotImplementedError(f'"threshold_cpu" not implemented for \'{TYPE_NAMES.get(x.dtype, x.dtype)}\'')
 
 
 @validates(aten.addcmul.default)
@@ -289,7 +248,7 @@ _BOOL_PRODUCT_KERNEL = {aten.mm.default: "addmm_impl_cpu_", aten.addmm.default: 
 
 def _refuse_bool_product(kernel):
     def refuse(*args, **kwargs):
-        """Matrix products of bools have no CPU (or CUDA) kernel; the tpu computed them."""
+        """Matrix products of bools have no CPU (or CUDA) kernel; the lowerings would compute them."""
         if any(isinstance(a, torch.Tensor) and a.dtype == torch.bool for a in args[:3]):
             raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
     return refuse
@@ -318,7 +277,7 @@ def _unique_complex(x, *args, **kwargs):
     """CPU has no complex unique (the tpu sorted complex values)."""
     if x.is_complex():
         name = "unique_dim" if args and type(args[0]) is int else "unique"  # (unique_dim(x, dim, ...))
-        raise NotImplementedError(f'"{name}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+        raise NotImplementedError(f'"{name}" not implemented for \'{TYPE_NAMES.get(x.dtype, x.dtype)}\'')
 
 
 @validates(*_functional_overloads("nansum"))
@@ -354,10 +313,10 @@ def _refuse_unary(name, kernel):
         if name == "round" and "decimals" in __ and not (x.is_floating_point() or x.is_complex()):
             # round(decimals=) has no integer kernel on CPU (plain round of integers is the identity)
             kernel_name = "round_vml_cpu" if __["decimals"] == 0 else "round_cpu"
-            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{TYPE_NAMES.get(x.dtype, x.dtype)}\'')
         if x.dtype == torch.bool or (name == "frac" and not (x.is_floating_point() or x.is_complex())):
             if kernel is not None:
-                raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+                raise NotImplementedError(f'"{kernel}" not implemented for \'{TYPE_NAMES.get(x.dtype, x.dtype)}\'')
 
     return check
 
@@ -389,7 +348,7 @@ def _refuse_dtype(name, kernel, integers: bool):
                 kernel_name = "lerp_kernel_tensor"
             else:
                 kernel_name = kernel
-            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
+            raise NotImplementedError(f'"{kernel_name}" not implemented for \'{TYPE_NAMES.get(dtype, dtype)}\'')
 
     return check
 
@@ -410,7 +369,7 @@ def _refuse_inexact(kernel):
         if len(values) == 2 and any(isinstance(v, torch.Tensor) for v in values):
             dtype = torch.result_type(values[0], values[1])
             if dtype.is_floating_point or dtype.is_complex:
-                raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(dtype, dtype)}\'')
+                raise NotImplementedError(f'"{kernel}" not implemented for \'{TYPE_NAMES.get(dtype, dtype)}\'')
 
     return check
 
@@ -463,10 +422,10 @@ def _refuse_kernel_dtypes(kernel, takes):
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
         for a in tensors:
             if not takes(a.dtype):
-                raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(a.dtype, a.dtype)}\'')
+                raise NotImplementedError(f'"{kernel}" not implemented for \'{TYPE_NAMES.get(a.dtype, a.dtype)}\'')
         if kernel == "binomial_cpu" and len(tensors) > 1 and tensors[1].dtype != tensors[0].dtype:
-            raise RuntimeError(f"Found dtype {_TYPE_NAMES.get(tensors[1].dtype, tensors[1].dtype)} but expected "
-                               f"{_TYPE_NAMES.get(tensors[0].dtype, tensors[0].dtype)}")
+            raise RuntimeError(f"Found dtype {TYPE_NAMES.get(tensors[1].dtype, tensors[1].dtype)} but expected "
+                               f"{TYPE_NAMES.get(tensors[0].dtype, tensors[0].dtype)}")
 
     return check
 
@@ -488,10 +447,10 @@ def _adaptive_avg_pool2d_dtype(x, *_, **__):  # CPU's kernel by the input's sugg
 def _multi_margin_dtypes(kernel, x, weight):
     """CPU's kernels take float and double inputs only, and a weight of the input's dtype."""
     if x.dtype not in _FLOAT_DOUBLE:
-        raise NotImplementedError(f'"{kernel}" not implemented for \'{_TYPE_NAMES.get(x.dtype, x.dtype)}\'')
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{TYPE_NAMES.get(x.dtype, x.dtype)}\'')
     if isinstance(weight, torch.Tensor) and weight.dtype != x.dtype:
-        raise RuntimeError(f"expected scalar type {_TYPE_NAMES.get(x.dtype)} but found "
-                           f"{_TYPE_NAMES.get(weight.dtype, weight.dtype)}")
+        raise RuntimeError(f"expected scalar type {TYPE_NAMES.get(x.dtype)} but found "
+                           f"{TYPE_NAMES.get(weight.dtype, weight.dtype)}")
 
 
 @validates(*_functional_overloads("multi_margin_loss"))
@@ -534,15 +493,15 @@ for _name in _BOOL_REFUSED:
 def _masked_scatter_mask(x, mask, source):
     if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:  # (the meta kernel accepts uint8)
         raise RuntimeError("masked_scatter_ only supports boolean masks, but got mask with dtype "
-                           f"{_TYPE_NAMES.get(mask.dtype, mask.dtype)}")
+                           f"{TYPE_NAMES.get(mask.dtype, mask.dtype)}")
 
 
 @validates(aten.complex.default, aten.polar.default)
 def _complex_parts(a, b):
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype \
             and a.is_floating_point() and b.is_floating_point():
-        raise RuntimeError(f"Expected object of scalar type {_TYPE_NAMES.get(a.dtype, a.dtype)} but got scalar "
-                           f"type {_TYPE_NAMES.get(b.dtype, b.dtype)} for second argument")
+        raise RuntimeError(f"Expected object of scalar type {TYPE_NAMES.get(a.dtype, a.dtype)} but got scalar "
+                           f"type {TYPE_NAMES.get(b.dtype, b.dtype)} for second argument")
 
 
 def _index_func_shapes(func):
@@ -576,7 +535,7 @@ validates(aten.index_reduce.default)(_index_func_shapes("index_reduce"))
 def _multinomial_dtype(probs, *_, **__):
     if not probs.is_floating_point():  # (an int64 tensor was sampled from)
         raise RuntimeError("multinomial only supports floating-point dtypes for input, got: "
-                           f"{_TYPE_NAMES.get(probs.dtype, probs.dtype)}")
+                           f"{TYPE_NAMES.get(probs.dtype, probs.dtype)}")
 
 
 @validates(aten.scatter_reduce.two)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from .registry import aten
-from .validate import _TYPE_NAMES, validates
+from ..ops.registry import aten
+from ..runtime.dtypes import TYPE_NAMES
+from .validators import validates
 
 _LONG = (torch.int64,)
 _INT_OR_LONG = (torch.int32, torch.int64)
@@ -18,7 +19,7 @@ def _dtype_of(t):
 def _refuse(index, allowed, exc_type, message):
     dt = _dtype_of(index)
     if dt is not None and dt not in allowed:
-        raise exc_type(message.format(name=_TYPE_NAMES.get(dt, dt)))
+        raise exc_type(message.format(name=TYPE_NAMES.get(dt, dt)))
 
 
 @validates(aten.put.default)

@@ -135,15 +135,15 @@ def _as_two_tensors(func, args, kwargs, keys) -> str | None:
 
 
 def _type_name(dtype) -> str:
-    from .validate import _TYPE_NAMES
+    from ..runtime.dtypes import TYPE_NAMES
 
-    return _TYPE_NAMES.get(dtype, str(dtype))
+    return TYPE_NAMES.get(dtype, str(dtype))
 
 
 def register() -> None:
     """A validator per recorded overload (overloads this torch does not have are skipped) and its
     ``_functional`` form: it raises CPU's error for a refused call."""
-    from .validate import validates
+    from .validators import validates
 
     for name in REFUSED:
         _, packet, overload = name.split(".")
