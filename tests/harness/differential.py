@@ -893,8 +893,7 @@ def run_cases_isolated(module_file: str, names: Sequence[str], timeout_per_case:
                     if ln == "":
                         continue
                 else:
-                    proc.kill()
-                    proc.wait()
+                    hangs.kill_tree(proc)
                     if current is None:
                         current = todo[0]
                     results[current] = ("hang", f"[hang] {why}; stderr: {''.join(err_tail)[-1200:]}")

@@ -39,28 +39,49 @@ def _stat(pid: str) -> tuple[int, float] | None:
     return int(fields[1]), sum(int(v) for v in fields[11:15]) / _TICK
 
 
-def tree_cpu_seconds(pid: int) -> float | None:
-    """CPU seconds used so far by ``pid`` and all its live descendants (and the children each has reaped);
-    None where /proc cannot be read."""
-    if not os.path.exists(f"/proc/{pid}/stat"):
-        return None
+def _processes() -> dict[int, tuple[int, float]]:
     stats = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             s = _stat(entry)
             if s is not None:
                 stats[int(entry)] = s
-    if pid not in stats:
-        return None
+    return stats
+
+
+def _tree(pid: int, stats: dict) -> list[int]:
     children: dict[int, list[int]] = {}
     for p, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(p)
-    total, todo = 0.0, [pid]
+    tree, todo = [], [pid]
     while todo:
         p = todo.pop()
-        total += stats[p][1]
+        tree.append(p)
         todo.extend(children.get(p, ()))
-    return total
+    return tree
+
+
+def kill_tree(proc) -> None:
+    """Kill a ``Popen`` child and every live descendant of it (a hung case's own children would otherwise
+    outlive it, busy or waiting), then reap the child."""
+    pids = _tree(proc.pid, _processes()) if os.path.exists("/proc/self/stat") else [proc.pid]
+    for p in reversed(pids):  # the descendants first, so none is re-parented and missed
+        try:
+            os.kill(p, 9)
+        except OSError:
+            pass
+    proc.wait()
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds used so far by ``pid`` and all its live descendants (and the children each has reaped);
+    None where /proc cannot be read."""
+    if not os.path.exists(f"/proc/{pid}/stat"):
+        return None
+    stats = _processes()
+    if pid not in stats:
+        return None
+    return sum(stats[p][1] for p in _tree(pid, stats))
 
 
 class Progress:
@@ -128,7 +149,7 @@ def run(args, *, timeout: float, input=None, stall_s: float = 120.0, **kw) -> su
                 input = None  # sent by the first call
                 why = progress.verdict()
                 if why:
-                    proc.kill()
+                    kill_tree(proc)
                     out, err = proc.communicate()
                     raise Hung(args, timeout, why, out, err) from None
     return subprocess.CompletedProcess(args, proc.returncode, out, err)

@@ -69,15 +69,14 @@ def run_ranks(argv: list[str], env: dict, nproc: int = 2, timeout: float = 150, 
                 except subprocess.TimeoutExpired:
                     why = progress.verdict()
                     if why:
-                        p.kill()
+                        hangs.kill_tree(p)
                         out, _ = p.communicate()
                         results.append((None, out + f"\n[hang] {why}", time.time() - t0))
                         break
     finally:
         for p in procs:
             if p.poll() is None:
-                p.kill()
-                p.wait()
+                hangs.kill_tree(p)
     return results
 
 

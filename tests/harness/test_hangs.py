@@ -26,8 +26,7 @@ def _verdict_after(progress, proc, polls):
         why = progress.verdict()
         if why:
             break
-    proc.kill()
-    proc.wait()
+    hangs.kill_tree(proc)  # a grandchild too
     return why
 
 
@@ -49,10 +48,22 @@ def test_a_computing_process_past_its_budget_is():
     assert why is not None and "over its budget" in why, why
 
 
-def test_the_cpu_of_a_grandchild_counts():
+def test_the_cpu_of_a_grandchild_counts_and_the_grandchild_is_killed_with_its_parent():
     proc = _child("import subprocess, sys; subprocess.run([sys.executable, '-c', 'while True: pass'])")
+    time.sleep(1.0)
+    grandchildren = [p for p in hangs._tree(proc.pid, hangs._processes()) if p != proc.pid]
     why = _verdict_after(hangs.Progress(proc.pid, cpu_budget_s=600, stall_s=2), proc, polls=8)
     assert why is None, why
+    time.sleep(0.5)
+    assert grandchildren and not any(_alive(p) for p in grandchildren), grandchildren
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
 
 
 ISOLATED_CASES = {
