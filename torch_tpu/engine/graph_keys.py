@@ -17,7 +17,9 @@ stable_keys.register_kind("fused", check=lambda key: all(stable_keys.is_stable(n
 PY_NUMBERS = (int, float, complex, bool)
 
 # a graph key's long parts, one object per content (see interned)
-_INTERNED: dict = caches.register("fused key parts", caches.Bounded(lambda: 4 * program_cache.max_programs()))
+# bounded like every cache of program keys (TORCH_TPU_MAX_CACHED_PROGRAMS): a part evicted and seen again is
+# interned anew; keys still holding the old object stay equal to it by value (Hashed is a tuple)
+_INTERNED: dict = caches.register("fused key parts", caches.Bounded(program_cache.max_programs))
 
 
 def interned(part: tuple) -> tuple:
