@@ -156,14 +156,19 @@ def _box_fits(geometry, size, offset: int) -> bool:
     return all(starts[r] + size[k] <= refined[r] for r, k in geometry[2])
 
 
-def _box_read_fn(storage_shape, size, geometry):
-    jax = platform.jax()
-    jnp = jax.numpy
+def _box_extents(geometry, size):
+    """(refined shape, the box's extent in each refined dim, the view dims in refined order)."""
     refined, _, mapping = geometry
     sizes = [1] * len(refined)
     for r, k in mapping:
         sizes[r] = size[k]
-    kept = [k for _, k in mapping]  # view dims in refined order
+    return refined, sizes, [k for _, k in mapping]
+
+
+def _box_read_fn(storage_shape, size, geometry):
+    jax = platform.jax()
+    jnp = jax.numpy
+    refined, sizes, kept = _box_extents(geometry, size)
     perm = sorted(range(len(kept)), key=lambda i: kept[i])  # -> view order
     expanded = [size[k] if k in kept else 1 for k in range(len(size))]
 
@@ -180,11 +185,7 @@ def _box_read_fn(storage_shape, size, geometry):
 def _box_write_fn(storage_shape, size, geometry):
     jax = platform.jax()
     jnp = jax.numpy
-    refined, _, mapping = geometry
-    sizes = [1] * len(refined)
-    for r, k in mapping:
-        sizes[r] = size[k]
-    kept = [k for _, k in mapping]
+    refined, sizes, kept = _box_extents(geometry, size)
     in_view_order = sorted(kept)
 
     def fn(arr, value, offset):
