@@ -57,5 +57,5 @@ def out_of_memory(exc: BaseException, what: str):
         return None
     detail = next((line.strip() for line in text.splitlines() if "memory" in line), text.splitlines()[0]).rstrip(".")
     return torch.OutOfMemoryError(
-        f"tpu: out of memory {what}: {detail}. Free tensors that are no longer needed (del them, then "
-        "torch.tpu.empty_cache()), or use smaller batches or sizes.")
+        f"tpu: out of memory {what}: {detail}. Free tensors that are no longer needed (del them; "
+        "gc.collect() frees those held in reference cycles), or use smaller batches or sizes.")

@@ -154,3 +154,26 @@ def test_out_of_range_numbers_still_raise_as_on_cpu(mode):
                 x + 2 ** 70
             with pytest.raises(Exception):
                 x.to("tpu") + 2 ** 70
+
+
+def test_empty_cache_frees_the_kept_scalars_and_runs_no_collection(monkeypatch):
+    """``torch.tpu.empty_cache()`` frees the device scalars strict eager keeps (made again at later calls,
+    still right) and, as CUDA's, leaves reference cycles to Python's collector: accelerate's sequential
+    offload calls it after every submodule, and a full collection in a process holding diffusers took
+    ~0.3 s each time (a tiny FLUX call spent 94 of its 100 s there)."""
+    import gc
+
+    x = torch.randn(5)
+    xt = x.to("tpu")
+    for _ in range(3):
+        xt + 0.771
+    assert any(hasattr(d, "dtype") for d in _kept(0.771))
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *a, **k: collections.append(a) or 0)
+    torch.tpu.empty_cache()
+    torch.accelerator.empty_cache()
+    assert not collections
+    assert not _kept(0.771) and device_numbers.kept() == 0
+    for _ in range(3):
+        torch.testing.assert_close((xt + 0.771).cpu(), x + 0.771, rtol=0, atol=0)
+    assert any(hasattr(d, "dtype") for d in _kept(0.771))

@@ -68,6 +68,11 @@ def scalar_for(kept: list, value):
     return None
 
 
+def release() -> None:
+    """Drop every kept device scalar (``torch.tpu.empty_cache()``): the next calls make them again."""
+    PLACES.clear()
+
+
 def kept() -> int:
     """How many device scalars the places hold (live device buffers that are no tensor's)."""
     return sum(1 for _, _, places in list(PLACES.values()) for slots in places for slot in slots
