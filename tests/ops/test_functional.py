@@ -124,6 +124,25 @@ LOSS_CASES = {
                                                      for r in ("none", "sum")] +
                                        [F.multilabel_margin_loss(x[0], t[0], reduction=r) for r in ("none", "mean")],
                                        X, torch.tensor([[3, 0, -1, 1, 2], [1, 4, 3, 2, 0], [-1, 2, 3, 4, 0]])),
+    # a 0-d input is one class: its loss is 0 and a target other than 0 (or -1 for multilabel) is out of range.
+    # (Unreduced, torch.compile's multi_margin_loss gives an unbatched input's loss shape (1,) where CPU eager
+    # gives () (multilabel_margin_loss too, for a 0-d input): torch's own decompositions do, for aot_eager too, so
+    # compiled mode runs the reduced forms.)
+    "margin_losses_0d": _c(lambda x, t, w: [F.multi_margin_loss(x, t, reduction=r, p=p, weight=w)
+                                            for r in ("none", "mean", "sum") for p in (1, 2)] +
+                           [F.multilabel_margin_loss(x, t, reduction=r) for r in ("none", "mean", "sum")] +
+                           [F.multilabel_margin_loss(x, t - 1)],
+                           torch.tensor(0.5), torch.tensor(0), torch.tensor([2.0])),
+    "margin_losses_0d_reduced": _c(lambda x, t, w: [F.multi_margin_loss(x, t, reduction=r, p=p, weight=w)
+                                                    for r in ("mean", "sum") for p in (1, 2)] +
+                                   [F.multilabel_margin_loss(x, t, reduction=r) for r in ("mean", "sum")],
+                                   torch.tensor(0.5), torch.tensor(0), torch.tensor([2.0]), modes=ALL),
+    "margin_losses_0d_grad": _c(_grad(lambda x, t: F.multi_margin_loss(x, t, p=2) + F.multilabel_margin_loss(x, t)),
+                                _leaf(torch.tensor(-3.0)), torch.tensor(0)),
+    "multi_margin_0d_target_out_of_range": _c(lambda x, t: F.multi_margin_loss(x, t), torch.tensor(0.5),
+                                              torch.tensor(1)),
+    "multilabel_margin_0d_target_out_of_range": _c(lambda x, t: F.multilabel_margin_loss(x, t), torch.tensor(0.5),
+                                                   torch.tensor(1)),
     "multilabel_soft_margin_weight": _c(lambda x, y, w: F.multilabel_soft_margin_loss(x, y, weight=w), X,
                                         (_r(3, 5, seed=7) > 0).float(), _r(5, seed=8, low=0, high=1)),
     "margin_hinge_soft": _c(lambda a, b, y, x: [F.margin_ranking_loss(a, b, y, margin=0.3),

@@ -309,7 +309,10 @@ def smooth_l1_loss(x, target, reduction=1, beta=1.0):
 def multilabel_margin_loss_forward(x, target, reduction):
     """torch's kernel (its Python decomposition is wrong): a sample's targets are the classes listed before
     its first -1; the loss sums max(0, 1 - (x[target] - x[other])) over targets and non-target classes,
-    over the number of classes."""
+    over the number of classes. A 0-d input is one class (its target 0-d too)."""
+    if x.ndim == 0:
+        loss, is_target = multilabel_margin_loss_forward(x.reshape(1), target.reshape(1), reduction)
+        return loss.reshape(()), is_target.reshape(target.shape)
     c = x.shape[-1]
     require(index_in_range(target, c, True), f"multilabel_margin_loss: target out of range (classes: {c})")
     listed = jnp.cumprod(target != -1, axis=-1).astype(bool)  # before the first -1
@@ -333,7 +336,10 @@ def multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
 @register(aten.multi_margin_loss.default)
 def multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=1):
     """torch's kernel: a sample's loss sums ``w[y] * max(0, margin - x[y] + x[j]) ** p`` over the classes
-    j != y, over the number of classes (a margin of exactly 0 contributes no gradient, as on CPU)."""
+    j != y, over the number of classes (a margin of exactly 0 contributes no gradient, as on CPU). A 0-d
+    input is one class."""
+    if x.ndim == 0:
+        x = x.reshape(1)
     c = x.shape[-1]
     require(index_in_range(target, c, False), f"multi_margin_loss: target out of range (classes: {c})")
     y = upcast(x).reshape(-1, c)
