@@ -5,7 +5,7 @@ import re
 import sys
 
 import pytest
-from tests.harness import hangs
+from tests.harness import REPO, hangs
 
 pytestmark = pytest.mark.slow
 
@@ -156,3 +156,43 @@ def test_a_failure_after_validation_is_one_line_without_traceback(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "torch_tpu: error:" in r.stderr and "--debug" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert "dtype: bfloat16" in r.stdout  # --model defaults to bfloat16
+
+
+_COLLECTOR_PROBE = r"""
+import gc, sys
+from torch_tpu import cli
+
+def state():
+    return gc.isenabled(), gc.get_freeze_count() > 0
+
+out = {"start": state()}
+with cli._collector_paused_while_loading(program=False):
+    out["library_call"] = state()
+with cli._collector_paused_while_loading(program=True):
+    out["loading"] = state()
+    cli._loaded()
+    out["loaded"] = state()
+out["after"] = state()
+gc.unfreeze()
+try:
+    with cli._collector_paused_while_loading(program=True):
+        raise RuntimeError("the model failed to load")
+except RuntimeError:
+    pass
+out["after_failed_load"] = state()
+print(out)
+"""
+
+
+def test_the_collector_pauses_while_the_program_loads_and_the_loaded_heap_is_frozen(tmp_path):
+    """``python -m torch_tpu generate`` pauses Python's collector while the libraries import and the pipeline
+    loads, then freezes what is alive (later collections skip it) and collects again; a load that fails
+    leaves the collector running; ``cli.main`` called with arguments from another program leaves its heap
+    alone. (In a child: freezing would keep this process's objects for good.)"""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    r = hangs.run([sys.executable, "-c", _COLLECTOR_PROBE], capture_output=True, text=True, timeout=240,
+                  env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = eval(r.stdout.strip().splitlines()[-1])
+    assert out == {"start": (True, False), "library_call": (True, False), "loading": (False, False),
+                   "loaded": (True, True), "after": (True, True), "after_failed_load": (True, False)}, out
