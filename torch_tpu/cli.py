@@ -598,7 +598,9 @@ def main(argv=None) -> int:
         parser._subparsers._group_actions[0].choices[args.command].error(
             f"unrecognized arguments: {' '.join(unknown)}")
     command = {"info": cmd_info, "bench": cmd_bench, "generate": cmd_generate}[args.command]
-    program = argv is None  # (the entry points pass none; a caller passing arguments keeps its heap as it is)
+    # generate, run as the program (the entry points pass no argv; a caller passing arguments keeps its heap
+    # as it is): the collector waits while the pipeline loads
+    program = argv is None and args.command == "generate"
     if getattr(args, "debug", False):
         with _collector_paused_while_loading(program):
             return command(args)
