@@ -600,21 +600,19 @@ def main(argv=None) -> int:
     command = {"info": cmd_info, "bench": cmd_bench, "generate": cmd_generate}[args.command]
     # generate, run as the program (the entry points pass no argv; a caller passing arguments keeps its heap
     # as it is): the collector waits while the pipeline loads
-    program = argv is None and args.command == "generate"
-    if getattr(args, "debug", False):
-        with _collector_paused_while_loading(program):
+    with _collector_paused_while_loading(argv is None and args.command == "generate"):
+        if getattr(args, "debug", False):
             return command(args)
-    try:
-        with _collector_paused_while_loading(program):
+        try:
             return command(args)
-    except UsageError as exc:
-        return _fail(str(exc), 2)
-    except KeyboardInterrupt:
-        return _fail("interrupted", 130)
-    except Exception as exc:  # one line; --debug shows the traceback
-        text = str(exc).strip().splitlines()
-        first = text[0] if text else ""
-        return _fail(f"{type(exc).__name__}: {first} (run with --debug for the traceback)", 1)
+        except UsageError as exc:
+            return _fail(str(exc), 2)
+        except KeyboardInterrupt:
+            return _fail("interrupted", 130)
+        except Exception as exc:  # one line; --debug shows the traceback
+            text = str(exc).strip().splitlines()
+            first = text[0] if text else ""
+            return _fail(f"{type(exc).__name__}: {first} (run with --debug for the traceback)", 1)
 
 
 if __name__ == "__main__":
