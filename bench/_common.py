@@ -50,10 +50,12 @@ def environment() -> dict:
     return env
 
 
-def write(name: str, payload: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write(name: str, payload: dict, path: str | Path | None = None, quiet: bool = False) -> Path:
+    """``payload`` as ``bench/results/NAME.json`` (or ``path``), with the date and the environment."""
+    path = Path(path) if path else RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "environment": environment(), **payload}
     path.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {path}")
+    if not quiet:
+        print(f"wrote {path}")
     return path

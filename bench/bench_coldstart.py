@@ -16,7 +16,7 @@ nothing (``warm_compiled_nothing``) and its first call stay within 2x of its ste
 (``warm_first_over_steady_wall``). Strict and fused mode also run a cold process compiling every program on the calling thread
 (``TORCH_TPU_COMPILE_THREADS=0``; ``--no-reference`` skips it): ``empty_first_background_over_caller_wall``
 is what compiling on the compile threads gained. Runs on any platform (TPU, GPU, CPU). Writes
-bench/results/coldstart.json.
+bench/results/coldstart.json (or --out), after every mode (``complete`` says whether every part ran).
 """
 from __future__ import annotations
 
@@ -187,7 +187,8 @@ def _summary(cold: dict, warm: list) -> dict:
             "warm_compiled_nothing": all(w["first"]["compiles"] == 0 for w in warm)}
 
 
-def _pipeline_results(args, root: str) -> dict:
+def _pipeline_results(args, root: str, save) -> dict:
+    """Every mode's figures; ``save(results)`` after each mode (a run cut short keeps the modes it measured)."""
     results = {}
     extra = ["--pipeline", args.pipeline, "--size", args.size, "--resolution", str(args.resolution),
              "--steps", str(args.steps), "--steady-calls", str(args.steady_calls)]
@@ -226,6 +227,7 @@ def _pipeline_results(args, root: str) -> dict:
         print(mode, json.dumps({k: v for k, v in results[mode].items()
                                 if k not in ("warm_cache_first_call", "steady_call", "empty_cache_first_call")},
                                indent=1), flush=True)
+        save(results)
     _print_table(results)
     return results
 
@@ -255,8 +257,8 @@ def _depth_results(args, root: str) -> dict:
             "compile_cpu_seconds_depth4_over_depth1": runs[4]["compile_cpu_seconds"] / runs[1]["compile_cpu_seconds"]}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--child", default=None)
     p.add_argument("--mode", default="strict", choices=MODES)
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to measure")
@@ -271,8 +273,14 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=1024)
     p.add_argument("--depth-only", action="store_true")
     p.add_argument("--no-depth", action="store_true")
+    p.add_argument("--out", default=None, help="the JSON's path (default bench/results/coldstart.json)")
     p.add_argument("--no-reference", action="store_true",
                    help="skip the cold runs compiling on the calling thread (TORCH_TPU_COMPILE_THREADS=0)")
+    return p
+
+
+def main() -> None:
+    p = parser()
     args = p.parse_args()
     args.modes = [m for m in args.modes.split(",") if m]
     if not set(args.modes) <= set(MODES):
@@ -291,12 +299,15 @@ def main() -> None:
                            "first_image_s": {"cold": 15, "warm": 5},
                            "fused_compile_after_step1_over_step1": 0.10,
                            "fused_compile_depth4_over_depth1": 1.3}}
+    def save(modes: dict) -> None:
+        write("coldstart", {**payload, "modes": modes, "complete": False}, path=args.out, quiet=True)
+
     with tempfile.TemporaryDirectory(prefix="torch_tpu-coldstart-") as root:
         if not args.depth_only:
-            payload["modes"] = _pipeline_results(args, root)
+            payload["modes"] = _pipeline_results(args, root, save)
         if not args.no_depth:
             payload["depth"] = _depth_results(args, root)
-    write("coldstart", payload)
+    write("coldstart", {**payload, "complete": True}, path=args.out)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python bench/bench_eager_cost.py            # writes bench/results/eager_cost.json
     python bench/bench_eager_cost.py --quick    # fewer repeats, chains of 250/500 only (a minute on 2 cores)
+    python bench/bench_eager_cost.py --out DIR/eager_cost.json   # somewhere else (the TPU lane)
 
 The workload is a chain of adds on a (128,) float32 tensor, n times ``v = v + y`` (operand "tensor") and
 ``v = v + 0.5`` (operand "number": a Python number, which torch_tpu passes to a program as an input of its own
@@ -30,7 +31,7 @@ import tempfile
 import time
 
 
-def _args():
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", type=int, default=200, help="chain length for the per-op costs")
     parser.add_argument("--chains", default="250,500,1000", help="chain lengths whose fused compile is timed")
@@ -43,7 +44,12 @@ def _args():
                         help="which chains JAX also compiles returning every value (XLA:CPU takes 10-20 s for a "
                              "500-step number chain)")
     parser.add_argument("--no-write", action="store_true", help="print only, do not write the JSON")
-    args = parser.parse_args()
+    parser.add_argument("--out", default=None, help="the JSON's path (default bench/results/eager_cost.json)")
+    return parser
+
+
+def _args():
+    args = parser().parse_args()
     if args.quick:
         args.repeat = 3
         if args.chains == "250,500,1000":
@@ -148,7 +154,7 @@ def main() -> None:
     print("  per layer: " + ", ".join(f"{k} {v:.1f}" for k, v in lay["own_us"].items()))
     if not args.no_write:
         write("eager_cost", {"workload": "chains of adds on (128,) float32: v + y (tensor), v + 0.5 (number)",
-                             "results": results, "targets": targets, "quick": args.quick})
+                             "results": results, "targets": targets, "quick": args.quick}, path=args.out)
 
 
 def _layers(args, x, y, jax, torch):

@@ -139,12 +139,17 @@ def step_opinfo(args, left):
                        if r["outcome"] == "failed"], "aborted": aborted}
 
 
-def _bench_script(name, args, left, extra=()):
+# The benchmark scripts the lane runs and the arguments it gives them besides ``--out`` (coldstart: one warm
+# process per mode and no compile-on-the-caller reference: cold TPU compiles take minutes)
+BENCH_ARGS = {"eager_cost": (), "coldstart": ("--warm-runs", "1", "--no-reference", "--no-depth")}
+
+
+def _bench_script(name, args, left):
     script = ROOT / "bench" / f"bench_{name}.py"
     if not script.exists():
         return {"skipped": f"{script.name} not in this tree"}
     path = Path(args.out) / f"{name}.json"
-    rc, text, wall = _run([sys.executable, str(script), "--out", str(path), *extra], left(),
+    rc, text, wall = _run([sys.executable, str(script), "--out", str(path), *BENCH_ARGS[name]], left(),
                           log=Path(args.out) / f"{name}.log")
     result = json.loads(path.read_text()) if path.exists() else {}
     return {"rc": rc, "process_s": wall, "result": result, "tail": text[-2000:]}
