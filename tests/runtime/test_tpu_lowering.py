@@ -158,29 +158,40 @@ def test_check_lowering_setting_is_validated(monkeypatch):
         config.settings()
 
 
-def test_svd_built_for_a_tpu_is_traced_without_64_bit_mode(monkeypatch):
-    """On a TPU v5e every program holding the SVD traced with 64-bit mode on aborted XLA:TPU's compiler
-    (torch.linalg.pinv at every shape), the same SVD traced without it ran: programs built for a TPU trace it
-    so, and compute what CPU torch does."""
+def _tpu_module_text(fn, example) -> str:
+    """The StableHLO that ``fn`` lowers to for a TPU (64-bit mode on, as every program of this backend)."""
+    with platform.Targeting("tpu"), platform.X64():
+        exported = jax.export.export(jax.jit(fn), platforms=("tpu",))(jax.ShapeDtypeStruct(example.shape, example.dtype))
+    return exported.mlir_module()
+
+
+def test_a_32_bit_svd_built_for_a_tpu_holds_no_64_bit_float():
+    """On a TPU v5e every program holding the SVD aborted XLA:TPU's compiler ('Check failed: buffer !=
+    nullptr'; torch.linalg.pinv at every shape), traced with 64-bit mode off or not: the SVD primitive's TPU
+    lowering is a Python algorithm traced when the program is lowered, with 64-bit mode on, so float64
+    constants and loop state reached the program. Programs for a TPU now trace that algorithm themselves
+    with 64-bit mode off: no float64 value in a float32 SVD or pseudo-inverse (a float64 one keeps its
+    precision), and the results are CPU torch's."""
+    import re
+
     import numpy as np
 
     from torch_tpu.ops import linalg as linalg_lowering
 
     platform.jax()
-    modes = []
-    svd = jnp.linalg.svd
-
-    def recording_svd(a, **kwargs):
-        modes.append(jnp.asarray(1).dtype)  # int64 under 64-bit mode
-        return svd(a, **kwargs)
-
-    monkeypatch.setattr(jnp.linalg, "svd", recording_svd)
     a = np.random.default_rng(0).standard_normal((3, 5, 4)).astype(np.float32)
+    f64 = re.compile(r"tensor<[0-9x]*f64>")
+    programs = {"svd": lambda x: linalg_lowering.linalg_svd(x),
+                "svdvals": lambda x: linalg_lowering.linalg_svd(x, compute_uv=False),
+                "pinv": lambda x: linalg_lowering.linalg_pinv(x),
+                "pinv.hermitian": lambda x: linalg_lowering.linalg_pinv(x[..., :4, :], hermitian=True)}
+    for name, fn in programs.items():
+        assert not f64.search(_tpu_module_text(fn, a)), f"{name}: a float64 value in a float32 program for a TPU"
+    assert f64.search(_tpu_module_text(programs["svdvals"], a.astype(np.float64)))
     with platform.Targeting("tpu"), platform.X64():
-        pinv = jax.jit(lambda x: linalg_lowering.linalg_pinv(x))(a)
-        _, s, _ = jax.jit(lambda x: linalg_lowering.linalg_svd(x))(a)
-        _, s64, _ = jax.jit(lambda x: linalg_lowering.linalg_svd(x))(a.astype(np.float64))  # needs 64-bit
-    assert modes == [jnp.int32, jnp.int32, jnp.int64]
+        pinv = jax.jit(programs["pinv"])(a)
+        _, s, _ = jax.jit(programs["svd"])(a)
+        _, s64, _ = jax.jit(programs["svd"])(a.astype(np.float64))
     want = torch.from_numpy(a)
     torch.testing.assert_close(torch.from_numpy(np.asarray(pinv)), torch.linalg.pinv(want), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(torch.from_numpy(np.asarray(s)), torch.linalg.svdvals(want), atol=1e-5, rtol=1e-5)

@@ -12,6 +12,8 @@ and compile's ``_det_of_strided`` call the lowering on A.mT. ``_linalg_solve_ex`
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -301,13 +303,32 @@ def linalg_eigh(a, UPLO="L", compute_v=True):
     return vals, (vecs if compute_v else jnp.zeros((0,), a.dtype))
 
 
-def _svd(a, **kwargs):
-    """jnp.linalg.svd; for a TPU traced with 64-bit mode off where the input allows it (on a TPU v5e every
-    program holding the SVD traced with 64-bit mode on aborted XLA:TPU's compiler, 'Check failed: buffer !=
-    nullptr', while the same SVD traced without it compiled and ran; eigh and QR compile either way)."""
-    if platform.target() == "tpu" and a.dtype not in (jnp.float64, jnp.complex128):
-        return platform.traced_without_x64(lambda: jnp.linalg.svd(a, **kwargs))
-    return jnp.linalg.svd(a, **kwargs)
+def _svd(a, full_matrices=False, compute_uv=True):
+    """jnp.linalg.svd; for a TPU, a 32-bit input's SVD is XLA:TPU's own algorithm (QDWH polar decomposition,
+    then eigh) traced here with 64-bit mode off. The SVD primitive's TPU lowering is that Python algorithm
+    traced when the program is *lowered*, where every program of this backend has 64-bit mode on: its loop
+    counters and constants then were int64/float64 and XLA:TPU's compiler aborted ('Check failed: buffer !=
+    nullptr') on every program holding it (torch.linalg.pinv at every shape, on a TPU v5e)."""
+    if platform.target() == "tpu" and a.size and a.dtype not in (jnp.float64, jnp.complex128):
+        tpu_svd = _tpu_svd_algorithm()
+        if tpu_svd is not None:
+            fn = functools.partial(tpu_svd, full_matrices=full_matrices, compute_uv=compute_uv)
+            for _ in a.shape[:-2]:
+                fn = jax.vmap(fn)
+            return platform.traced_without_x64(fn, a)
+    return jnp.linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
+
+
+@functools.lru_cache(maxsize=None)
+def _tpu_svd_algorithm():
+    """jax's TPU SVD (``jax._src.tpu.linalg.svd.svd``: a private module), or None where this JAX lays it out
+    otherwise (the primitive is then used, and TORCH_TPU_CHECK_LOWERING's 64-bit check names it)."""
+    try:
+        from jax._src.tpu.linalg import svd as tpu_svd_module
+
+        return tpu_svd_module.svd
+    except (ImportError, AttributeError):
+        return None
 
 
 @register(aten._linalg_svd.default)
@@ -359,12 +380,26 @@ def linalg_pinv(a, atol=None, rtol=None, hermitian=False):
     if a.size == 0:
         return jnp.zeros(a.shape[:-2] + (n, m), a.dtype)
     real = jnp.real(a).dtype
-    atol_ = jnp.zeros((), jnp.float64) if atol is None else jnp.asarray(atol, jnp.float64)
+    if platform.target() == "tpu" and real != jnp.float64:
+        # no 64-bit value in a program for a TPU where the input has none (see _svd): the tolerances are
+        # in the input's precision (torch compares in float64: a singular value within a float32 rounding
+        # of the cut-off may fall on the other side)
+        atol, rtol = (None if t is None else t.astype(real) for t in (atol, rtol))
+        return platform.traced_without_x64(_pinv, a, atol, rtol, hermitian, real)
+    return _pinv(a, atol, rtol, hermitian, jnp.float64)
+
+
+def _pinv(a, atol, rtol, hermitian, tol_dtype):
+    """torch.linalg.pinv: singular values (eigenvalues' magnitudes, ``hermitian``) at or below
+    max(atol, rtol * the largest) count as zero; rtol defaults to eps * max(m, n) unless atol > 0."""
+    m, n = a.shape[-2:]
+    real = jnp.real(a).dtype
+    atol_ = jnp.zeros((), tol_dtype) if atol is None else jnp.asarray(atol, tol_dtype)
     if rtol is not None:
-        rtol_ = jnp.asarray(rtol, jnp.float64)
+        rtol_ = jnp.asarray(rtol, tol_dtype)
     else:
-        default = jnp.asarray(jnp.finfo(real).eps * max(m, n), jnp.float64)
-        rtol_ = default if atol is None else jnp.where(atol_ > 0, 0.0, default)
+        default = jnp.asarray(jnp.finfo(real).eps * max(m, n), tol_dtype)
+        rtol_ = default if atol is None else jnp.where(atol_ > 0, 0.0, default).astype(tol_dtype)
     if hermitian:
         vecs, vals = _lax.eigh(_hermitian_from(a, False), symmetrize_input=False)
         mag = jnp.abs(vals)
