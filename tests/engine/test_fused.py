@@ -130,6 +130,24 @@ def test_dead_intermediates_are_not_materialised():
     assert nodes >= 30 and outputs == 1
 
 
+def test_a_temporary_updated_in_place_is_not_materialised():
+    """torch's rms_norm adds eps to its mean in place; the record kept to undo that write if the graph fails
+    made the dead mean an output of every fused graph holding an RMSNorm (8 extra outputs per FLUX block)."""
+    x = torch.randn(4, 8, 16)
+    xt = x.to("tpu")
+    with torch.tpu.set_eager_mode(FUSE):
+        y = torch.rms_norm(xt, (16,), eps=1e-6) * 2
+        z = xt.pow(2).mean(-1, keepdim=True)
+        z.add_(1.0)  # a write into a temporary, which dies before the flush
+        w = xt * z.rsqrt()
+        del z
+        torch_tpu.sync()
+        nodes, outputs = fused.last_flush()
+    assert outputs == 2, (nodes, outputs)
+    torch.testing.assert_close(y.cpu(), torch.rms_norm(x, (16,), eps=1e-6) * 2)
+    torch.testing.assert_close(w.cpu(), x * (x.pow(2).mean(-1, keepdim=True) + 1).rsqrt())
+
+
 def test_numbers_are_constants_until_they_change_where_they_enter():
     """A fused graph's Python numbers are constants of its program (XLA folds them; as one parameter each,
     a chain of 1000 ``v + 1`` compiled 7x slower, and every run copied each number to the device). A

@@ -569,6 +569,57 @@ def test_every_denoising_step_is_the_same_graph_and_identical_blocks_share_a_pro
     assert programs[3] == programs[1], programs  # identical blocks share one program, whatever the depth
 
 
+class _SplittingBlock(torch.nn.Module):
+    """As FLUX's single-stream block: one stream in, two slices of it out."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.lin = torch.nn.Linear(width, width)
+
+    def forward(self, text, image):
+        h = torch.cat([text, image], dim=1)
+        h = h + torch.tanh(self.lin(h))
+        return h[:, :1], h[:, 1:]
+
+
+class _SplittingModel(torch.nn.Module):
+    _repeated_blocks = ["_SplittingBlock"]
+
+    def __init__(self, depth, width=16):
+        super().__init__()
+        self.inp = torch.nn.Linear(width, width)
+        self.blocks = torch.nn.ModuleList(_SplittingBlock(width) for _ in range(depth))
+
+    def forward(self, x):
+        h = self.inp(x)
+        text, image = h[:, :1], h[:, 1:]
+        for block in self.blocks:
+            text, image = block(text, image)
+        return image * 2
+
+
+def test_the_views_a_block_returns_are_read_in_its_own_graph():
+    """A block returning views of its result (FLUX's single-stream blocks return two slices): reading them
+    in the next block's pre-hook made a two-node graph, one more launch, per block. They are read in the
+    returning block's graph: one graph per block, plus the model's input and output glue."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    model = _SplittingModel(4)
+    with torch.no_grad():
+        ref = model(x)
+    model.to("tpu")
+    with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
+        xt = x.to("tpu")
+        model(xt)
+        torch_tpu.sync()
+        before = torch_tpu.stats()["executions"]
+        out = model(xt)
+        torch_tpu.sync()
+        launched = torch_tpu.stats()["executions"] - before
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=1e-5)
+    assert launched == 4 + 2, launched
+
+
 def test_compiled_blocks_in_fused_mode_entered_at_every_call_compile_once():
     """Regional compilation with the glue in fused mode, the mode set around every call (as a pipeline call
     in ``with set_eager_mode(...)``): dynamo guards a compiled block on the ids of torch's global module

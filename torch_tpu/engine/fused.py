@@ -282,6 +282,10 @@ def _flush() -> None:
 
 
 def _run(g: _Graph) -> None:
+    if g.writes:
+        # the undo records of storages that died since (an in-place op on a temporary: torch's rms_norm
+        # adds eps to its mean in place): nothing can read them, and the values they hold are no outputs
+        g.writes = [w for w in g.writes if w[0]() is not None]
     live = []          # (node index, output index, LazyArray)
     parts = []         # each node's part of the graph's structure
     for i, node in enumerate(g.nodes):

@@ -162,6 +162,9 @@ def _post_hook(module, args, output):
     calls = _CALLS
     calls.depth = max(calls.depth - 1, 0)
     if calls.block is module:
+        # the views it returns (a single-stream FLUX block returns two slices of one tensor) are read in
+        # its graph: read by the next block's pre-hook, they made a two-node graph of their own per block
+        _read_views(output)
         calls.block = None
         _cut(module)
     elif calls.depth == 0:
