@@ -52,16 +52,52 @@ def _load(args):
     return tiny_pipelines.load_pipeline("flux", args.size), call
 
 
+def _timed_loads() -> list:
+    """(seconds, bytes, on the main thread) of every executable this process deserialises from the disk
+    cache: where a warm process's time goes on a platform whose executables load slowly."""
+    import threading
+
+    from jax.experimental import serialize_executable
+
+    loads = []
+    load = serialize_executable.deserialize_and_load
+
+    def timed(serialized, *a, **kw):
+        t0 = time.perf_counter()
+        out = load(serialized, *a, **kw)
+        loads.append((time.perf_counter() - t0, len(serialized), threading.current_thread() is threading.main_thread()))
+        return out
+
+    serialize_executable.deserialize_and_load = timed
+    return loads
+
+
+def _loads_summary(loads: list) -> dict:
+    seconds = sorted(s for s, _, _ in loads)
+    return {"count": len(loads), "seconds": sum(seconds), "main_thread_seconds": sum(s for s, _, m in loads if m),
+            "median_s": statistics.median(seconds) if seconds else None, "max_s": seconds[-1] if seconds else None,
+            "mib": sum(b for _, b, _ in loads) / 2 ** 20}
+
+
 def _child_pipeline(args) -> dict:
+    t_start = time.perf_counter()
     import torch
 
     import torch_tpu
 
+    loads = _timed_loads()
+    if args.no_prefetch:  # the warm process loads each program when it first needs it
+        from torch_tpu.runtime import prefetch
+
+        prefetch.start_early = lambda: None
+    t_imported = time.perf_counter()
     pipe, call_kwargs = _load(args)
     pipe.set_progress_bar_config(disable=True)
+    t_loaded = time.perf_counter()
     torch_tpu.reset_stats()  # from here: the move's programs (and the disk cache read ahead) count too
     pipe.to("tpu")
     torch.tpu.synchronize()
+    t_moved = time.perf_counter()
     if args.mode == "compile":
         pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
     mode = torch_tpu.EagerMode.DEFER_AND_FUSE if args.mode == "fused" else torch_tpu.EagerMode.DEFER_NEVER
@@ -94,6 +130,8 @@ def _child_pipeline(args) -> dict:
     with torch.tpu.set_eager_mode(mode):
         first = call(reset=False)  # counted from before the move
         first["first_image_epoch"] = time.time()
+        first["stages_s"] = {"import": t_imported - t_start, "load": t_loaded - t_imported, "move": t_moved - t_loaded}
+        first["executable_loads"] = _loads_summary(loads)
         steady = [call(reset=True) for _ in range(args.steady_calls)]
     from torch_tpu.runtime import compile_pool
 
@@ -196,6 +234,8 @@ def _pipeline_results(args, root: str, save) -> dict:
         cache = os.path.join(root, mode)
         cold = _run_child("pipeline", cache, extra + ["--mode", mode])
         warm = [_run_child("pipeline", cache, extra + ["--mode", mode]) for _ in range(args.warm_runs)]
+        if args.warm_no_prefetch:
+            unfetched = _run_child("pipeline", cache, extra + ["--mode", mode, "--no-prefetch"])["first"]
         steps = cold["first"]["compile_seconds_per_step"]
         more = {"cpu_count": cold.get("cpu_count"), "compile_threads": cold.get("compile_threads")}
         if mode in ("strict", "fused") and not args.no_reference:
@@ -209,6 +249,8 @@ def _pipeline_results(args, root: str, save) -> dict:
                          "empty_first_background_over_caller_wall": cold["first"]["wall_s"] / sync["first"]["wall_s"],
                          "empty_first_image_background_over_caller":
                              cold["first"]["first_image_s"] / sync["first"]["first_image_s"]})
+        if args.warm_no_prefetch:
+            more["warm_first_call_without_prefetch"] = unfetched
         after = sum(steps[1:])
         r_wall = [w["first"]["wall_s"] / w["steady"]["wall_s"] for w in warm]
         r_cpu = [w["first"]["cpu_s"] / w["steady_cpu_s"] for w in warm]
@@ -274,6 +316,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--depth-only", action="store_true")
     p.add_argument("--no-depth", action="store_true")
     p.add_argument("--out", default=None, help="the JSON's path (default bench/results/coldstart.json)")
+    p.add_argument("--warm-no-prefetch", action="store_true",
+                   help="one more warm process per mode, loading each program only when it needs it")
+    p.add_argument("--no-prefetch", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-reference", action="store_true",
                    help="skip the cold runs compiling on the calling thread (TORCH_TPU_COMPILE_THREADS=0)")
     return p
