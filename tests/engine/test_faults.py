@@ -294,6 +294,7 @@ def test_a_compile_out_of_memory_is_torchs_error(mode, fresh):
     if mode == "compiled":
         torch._dynamo.reset()
     loss = fn(w)
+    torch_tpu.sync()  # the forward's programs compiled (strict ops compile on compile threads, in the background)
     # the next compile is the first program of the backward pass (a compiled backward graph compiles then)
     with fault("compile", 1, "oom") as st:
         with pytest.raises(torch.OutOfMemoryError, match="out of memory compiling (aten|compiled)"):

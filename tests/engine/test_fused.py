@@ -148,6 +148,34 @@ def test_a_temporary_updated_in_place_is_not_materialised():
     torch.testing.assert_close(w.cpu(), x * (x.pow(2).mean(-1, keepdim=True) + 1).rsqrt())
 
 
+def test_view_offsets_are_constants_of_a_graph_and_one_line_of_chunks_stays_constant():
+    """A fused graph's view offsets are numbers of the graph like any other: constants of its program
+    (a static slice for XLA, nothing copied to the device per launch), six chunks read on one line each a
+    constant of its own; an offset that changes where it enters becomes an input (one more compile)."""
+    emb = torch.randn(4, 24)
+    et = emb.to("tpu")
+
+    def step():
+        parts = et.chunk(6, dim=-1)
+        out = parts[0]
+        for k, p in enumerate(parts[1:]):
+            out = out + p * (k + 2)
+        return out
+
+    want = sum(p * (k + 1) for k, p in enumerate(emb.chunk(6, dim=-1)))
+    with torch.tpu.set_eager_mode(FUSE):
+        for _ in range(2):
+            before = torch_tpu.stats()["cache_misses"]
+            got = step()
+            torch_tpu.sync()
+            assert fused.last_flush_constants() >= 5  # the offsets (and the numbers 2..6)
+        assert torch_tpu.stats()["cache_misses"] == before  # the second step: the same program
+        torch.testing.assert_close(got.cpu(), want)
+        rows = [(et[i] * 2).cpu() for i in range(4)]  # one place, a new offset each time
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(r, emb[i] * 2)
+
+
 def test_numbers_are_constants_until_they_change_where_they_enter():
     """A fused graph's Python numbers are constants of its program (XLA folds them; as one parameter each,
     a chain of 1000 ``v + 1`` compiled 7x slower, and every run copied each number to the device). A

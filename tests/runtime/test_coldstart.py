@@ -717,9 +717,13 @@ def test_a_pipeline_denoising_step_compiles_nothing_new_after_the_first():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     assert builds[0] >= 4, builds  # the glue, the model before its blocks, the block, after the blocks
     # step 2 builds the scheduler update of step 1 (recorded after step 1's model call, flushed when
-    # step 2's call starts) and nothing else; then every step reuses every program
-    assert builds[1] == 1, builds
-    assert builds[2:] == [0, 0, 0], builds
+    # step 2's call starts). The sigmas a step reads are views whose offsets change from step to step: as
+    # any number of a fused graph, an offset is a constant of its program until a second value is seen at
+    # its place, and an input from then on (graph_sets.dynamic_numbers): the glue reading them builds once
+    # more with the offsets as inputs (step 2's glue, step 2's scheduler update flushed at step 3); then
+    # every step reuses every program
+    assert builds[1] <= 2 and builds[2] <= 1, builds
+    assert builds[3:] == [0, 0], builds
     del first
 
 
@@ -740,7 +744,9 @@ def test_an_indexed_read_shares_one_program_at_every_index_zero_included(mode):
             builds.append(torch_tpu.stats()["cache_misses"] - before)
     for i in range(5):
         torch.testing.assert_close(outs[i], (sig[i + 1] - sig[i]) * x[i])
-    assert builds[0] >= 1 and builds[1:] == [0, 0, 0, 0], builds
+    # (fused: an offset is a constant of its graph until a second value is seen at its place, then an
+    # input, as any number of a graph: the second index builds once more, and no later one)
+    assert builds[0] >= 1 and builds[1] <= (1 if mode == "DEFER_AND_FUSE" else 0) and builds[2:] == [0, 0, 0], builds
 
 
 class _WritesItsInput(torch.nn.Module):

@@ -1,4 +1,5 @@
-"""Python numbers a strict op passes to its program (``x + 0.5``, ``alpha=``), as device scalars kept per place.
+"""Python numbers a strict op passes to its program (``x + 0.5``, ``alpha=``) and the storage offsets of its view
+inputs, as device scalars kept per place.
 
 A dynamic Scalar is an input of its op's program (``eager/arguments.py``), so one program serves every
 value. Handed to the program as a Python number, JAX converts it to a device buffer at every call, which
@@ -13,12 +14,16 @@ lost), and so is an int JAX cannot hold in int64 (the program call raises for it
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..runtime import caches, platform, program_cache
 from .graph_sets import value_key
 
-_NUMBERS = (int, float, complex)
+# Python numbers, and the storage offsets of view inputs (numpy int64, ``eager/arguments.py``,
+# ``strided.read``: a slice or a chunk at the same place at every step, converted at every call as well)
+_NUMBERS = (int, float, complex, np.int64)
 _PER_PLACE = 4  # values kept per number an op entry takes
-_DTYPES = {int: "int64", float: "float64", complex: "complex128"}
+_DTYPES = {int: "int64", float: "float64", complex: "complex128", np.int64: "int64"}
 _NEVER = object()  # a value JAX would not make a 64-bit weakly typed scalar of: passed as it is
 
 # id(op entry) -> (its program key, the positions of its program inputs that are Python numbers, for each
@@ -28,11 +33,25 @@ _NEVER = object()  # a value JAX would not make a 64-bit weakly typed scalar of:
 PLACES: dict = caches.register("op number places", caches.Bounded(program_cache.max_programs))
 
 
+# a small program's key (a view read or write, ``launchers.Strict.launch``) -> the same record as PLACES'
+LAUNCH_PLACES: dict = caches.register("small program number places", caches.Bounded(program_cache.max_programs))
+
+
 def places(entry, arrays: list) -> tuple:
     """``entry``'s record in PLACES, made from its inputs (where the numbers are: the same at every call)."""
-    at = tuple(i for i, a in enumerate(arrays) if type(a) in _NUMBERS)
-    found = PLACES[id(entry)] = (entry.key, at, [[] for _ in at])
+    found = PLACES[id(entry)] = _record(entry.key, arrays)
     return found
+
+
+def launch_places(key, args) -> tuple:
+    """A small program's record in LAUNCH_PLACES, made from its inputs."""
+    found = LAUNCH_PLACES[key] = _record(key, args)
+    return found
+
+
+def _record(key, arrays) -> tuple:
+    at = tuple(i for i, a in enumerate(arrays) if type(a) in _NUMBERS)
+    return (key, at, [[] for _ in at])
 
 
 def inputs(arrays: list, record: tuple) -> list:
@@ -71,22 +90,25 @@ def scalar_for(kept: list, value):
 def release() -> None:
     """Drop every kept device scalar (``torch.tpu.empty_cache()``): the next calls make them again."""
     PLACES.clear()
+    LAUNCH_PLACES.clear()
 
 
 def kept() -> int:
     """How many device scalars the places hold (live device buffers that are no tensor's)."""
-    return sum(1 for _, _, places in list(PLACES.values()) for slots in places for slot in slots
-               if slot[1] is not None and slot[1] is not _NEVER)
+    return sum(1 for table in (PLACES, LAUNCH_PLACES) for _, _, places in list(table.values())
+               for slots in places for slot in slots if slot[1] is not None and slot[1] is not _NEVER)
 
 
 def _make(value):
-    """The array JAX makes of ``value`` as a program argument: 64-bit, weakly typed, on the device."""
+    """The array JAX makes of ``value`` as a program argument: 64-bit, on the device; weakly typed for a
+    Python number (an offset is a numpy int64: strongly typed)."""
     jax = platform.jax()
     prev = platform.X64.swap(True)
     try:
         arr = jax.device_put(value, platform.jax_device())
     finally:
         platform.X64.restore(prev)
-    if not arr.weak_type or str(arr.dtype) != _DTYPES[type(value)]:  # (not what the program was traced with)
+    weak = type(value) is not np.int64
+    if arr.weak_type != weak or str(arr.dtype) != _DTYPES[type(value)]:  # (not what the program was traced with)
         return _NEVER
     return arr

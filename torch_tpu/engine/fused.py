@@ -64,6 +64,7 @@ class _Graph:
         self.writes: list = []
         self.mesh = None    # device ids of the group whose collectives the graph holds (one per graph)
         self.number_sites: dict = {}  # input position of a Python number -> (op name, (file, line), argument)
+        self.offset_reads: dict = {}  # (op name, (file, line), argument) -> view offsets that entered there
 
 
 class _STATE:
@@ -128,6 +129,8 @@ def record_op(key, fn, args, avals, what: str):
         return _record(key, fn, args, avals, what, _OP_DEPTH)
 
 
+_OFFSET = np.int64  # how the strict path passes a view's storage offset to its program
+
 # frames from _record out to __torch_dispatch__ on the op path: record_op, Fused.run_op, the entry's
 # __call__, op_path.run_op, then the dispatch (call_sites.op_sites checks that it is)
 _OP_DEPTH = 5
@@ -141,8 +144,19 @@ def _record(key, fn, args, avals, what, depth):
     idx = len(nodes)
     refs = []
     numbers = None
+    offsets = None
     for a in args:
         ta = type(a)
+        if ta is _OFFSET:
+            # a view's storage offset (eager/arguments.py, strided.read): a number of the graph like any
+            # other, a constant of its program unless it changes where it enters (as an array input, every
+            # view read sliced at a runtime offset and every launch copied each offset to the device)
+            a = int(a)
+            ta = int
+            if offsets is None:
+                offsets = [len(refs)]
+            else:
+                offsets.append(len(refs))
         if ta is LazyArray:
             if a.concrete is not None:
                 i = g.input_ids.get(id(a))  # an input already, taken while its graph was waiting
@@ -196,6 +210,15 @@ def _record(key, fn, args, avals, what, depth):
     if numbers:  # where each enters the graph: a number that changes there is a program input (graph_sets)
         for k in numbers:
             g.number_sites[refs[k][1]] = (op, site, k)
+        if offsets:
+            # one line reads several views of one storage (``emb.chunk(6)``): each offset's place is also
+            # which of that line's reads in this graph it is, so six fixed offsets stay six constants
+            counts = g.offset_reads
+            for k in offsets:
+                place = (op, site, k)
+                n = counts.get(place, 0)
+                counts[place] = n + 1
+                g.number_sites[refs[k][1]] = (op, site, k, n)
     nodes.append(_Node(key, fn, tuple(refs), weak, (op, location), _out_signature(avals)))
     if idx + 1 >= g.max_nodes:
         flush()

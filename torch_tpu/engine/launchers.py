@@ -21,6 +21,7 @@ _counters = counters.counters
 _launched = program_cache.Launched
 _tracing = device_trace.ACTIVE
 _NUMBER_PLACES = device_numbers.PLACES
+_LAUNCH_NUMBER_PLACES = device_numbers.LAUNCH_PLACES
 
 
 def _concrete(a):
@@ -121,8 +122,11 @@ class Strict:
             else:
                 prog = program_cache.compile_program(key, fn, args)
         _counters["executions"] += 1
+        places = _LAUNCH_NUMBER_PLACES.get(key)
+        if places is None:
+            places = device_numbers.launch_places(key, args)
         try:
-            out = prog(*args)
+            out = prog(*(device_numbers.inputs(args, places) if places[1] else args))
         except Exception as exc:
             oom = out_of_memory(exc, f"running {what or key[0]}")
             if oom is None:
