@@ -322,7 +322,8 @@ def _svd(a, full_matrices=False, compute_uv=True):
 @functools.lru_cache(maxsize=None)
 def _tpu_svd_algorithm():
     """jax's TPU SVD (``jax._src.tpu.linalg.svd.svd``: a private module), or None where this JAX lays it out
-    otherwise (the primitive is then used, and TORCH_TPU_CHECK_LOWERING's 64-bit check names it)."""
+    otherwise: the primitive is then used, and tests/runtime/test_tpu_lowering.py, which checks that a
+    32-bit SVD built for a TPU holds no float64, fails on the CPU."""
     try:
         from jax._src.tpu.linalg import svd as tpu_svd_module
 
