@@ -11,7 +11,8 @@ Each mode runs in its own process (a TPU is held by one process at a time):
   regional_fused  the same with the glue between blocks in fused eager
   floor     JAX alone: the model's GEMMs (same shapes, one program) + the attention kernel (same shapes)
 Per mode: the first call (compiles included), the median of ``--reps`` steady calls (each followed by
-``torch.tpu.synchronize()``), programs launched per call, and the largest difference from CPU torch
+``torch.tpu.synchronize()``) and of the time until the call returned before that wait (the host's share:
+near the whole call when the device waits on the host), programs launched per call, and the largest difference from CPU torch
 (float32 from the same bf16 weights, computed once by the parent process), relative to the output's scale.
 
     python bench/bench_flux_width.py [--modes strict,fused,compiled,regional,floor] [--reps 5] [--out F]
@@ -123,9 +124,13 @@ def _worker_torch(args, mode):
         model.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
     eager = torch_tpu.EagerMode.DEFER_AND_FUSE if mode in ("fused", "regional_fused") else torch_tpu.EagerMode.DEFER_NEVER
 
+    dispatched = []  # seconds until the call returned, before waiting for the device
+
     def call():
+        t0 = time.perf_counter()
         with torch.tpu.set_eager_mode(eager), torch.no_grad():
             out = model(**kwargs)[0]
+        dispatched.append(time.perf_counter() - t0)
         torch.tpu.synchronize()
         return out
 
@@ -136,13 +141,14 @@ def _worker_torch(args, mode):
         firsts.append(time.perf_counter() - t0)
     stats0 = torch_tpu.stats()
     times = []
+    dispatched.clear()
     for _ in range(args.reps):
         t0 = time.perf_counter()
         out = call()
         times.append(time.perf_counter() - t0)
     stats1 = torch_tpu.stats()
     result.update(first_call_s=firsts[0], second_call_s=firsts[1], call_ms=1e3 * statistics.median(times),
-                  call_ms_all=[1e3 * t for t in times],
+                  call_ms_all=[1e3 * t for t in times], dispatch_ms=1e3 * statistics.median(dispatched),
                   programs_per_call=(stats1["executions"] - stats0["executions"]) / args.reps,
                   compiles=stats1["compiles"], compile_seconds=stats1["compile_seconds"],
                   cache_loads=stats1["cache_loads"], peak_mib=torch.tpu.max_memory_allocated() / 2 ** 20)
@@ -222,6 +228,8 @@ def main():
     parser.add_argument("--reference", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--weights", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per mode")
+    parser.add_argument("--log-dir", default=None,
+                        help="write each mode's stderr there as MODE.log, with its compile log (TORCH_TPU_LOG=compiles)")
     args = parser.parse_args()
     if not args.worker:
         # the parent computes on CPU torch only: the backend stays out of it, so it never opens the TPU
@@ -253,6 +261,8 @@ def main():
         t0 = time.perf_counter()
         try:
             env = dict(os.environ, TORCH_TPU_CACHE_DIR=tempfile.mkdtemp())  # every mode compiles cold
+            if args.log_dir:
+                env["TORCH_TPU_LOG"] = "compiles"
             for name in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "JAX_PLATFORMS"):
                 env.pop(name, None)
                 if name in _INHERITED:
@@ -260,8 +270,15 @@ def main():
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
             lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
             result = json.loads(lines[-1][7:]) if lines else {"error": (proc.stderr or proc.stdout)[-3000:]}
-        except subprocess.TimeoutExpired:
+            if args.log_dir:
+                Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+                Path(args.log_dir, f"{mode}.log").write_text(proc.stderr)
+        except subprocess.TimeoutExpired as timeout:
             result = {"error": f"timed out after {args.timeout} s"}
+            if args.log_dir:
+                Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+                err = timeout.stderr or b""  # bytes even in text mode on some Pythons
+                Path(args.log_dir, f"{mode}.log").write_text(err.decode(errors="replace") if isinstance(err, bytes) else err)
         result["process_s"] = time.perf_counter() - t0
         summary["modes"][mode] = result
         print(mode, json.dumps(result)[:600], flush=True)

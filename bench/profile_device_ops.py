@@ -6,7 +6,9 @@ Builds the transformer of ``bench/bench_flux_width.py`` (width 3072, 24 heads x 
 tokens, bf16; here 1 double + 1 single block by default: the blocks repeat), runs it until its programs are
 compiled, then records two calls with JAX's profiler and sums the device's events by name for each line of
 the device's planes ("XLA Modules": programs, "XLA Ops": the ops inside them). The totals say which fusions,
-copies, slices and transposes a mode spends its time on next to the GEMMs and the attention kernel.
+copies, slices and transposes a mode spends its time on next to the GEMMs and the attention kernel; the
+timeline says how long the device was busy and how long it waited for the host between programs (the
+Python tracer off, so the host runs at its own speed).
 """
 from __future__ import annotations
 
@@ -21,6 +23,28 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+
+def _timeline(events, calls: int, top: int) -> dict:
+    """The device's programs in time order: how long it was busy, how long it waited between programs
+    (waiting on the host to launch the next one), and the longest waits with the program that followed."""
+    events = sorted(events, key=lambda e: e.start_ns)
+    if not events:
+        return {}
+    busy = sum(e.duration_ns for e in events)
+    span = events[-1].start_ns + events[-1].duration_ns - events[0].start_ns
+    gaps = collections.Counter()
+    waits = []
+    for before, after in zip(events, events[1:]):
+        gap = after.start_ns - (before.start_ns + before.duration_ns)
+        if gap > 0:
+            gaps[after.name[:120]] += gap
+            waits.append(gap)
+    return {"busy_ms_per_call": busy / 1e6 / calls, "span_ms_per_call": span / 1e6 / calls,
+            "idle_ms_per_call": (span - busy) / 1e6 / calls, "programs_per_call": len(events) / calls,
+            "waits_over_100us_per_call": sum(1 for w in waits if w > 100_000) / calls,
+            "idle_before": [{"program": name, "ms_per_call": ns / 1e6 / calls}
+                            for name, ns in gaps.most_common(top)]}
 
 
 def _summarise(logdir: str, calls: int, top: int) -> dict:
@@ -45,6 +69,8 @@ def _summarise(logdir: str, calls: int, top: int) -> dict:
                     for name, ns in totals.most_common(top)]
             out[f"{plane.name} | {line.name}"] = {"total_ms_per_call": sum(totals.values()) / 1e6 / calls,
                                                   "events_per_call": sum(counts.values()) / calls, "top": rows}
+            if line.name == "XLA Modules":
+                out[f"{plane.name} | timeline"] = _timeline(list(line.events), calls, top)
     return out
 
 
@@ -84,7 +110,9 @@ def main():
         torch_tpu.sync()
         call_ms = (time.perf_counter() - t0) / calls * 1e3
         logdir = tempfile.mkdtemp(prefix="device-ops-")
-        jax.profiler.start_trace(logdir)
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0  # the host at its own speed: the timeline shows where the device waits
+        jax.profiler.start_trace(logdir, profiler_options=options)
         for _ in range(calls):
             fn(**inputs)
         torch_tpu.sync()
@@ -97,6 +125,11 @@ def main():
     (out / f"device_ops_{args.mode}.json").write_text(json.dumps(result, indent=1))
     print(args.mode, f"call {call_ms:.1f} ms")
     for line, summary in result["lines"].items():
+        if line.endswith("timeline"):
+            print(f"  {line}: busy {summary['busy_ms_per_call']:.2f} ms, idle {summary['idle_ms_per_call']:.2f} ms per call")
+            for row in summary["idle_before"][:10]:
+                print(f"    idle {row['ms_per_call']:8.3f} ms before {row['program'][:100]}")
+            continue
         print(f"  {line}: {summary['total_ms_per_call']:.2f} ms/call, {summary['events_per_call']:.0f} events")
         for row in summary["top"][:15]:
             print(f"    {row['ms_per_call']:8.3f} ms x{row['count_per_call']:.0f}  {row['name'][:110]}")
