@@ -197,3 +197,23 @@ def test_empty_cache_frees_the_kept_scalars_and_runs_no_collection(monkeypatch):
     for _ in range(3):
         torch.testing.assert_close((xt + 0.771).cpu(), x + 0.771, rtol=0, atol=0)
     assert any(hasattr(d, "dtype") for d in _kept(0.771))
+
+
+def test_a_fused_graph_passes_a_changing_number_seen_before_as_a_device_scalar():
+    """A number that changes where it enters a fused graph (a timestep) is an input of its program; a value
+    seen there before is passed as a kept device scalar (strict ops do the same), one program serves every
+    value, and each value computes as itself."""
+    x = torch.randn(5)
+    xt = x.to("tpu")
+    device_numbers.release()
+    values = (0.25, 0.6180339, -0.0, 0.25, 0.6180339, -0.0, 0.25)
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+        for k, v in enumerate(values):
+            if k == 2:
+                before = torch_tpu.stats()["cache_misses"]
+            torch.testing.assert_close((xt * 2 + v).cpu(), x * 2 + v, rtol=0, atol=0)
+        assert torch_tpu.stats()["cache_misses"] == before
+    held = [slot for _, _, places in device_numbers.LAUNCH_PLACES.values() for slots in places for slot in slots
+            if hasattr(slot[1], "dtype")]
+    assert {float(slot[1]) for slot in held} >= {0.25, 0.6180339}, held
+    assert all(slot[1].weak_type and str(slot[1].dtype) == "float64" for slot in held), held

@@ -1,5 +1,6 @@
-"""Python numbers a strict op passes to its program (``x + 0.5``, ``alpha=``) and the storage offsets of its view
-inputs, as device scalars kept per place.
+"""Python numbers a strict op passes to its program (``x + 0.5``, ``alpha=``), the storage offsets of its view
+inputs, and the numbers a fused graph's program takes as inputs (``graph_sets.dynamic_numbers``: a timestep),
+as device scalars kept per place.
 
 A dynamic Scalar is an input of its op's program (``eager/arguments.py``), so one program serves every
 value. Handed to the program as a Python number, JAX converts it to a device buffer at every call, which
@@ -33,7 +34,8 @@ _NEVER = object()  # a value JAX would not make a 64-bit weakly typed scalar of:
 PLACES: dict = caches.register("op number places", caches.Bounded(program_cache.max_programs))
 
 
-# a small program's key (a view read or write, ``launchers.Strict.launch``) -> the same record as PLACES'
+# a small program's key (a view read or write, ``launchers.Strict.launch``) or a fused graph's program key
+# (``fused._Launch``) -> the same record as PLACES'
 LAUNCH_PLACES: dict = caches.register("small program number places", caches.Bounded(program_cache.max_programs))
 
 

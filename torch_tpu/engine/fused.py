@@ -29,7 +29,7 @@ import numpy as np
 from .. import config
 from ..runtime import counters, platform, program_cache, spmd
 from . import recovery
-from . import graph_keys, graph_sets
+from . import device_numbers, graph_keys, graph_sets
 from .call_sites import number_site as _number_site, op_sites as _op_sites
 from .call_sites import user_location as _user_location
 from .graph_keys import PY_NUMBERS as _PY_NUMBERS, abstract, dtype_of as _dtype_of, out_avals  # noqa: F401 (abstract: fused.abstract)
@@ -511,7 +511,7 @@ class _Launch:
                 elif isinstance(prog, Exception):
                     raise prog
                 graph_keys.check_program_shapes(prog, self.key, self.donate, self.out_sig, live)
-                results = prog(*(inputs if self.params is None else [inputs[i] for i in self.params]))
+                results = prog(*self._program_args(inputs))
                 program_cache.note_launch(results, prog)
                 _counters["executions"] += 1
             except Exception as exc:
@@ -544,6 +544,20 @@ class _Launch:
         except BaseException:  # interrupted while filling in: finish (the inputs may be donated, gone)
             _fill(live, results, self.out_sig, self.live_sig)
             raise
+
+
+    def _program_args(self, inputs: list) -> list:
+        """The program's arguments: its inputs less its constants, each Python number it takes (a value that
+        changes at its place: a timestep, a loop's counter) that was seen there before passed as a kept
+        device scalar, as strict ops do (JAX converts a Python argument at every call: ~160 us each on a
+        TPU host). Not in an SPMD program over several processes: each process's number is its own."""
+        args = inputs if self.params is None else [inputs[i] for i in self.params]
+        if self.mesh is not None:
+            return args
+        record = device_numbers.LAUNCH_PLACES.get(self.key)
+        if record is None:
+            record = device_numbers.launch_places(self.key, args)
+        return device_numbers.inputs(args, record) if record[1] else args
 
 
 def _fill(live, results, out_sig, live_sig) -> None:
