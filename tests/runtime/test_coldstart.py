@@ -64,6 +64,33 @@ def test_the_disk_cache_keeps_to_its_size_bound(tmp_path, monkeypatch):
     assert disk_cache.load("entry 0") is None
 
 
+def test_a_process_counts_the_cache_folder_from_its_count_file_not_a_scan(tmp_path, monkeypatch):
+    """A process's first write reads the folder's byte count beside the entries (a full folder holds ~10^5
+    of them; stat-ing each kept a background thread busy for seconds, competing for the GIL); it adds what it
+    writes, and the bound still holds (an eviction counts the folder again)."""
+    monkeypatch.setenv("TORCH_TPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TORCH_TPU_CACHE_MAX_MB", "1")
+    blob = os.urandom(200_000)
+    disk_cache.store("entry a", blob)
+    disk_cache.flush_writes()
+    size = os.path.getsize(disk_cache._path(str(tmp_path), "entry a"))
+    assert disk_cache._read_total(str(tmp_path)) == size
+    scans = []
+    real_scan = disk_cache._scan
+    monkeypatch.setattr(disk_cache, "_scan", lambda root: scans.append(root) or real_scan(root))
+    monkeypatch.setattr(disk_cache._WRITER, "total", {})  # as in a new process
+    disk_cache.store("entry b", blob)
+    disk_cache.flush_writes()
+    assert not scans
+    assert disk_cache._read_total(str(tmp_path)) == 2 * size
+    for i in range(5):  # past the 1 MB bound: evicted by a scan, the count corrected
+        disk_cache.store(f"entry {i}", blob)
+        disk_cache.flush_writes()
+    assert scans
+    total = sum(p.stat().st_size for p in tmp_path.glob("*.ttpc"))
+    assert total <= 2**20 and disk_cache._read_total(str(tmp_path)) == total
+
+
 # -------------------------------------------------------------------------------------------------
 # Warm processes: found by key, never the wrong program
 # -------------------------------------------------------------------------------------------------
