@@ -476,3 +476,50 @@ def test_permuted_whole_storage_write_keeps_its_storage_shape(eager_mode):
         st = t._tpu_storage
         assert tuple(st.value().shape) == tuple(st.shape), \
             f"[wrong shape] {make.__name__}: storage of shape {st.shape} holds an array of {st.value().shape}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# view keys made before the first math bit (tensor/views.py keys conj/neg as False until MATH_BITS_SEEN)
+
+_MATH_BITS_CHILD = r"""
+import json, torch, torch_tpu
+from torch_tpu.tensor import views
+c = torch.complex(torch.arange(6.0), -torch.arange(6.0) - 1).reshape(2, 3).to("tpu")
+assert not views.MATH_BITS_SEEN[0]
+out = {"seen_before": views.MATH_BITS_SEEN[0]}
+# keyed while no tensor has a bit: the same views of a conjugate (or negative) tensor must not reuse them
+out["imag"] = c.imag.cpu().tolist()
+out["row_imag"] = c[1].imag.cpu().tolist()
+out["t_imag"] = c.t().imag.cpu().tolist()
+j = c.conj()
+out["conj_is_conj"] = j.is_conj()
+out["conj_imag"] = j.imag.cpu().tolist()
+out["conj_row_imag"] = j[1].imag.cpu().tolist()
+out["conj_t_imag"] = j.t().imag.cpu().tolist()
+out["neg_view"] = torch._neg_view(c).t().real.cpu().tolist()
+out["seen_after"] = views.MATH_BITS_SEEN[0]
+print(json.dumps(out))
+"""
+
+
+def test_view_keys_before_the_first_math_bit(tmp_path):
+    """A fresh process keys views before any tensor has a math bit (conj/neg read as False, not asked);
+    the same views of a conjugate or negative view made afterwards get keys of their own."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", _MATH_BITS_CHILD], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    c = torch.complex(torch.arange(6.0), -torch.arange(6.0) - 1).reshape(2, 3)
+    assert not got["seen_before"] and got["seen_after"] and got["conj_is_conj"]
+    assert got["imag"] == c.imag.tolist() and got["row_imag"] == c[1].imag.tolist()
+    assert got["t_imag"] == c.t().imag.tolist()
+    assert got["conj_imag"] == c.conj().imag.tolist()
+    assert got["conj_row_imag"] == c.conj()[1].imag.tolist()
+    assert got["conj_t_imag"] == c.conj().t().imag.tolist()
+    assert got["neg_view"] == torch._neg_view(c).t().real.tolist()

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import sys
 
+from ..runtime import caches
+
 
 def user_location() -> str:
     """file:line of the innermost frame outside torch and torch_tpu (where the user's code made the op)."""
     frame = _innermost(sys._getframe(1), _INSIDE, _torch_or_ours)
-    return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    return "<unknown>" if frame is None else _place(frame)[3]
 
 
 def number_site() -> tuple:
@@ -20,7 +22,7 @@ def number_site() -> tuple:
     number handed to a recorded op was written. Library code counts (``torch.optim``'s step size is one
     place, whichever line of the user's calls ``opt.step()``); ``Tensor.__rsub__`` and the like do not."""
     frame = _innermost(sys._getframe(1), _GLUE, _ours_or_glue)
-    return ("<unknown>", 0) if frame is None else (frame.f_code.co_filename, frame.f_lineno)
+    return ("<unknown>", 0) if frame is None else _place(frame)[1:3]
 
 
 def op_sites(depth: int, numbers: bool) -> tuple:
@@ -39,10 +41,10 @@ def op_sites(depth: int, numbers: bool) -> tuple:
     site = None
     if numbers:
         found = _innermost(frame, _GLUE, _ours_or_glue)
-        site = ("<unknown>", 0) if found is None else (found.f_code.co_filename, found.f_lineno)
+        site = ("<unknown>", 0) if found is None else _place(found)[1:3]
         frame = found  # (the user's frame is this one or further out: glue and torch_tpu are torch's or ours)
     found = _innermost(frame, _INSIDE, _torch_or_ours)
-    return ("<unknown>" if found is None else f"{found.f_code.co_filename}:{found.f_lineno}"), site
+    return ("<unknown>" if found is None else _place(found)[3]), site
 
 
 _DISPATCH = [None]  # the code object of ``__torch_dispatch__`` (the router's), set by ``set_dispatch_code``
@@ -53,8 +55,13 @@ def set_dispatch_code(code) -> None:
     _DISPATCH[0] = code
 
 
-_INSIDE: dict = {}  # code object -> whether user_location passes it (every recorded op asks)
-_GLUE: dict = {}  # code object -> whether number_site passes it
+# Keyed by id(code), the value holding the code object (so its id stays its own): a code object's hash is
+# computed from its bytecode and constants at every lookup, microseconds for a long function.
+_INSIDE: dict = {}  # id(code object) -> (code, whether user_location passes it) (every recorded op asks)
+_GLUE: dict = {}  # id(code object) -> (code, whether number_site passes it)
+# (id(code), f_lasti) -> (code, file, line, "file:line"): a frame's line number is found by scanning its code's
+# line table, and an op's call site is asked at every recorded op. (Bounded: generated code, fx graphs.)
+_PLACES: dict = caches.Bounded(lambda: 1 << 16)
 _GLUE_FILES = tuple(os.sep.join(("torch", *f)) for f in (("_tensor.py",), ("_ops.py",), ("overrides.py",),
                                                            ("utils", "_python_dispatch.py")))
 
@@ -72,10 +79,21 @@ def _innermost(frame, passed: dict, passes):
     code object in ``passed``), or None."""
     while frame is not None:
         code = frame.f_code
-        skip = passed.get(code)
-        if skip is None:
-            skip = passed[code] = passes(code.co_filename)
-        if not skip:
+        found = passed.get(id(code))
+        if found is None:
+            found = passed[id(code)] = (code, passes(code.co_filename))
+        if not found[1]:
             return frame
         frame = frame.f_back
     return None
+
+
+def _place(frame) -> tuple:
+    """(code, file, line, "file:line") of where ``frame`` is now."""
+    code = frame.f_code
+    key = (id(code), frame.f_lasti)
+    found = _PLACES.get(key)
+    if found is None:
+        line = frame.f_lineno
+        found = _PLACES[key] = (code, code.co_filename, line, f"{code.co_filename}:{line}")
+    return found

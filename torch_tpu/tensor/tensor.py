@@ -155,8 +155,7 @@ class TpuTensor(torch.Tensor):
             t = torch.Tensor._make_wrapper_subclass(
                 cls, size, strides=stride, storage_offset=offset, dtype=dtype, device=device,
                 requires_grad=requires_grad)
-            full = (dtype == storage.dtype and offset == 0 and tuple(size) == storage.shape
-                    and (math.prod(storage.shape) <= 1 or tuple(stride) == _contiguous_strides(size)))
+            full = is_full(storage, size, stride, offset, dtype)
         t._tpu_storage = storage
         t._tpu_full = full
         t._tpu_cache = None
@@ -307,6 +306,24 @@ def new_full(array, dtype: torch.dtype, _make=torch.Tensor._make_wrapper_subclas
     shape = array.shape  # (a Python property of JAX's arrays on some versions: read once)
     t = _make(TpuTensor, shape, dtype=dtype, device=_DEVICE or device_for(0))
     t._tpu_storage = TpuStorage(array, shape, dtype)
+    return t
+
+
+def is_full(storage: TpuStorage, size, stride, offset: int, dtype: torch.dtype) -> bool:
+    """Whether a view of ``storage`` of this geometry is all of it, in its shape and dtype (``_tpu_full``)."""
+    return (dtype == storage.dtype and offset == 0 and tuple(size) == storage.shape
+            and (math.prod(storage.shape) <= 1 or tuple(stride) == _contiguous_strides(size)))
+
+
+def new_view(storage: TpuStorage, size, stride, offset: int, dtype: torch.dtype, full: bool,
+             _make=torch.Tensor._make_wrapper_subclass) -> "TpuTensor":
+    """Hot path (every view op): ``TpuTensor(storage, size, stride, offset, dtype)`` whose ``full``
+    (``is_full`` of the same arguments) the caller worked out once for this geometry."""
+    t = _make(TpuTensor, size, strides=stride, storage_offset=offset, dtype=dtype,
+              device=device_for(storage.device_index))
+    t._tpu_storage = storage
+    if not full:  # (the class default is True; _tpu_cache and its version keep theirs: nothing read yet)
+        t._tpu_full = False
     return t
 
 
