@@ -506,14 +506,9 @@ def test_view_keys_before_the_first_math_bit(tmp_path):
     """A fresh process keys views before any tensor has a math bit (conj/neg read as False, not asked);
     the same views of a conjugate or negative view made afterwards get keys of their own."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-c", _MATH_BITS_CHILD], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = D.run_isolated(_MATH_BITS_CHILD, timeout=120, env={"TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, D.stderr_excerpt(proc.stderr)
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     c = torch.complex(torch.arange(6.0), -torch.arange(6.0) - 1).reshape(2, 3)
     assert not got["seen_before"] and got["seen_after"] and got["conj_is_conj"]
