@@ -3,6 +3,13 @@ the cost of the host primitives an op is made of (a clock read, a lock, a weak r
 wrapper subclass, JAX's jitted call), each against the same primitive's cost here.
 
     python bench/profile_host.py --out DIR     # DIR/profile_host.json
+    python bench/profile_host.py --out DIR --flux fused,strict [--small]   # and a FLUX.1-width call per mode
+
+With ``--flux``, also the FLUX.1-width transformer of ``bench/bench_flux_width.py`` (2 double + 4 single blocks;
+``--small``: width 128 and 24 tokens, the same ops at a size a CPU runs at once) in each eager mode: the call
+and the time until it returned (the host's share), with Python's collector running and with the loaded heap
+frozen (``gc.freeze()``, as ``python -m torch_tpu generate`` does), collections per call, and a cProfile of
+calls: where a call's host time goes, op by op.
 
 Written for the TPU host, whose sandbox makes some system calls cost far more than on a plain machine (JAX's own
 dispatch of a jitted add: ~130 us there, ~5 us on a 2-core VM): the profile says which Python calls pay for it.
@@ -89,19 +96,78 @@ def _profile_chain(torch, torch_tpu, mode, n_ops=200, chains=5):
     for _ in range(chains):
         chain()
     prof.disable()
-    stats = pstats.Stats(prof)
-    rows = []
-    for (file, line, name), (cc, nc, tt, ct, _callers) in stats.stats.items():
-        rows.append({"function": f"{Path(file).name}:{line}:{name}", "calls_per_op": nc / (chains * n_ops),
-                     "own_us_per_op": tt / (chains * n_ops) * 1e6, "cum_us_per_op": ct / (chains * n_ops) * 1e6})
-    rows.sort(key=lambda r: -r["own_us_per_op"])
+    rows = _rows(prof, chains * n_ops, "op")
     return {"wall_us_per_op": round(wall_us, 2), "top_own": rows[:30],
             "profiled_us_per_op": round(sum(r["own_us_per_op"] for r in rows), 2)}
+
+
+def _rows(prof, per: int, unit: str) -> list:
+    """A cProfile's functions, each with its calls, own and cumulative microseconds per ``unit`` (``per`` of
+    them ran), the largest own time first."""
+    rows = []
+    for (file, line, name), (cc, nc, tt, ct, _callers) in pstats.Stats(prof).stats.items():
+        rows.append({"function": f"{Path(file).name}:{line}:{name}", f"calls_per_{unit}": nc / per,
+                     f"own_us_per_{unit}": tt / per * 1e6, f"cum_us_per_{unit}": ct / per * 1e6})
+    rows.sort(key=lambda r: -r[f"own_us_per_{unit}"])
+    return rows
+
+
+def _profile_flux(torch, torch_tpu, mode, small: bool, calls: int = 10) -> dict:
+    import gc
+    import statistics
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_flux_width as flux
+
+    shape = dict(layers=2, single_layers=4, heads=1 if small else 24, image_tokens=16 if small else 4096,
+                 text_tokens=8 if small else 512)
+    args = argparse.Namespace(**shape)
+    model = flux._model(args).to("tpu")
+    kwargs = {k: (v.to("tpu") if isinstance(v, torch.Tensor) else v) for k, v in flux._inputs(args).items()}
+    collections_seen = []
+    gc.callbacks.append(lambda phase, info: phase == "start" and collections_seen.append(info["generation"]))
+
+    def timed(n):
+        walls, dispatched = [], []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            model(**kwargs)
+            t1 = time.perf_counter()
+            torch.tpu.synchronize()
+            dispatched.append(t1 - t0)
+            walls.append(time.perf_counter() - t0)
+        return 1e3 * statistics.median(walls), 1e3 * statistics.median(dispatched)
+
+    out = {"shape": shape}
+    with torch.tpu.set_eager_mode(mode), torch.no_grad():
+        timed(3)  # compiles
+        collections_seen.clear()
+        out["call_ms"], out["dispatch_ms"] = timed(calls)
+        out["collections_per_call"] = len(collections_seen) / calls
+        out["gen2_collections"] = collections_seen.count(2)
+        gc.freeze()
+        try:
+            out["frozen_call_ms"], out["frozen_dispatch_ms"] = timed(calls)
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(calls):
+                model(**kwargs)
+            torch.tpu.synchronize()
+            prof.disable()
+        finally:
+            gc.unfreeze()
+    rows = _rows(prof, calls, "call")
+    out["profiled_ms_per_call"] = round(sum(r["own_us_per_call"] for r in rows) / 1e3, 2)
+    out["top_own"] = rows[:40]
+    out["top_cumulative"] = sorted(rows, key=lambda r: -r["cum_us_per_call"])[:60]
+    return out
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--flux", default="", help="also profile a FLUX.1-width call in these eager modes (strict,fused)")
+    parser.add_argument("--small", action="store_true", help="the FLUX call at width 128 with 24 tokens")
     args = parser.parse_args()
     import jax
     import torch
@@ -114,8 +180,16 @@ def main():
             result[name] = _profile_chain(torch, torch_tpu, mode)
         print(name, "wall us/op", result[name]["wall_us_per_op"], "top:",
               [(r["function"], round(r["own_us_per_op"], 1)) for r in result[name]["top_own"][:12]], flush=True)
+    modes = {"strict": torch_tpu.EagerMode.DEFER_NEVER, "fused": torch_tpu.EagerMode.DEFER_AND_FUSE}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    for name in filter(None, args.flux.split(",")):
+        result[f"flux_{name}"] = flux = _profile_flux(torch, torch_tpu, modes[name], args.small)
+        print(f"flux {name}: call {flux['call_ms']:.1f} ms (returned at {flux['dispatch_ms']:.1f}), heap frozen "
+              f"{flux['frozen_call_ms']:.1f} ms ({flux['frozen_dispatch_ms']:.1f}); {flux['collections_per_call']:.1f} "
+              f"collections per call; profiled {flux['profiled_ms_per_call']:.1f} ms per call; top:",
+              [(r["function"], round(r["own_us_per_call"])) for r in flux["top_own"][:12]], flush=True)
+        (out / "profile_host.json").write_text(json.dumps(result, indent=1))  # (a mode cut short keeps the rest)
     (out / "profile_host.json").write_text(json.dumps(result, indent=1))
 
 
