@@ -12,8 +12,9 @@ Each mode runs in its own process (a TPU is held by one process at a time):
   floor     JAX alone: the model's GEMMs (same shapes, one program) + the attention kernel (same shapes)
 Per mode: the first call (compiles included), the median of ``--reps`` steady calls (each followed by
 ``torch.tpu.synchronize()``) and of the time until the call returned before that wait (the host's share:
-near the whole call when the device waits on the host), programs launched per call, and the largest difference from CPU torch
-(float32 from the same bf16 weights, computed once by the parent process), relative to the output's scale.
+near the whole call when the device waits on the host), programs launched per call, and the largest
+difference from CPU torch (float32 from the same bf16 weights, computed once by the parent process),
+relative to the output's scale.
 
     python bench/bench_flux_width.py [--modes strict,fused,compiled,regional,floor] [--reps 5] [--out F]
     python bench/bench_flux_width.py --layers 1 --single-layers 1 --image-tokens 1024 --text-tokens 512  # smaller
@@ -229,7 +230,8 @@ def main():
     parser.add_argument("--weights", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per mode")
     parser.add_argument("--log-dir", default=None,
-                        help="write each mode's stderr there as MODE.log, with its compile log (TORCH_TPU_LOG=compiles)")
+                        help="write each mode's stderr there as MODE.log, with its compile log "
+                             "(TORCH_TPU_LOG=compiles)")
     args = parser.parse_args()
     if not args.worker:
         # the parent computes on CPU torch only: the backend stays out of it, so it never opens the TPU
@@ -278,7 +280,8 @@ def main():
             if args.log_dir:
                 Path(args.log_dir).mkdir(parents=True, exist_ok=True)
                 err = timeout.stderr or b""  # bytes even in text mode on some Pythons
-                Path(args.log_dir, f"{mode}.log").write_text(err.decode(errors="replace") if isinstance(err, bytes) else err)
+                text = err.decode(errors="replace") if isinstance(err, bytes) else err
+                Path(args.log_dir, f"{mode}.log").write_text(text)
         result["process_s"] = time.perf_counter() - t0
         summary["modes"][mode] = result
         print(mode, json.dumps(result)[:600], flush=True)

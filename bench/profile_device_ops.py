@@ -126,7 +126,8 @@ def main():
     print(args.mode, f"call {call_ms:.1f} ms")
     for line, summary in result["lines"].items():
         if line.endswith("timeline"):
-            print(f"  {line}: busy {summary['busy_ms_per_call']:.2f} ms, idle {summary['idle_ms_per_call']:.2f} ms per call")
+            print(f"  {line}: busy {summary['busy_ms_per_call']:.2f} ms, "
+                  f"idle {summary['idle_ms_per_call']:.2f} ms per call")
             for row in summary["idle_before"][:10]:
                 print(f"    idle {row['ms_per_call']:8.3f} ms before {row['program'][:100]}")
             continue

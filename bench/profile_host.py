@@ -166,7 +166,8 @@ def _profile_flux(torch, torch_tpu, mode, small: bool, calls: int = 10) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
-    parser.add_argument("--flux", default="", help="also profile a FLUX.1-width call in these eager modes (strict,fused)")
+    parser.add_argument("--flux", default="",
+                        help="also profile a FLUX.1-width call in these eager modes (strict,fused)")
     parser.add_argument("--small", action="store_true", help="the FLUX call at width 128 with 24 tokens")
     args = parser.parse_args()
     import jax

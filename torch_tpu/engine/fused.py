@@ -545,7 +545,6 @@ class _Launch:
             _fill(live, results, self.out_sig, self.live_sig)
             raise
 
-
     def _program_args(self, inputs: list) -> list:
         """The program's arguments: its inputs less its constants, each Python number it takes (a value that
         changes at its place: a timestep, a loop's counter) that was seen there before passed as a kept

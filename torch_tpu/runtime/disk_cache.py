@@ -9,7 +9,8 @@ reader never sees half an entry. When the folder grows past TORCH_TPU_CACHE_MAX_
 entries are deleted (loads refresh an entry's time). The folder's bytes are counted in a small file beside
 the entries (``.bytes``, updated by every write): a process's first write reads it instead of stat-ing every
 entry (a full folder holds ~10^5 of them: 431k took a background thread 2.5 s on a 2-core VM, competing
-with the program for the GIL, and longer where a system call costs more); only an eviction, or a folder without the count, scans.
+with the program for the GIL, and longer where a system call costs more); only an eviction, or a folder
+without the count, scans.
 
 TORCH_TPU_CACHE_DIR chooses the folder ('' turns the disk cache off).
 """
