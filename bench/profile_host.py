@@ -21,7 +21,9 @@ import cProfile
 import json
 import os
 import pstats
+import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -128,21 +130,34 @@ def _profile_flux(torch, torch_tpu, mode, small: bool, calls: int = 10) -> dict:
     gc.callbacks.append(lambda phase, info: phase == "start" and collections_seen.append(info["generation"]))
 
     def timed(n):
-        walls, dispatched = [], []
+        walls, dispatched, main_cpu = [], [], []
+        usage0 = resource.getrusage(resource.RUSAGE_SELF)
         for _ in range(n):
+            c0 = time.thread_time()
             t0 = time.perf_counter()
             model(**kwargs)
             t1 = time.perf_counter()
+            main_cpu.append(time.thread_time() - c0)
             torch.tpu.synchronize()
             dispatched.append(t1 - t0)
             walls.append(time.perf_counter() - t0)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        # The main thread's CPU time until the call returned, against that wall time: a gap means the thread
+        # waited (for the GIL, a lock, a blocking system call), not that its Python was slow.
+        out["main_thread_cpu_ms"] = round(1e3 * statistics.median(main_cpu), 2)
+        out["process_cpu_ms_per_call"] = round(
+            1e3 * ((usage.ru_utime + usage.ru_stime) - (usage0.ru_utime + usage0.ru_stime)) / n, 2)
+        out["system_cpu_ms_per_call"] = round(1e3 * (usage.ru_stime - usage0.ru_stime) / n, 2)
+        out["context_switches_per_call"] = [round((usage.ru_nvcsw - usage0.ru_nvcsw) / n, 1),
+                                            round((usage.ru_nivcsw - usage0.ru_nivcsw) / n, 1)]
         return 1e3 * statistics.median(walls), 1e3 * statistics.median(dispatched)
 
-    out = {"shape": shape}
+    out = {"shape": shape, "threads": None}
     with torch.tpu.set_eager_mode(mode), torch.no_grad():
         timed(3)  # compiles
         collections_seen.clear()
         out["call_ms"], out["dispatch_ms"] = timed(calls)
+        out["threads"] = sorted(t.name for t in threading.enumerate())
         out["collections_per_call"] = len(collections_seen) / calls
         out["gen2_collections"] = collections_seen.count(2)
         gc.freeze()
@@ -187,7 +202,10 @@ def main():
     for name in filter(None, args.flux.split(",")):
         result[f"flux_{name}"] = flux = _profile_flux(torch, torch_tpu, modes[name], args.small)
         print(f"flux {name}: call {flux['call_ms']:.1f} ms (returned at {flux['dispatch_ms']:.1f}), heap frozen "
-              f"{flux['frozen_call_ms']:.1f} ms ({flux['frozen_dispatch_ms']:.1f}); {flux['collections_per_call']:.1f} "
+              f"{flux['frozen_call_ms']:.1f} ms ({flux['frozen_dispatch_ms']:.1f}); main thread cpu "
+              f"{flux['main_thread_cpu_ms']:.1f} ms, process cpu {flux['process_cpu_ms_per_call']:.1f} (system "
+              f"{flux['system_cpu_ms_per_call']:.1f}), switches {flux['context_switches_per_call']}, threads "
+              f"{flux['threads']}; {flux['collections_per_call']:.1f} "
               f"collections per call; profiled {flux['profiled_ms_per_call']:.1f} ms per call; top:",
               [(r["function"], round(r["own_us_per_call"])) for r in flux["top_own"][:12]], flush=True)
         (out / "profile_host.json").write_text(json.dumps(result, indent=1))  # (a mode cut short keeps the rest)

@@ -76,7 +76,7 @@ def needs_decomposition(attn_mask, dropout_p) -> bool:
             or (attn_mask is not None and attn_mask.requires_grad and torch.is_grad_enabled()))
 
 
-def _transformed(*tensors) -> bool:
+def transformed(*tensors) -> bool:
     """A torch.func transform (grad, vjp, jacrev, jvp, jacfwd, hessian: ``_Attention`` is a one-op
     autograd.Function these cannot see into) or a forward-mode AD tangent on an input (``_Attention`` has
     no jvp): torch's decomposition computes these, as on CPU (``_Attention`` would raise)."""
@@ -89,7 +89,7 @@ def _transformed(*tensors) -> bool:
 
 def _sdpa_autograd_tpu(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                        enable_gqa=False):
-    if needs_decomposition(attn_mask, dropout_p) or _transformed(q, k, v, attn_mask):
+    if needs_decomposition(attn_mask, dropout_p) or transformed(q, k, v, attn_mask):
         return torch.ops.aten.scaled_dot_product_attention.default.decompose(
             q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     return torch.ops.tpu.attention.default(q, k, v, attn_mask, is_causal, scale, enable_gqa)

@@ -1,14 +1,27 @@
-"""CompositeImplicit ops the op table lowers whole, because torch's decomposition would lose a check.
+"""CompositeImplicit ops the op table lowers whole, because torch's decomposition would lose a check or cost
+a program per piece.
 
-torch decomposes a CompositeImplicitAutograd op above autograd, before ``__torch_dispatch__`` sees it.
-``one_hot``'s decomposition checks the class values only on CPU tensors (elsewhere it relies on a
-device-side assert that its ``eq`` never raises), so an out-of-range class would be silent. A kernel on
-the AutogradPrivateUse1 key stops the decomposition and sends the op itself below autograd, to the op
-table's lowering, which checks on the device.
+torch decomposes a CompositeImplicitAutograd op above autograd, before ``__torch_dispatch__`` sees it. A
+kernel on the AutogradPrivateUse1 key stops the decomposition and sends the op itself below autograd, to the
+op table's lowering:
+
+* ``one_hot``: its decomposition checks the class values only on CPU tensors (elsewhere it relies on a
+  device-side assert that its ``eq`` never raises), so an out-of-range class would be silent; the lowering
+  checks on the device.
+* ``rms_norm`` (diffusers' RMSNorm, 16 per FLUX transformer call): its decomposition is 8 ops (two dtype
+  copies, pow, mean, add_, rsqrt, two muls), 8 programs in strict eager mode and 8 recorded ops in fused mode,
+  where the lowering is one. Only when nothing needs its backward (no input requires grad with grad mode on,
+  no torch.func transform, no forward-AD tangent) and the inputs are what the lowering computes (real
+  floating tensors on the tpu device, shapes that torch accepts); otherwise the decomposition, as before,
+  with autograd through its pieces and torch's own errors. Under inference_mode the autograd keys are skipped
+  and the aten op reaches ``__torch_dispatch__`` itself: the op path lowers it the same way.
 """
 from __future__ import annotations
 
 import torch
+
+from ..tensor.tensor import TpuTensor
+from .attention import transformed
 
 aten = torch.ops.aten
 _LIBRARY = None
@@ -28,8 +41,35 @@ def one_hot(x, num_classes=-1):
         return aten.one_hot.default(x, num_classes)
 
 
+_REAL_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _rms_norm_whole(x, normalized_shape, weight) -> bool:
+    # (a tensor of another subclass on the device, a DTensor say, has its own rules for torch's pieces)
+    n = len(normalized_shape)
+    if not (0 < n <= x.dim()) or type(x) is not TpuTensor or x.dtype not in _REAL_FLOATS:
+        return False
+    if tuple(x.shape[x.dim() - n:]) != tuple(normalized_shape):
+        return False
+    needs_grad = torch.is_grad_enabled() and x.requires_grad
+    if weight is not None:
+        if type(weight) is not TpuTensor or weight.device != x.device or weight.dtype not in _REAL_FLOATS or tuple(weight.shape) != tuple(
+                normalized_shape):
+            return False
+        needs_grad = needs_grad or (torch.is_grad_enabled() and weight.requires_grad)
+    return not needs_grad and not transformed(x, weight)
+
+
+def rms_norm(x, normalized_shape, weight=None, eps=None):
+    if not _rms_norm_whole(x, normalized_shape, weight):
+        return aten.rms_norm.default.decompose(x, normalized_shape, weight, eps)
+    with torch._C._AutoDispatchBelowAutograd():
+        return aten.rms_norm.default(x, normalized_shape, weight, eps)
+
+
 def register() -> None:
     global _LIBRARY
     if _LIBRARY is None:
         _LIBRARY = torch.library.Library("aten", "IMPL")
         _LIBRARY.impl("one_hot", one_hot, "AutogradPrivateUse1")
+        _LIBRARY.impl("rms_norm", rms_norm, "AutogradPrivateUse1")

@@ -201,6 +201,13 @@ def fused_rms_norm(x, normalized_shape, weight=None, eps=None):
 
 @register(aten.rms_norm.default)
 def rms_norm(x, normalized_shape, weight=None, eps=None):
+    """torch's composite as one op (eager.whole_ops): computed in float32 for half inputs, the weight
+    multiplied before the cast back to the input's dtype, eps by default the compute dtype's epsilon."""
+    return fused_rms_norm(x, normalized_shape, weight, eps)[0]
+
+
+@register(aten.rms_norm.default)
+def rms_norm(x, normalized_shape, weight=None, eps=None):
     return fused_rms_norm(x, normalized_shape, weight, eps)[0]
 
 
