@@ -22,6 +22,20 @@ def _lazy_init() -> None:
 
 
 def is_available() -> bool:
+    """Whether the tpu device can be used. Before the platform has started this does not wait for it: the
+    device is backed by whatever PJRT platform is present, the CPU at least, whenever JAX can be imported;
+    the platform then starts on a background thread (``platform.start_in_background``), so that a library
+    asking at import (diffusers does) does not hold the import for the ~10 s a TPU chip takes to open. A
+    platform that then fails to start raises its error at the first device use."""
+    if _platform.forked():
+        return False
+    if not is_initialized():
+        import importlib.util
+
+        if importlib.util.find_spec("jax") is None:
+            return False
+        _platform.start_in_background()
+        return True
     try:
         return device_count() > 0
     except Exception:

@@ -29,7 +29,9 @@ def runtime_started() -> bool:
 
 def _after_fork_in_child() -> None:
     global _FORKED
-    if jax.cache_info().currsize:  # the parent had started JAX: its runtime threads are gone here
+    # the parent had started JAX, or had a thread starting it (whose locks stay held here): its runtime
+    # threads are gone in this process
+    if jax.cache_info().currsize or _BACKGROUND:
         _FORKED = True
         jax.cache_clear()
 
@@ -114,10 +116,12 @@ def _install_x64(jax_mod) -> None:
 
 @functools.lru_cache(maxsize=None)
 def jax():
-    """Import and configure JAX (once)."""
+    """Import and configure JAX (once; a second thread asking meanwhile waits for the first)."""
     if _FORKED:
         raise fork_error()
     with _LOCK:
+        if _CONFIGURED:  # (lru_cache lets two threads in at once: the first configured it)
+            return _CONFIGURED[0]
         config.settings()  # a malformed TORCH_TPU_* variable fails here, on first device use, by name
         _configure_environment()
         import jax as _jax
@@ -136,10 +140,43 @@ def jax():
         from . import compile_events, multiprocess
 
         compile_events.install(_jax)
-        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _register_fork_handler()
         # a torchrun worker joins JAX's distributed runtime now, before anything starts a backend
         multiprocess.maybe_start(_jax)
+        _CONFIGURED.append(_jax)
         return _jax
+
+
+_CONFIGURED: list = []    # the configured jax module, once jax() has run
+_BACKGROUND: list = []    # the thread start_in_background() started (at most one per process)
+_FORK_HANDLER: list = []
+
+
+def _register_fork_handler() -> None:
+    if not _FORK_HANDLER:
+        _FORK_HANDLER.append(True)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def start_in_background() -> None:
+    """Start the platform on a daemon thread: import and configure JAX, open the device (~10 s for a TPU
+    chip; JAX's device query is what takes it). Where a program says it will use the device before it does
+    (``torch.accelerator.is_available()``, which diffusers asks while it is imported), this overlaps that
+    wait with the program's own imports and loading; the first use then waits only for what is left. Once
+    per process; a failure is left for the first use to raise again, where the caller sees it."""
+    if _BACKGROUND or _FORKED or devices.cache_info().currsize:
+        return
+    _register_fork_handler()  # before the thread takes locks: a fork meanwhile must not inherit them held
+    thread = threading.Thread(target=_start_quietly, name="torch_tpu-platform-start", daemon=True)
+    _BACKGROUND.append(thread)
+    thread.start()
+
+
+def _start_quietly() -> None:
+    try:
+        devices()
+    except BaseException:  # raised again by the first use (lru_cache keeps no failure)
+        pass
 
 
 def _try_devices(jax_mod, platform: str):
@@ -196,6 +233,16 @@ class Targeting:
 @functools.lru_cache(maxsize=None)
 def devices():
     """The local PJRT devices of the chosen platform, in index order."""
+    if _FORKED:  # (before the lock: a thread of the parent may have held it at the fork)
+        raise fork_error()
+    with _DEVICES_LOCK:  # one thread opens the device; another asking meanwhile waits, then reads JAX's
+        return _local_devices()
+
+
+_DEVICES_LOCK = threading.RLock()
+
+
+def _local_devices():
     jax_mod = jax()
     plat = platform()
     devs = [d for d in jax_mod.local_devices(backend=plat)]
