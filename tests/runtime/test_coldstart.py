@@ -449,6 +449,15 @@ def work(x):
 
 ref = work(torch.tensor([1.0, -2.0, 4.0, 0.5]))
 prefetch._thread_count = lambda: int(sys.argv[2])
+read_before_transfer = None
+if sys.argv[3] == "is_available":  # asked before any device use (diffusers asks at import)
+    from torch_tpu.runtime import platform
+    assert torch.accelerator.is_available()
+    for t in platform._BACKGROUND:  # the platform's start thread starts the background loaders
+        t.join(60)
+    for t in prefetch._State.threads:
+        t.join(60)
+    read_before_transfer = torch_tpu.stats()["cache_prefetched"]
 x = torch.tensor([1.0, -2.0, 4.0, 0.5]).to("tpu")  # the first transfer starts the background thread
 if sys.argv[1] == "DEFER_AND_FUSE":
     torch.tpu.eager_mode = torch_tpu.EagerMode.DEFER_AND_FUSE
@@ -457,22 +466,28 @@ for t in prefetch._State.threads:  # let it read everything the last run used be
 out = [t.cpu() for t in work(x)]
 same = all(torch.allclose(a, b, atol=1e-5, rtol=1e-5) for a, b in zip(out, ref))
 disk_cache.flush_writes()
-print(json.dumps({"same": same, "stats": torch_tpu.stats()}))
+print(json.dumps({"same": same, "stats": torch_tpu.stats(), "read_before_transfer": read_before_transfer}))
 """
 
 
-@pytest.mark.parametrize("mode,threads", [("DEFER_NEVER", 1), ("DEFER_NEVER", 3), ("DEFER_AND_FUSE", 3)])
-def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode, threads):
+@pytest.mark.parametrize("mode,threads,start", [("DEFER_NEVER", 1, "transfer"), ("DEFER_NEVER", 3, "transfer"),
+                                                ("DEFER_AND_FUSE", 3, "transfer"),
+                                                ("DEFER_AND_FUSE", 2, "is_available")])
+def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode, threads, start):
     """The background threads of a warm process load the last run's programs and read its op
-    descriptions; the main thread then takes them (none is read twice) and computes the same values."""
+    descriptions; the main thread then takes them (none is read twice) and computes the same values.
+    They start at the first transfer, or earlier where the program asks torch.accelerator.is_available()
+    first (the platform's start thread starts them as soon as the device is open)."""
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path), TORCH_TPU_LOG="compiles")
+    results = []
 
     def child():
-        out = hangs.run([sys.executable, "-c", _AHEAD_CHILD, mode, str(threads)], env=env, capture_output=True,
-                             text=True, timeout=300)
+        out = hangs.run([sys.executable, "-c", _AHEAD_CHILD, mode, str(threads), start], env=env,
+                        capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         r = json.loads(out.stdout.strip().splitlines()[-1])
         assert r["same"], r
+        results.append(r)
         return r["stats"], [line for line in out.stderr.splitlines() if "torch_tpu" in line and " in " in line]
 
     (cold, cold_log) = child()
@@ -486,6 +501,8 @@ def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode,
     # every program, op description and fused graph set the warm run read came from the background thread
     assert warm["cache_prefetched"] == warm["cache_loads"] + warm["op_loads"] + warm["graph_set_loads"], warm
     assert (warm["graph_set_loads"] > 0) == (mode == "DEFER_AND_FUSE"), warm
+    if start == "is_available":  # all of it read before the program's first transfer
+        assert results[-1]["read_before_transfer"] == warm["cache_prefetched"] > 0, results[-1]
 
 
 _SETS_CHILD = r"""

@@ -162,8 +162,10 @@ def start_in_background() -> None:
     """Start the platform on a daemon thread: import and configure JAX, open the device (~10 s for a TPU
     chip; JAX's device query is what takes it). Where a program says it will use the device before it does
     (``torch.accelerator.is_available()``, which diffusers asks while it is imported), this overlaps that
-    wait with the program's own imports and loading; the first use then waits only for what is left. Once
-    per process; a failure is left for the first use to raise again, where the caller sees it."""
+    wait with the program's own imports and loading; the first use then waits only for what is left. Then
+    the same thread starts reading ahead the programs the last run used from the persistent cache
+    (``prefetch``), which would otherwise start at the first transfer. Once per process; a failure is left
+    for the first use to raise again, where the caller sees it."""
     if _BACKGROUND or _FORKED or devices.cache_info().currsize:
         return
     _register_fork_handler()  # before the thread takes locks: a fork meanwhile must not inherit them held
@@ -175,6 +177,9 @@ def start_in_background() -> None:
 def _start_quietly() -> None:
     try:
         devices()
+        from . import prefetch
+
+        prefetch.start_early()  # a warm process reads its programs while the program is still loading
     except BaseException:  # raised again by the first use (lru_cache keeps no failure)
         pass
 

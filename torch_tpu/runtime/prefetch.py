@@ -94,9 +94,10 @@ def started() -> bool:
 def start_early() -> None:
     """First device use: start loading what the last run used (a guess, checked after _FIRST keys)."""
     st = _State
-    if st.started:
-        return
-    st.started = True
+    with st.lock:  # (the platform's start thread and the first transfer may both ask)
+        if st.started:
+            return
+        st.started = True
     if not _loaders or not disk_cache.enabled():
         return
     try:
