@@ -670,6 +670,18 @@ def _no_unittest_method():
 # isolation: cases that may kill or hang the process
 
 
+def programs_run(fn):
+    """(``fn()``, how many programs ran for it): the executions counter around it, after a sync on each side
+    (strict mode launches a program per op; fused mode's pending graph runs at the sync after)."""
+    import torch_tpu
+
+    torch_tpu.sync()
+    before = torch_tpu.stats()["executions"]
+    out = fn()
+    torch_tpu.sync()
+    return out, torch_tpu.stats()["executions"] - before
+
+
 _PRELUDE = """
 import os, sys
 import torch

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
+from tests.harness.differential import programs_run
 from torch_tpu.compile import lowering
 from torch_tpu.ops import attention as attention_lowering
 
@@ -15,13 +16,6 @@ GRAD_ATOL = 1e-4
 
 def _tpu(kw):
     return {k: (v.to("tpu") if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
-
-
-def _programs(fn):
-    before = torch_tpu.stats()["executions"]
-    out = fn()
-    torch_tpu.sync()
-    return out, torch_tpu.stats()["executions"] - before
 
 
 def _qkv(b=2, h=4, lq=24, lk=40, e=16, hk=None, seed=0):
@@ -45,7 +39,7 @@ def test_forward_is_one_program_and_matches_cpu(eager_mode, case):
     q, k, v = _qkv()
     kw = _masks()[case]
     ref = F.scaled_dot_product_attention(q, k, v, **kw)
-    got, n = _programs(lambda: F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), **_tpu(kw)))
+    got, n = programs_run(lambda: F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), **_tpu(kw)))
     torch.testing.assert_close(got.cpu(), ref, atol=ATOL, rtol=ATOL)
     if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
         assert n == 1
@@ -115,7 +109,7 @@ def test_strict_backward_is_one_program():
     out = F.scaled_dot_product_attention(q, k, v)
     g = torch.ones_like(out)
     torch_tpu.sync()
-    _, n = _programs(lambda: torch.autograd.grad(out, (q, k, v), g))
+    _, n = programs_run(lambda: torch.autograd.grad(out, (q, k, v), g))
     assert n == 1
 
 
@@ -123,7 +117,7 @@ def test_inference_mode_and_no_grad():
     q, k, v = _qkv()
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     with torch.inference_mode():
-        got, n = _programs(lambda: F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True))
+        got, n = programs_run(lambda: F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True))
     torch.testing.assert_close(got.cpu(), ref, atol=ATOL, rtol=ATOL)
     with torch.no_grad():
         got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True)

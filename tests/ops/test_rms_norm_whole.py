@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
+from tests.harness.differential import programs_run
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1.6e-2, torch.float16: 1e-3}
 CASES = {  # name: (input dtype, weight dtype or None, normalized_shape, eps)
@@ -27,14 +28,6 @@ def _inputs(name):
     return x, w, shape, eps
 
 
-def _programs(fn):
-    torch_tpu.sync()
-    before = torch_tpu.stats()["executions"]
-    out = fn()
-    torch_tpu.sync()
-    return out, torch_tpu.stats()["executions"] - before
-
-
 @pytest.mark.parametrize("grad_off", ["no_grad", "inference_mode"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_one_program_matching_cpu(eager_mode, name, grad_off):
@@ -43,7 +36,7 @@ def test_one_program_matching_cpu(eager_mode, name, grad_off):
     xt, wt = x.to("tpu"), (None if w is None else w.to("tpu"))
     context = torch.no_grad() if grad_off == "no_grad" else torch.inference_mode()
     with context:
-        got, programs = _programs(lambda: F.rms_norm(xt, shape, wt, eps))
+        got, programs = programs_run(lambda: F.rms_norm(xt, shape, wt, eps))
     assert got.dtype == ref.dtype == x.dtype
     torch.testing.assert_close(got.cpu(), ref, atol=TOL[x.dtype], rtol=TOL[x.dtype])
     if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:

@@ -5,15 +5,8 @@ import pytest
 import torch
 
 import torch_tpu
+from tests.harness.differential import programs_run
 from torch_tpu.errors import DeviceAssertError
-
-
-def _programs(fn):
-    torch_tpu.sync()
-    before = torch_tpu.stats()["executions"]
-    out = fn()
-    torch_tpu.sync()
-    return out, torch_tpu.stats()["executions"] - before
 
 
 VIEW_CASES = {
@@ -33,7 +26,7 @@ VIEW_CASES = {
 def test_view_inputs_cost_no_program(case, eager_mode):
     x = torch.randn(4, 6, 8)
     t = x.to("tpu")
-    got, n = _programs(lambda: VIEW_CASES[case](t))
+    got, n = programs_run(lambda: VIEW_CASES[case](t))
     torch.testing.assert_close(got.cpu(), VIEW_CASES[case](x), atol=1e-5, rtol=1e-5)
     assert n == 1
 
@@ -51,7 +44,7 @@ def test_offsets_are_inputs_not_keys():
 
 def test_reshapes_are_metadata_only():
     t = torch.randn(6, 8).to("tpu")
-    _, n = _programs(lambda: (t.view(2, 3, 8), t.reshape(48), torch.ops.aten._unsafe_view(t, [2, 3, 8]),
+    _, n = programs_run(lambda: (t.view(2, 3, 8), t.reshape(48), torch.ops.aten._unsafe_view(t, [2, 3, 8]),
                               t.flatten(), t.unsqueeze(0).squeeze(0)))
     assert n == 0
 
@@ -71,7 +64,7 @@ def test_unsafe_view_aliases_like_cpu():
 
 def test_matmul_results_are_not_copied():
     a, b = torch.randn(2, 5, 7), torch.randn(7, 3)
-    _, n = _programs(lambda: a.to("tpu") @ b.to("tpu"))  # mm + _unsafe_view: one program
+    _, n = programs_run(lambda: a.to("tpu") @ b.to("tpu"))  # mm + _unsafe_view: one program
     assert n == 1
 
 
@@ -102,7 +95,7 @@ def test_whole_storage_seen_permuted_is_written_by_the_op(case, eager_mode):
     t = make(torch.arange(48.0).reshape(2, 3, 2, 4).to("tpu"))
     assert t.stride() == x.stride()
     ref = op(x)
-    got, n = _programs(lambda: op(t))
+    got, n = programs_run(lambda: op(t))
     assert n == 1
     torch.testing.assert_close(got.cpu(), ref)
     assert got.stride() == ref.stride()
@@ -231,3 +224,45 @@ def test_random_views_read_and_write_like_cpu():
             b_t.as_strided(size, stride, offset).copy_(values.to("tpu"))
             assert torch.equal(b_t.cpu(), b_c), (shape, size, stride, offset)
     assert seen == {"box", "window", "zero"}
+
+
+CAST_CASES = {  # (view of a, dtype): the view's value cast, one program in strict mode
+    "slice at an offset to float64": (lambda a: a[1:3, 2:], torch.float64),
+    "select to bfloat16": (lambda a: a[2], torch.bfloat16),
+    "stacked pairs flattened (diffusers' rotary embedding)": (
+        lambda a: torch.stack([-a[..., 1::2], a[..., ::2]], dim=-1).flatten(2), torch.float64),
+    "reshape of a slice to half": (lambda a: a[1:3].reshape(2, 48), torch.float16),
+    "dtype view to float": (lambda a: a.view(torch.int32)[1:3], torch.float32),
+    "bool slice to float": (lambda a: (a > 0)[::2], torch.float32),
+    "float slice to int64": (lambda a: (a * 10)[1], torch.int64),
+}
+
+
+@pytest.mark.parametrize("case", list(CAST_CASES))
+def test_a_view_cast_to_another_dtype_is_one_program(case, eager_mode):
+    """``view.to(dtype)`` reads the view inside the cast's program (no view read of its own), values as CPU."""
+    make, dtype = CAST_CASES[case]
+    x = torch.randn(4, 6, 8)
+    t = x.to("tpu")
+    view_cpu, view = make(x), make(t)
+    torch_tpu.sync()
+    got, n = programs_run(lambda: view.to(dtype))
+    assert got.dtype == dtype and got.shape == view_cpu.shape
+    torch.testing.assert_close(got.cpu(), view_cpu.to(dtype), atol=1e-3, rtol=1e-3)
+    if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
+        assert n == 1
+
+
+def test_a_view_cast_after_its_base_was_written_reads_the_new_values(eager_mode):
+    x = torch.randn(4, 8)
+    t = x.to("tpu")
+    v, v_cpu = t[1:3, ::2], x[1:3, ::2]
+    first, first_cpu = v.double(), v_cpu.double()
+    t.mul_(-2)  # the base changes after the first cast: a later cast must see it
+    x.mul_(-2)
+    t[1, 0] = 7.0
+    x[1, 0] = 7.0
+    second = v.half()
+    torch.testing.assert_close(first.cpu(), first_cpu)
+    torch.testing.assert_close(second.cpu(), v_cpu.half())
+    torch.testing.assert_close(v.float().cpu(), v_cpu)  # and the view itself, read after the casts

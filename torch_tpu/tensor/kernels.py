@@ -45,6 +45,32 @@ def convert(array, dst_shape, dst_dtype: torch.dtype):
     return launch(key, fn, (array,), (tuple(dst_shape), want), "copy")
 
 
+_VIEW_CONVERT_FNS: dict = caches.register("view cast programs", caches.Bounded(program_cache.max_programs))
+stable_keys.register_kind("view-convert")  # a view-read key's layout and the target dtype
+
+
+def convert_value(x: TpuTensor, dst_dtype: torch.dtype):
+    """``x``'s value cast to ``dst_dtype``: for a view whose value is not computed yet, one program that reads
+    it from its storage and casts (``x.float()`` of a reshaped or sliced tensor: diffusers' rotary embedding
+    does it twice per attention), instead of a view read and a cast."""
+    storage = x._tpu_storage
+    want = dtypes.to_jax_dtype(dst_dtype)
+    if x._tpu_full or x._tpu_cache_version == storage.version or want == dtypes.to_jax_dtype(x.dtype):
+        return convert(value_of(x), x.shape, dst_dtype)
+    size, stride, offset = tuple(x.shape), tuple(x.stride()), x.storage_offset()
+    where = strided.placement(size, stride, offset, storage.shape, storage.dtype, x.dtype)
+    key = ("view-convert", storage.shape, storage.dtype, x.dtype, size, stride, where, want)
+    fn = _VIEW_CONVERT_FNS.get(key)
+    if fn is None:
+        read = strided.read_fn(storage.shape, storage.dtype, size, stride, x.dtype, where)
+
+        def fn(storage_array, view_offset):
+            return dtypes.astype(read(storage_array, view_offset), want)
+
+        _VIEW_CONVERT_FNS[key] = fn
+    return launch(key, fn, (storage.value(), strided.offset_arg(offset)), (size, want), "copy")
+
+
 def to_host(x: TpuTensor) -> torch.Tensor:
     """x's value as a new CPU tensor: a point that waits, so pending device-side checks are read first."""
     arr = value_of(x)
@@ -74,6 +100,9 @@ def copy_into(dst: TpuTensor, src: torch.Tensor) -> TpuTensor:
     strided.check_writable(dst)
     if isinstance(src, TpuTensor):
         strided.check_no_partial_overlap(dst, (src,))
+        if tuple(src.shape) == tuple(dst.shape):  # (a view source read inside the cast's program)
+            write(dst, convert_value(src, dst.dtype))
+            return dst
         arr = value_of(src)
     else:
         arr = dtypes.host_to_device(src, platform.jax_device(dst._tpu_storage.device_index))
@@ -120,7 +149,7 @@ def to_copy(func, args, kwargs):
         # x.to(dtype) keeps a dense non-contiguous layout (channels_last ...), as on CPU; .to(memory_format=)
         return copy_into(empty_like(None, (x,), {"dtype": dtype, "memory_format": fmt}), x)
     # _to_copy must not alias: arrays are immutable, so a new storage is enough
-    arr = convert(value_of(x), x.shape, dtype)
+    arr = convert_value(x, dtype)
     return TpuTensor(TpuStorage(arr, arr.shape, dtype), arr.shape, dtype=dtype)
 
 

@@ -308,7 +308,7 @@ def placement(size, stride, offset: int, storage_shape, storage_dtype, view_dtyp
     return "window"
 
 
-def _offset_arg(offset: int):
+def offset_arg(offset: int):
     return np.int64(offset)
 
 
@@ -329,7 +329,7 @@ def read(storage, t):
     where = placement(size, stride, offset, storage.shape, storage.dtype, t.dtype)
     key = ("view-read", storage.shape, storage.dtype, t.dtype, size, stride, where)
     fn = read_fn(storage.shape, storage.dtype, size, stride, t.dtype, where)
-    return launch(key, fn, (storage.value(), _offset_arg(offset)),
+    return launch(key, fn, (storage.value(), offset_arg(offset)),
                   (size, dtypes.to_jax_dtype(t.dtype)), "view read")
 
 
@@ -462,6 +462,6 @@ def write(storage, t, value):
     fn = _FNS.get(key)
     if fn is None:
         fn = _FNS[key] = _write_fn(storage.shape, storage.dtype, size, stride, t.dtype, where)
-    return launch(key, fn, (storage.value(), value, _offset_arg(offset)),
+    return launch(key, fn, (storage.value(), value, offset_arg(offset)),
                   (storage.shape, dtypes.to_jax_dtype(storage.dtype)), "view write")
 
