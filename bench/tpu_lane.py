@@ -7,7 +7,9 @@ them as wheels; see "On a TPU" in the README), from the repository root:
 
 Steps (each in its own processes, one at a time: a TPU is held by one process):
   demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
-             and compile modes, each twice: a fresh program cache (cold), then a second process (warm)
+             and compile modes, each twice: a fresh program cache (cold), then a second process (warm);
+             before them, a process that only imports torch and diffusers' FluxPipeline (and whether their
+             bytecode is on disk)
   flux       bench/bench_flux_width.py: a FLUX.1-width transformer (2+4 blocks, 4608 tokens, bf16) in the
              four modes beside the floor (its GEMMs and attention kernel alone, in JAX)
   tests      the attention, TPU lowering, real-width transformer and pipeline test files on the chip
@@ -62,8 +64,24 @@ def _stage_times(text: str) -> dict:
     return times
 
 
+def _bytecode() -> dict:
+    """Whether the heavy packages' compiled bytecode is on disk: without it (wheels installed with
+    --no-compile on a host that sets PYTHONDONTWRITEBYTECODE) every process compiles torch, diffusers and
+    transformers from source, ~10 s more per process on the TPU host."""
+    import importlib.util
+
+    found = {}
+    for name in ("torch", "diffusers", "transformers"):
+        spec = importlib.util.find_spec(name)
+        found[name] = bool(spec and spec.origin and os.path.exists(importlib.util.cache_from_source(spec.origin)))
+    return {"cached": found, "dont_write_bytecode": bool(sys.flags.dont_write_bytecode)}
+
+
 def step_demo(args, left):
-    out = {}
+    # what every diffusers program pays before it touches the device, in a process of its own
+    rc, _, wall = _run([sys.executable, "-c", "import torch; from diffusers import FluxPipeline"], min(300, left()))
+    out = {"imports": {"rc": rc, "process_s": wall, "bytecode": _bytecode()}}
+    print(f"imports (torch, diffusers' FluxPipeline): {wall:.1f} s", flush=True)
     for mode in ("eager", "fused", "compile"):
         cache = tempfile.mkdtemp(prefix=f"lane-{mode}-")
         for run in ("cold", "warm"):
