@@ -165,3 +165,26 @@ def test_twins_through_the_persistent_cache(tmp_path):
     problems = [ln for ln in (first.stdout + second.stdout).splitlines() if ln.startswith("PROBLEM")]
     assert not problems, "\n".join(problems)
     assert int(second.stdout.split("DONE")[-1].split()[0]) >= 20
+
+
+def test_key_of_a_whole_tensor_follows_its_storage_after_in_place_metadata_changes():
+    """A whole tensor's key takes its shape and dtype from its storage: after ``.data =``, ``set_`` and
+    ``resize_`` give a tensor another shape or dtype in place, an op on it finds the entry of its new
+    shape and dtype (not the old one's), as CPU torch computes."""
+    cpu = torch.arange(6, dtype=torch.float32)
+    t = cpu.to("tpu")
+    assert torch.equal((t + t).cpu(), cpu + cpu)
+    for make in (lambda: torch.arange(4, dtype=torch.int64), lambda: torch.ones(2, 3, dtype=torch.float64)):
+        new_cpu = make()
+        t.data = new_cpu.to("tpu")
+        cpu.data = new_cpu
+        out = t + t
+        assert out.dtype == cpu.dtype and out.shape == cpu.shape
+        assert torch.equal(out.cpu(), cpu + cpu)
+    src = torch.full((5,), 3, dtype=torch.float64)  # (set_ keeps the dtype, as on CPU)
+    t.set_(src.to("tpu"))
+    assert torch.equal((t * t).cpu(), src * src)
+    t.resize_(7)
+    out = t[:5] * 2
+    assert out.dtype == torch.float64 and torch.equal(out.cpu(), src * 2)
+    assert (t + t).shape == (7,)

@@ -208,3 +208,30 @@ def test_compile_log_from_the_environment(monkeypatch):
 def test_compile_log_is_off_by_default():
     assert not logging.getLogger(compile_log.LOGGER_NAME).isEnabledFor(logging.INFO)
     assert compile_log.start() is None  # no timing, no bookkeeping per compile
+
+
+def test_memory_stats_count_op_results_and_their_frees():
+    """An op's result storage counts the bytes its entry computed once (a plain op, an op with a per-call
+    check of a Python number, a reduction to another shape and dtype): allocations and frees as made."""
+    x = torch.ones(128, device="tpu")
+    y = torch.ones(128, device="tpu")
+    for _ in range(2):  # (entries and programs built; their example values gone)
+        x + y, x + 0.5, x.sum(dtype=torch.float64), (x > 0)
+    gc.collect()
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_stats()
+    results = [x + y, x + 0.5, x.sum(dtype=torch.float64), x > 0]
+    after = torch.tpu.memory_stats()
+    expected = 128 * 4 + 128 * 4 + 8 + 128
+    assert [r.dtype for r in results] == [torch.float32, torch.float32, torch.float64, torch.bool]
+    assert [tuple(r.shape) for r in results] == [(128,), (128,), (), (128,)]
+    assert after["requested_bytes.all.current"] - before["requested_bytes.all.current"] == expected
+    assert after["allocated_bytes.all.allocated"] - before["allocated_bytes.all.allocated"] == expected
+    assert after["allocation.all.current"] - before["allocation.all.current"] == 4
+    assert memory.peak() >= memory.in_use()
+    del results
+    gc.collect()
+    freed = torch.tpu.memory_stats()
+    assert freed["allocated_bytes.all.freed"] - after["allocated_bytes.all.freed"] == expected
+    assert freed["allocation.all.current"] == before["allocation.all.current"]
+    assert freed["requested_bytes.all.current"] == before["requested_bytes.all.current"]

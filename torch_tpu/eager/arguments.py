@@ -332,7 +332,9 @@ def key_and_inputs(func, args, kwargs):
                 arr = storage.value()
             elif type(arr) is LazyArray:
                 arr = storage.array = launchers.current.take(arr)
-            sig.append((arr.shape, a.dtype))
+            # a whole storage: its shape and dtype are the tensor's and its array's (``TpuTensor._tpu_full``),
+            # and reading them off the storage costs no JAX property nor torch getter
+            sig.append((storage.shape, storage.dtype))
             arrays.append(arr)
         elif ta in _NUMBERS:
             if slots is None:

@@ -4,6 +4,7 @@ made now, ``plans.plan``) or ``LoweredEntry.from_description`` (a description st
 process, ``op_store``), then prepared by the current launcher and finished."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -13,7 +14,7 @@ from ..errors import OpError, describe
 from ..ops import registry
 from ..runtime import dtypes, generators, program_cache, rng
 from ..tensor import kernels
-from ..tensor.tensor import new_full, new_strided, write, write_storage
+from ..tensor.tensor import new_full, new_output, new_strided, write, write_storage
 from .overlap_rules import OVERLAP_UNCHECKED, refuse_partial_overlap
 from .plans import plan
 
@@ -23,7 +24,7 @@ class LoweredEntry:
 
     __slots__ = ("func", "key", "fn", "compiled", "avals", "out_dtypes", "rebuild", "writes", "random",
                  "n_out", "returns_scalar", "check", "recipe", "loaded", "device_checks", "layouts",
-                 "write_orders", "plain", "what")
+                 "write_orders", "plain", "output", "what")
 
     def __init__(self, func, key, *, fn, recipe, avals, out_dtypes, rebuild, random, returns_scalar, check,
                  device_checks, layouts, write_orders):
@@ -46,6 +47,7 @@ class LoweredEntry:
         self.layouts = layouts  # see ``plans.Plan.layouts``
         self.what = str(func)  # (fused mode names each node)
         self.plain = False  # set by finish()
+        self.output = None  # the result of an entry with one: (shape, torch dtype, bytes), set by finish()
 
     @classmethod
     def from_plan(cls, func, key, p, random: bool, write_orders, check) -> LoweredEntry:
@@ -82,10 +84,17 @@ class LoweredEntry:
             self.avals += (((), dtypes.to_jax_dtype(torch.int32)),)
         self.plain = (self.check is None and not self.random and not self.writes and not self.device_checks
                       and not self.returns_scalar and self.layouts is None and self.rebuild is None)
+        if self.n_out == 1 and self.layouts is None:
+            # its program returns its result in the shape of the first aval (the lowering's result is
+            # conformed to the meta kernel's, ``ops.calling``; a deferred value has it too): the result's
+            # wrapper needs no more
+            shape = tuple(self.avals[0][0])
+            dtype = self.out_dtypes[0]
+            self.output = (shape, dtype, math.prod(shape) * dtype.itemsize)
 
     def __call__(self, args, kwargs, arrays):
         if self.plain:  # one output, nothing to check, draw or write (most ops: the hot path)
-            return new_full(launchers.current.run_op(self, arrays, args, kwargs)[0], self.out_dtypes[0])
+            return new_output(launchers.current.run_op(self, arrays, args, kwargs)[0], *self.output)
         if self.check is not None:  # a dynamic Scalar that must fit the output's dtype
             self.check(args, kwargs)
         if self.random:  # the op's key: from its generator=torch.Generator("tpu"), else the device's RNG
@@ -119,7 +128,8 @@ class LoweredEntry:
                        for o, d, lay in zip(outs[: self.n_out], dts, self.layouts)]
             return results[0] if self.rebuild is None else self.rebuild(results)
         if self.rebuild is None:
-            return new_full(outs[0], dts[0])
+            out = self.output
+            return new_full(outs[0], dts[0]) if out is None else new_output(outs[0], *out)
         return self.rebuild([new_full(o, d) for o, d in zip(outs[: self.n_out], dts)])
 
     def _checked_values(self, outs):

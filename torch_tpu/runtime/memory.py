@@ -12,7 +12,8 @@ from __future__ import annotations
 
 class _Counts:
     """The counts (one instance: setting a class's attribute costs several times an instance's, and
-    every op output and every freed storage sets some)."""
+    every op output and every freed storage sets some). A storage counts itself where it is made and
+    freed (``tensor.tensor.TpuStorage``: inlined there, the hot path of every op output)."""
 
     __slots__ = ("in_use", "peak", "live", "live_peak", "allocs", "frees", "allocated_bytes", "freed_bytes")
 
@@ -27,33 +28,12 @@ class _Counts:
         self.freed_bytes = 0
 
 
-_Counter = _Counts()
+COUNTS = _Counter = _Counts()
 
 
 class _Reset:
     pjrt_peak = None    # PJRT's peak_bytes_in_use when reset_peak() ran (None: never reset)
     pjrt_in_use = 0
-
-
-def allocated(nbytes: int) -> None:
-    """A storage of ``nbytes`` was created (the hot path: every op output)."""
-    c = _Counter
-    in_use = c.in_use = c.in_use + nbytes
-    live = c.live = c.live + 1
-    c.allocs += 1
-    c.allocated_bytes += nbytes
-    if in_use > c.peak:
-        c.peak = in_use
-    if live > c.live_peak:
-        c.live_peak = live
-
-
-def freed(nbytes: int) -> None:
-    c = _Counter
-    c.in_use -= nbytes
-    c.live -= 1
-    c.frees += 1
-    c.freed_bytes += nbytes
 
 
 def resized(old: int, new: int) -> None:

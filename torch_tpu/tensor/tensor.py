@@ -38,7 +38,8 @@ class TpuStorage:
     __slots__ = ("array", "shape", "dtype", "version", "nbytes", "device_index", "reshaped", "_ptr", "_py",
                  "__weakref__")
 
-    def __init__(self, array, shape, dtype: torch.dtype, device_index: int = 0):
+    def __init__(self, array, shape, dtype: torch.dtype, device_index: int = 0, nbytes: int | None = None,
+                 _counts=memory.COUNTS):
         self.array = array  # jax.Array, or None: not yet written (reads as zeros)
         self.shape = shape = shape if type(shape) is tuple else tuple(shape)
         self.dtype = dtype
@@ -47,16 +48,30 @@ class TpuStorage:
         # (version, array): the whole value in another shape, read by fused mode at a graph boundary
         # (``_read_view``); views of this storage read from it while the version is current
         self.reshaped = None
-        self.nbytes = nbytes = math.prod(shape) * dtype.itemsize
-        memory.allocated(nbytes)
+        if nbytes is None:  # (an op's output passes its entry's: ``new_output``)
+            nbytes = math.prod(shape) * dtype.itemsize
+        self.nbytes = nbytes
+        # counted in memory's counts (runtime/memory.py), inlined here: every op output makes a storage
+        c = _counts
+        in_use = c.in_use = c.in_use + nbytes
+        live = c.live = c.live + 1
+        c.allocs += 1
+        c.allocated_bytes += nbytes
+        if in_use > c.peak:
+            c.peak = in_use
+        if live > c.live_peak:
+            c.live_peak = live
 
-    def __del__(self, _freed=memory.freed):
-        # bound at definition: a storage kept alive in a module torn down after ``memory`` (a tensor on
-        # ``torch.some_attr``, a library's cache) is freed at exit when memory's globals are None already
-        try:
-            _freed(self.nbytes)
-        except AttributeError:  # memory's counter was torn down first: nothing left to count
-            pass
+    def __del__(self, _counts=memory.COUNTS):
+        # the counts are bound at definition: a storage kept alive in a module torn down after ``memory``
+        # (a tensor on ``torch.some_attr``, a library's cache) is freed at exit when memory's globals are
+        # None already
+        c = _counts
+        nbytes = self.nbytes
+        c.in_use -= nbytes
+        c.live -= 1
+        c.frees += 1
+        c.freed_bytes += nbytes
 
     def value(self):
         arr = self.array
@@ -302,10 +317,20 @@ class TpuTensor(torch.Tensor):
 
 
 def new_full(array, dtype: torch.dtype, _make=torch.Tensor._make_wrapper_subclass) -> "TpuTensor":
-    """Hot path: wrap a fresh device array (an op's output) as a new tensor on tpu:0."""
+    """Wrap a fresh device array (an op's output) as a new tensor on tpu:0."""
     shape = array.shape  # (a Python property of JAX's arrays on some versions: read once)
     t = _make(TpuTensor, shape, dtype=dtype, device=_DEVICE or device_for(0))
     t._tpu_storage = TpuStorage(array, shape, dtype)
+    return t
+
+
+def new_output(array, shape: tuple, dtype: torch.dtype, nbytes: int,
+               _make=torch.Tensor._make_wrapper_subclass, _storage=TpuStorage) -> "TpuTensor":
+    """Hot path (a plain op's result): ``new_full`` of an array whose shape and byte count the caller
+    knows already (the op entry's output: its program returns that shape, see ``eager/entries.py``), so
+    neither JAX's ``shape`` property nor the byte count is computed again."""
+    t = _make(TpuTensor, shape, dtype=dtype, device=_DEVICE or device_for(0))
+    t._tpu_storage = _storage(array, shape, dtype, 0, nbytes)
     return t
 
 
