@@ -163,9 +163,9 @@ def start_in_background() -> None:
     chip; JAX's device query is what takes it). Where a program says it will use the device before it does
     (``torch.accelerator.is_available()``, which diffusers asks while it is imported), this overlaps that
     wait with the program's own imports and loading; the first use then waits only for what is left. Then
-    the same thread starts reading ahead the programs the last run used from the persistent cache
-    (``prefetch``), which would otherwise start at the first transfer. Once per process; a failure is left
-    for the first use to raise again, where the caller sees it."""
+    the same thread runs what registered with ``after_start`` (the persistent cache's prefetch, which would
+    otherwise start at the first transfer). Once per process; a failure is left for the first use to raise
+    again, where the caller sees it."""
     if _BACKGROUND or _FORKED or devices.cache_info().currsize:
         return
     _register_fork_handler()  # before the thread takes locks: a fork meanwhile must not inherit them held
@@ -174,12 +174,20 @@ def start_in_background() -> None:
     thread.start()
 
 
+_AFTER_START: list = []  # what the start thread runs once the device is open (``after_start``)
+
+
+def after_start(fn) -> None:
+    """Have the background start thread call ``fn()`` once the device is open (the persistent cache's
+    prefetch registers its start: a warm process reads its programs while the program is still loading)."""
+    _AFTER_START.append(fn)
+
+
 def _start_quietly() -> None:
     try:
         devices()
-        from . import prefetch
-
-        prefetch.start_early()  # a warm process reads its programs while the program is still loading
+        for fn in _AFTER_START:
+            fn()
     except BaseException:  # raised again by the first use (lru_cache keeps no failure)
         pass
 

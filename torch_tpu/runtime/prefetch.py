@@ -22,7 +22,7 @@ import json
 import os
 import threading
 
-from . import counters, disk_cache, stable_keys
+from . import counters, disk_cache, platform, stable_keys
 
 _FIRST = 8            # keys that name a workload
 _WAIT_S = 60.0        # longest wait for a program the thread is loading (then the main thread loads it)
@@ -244,3 +244,6 @@ def save() -> None:
 
 
 atexit.register(save)  # registered after disk_cache's drain, so it runs before it
+
+
+platform.after_start(start_early)  # from the platform's background start, when that comes first
