@@ -868,17 +868,19 @@ def run_cases_isolated(module_file: str, names: Sequence[str], timeout_per_case:
         lines: "queue.Queue[str | None]" = queue.Queue()
         err_tail: list[str] = []
 
-        def pump_out():
-            for ln in proc.stdout:
-                lines.put(ln)
-            lines.put(None)
+        # each pump is bound to its own worker's pipe, queue and tail: read at call time, the names would be
+        # the next worker's once a killed worker's pump ended late, and its end-of-file would end that one
+        def pump_out(out=proc.stdout, queue_=lines):
+            for ln in out:
+                queue_.put(ln)
+            queue_.put(None)
 
-        def pump_err():
-            for ln in proc.stderr:
+        def pump_err(err=proc.stderr, tail=err_tail):
+            for ln in err:
                 if ln.startswith(_START.strip()):
-                    err_tail.clear()  # keep only the current case's stderr
-                err_tail.append(ln)
-                del err_tail[:-400]
+                    tail.clear()  # keep only the current case's stderr
+                tail.append(ln)
+                del tail[:-400]
 
         threading.Thread(target=pump_out, daemon=True).start()
         threading.Thread(target=pump_err, daemon=True).start()
