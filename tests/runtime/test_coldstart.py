@@ -471,8 +471,7 @@ print(json.dumps({"same": same, "stats": torch_tpu.stats(), "read_before_transfe
 
 
 @pytest.mark.parametrize("mode,threads,start", [("DEFER_NEVER", 1, "transfer"), ("DEFER_NEVER", 3, "transfer"),
-                                                ("DEFER_AND_FUSE", 3, "transfer"),
-                                                ("DEFER_AND_FUSE", 2, "is_available")])
+                                                ("DEFER_AND_FUSE", 3, "is_available")])
 def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode, threads, start):
     """The background threads of a warm process load the last run's programs and read its op
     descriptions; the main thread then takes them (none is read twice) and computes the same values.
