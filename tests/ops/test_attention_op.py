@@ -117,7 +117,8 @@ def test_inference_mode_and_no_grad():
     q, k, v = _qkv()
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     with torch.inference_mode():
-        got, n = programs_run(lambda: F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True))
+        got, n = programs_run(
+            lambda: F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True))
     torch.testing.assert_close(got.cpu(), ref, atol=ATOL, rtol=ATOL)
     with torch.no_grad():
         got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"), is_causal=True)

@@ -53,8 +53,8 @@ def _rms_norm_whole(x, normalized_shape, weight) -> bool:
         return False
     needs_grad = torch.is_grad_enabled() and x.requires_grad
     if weight is not None:
-        if type(weight) is not TpuTensor or weight.device != x.device or weight.dtype not in _REAL_FLOATS or tuple(weight.shape) != tuple(
-                normalized_shape):
+        if (type(weight) is not TpuTensor or weight.device != x.device or weight.dtype not in _REAL_FLOATS
+                or tuple(weight.shape) != tuple(normalized_shape)):
             return False
         needs_grad = needs_grad or (torch.is_grad_enabled() and weight.requires_grad)
     return not needs_grad and not transformed(x, weight)
