@@ -294,3 +294,26 @@ def test_deleted_tensors_give_their_memory_back():
     after = _footprint()
     for k in ("live device buffers", "live storages", "device bytes"):
         assert after[k] <= base[k], f"[growth] {k}: {base[k]} -> {after[k]} after deleting every tensor"
+
+
+def test_the_call_site_tables_are_registered_caches_emptied_by_reset():
+    """Fused mode's call-site tables (per code object and instruction: every recorded op asks) are bounded
+    registered caches: ``torch_tpu.reset_caches()`` empties them, and recording after that fills them again
+    with the same graphs' values."""
+    from torch_tpu.runtime import caches
+
+    x = D.rand(4, 6, seed=3)
+    names = ("call site frames", "number site frames", "call site lines")
+
+    def record():
+        with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+            t = x.to("tpu")
+            return ((t * 1.5 + 2.0).tanh() - t).cpu()
+
+    want = (x * 1.5 + 2.0).tanh() - x
+    torch.testing.assert_close(record(), want)
+    assert all(caches.sizes()[n] > 0 for n in names[::2]), caches.sizes()
+    torch_tpu.reset_caches()
+    assert all(caches.sizes()[n] == 0 for n in names), caches.sizes()
+    torch.testing.assert_close(record(), want)
+    assert caches.sizes()["call site lines"] > 0

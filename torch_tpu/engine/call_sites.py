@@ -56,12 +56,16 @@ def set_dispatch_code(code) -> None:
 
 
 # Keyed by id(code), the value holding the code object (so its id stays its own): a code object's hash is
-# computed from its bytecode and constants at every lookup, microseconds for a long function.
-_INSIDE: dict = {}  # id(code object) -> (code, whether user_location passes it) (every recorded op asks)
-_GLUE: dict = {}  # id(code object) -> (code, whether number_site passes it)
+# computed from its bytecode and constants at every lookup, microseconds for a long function. Bounded (each
+# torch.compile graph and generated function brings code objects of its own, which the values keep alive) and
+# emptied by ``torch_tpu.reset_caches()``.
+_INSIDE: dict = caches.register("call site frames", caches.Bounded(lambda: 1 << 16))
+# id(code object) -> (code, whether user_location passes it) (every recorded op asks)
+_GLUE: dict = caches.register("number site frames", caches.Bounded(lambda: 1 << 16))
+# id(code object) -> (code, whether number_site passes it)
 # (id(code), f_lasti) -> (code, file, line, "file:line"): a frame's line number is found by scanning its code's
-# line table, and an op's call site is asked at every recorded op. (Bounded: generated code, fx graphs.)
-_PLACES: dict = caches.Bounded(lambda: 1 << 16)
+# line table, and an op's call site is asked at every recorded op
+_PLACES: dict = caches.register("call site lines", caches.Bounded(lambda: 1 << 16))
 _GLUE_FILES = tuple(os.sep.join(("torch", *f)) for f in (("_tensor.py",), ("_ops.py",), ("overrides.py",),
                                                            ("utils", "_python_dispatch.py")))
 
