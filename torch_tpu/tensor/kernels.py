@@ -57,18 +57,15 @@ def convert_value(x: TpuTensor, dst_dtype: torch.dtype):
     want = dtypes.to_jax_dtype(dst_dtype)
     if x._tpu_full or x._tpu_cache_version == storage.version or want == dtypes.to_jax_dtype(x.dtype):
         return convert(value_of(x), x.shape, dst_dtype)
-    size, stride, offset = tuple(x.shape), tuple(x.stride()), x.storage_offset()
-    where = strided.placement(size, stride, offset, storage.shape, storage.dtype, x.dtype)
-    key = ("view-convert", storage.shape, storage.dtype, x.dtype, size, stride, where, want)
+    read_key, read, args = strided.reader(storage, x)
+    key = ("view-convert", *read_key[1:], want)
     fn = _VIEW_CONVERT_FNS.get(key)
     if fn is None:
-        read = strided.read_fn(storage.shape, storage.dtype, size, stride, x.dtype, where)
-
         def fn(storage_array, view_offset):
             return dtypes.astype(read(storage_array, view_offset), want)
 
         _VIEW_CONVERT_FNS[key] = fn
-    return launch(key, fn, (storage.value(), strided.offset_arg(offset)), (size, want), "copy")
+    return launch(key, fn, args, (tuple(x.shape), want), "copy")
 
 
 def to_host(x: TpuTensor) -> torch.Tensor:

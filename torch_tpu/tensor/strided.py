@@ -322,15 +322,21 @@ def read_fn(storage_shape, storage_dtype, size, stride, view_dtype, placement):
     return fn
 
 
-def read(storage, t):
+def reader(storage, t) -> tuple:
+    """(key, fn, args) of the program reading view ``t`` from ``storage``: ``fn(*args)`` is its value. A
+    program that reads and then computes (a cast: ``tensor.kernels.convert_value``) builds on them."""
     size = tuple(t.shape)
     stride = tuple(t.stride())
     offset = t.storage_offset()
     where = placement(size, stride, offset, storage.shape, storage.dtype, t.dtype)
     key = ("view-read", storage.shape, storage.dtype, t.dtype, size, stride, where)
     fn = read_fn(storage.shape, storage.dtype, size, stride, t.dtype, where)
-    return launch(key, fn, (storage.value(), offset_arg(offset)),
-                  (size, dtypes.to_jax_dtype(t.dtype)), "view read")
+    return key, fn, (storage.value(), offset_arg(offset))
+
+
+def read(storage, t):
+    key, fn, args = reader(storage, t)
+    return launch(key, fn, args, (tuple(t.shape), dtypes.to_jax_dtype(t.dtype)), "view read")
 
 
 def memory_order(size, stride):
