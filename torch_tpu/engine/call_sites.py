@@ -59,10 +59,10 @@ def set_dispatch_code(code) -> None:
 # computed from its bytecode and constants at every lookup, microseconds for a long function. Bounded (each
 # torch.compile graph and generated function brings code objects of its own, which the values keep alive) and
 # emptied by ``torch_tpu.reset_caches()``.
-_INSIDE: dict = caches.register("call site frames", caches.Bounded(lambda: 1 << 16))
 # id(code object) -> (code, whether user_location passes it) (every recorded op asks)
-_GLUE: dict = caches.register("number site frames", caches.Bounded(lambda: 1 << 16))
+_INSIDE: dict = caches.register("call site frames", caches.Bounded(lambda: 1 << 16))
 # id(code object) -> (code, whether number_site passes it)
+_GLUE: dict = caches.register("number site frames", caches.Bounded(lambda: 1 << 16))
 # (id(code), f_lasti) -> (code, file, line, "file:line"): a frame's line number is found by scanning its code's
 # line table, and an op's call site is asked at every recorded op
 _PLACES: dict = caches.register("call site lines", caches.Bounded(lambda: 1 << 16))
