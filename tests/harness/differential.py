@@ -689,11 +689,13 @@ import torch_tpu
 """
 
 
-def run_isolated(code: str, timeout: float = 90, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh Python process (this worktree first on sys.path). Returns the
-    CompletedProcess; when the child is taken for hung (``hangs.run``: ``timeout`` is about the seconds it
-    takes at most on an idle machine) returncode is None and stdout/stderr hold what came before."""
-    full = _PRELUDE + textwrap.dedent(code)
+def run_isolated(code: str, timeout: float = 90, env: dict | None = None,
+                 prelude: bool = True) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh Python process (this worktree first on sys.path), after importing torch and
+    torch_tpu unless ``prelude`` is False. Returns the CompletedProcess; when the child is taken for hung
+    (``hangs.run``: ``timeout`` is about the seconds it takes at most on an idle machine) returncode is None
+    and stdout/stderr hold what came before."""
+    full = (_PRELUDE if prelude else "") + textwrap.dedent(code)
     e = dict(os.environ)
     e["PYTHONPATH"] = REPO + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     e.pop("PYTEST_CURRENT_TEST", None)

@@ -206,11 +206,6 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     return fused_rms_norm(x, normalized_shape, weight, eps)[0]
 
 
-@register(aten.rms_norm.default)
-def rms_norm(x, normalized_shape, weight=None, eps=None):
-    return fused_rms_norm(x, normalized_shape, weight, eps)[0]
-
-
 @register(aten.native_group_norm.default)
 def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
     y = upcast(x).reshape(N, group, (C // group) * HxW)  # explicit: N may be 0

@@ -1,0 +1,182 @@
+"""diffusers' apply_rotary_emb on tpu tensors is ONE op (tpu::rotary_embedding): one program in strict mode
+instead of 8, one recorded op in fused mode, the values and dtype of diffusers' own function on CPU for every
+mix of input and table dtypes and both layouts; every call it does not serve exactly (gradients, other
+options, odd shapes, CPU tensors) is diffusers' own function, errors included. The op itself checks its
+arguments, has a CPU kernel and a backward."""
+import pytest
+import torch
+
+import torch_tpu
+from tests.harness.differential import programs_run, run_isolated
+
+from diffusers.models import embeddings  # noqa: E402  (after torch_tpu: the import hook patches it)
+import diffusers.models.transformers.transformer_flux as transformer_flux  # noqa: E402
+
+from torch_tpu.integrations import diffusers_rotary
+
+ORIGINAL = embeddings.apply_rotary_emb.__torch_tpu_original__
+TOL = {torch.float32: 1e-6, torch.float64: 1e-12, torch.bfloat16: 8e-3, torch.float16: 1e-3}
+DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
+
+
+def _case(dtype, table_dtype, sequence_dim, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shape = (2, 6, 3, 8) if sequence_dim == 1 else (2, 3, 6, 8)
+    x = (torch.randn(shape, generator=g) * 2).to(dtype)
+    angles = torch.rand(6, 4, generator=g) * 6.28
+    cos = angles.cos().repeat_interleave(2, dim=1).to(table_dtype)
+    sin = angles.sin().repeat_interleave(2, dim=1).to(table_dtype)
+    return x, cos, sin
+
+
+def test_diffusers_modules_hold_the_wrapper():
+    assert diffusers_rotary.installed()
+    assert transformer_flux.apply_rotary_emb is embeddings.apply_rotary_emb
+    assert embeddings.apply_rotary_emb.__name__ == "apply_rotary_emb"
+
+
+@pytest.mark.parametrize("sequence_dim", [1, 2])
+@pytest.mark.parametrize("table_dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_program_matching_diffusers_on_cpu(eager_mode, dtype, table_dtype, sequence_dim):
+    x, cos, sin = _case(dtype, table_dtype, sequence_dim)
+    ref = ORIGINAL(x, (cos, sin), sequence_dim=sequence_dim)
+    xt, ct, st = x.to("tpu"), cos.to("tpu"), sin.to("tpu")
+    with torch.no_grad():
+        got, programs = programs_run(lambda: embeddings.apply_rotary_emb(xt, (ct, st), sequence_dim=sequence_dim))
+    assert got.dtype == ref.dtype == dtype and got.shape == ref.shape
+    tol = max(TOL[dtype], TOL[torch.promote_types(torch.float32, table_dtype)])  # computed in that type
+    torch.testing.assert_close(got.cpu(), ref, atol=tol, rtol=tol)
+    if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
+        assert programs == 1  # (diffusers' own: 8)
+
+
+def test_strided_input_tables_on_cpu_and_inference_mode(eager_mode):
+    """x a transposed view (FLUX passes (B, S, H, D) made by unflatten), the tables still on the CPU (diffusers
+    moves them itself), inference_mode; then the output written in place while the input is reused."""
+    x, cos, sin = _case(torch.float32, torch.float32, 2)
+    base = x.transpose(1, 2).contiguous()  # (2, 6, 3, 8): x is its transposed view
+    ref = ORIGINAL(base.transpose(1, 2), (cos, sin), sequence_dim=2)
+    with torch.inference_mode():
+        bt = base.to("tpu")
+        got = embeddings.apply_rotary_emb(bt.transpose(1, 2), (cos, sin), sequence_dim=2)
+        got.mul_(2)
+        again = embeddings.apply_rotary_emb(bt.transpose(1, 2), (cos.to("tpu"), sin.to("tpu")), sequence_dim=2)
+    torch.testing.assert_close(got.cpu(), ref * 2, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(again.cpu(), ref, atol=1e-6, rtol=1e-6)
+
+
+def test_with_autograd_diffusers_own_ops_and_gradients_match_cpu(eager_mode):
+    x, cos, sin = _case(torch.float32, torch.float32, 1)
+    x.requires_grad_()
+    ref = ORIGINAL(x, (cos, sin), sequence_dim=1)
+    (ref * torch.arange(8.0)).sum().backward()
+    xt = x.detach().to("tpu").requires_grad_()
+    got, programs = programs_run(lambda: embeddings.apply_rotary_emb(xt, (cos.to("tpu"), sin.to("tpu")),
+                                                                     sequence_dim=1))
+    (got * torch.arange(8.0).to("tpu")).sum().backward()
+    torch.testing.assert_close(got.detach().cpu(), ref.detach(), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(xt.grad.cpu(), x.grad, atol=1e-6, rtol=1e-6)
+    if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
+        assert programs > 1  # diffusers' pieces, recorded by autograd
+
+
+@pytest.mark.parametrize("call", ["use_real_false", "unbind_minus_2", "sequence_dim_0", "table_broadcasts",
+                                  "odd_channels", "three_dims"])
+def test_calls_it_does_not_serve_are_diffusers_own(call):
+    x, cos, sin = _case(torch.float32, torch.float32, 2)
+    kwargs = {"sequence_dim": 2}
+    if call == "use_real_false":
+        freqs = torch.polar(torch.ones(6, 4), torch.rand(6, 4))
+        args = (x, freqs)
+        kwargs = {"use_real": False}
+    elif call == "unbind_minus_2":
+        args, kwargs = (x, (cos, sin)), {"use_real_unbind_dim": -2, "sequence_dim": 2}
+    elif call == "sequence_dim_0":
+        args, kwargs = (x, (cos, sin)), {"sequence_dim": 0}
+    elif call == "table_broadcasts":
+        args = (x, (cos[:1], sin[:1]))
+    elif call == "odd_channels":
+        args = (x[..., :7], (cos[:, :7], sin[:, :7]))
+    else:
+        args = (x[0], (cos, sin))
+    try:
+        ref = ORIGINAL(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the same error must come from the tpu call
+        with pytest.raises(type(exc)):
+            embeddings.apply_rotary_emb(*[_to_tpu(a) for a in args], **kwargs)
+        return
+    with torch.no_grad():
+        got = embeddings.apply_rotary_emb(*[_to_tpu(a) for a in args], **kwargs)
+    torch.testing.assert_close(got.cpu(), ref, atol=1e-5, rtol=1e-5)
+
+
+def _to_tpu(a):
+    if isinstance(a, tuple):
+        return tuple(t.to("tpu") for t in a)
+    return a.to("tpu")
+
+
+def test_cpu_tensors_are_untouched():
+    x, cos, sin = _case(torch.bfloat16, torch.float32, 1)
+    assert torch.equal(embeddings.apply_rotary_emb(x, (cos, sin), sequence_dim=1),
+                       ORIGINAL(x, (cos, sin), sequence_dim=1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_op_forward_and_backward_on_tpu_and_cpu(dtype):
+    """The op called directly: its CPU kernel is diffusers' formula; its backward (cos and sin included) matches
+    autograd through that formula."""
+    x, cos, sin = _case(dtype, torch.float32, 1, seed=3)
+    cos4, sin4 = cos[None, :, None, :], sin[None, :, None, :]
+    leaves = [t.clone().requires_grad_() for t in (x, cos4, sin4)]
+    ref = ORIGINAL(leaves[0], (leaves[1][0, :, 0], leaves[2][0, :, 0]), sequence_dim=1)
+    weight = torch.linspace(-1, 1, ref.numel()).reshape(ref.shape)
+    (ref.float() * weight).sum().backward()
+    for device in ("cpu", "tpu"):
+        mine = [t.detach().to(device).requires_grad_() for t in (x, cos4, sin4)]
+        out = torch.ops.tpu.rotary_embedding(*mine)
+        (out.float() * weight.to(device)).sum().backward()
+        torch.testing.assert_close(out.detach().cpu(), ref.detach(), atol=TOL[dtype], rtol=TOL[dtype])
+        for got, want in zip(mine, leaves):
+            torch.testing.assert_close(got.grad.cpu(), want.grad, atol=2e-2 if dtype is torch.bfloat16 else 1e-5,
+                                       rtol=2e-2 if dtype is torch.bfloat16 else 1e-5)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ((torch.zeros(2, 3, 7), torch.zeros(1, 3, 7), torch.zeros(1, 3, 7)), "must be even"),
+    ((torch.zeros(2, 3, 8), torch.zeros(3, 8), torch.zeros(3, 8)), "rank 3"),
+    ((torch.zeros(2, 3, 8), torch.zeros(1, 4, 8), torch.zeros(1, 4, 8)), "do not broadcast"),
+    ((torch.zeros(1, 3, 8), torch.zeros(2, 3, 8), torch.zeros(2, 3, 8)), "not widen"),
+    ((torch.zeros(2, 3, 8, dtype=torch.int32), torch.zeros(1, 3, 8), torch.zeros(1, 3, 8)), "x must be a floating"),
+])
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_the_op_names_what_was_wrong(bad, message, device):
+    with pytest.raises(RuntimeError, match=f"tpu::rotary_embedding: .*{message}"):
+        torch.ops.tpu.rotary_embedding(*[t.to(device) for t in bad])
+
+
+def test_patched_when_diffusers_was_imported_before_torch_tpu():
+    """TORCH_DEVICE_BACKEND_AUTOLOAD=0, diffusers' FLUX model imported first: ``import torch_tpu`` patches the
+    loaded modules (the one that imported the name too), and a FLUX attention call on tpu uses the op."""
+    out = run_isolated("""
+        import diffusers.models.transformers.transformer_flux as tf
+        from diffusers.models import embeddings
+        assert not hasattr(tf.apply_rotary_emb, "__torch_tpu_original__")
+        import torch
+        import torch_tpu
+        assert tf.apply_rotary_emb is embeddings.apply_rotary_emb
+        original = tf.apply_rotary_emb.__torch_tpu_original__
+        x, cos, sin = torch.randn(1, 4, 2, 8), torch.randn(4, 8), torch.randn(4, 8)
+        xt, ct, st = x.to("tpu"), cos.to("tpu"), sin.to("tpu")
+        torch_tpu.sync()
+        before = torch_tpu.stats()["executions"]
+        with torch.no_grad():
+            got = tf.apply_rotary_emb(xt, (ct, st), sequence_dim=1)
+        torch_tpu.sync()
+        assert torch_tpu.stats()["executions"] - before == 1, torch_tpu.stats()["executions"] - before
+        torch.testing.assert_close(got.cpu(), original(x, (cos, sin), sequence_dim=1))
+        print("patched")
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, prelude=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "patched" in out.stdout
