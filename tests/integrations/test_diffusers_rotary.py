@@ -1,8 +1,9 @@
-"""diffusers' apply_rotary_emb on tpu tensors is ONE op (tpu::rotary_embedding): one program in strict mode
-instead of 8, one recorded op in fused mode, the values and dtype of diffusers' own function on CPU for every
-mix of input and table dtypes and both layouts; every call it does not serve exactly (gradients, other
-options, odd shapes, CPU tensors) is diffusers' own function, errors included. The op itself checks its
-arguments, has a CPU kernel and a backward."""
+"""diffusers' rotary embedding on tpu tensors is ONE op per step: apply_rotary_emb (tpu::rotary_embedding, 8
+programs before in strict mode) and get_1d_rotary_pos_embed (tpu::rotary_table, 13): one program in strict mode,
+one recorded op in fused mode, the values and dtypes of diffusers' own functions on CPU for every mix of
+dtypes and both layouts; every call they do not serve exactly (gradients, other options, odd shapes, CPU
+tensors) is diffusers' own function, errors included. The ops check their arguments and have CPU kernels;
+tpu::rotary_embedding has a backward."""
 import pytest
 import torch
 
@@ -15,6 +16,7 @@ import diffusers.models.transformers.transformer_flux as transformer_flux  # noq
 from torch_tpu.integrations import diffusers_rotary
 
 ORIGINAL = embeddings.apply_rotary_emb.__torch_tpu_original__
+TABLE_ORIGINAL = embeddings.get_1d_rotary_pos_embed.__torch_tpu_original__
 TOL = {torch.float32: 1e-6, torch.float64: 1e-12, torch.bfloat16: 8e-3, torch.float16: 1e-3}
 DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
 
@@ -32,7 +34,66 @@ def _case(dtype, table_dtype, sequence_dim, seed=0):
 def test_diffusers_modules_hold_the_wrapper():
     assert diffusers_rotary.installed()
     assert transformer_flux.apply_rotary_emb is embeddings.apply_rotary_emb
+    assert transformer_flux.get_1d_rotary_pos_embed is embeddings.get_1d_rotary_pos_embed
     assert embeddings.apply_rotary_emb.__name__ == "apply_rotary_emb"
+
+
+@pytest.mark.parametrize("pos_dtype", [torch.float32, torch.int64, torch.float64])
+@pytest.mark.parametrize("freqs_dtype", [torch.float32, torch.float64])
+def test_position_table_one_program_matching_diffusers_on_cpu(eager_mode, freqs_dtype, pos_dtype):
+    pos = (torch.arange(0, 40) * 3 // 2).to(pos_dtype)
+    kwargs = dict(theta=10000, use_real=True, repeat_interleave_real=True, freqs_dtype=freqs_dtype)
+    ref = TABLE_ORIGINAL(16, pos, **kwargs)
+    pt = pos.to("tpu")
+    with torch.no_grad():
+        got, programs = programs_run(lambda: embeddings.get_1d_rotary_pos_embed(16, pt, **kwargs))
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype == torch.float32 and g.shape == r.shape == (40, 16)
+        torch.testing.assert_close(g.cpu(), r)  # float32 (the angles grow with the position)
+    if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
+        assert programs == 1  # (diffusers' own: 13)
+
+
+def test_flux_position_embedding_positional_arguments_and_factors():
+    """FluxPosEmbed's call (positional dim and pos, keywords), and theta/factor values that round."""
+    ids = torch.stack([torch.zeros(12), torch.arange(12.0) % 4, torch.arange(12.0) // 4], dim=1)
+    embed = transformer_flux.FluxPosEmbed(theta=10000, axes_dim=[4, 6, 6])
+    ref = embed(ids)
+    got = embed(ids.to("tpu"))
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g.cpu(), r)  # float32 (the angles grow with the position)
+    args = (8, torch.arange(5.0), 333.3, True, 0.7, 1.3)
+    for g, r in zip(embeddings.get_1d_rotary_pos_embed(args[0], args[1].to("tpu"), *args[2:]),
+                    TABLE_ORIGINAL(*args)):
+        torch.testing.assert_close(g.cpu(), r)  # float32 (the angles grow with the position)
+
+
+@pytest.mark.parametrize("call", ["complex", "concatenated", "odd_dim", "pos_2d", "dim_twice", "int_pos"])
+def test_position_table_calls_it_does_not_serve_are_diffusers_own(call):
+    pos = torch.arange(6.0)
+    args, kwargs = (8, pos), {"use_real": True}
+    if call == "complex":
+        kwargs = {}
+    elif call == "concatenated":
+        kwargs["repeat_interleave_real"] = False
+    elif call == "odd_dim":
+        args = (7, pos)
+    elif call == "pos_2d":
+        args = (8, pos[None])
+    elif call == "dim_twice":
+        kwargs["dim"] = 8
+    else:
+        args = (8, 6)
+    try:
+        ref = TABLE_ORIGINAL(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the same error must come from the tpu call
+        with pytest.raises(type(exc)):
+            embeddings.get_1d_rotary_pos_embed(*[_to_tpu(a) for a in args], **kwargs)
+        return
+    with torch.no_grad():
+        got = embeddings.get_1d_rotary_pos_embed(*[_to_tpu(a) for a in args], **kwargs)
+    for g, r in zip(got if isinstance(got, tuple) else (got,), ref if isinstance(ref, tuple) else (ref,)):
+        torch.testing.assert_close(g.cpu(), r, atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("sequence_dim", [1, 2])
@@ -114,7 +175,7 @@ def test_calls_it_does_not_serve_are_diffusers_own(call):
 def _to_tpu(a):
     if isinstance(a, tuple):
         return tuple(t.to("tpu") for t in a)
-    return a.to("tpu")
+    return a.to("tpu") if isinstance(a, torch.Tensor) else a
 
 
 def test_cpu_tensors_are_untouched():
@@ -154,6 +215,17 @@ def test_the_op_forward_and_backward_on_tpu_and_cpu(dtype):
 def test_the_op_names_what_was_wrong(bad, message, device):
     with pytest.raises(RuntimeError, match=f"tpu::rotary_embedding: .*{message}"):
         torch.ops.tpu.rotary_embedding(*[t.to(device) for t in bad])
+
+
+@pytest.mark.parametrize("args, message", [
+    ((torch.zeros(2, 3), 8, 1e4, 1.0, torch.float32), "1-d real tensor"),
+    ((torch.zeros(3), 7, 1e4, 1.0, torch.float32), "even and positive"),
+    ((torch.zeros(3), 8, 1e4, 1.0, torch.float16), "float32 or float64"),
+])
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_the_table_op_names_what_was_wrong(args, message, device):
+    with pytest.raises(RuntimeError, match=f"tpu::rotary_table: .*{message}"):
+        torch.ops.tpu.rotary_table(args[0].to(device), *args[1:])
 
 
 def test_patched_when_diffusers_was_imported_before_torch_tpu():

@@ -1,16 +1,21 @@
-"""diffusers' ``apply_rotary_emb`` on tpu tensors as one op (``tpu::rotary_embedding``, ops/rotary.py).
+"""diffusers' rotary position embedding on tpu tensors as one op per step (ops/rotary.py).
 
-diffusers computes FLUX's rotary embedding in Python from 8 aten ops; a backend sees them one at a time and
-cannot join them (strict eager mode runs one program per op). So ``diffusers.models.embeddings`` gets a
-``apply_rotary_emb`` that sends the calls it can serve exactly to the one op and every other call to
-diffusers' own function, unchanged:
+diffusers computes FLUX's rotary embedding in Python from aten ops: the position tables
+(``get_1d_rotary_pos_embed``, 13 ops per axis) and their application to queries and keys
+(``apply_rotary_emb``, 8 ops). A backend sees them one at a time and cannot join them (strict eager mode runs
+one program per op), so ``diffusers.models.embeddings`` gets functions that send the calls they can serve
+exactly to ``tpu::rotary_table`` and ``tpu::rotary_embedding`` and every other call to diffusers' own
+function, unchanged:
 
-* served: ``use_real=True`` with ``use_real_unbind_dim=-1`` (FLUX, FLUX.2 and the others that pair
-  neighbouring channels), ``x`` a 4-d floating tensor of the tpu device itself (not a subclass such as a
-  DTensor) with an even last dimension, ``cos``/``sin`` 2-d floating tensors of shape (sequence, channels)
-  for ``sequence_dim`` 1 or 2, nothing that needs a gradient (grad mode off, or no input requiring one), no
-  torch.func transform, and not while dynamo traces (compiled mode builds one XLA program from diffusers'
-  ops already);
+* ``apply_rotary_emb``, served: ``use_real=True`` with ``use_real_unbind_dim=-1`` (FLUX, FLUX.2 and the others
+  that pair neighbouring channels), ``x`` a 4-d floating tensor of the tpu device itself (not a subclass such
+  as a DTensor) with an even last dimension, ``cos``/``sin`` 2-d floating tensors of shape (sequence,
+  channels) for ``sequence_dim`` 1 or 2;
+* ``get_1d_rotary_pos_embed``, served: ``use_real=True, repeat_interleave_real=True``, ``pos`` a 1-d real
+  tensor of the tpu device, an even ``dim``, Python numbers for theta and the factors, float32 or float64
+  frequencies;
+* both: nothing that needs a gradient (grad mode off, or no input requiring one), no torch.func transform,
+  and not while dynamo traces (compiled mode builds one XLA program from diffusers' ops already);
 * everything else: diffusers' function, its errors included.
 
 When: ``install()`` runs at ``import torch`` (torch_tpu's registration) and imports nothing of diffusers. If
@@ -33,9 +38,8 @@ from ..eager.attention import transformed
 from ..tensor.tensor import TpuTensor
 
 TARGET = "diffusers.models.embeddings"
-_PARAMETERS = ("x", "freqs_cis", "use_real", "use_real_unbind_dim", "sequence_dim")
 _REAL_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_STATE: dict = {}  # "original": diffusers' function, "wrapper": ours, "finder": the import hook
+_STATE: dict = {}  # "wrappers": name -> the function put in diffusers' place, "finder": the import hook
 
 
 def _served(x, cos, sin, use_real, unbind_dim, sequence_dim) -> bool:
@@ -69,40 +73,71 @@ def _one_op(x, freqs_cis, use_real, unbind_dim, sequence_dim):
     return torch.ops.tpu.rotary_embedding.default(x, cos, sin)
 
 
-def _wrap(original):
-    defaults = {name: p.default for name, p in inspect.signature(original).parameters.items()}
+def _table(dim, pos, theta, use_real, linear_factor, ntk_factor, repeat_interleave_real, freqs_dtype):
+    """``get_1d_rotary_pos_embed``'s (cos, sin) from the one op for a call it serves exactly, else None."""
+    numbers = (int, float)
+    if (torch.compiler.is_compiling() or use_real is not True or repeat_interleave_real is not True
+            or type(pos) is not TpuTensor or pos.dim() != 1 or pos.dtype in (torch.bool, torch.complex64,
+                                                                             torch.complex128)
+            or type(dim) is not int or dim <= 0 or dim % 2 or freqs_dtype not in (torch.float32, torch.float64)
+            or any(type(v) not in numbers for v in (theta, linear_factor, ntk_factor))):
+        return None
+    if (torch.is_grad_enabled() and pos.requires_grad) or transformed(pos):
+        return None
+    theta = theta * ntk_factor  # (in Python, as diffusers does)
+    return torch.ops.tpu.rotary_table.default(pos, dim, float(theta), float(linear_factor), freqs_dtype)
+
+
+# diffusers' function -> (its parameters, the one-op version: its arguments in that order, or None)
+_SERVED = {
+    "apply_rotary_emb": (("x", "freqs_cis", "use_real", "use_real_unbind_dim", "sequence_dim"), _one_op),
+    "get_1d_rotary_pos_embed": (("dim", "pos", "theta", "use_real", "linear_factor", "ntk_factor",
+                                 "repeat_interleave_real", "freqs_dtype"), _table),
+}
+
+
+def _wrap(original, parameters, one_op):
+    signature = inspect.signature(original)
+    defaults = [signature.parameters[name].default for name in parameters]
+    positions = {name: i for i, name in enumerate(parameters)}
 
     @functools.wraps(original)
-    def apply_rotary_emb(x, freqs_cis, *args, **kwargs):
-        given = dict(zip(_PARAMETERS[2:], args))
-        given.update(kwargs)
-        if len(args) <= 3 and set(given) <= set(_PARAMETERS[2:]):
-            out = _one_op(x, freqs_cis, given.get("use_real", defaults["use_real"]),
-                          given.get("use_real_unbind_dim", defaults["use_real_unbind_dim"]),
-                          given.get("sequence_dim", defaults["sequence_dim"]))
-            if out is not None:
-                return out
-        return original(x, freqs_cis, *args, **kwargs)
+    def wrapper(*args, **kwargs):
+        if len(args) <= len(parameters) and all(k in positions for k in kwargs):
+            values = list(args) + defaults[len(args):]
+            for name, value in kwargs.items():
+                if positions[name] < len(args):  # given twice: diffusers' own TypeError
+                    return original(*args, **kwargs)
+                values[positions[name]] = value
+            if all(v is not inspect.Parameter.empty for v in values):
+                out = one_op(*values)
+                if out is not None:
+                    return out
+        return original(*args, **kwargs)
 
-    apply_rotary_emb.__torch_tpu_original__ = original
-    return apply_rotary_emb
+    wrapper.__torch_tpu_original__ = original
+    return wrapper
 
 
 def _patch(module) -> bool:
-    """Replace ``module.apply_rotary_emb`` (diffusers.models.embeddings) and the copies other loaded
-    diffusers modules imported by name. False when its parameters are not the ones this knows."""
-    original = getattr(module, "apply_rotary_emb", None)
-    if original is None or hasattr(original, "__torch_tpu_original__"):
-        return False
-    if tuple(inspect.signature(original).parameters) != _PARAMETERS:
-        return False
-    wrapper = _wrap(original)
-    _STATE.update(original=original, wrapper=wrapper)
-    module.apply_rotary_emb = wrapper
-    for name, other in list(sys.modules.items()):
-        if name.startswith("diffusers.") and getattr(other, "apply_rotary_emb", None) is original:
-            other.apply_rotary_emb = wrapper
-    return True
+    """Replace the functions of ``_SERVED`` in ``module`` (diffusers.models.embeddings) and in the loaded
+    diffusers modules that imported them by name; a function whose parameters are not the ones known here
+    stays diffusers' own. Whether any was replaced."""
+    replaced = False
+    for name, (parameters, one_op) in _SERVED.items():
+        original = getattr(module, name, None)
+        if original is None or hasattr(original, "__torch_tpu_original__"):
+            continue
+        if tuple(inspect.signature(original).parameters) != parameters:
+            continue
+        wrapper = _wrap(original, parameters, one_op)
+        _STATE.setdefault("wrappers", {})[name] = wrapper
+        setattr(module, name, wrapper)
+        for module_name, other in list(sys.modules.items()):
+            if module_name.startswith("diffusers.") and getattr(other, name, None) is original:
+                setattr(other, name, wrapper)
+        replaced = True
+    return replaced
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -140,7 +175,7 @@ def install() -> None:
     from ..ops import rotary
 
     rotary.define()
-    if "wrapper" in _STATE or "finder" in _STATE:
+    if "wrappers" in _STATE or "finder" in _STATE:
         return
     module = sys.modules.get(TARGET)
     if module is not None:
@@ -151,6 +186,7 @@ def install() -> None:
 
 
 def installed() -> bool:
-    """Whether diffusers' function is the wrapper now."""
+    """Whether diffusers' functions are the wrappers now."""
     module = sys.modules.get(TARGET)
-    return module is not None and hasattr(getattr(module, "apply_rotary_emb", None), "__torch_tpu_original__")
+    return module is not None and all(hasattr(getattr(module, name, None), "__torch_tpu_original__")
+                                      for name in _SERVED)

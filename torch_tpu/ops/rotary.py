@@ -1,4 +1,13 @@
-"""Rotary position embedding as ONE op, ``tpu::rotary_embedding(x, cos, sin)``, used by every eager mode.
+"""Rotary position embedding as ONE op each for its two steps, used by every eager mode.
+
+``tpu::rotary_table(pos, dim, theta, linear_factor, freqs_dtype) -> (cos, sin)`` computes what diffusers'
+``get_1d_rotary_pos_embed`` returns with ``use_real=True, repeat_interleave_real=True`` (FLUX's position
+tables, one call per axis per transformer call: 13 aten ops each, 39 programs per FLUX call in strict mode)::
+
+    freqs = 1.0 / (theta ** (arange(0, dim, 2, dtype=freqs_dtype) / dim)) / linear_factor
+    angles = outer(pos, freqs);  cos, sin = angles.cos(), angles.sin() (each repeated 2x along dim 1, float32)
+
+``tpu::rotary_embedding(x, cos, sin)`` applies the tables:
 
 It computes what diffusers' ``apply_rotary_emb`` computes for FLUX-style models (``use_real=True``,
 ``use_real_unbind_dim=-1``: neighbouring channels form the pairs)::
@@ -23,6 +32,8 @@ import torch
 from .registry import register
 
 SCHEMA = "rotary_embedding(Tensor x, Tensor cos, Tensor sin) -> Tensor"
+TABLE_SCHEMA = ("rotary_table(Tensor pos, int dim, float theta, float linear_factor, ScalarType freqs_dtype) "
+                "-> (Tensor, Tensor)")
 _REAL_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _LIBS: list = []
 
@@ -67,6 +78,30 @@ def _meta(x, cos, sin):
     return x.new_empty(x.shape)
 
 
+def check_table(pos, dim, freqs_dtype) -> None:
+    if pos.dim() != 1 or pos.dtype == torch.bool or pos.is_complex():
+        raise RuntimeError(f"tpu::rotary_table: pos must be a 1-d real tensor of positions, got shape "
+                           f"{tuple(pos.shape)} and dtype {pos.dtype}")
+    if dim <= 0 or dim % 2:
+        raise RuntimeError(f"tpu::rotary_table: dim must be even and positive, got {dim}")
+    if freqs_dtype not in (torch.float32, torch.float64):
+        raise RuntimeError(f"tpu::rotary_table: freqs_dtype must be float32 or float64, got {freqs_dtype}")
+
+
+def table_reference(pos, dim, theta, linear_factor, freqs_dtype):
+    """The table op in torch ops (its CPU kernel; diffusers' formula, theta already times ntk_factor)."""
+    check_table(pos, dim, freqs_dtype)
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=freqs_dtype, device=pos.device) / dim)) / linear_factor
+    angles = torch.outer(pos, freqs)
+    return (angles.cos().repeat_interleave(2, dim=1).float(), angles.sin().repeat_interleave(2, dim=1).float())
+
+
+def _table_meta(pos, dim, theta, linear_factor, freqs_dtype):
+    check_table(pos, dim, freqs_dtype)
+    shape = (pos.shape[0], dim)
+    return pos.new_empty(shape, dtype=torch.float32), pos.new_empty(shape, dtype=torch.float32)
+
+
 class _Rotary(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos, sin):
@@ -102,6 +137,9 @@ def define() -> None:
     lib.impl("rotary_embedding", _meta, "Meta")
     lib.impl("rotary_embedding", reference, "CPU")
     lib.impl("rotary_embedding", _Rotary.apply, "Autograd")
+    lib.define(TABLE_SCHEMA)
+    lib.impl("rotary_table", _table_meta, "Meta")
+    lib.impl("rotary_table", table_reference, "CPU")
     _LIBS.append(lib)
 
 
@@ -121,5 +159,25 @@ def rotary_embedding(x, cos, sin):
     return (a + b).astype(x.dtype)
 
 
+def rotary_table(pos, dim, theta, linear_factor, freqs_dtype):
+    """The table lowering: the op table's own lowerings of diffusers' ops, in diffusers' order (so each
+    step rounds as the op-by-op path does)."""
+    from . import registry
+    from ..runtime import dtypes, platform
+
+    jnp = platform.jax().numpy
+    aten = registry.aten
+    ft = dtypes.to_jax_dtype(freqs_dtype)
+    exponents = jnp.arange(0, dim, 2, dtype=ft) / jnp.asarray(dim, ft)
+    powers = registry.lookup(aten.pow.Scalar).fn(jnp.asarray(theta, ft), exponents)
+    freqs = registry.lookup(aten.reciprocal.default).fn(powers) * jnp.asarray(1.0, ft) / jnp.asarray(linear_factor, ft)
+    angles = pos.astype(jnp.promote_types(pos.dtype, ft))[:, None] * freqs[None, :].astype(
+        jnp.promote_types(pos.dtype, ft))
+    cos = registry.lookup(aten.cos.default).fn(angles)
+    sin = registry.lookup(aten.sin.default).fn(angles)
+    return (jnp.repeat(cos, 2, axis=1).astype(jnp.float32), jnp.repeat(sin, 2, axis=1).astype(jnp.float32))
+
+
 define()
 register(torch.ops.tpu.rotary_embedding.default)(rotary_embedding)
+register(torch.ops.tpu.rotary_table.default, static=("dim", "theta", "linear_factor"))(rotary_table)
