@@ -18,7 +18,6 @@ from torch_tpu.integrations import diffusers_rotary
 ORIGINAL = embeddings.apply_rotary_emb.__torch_tpu_original__
 TABLE_ORIGINAL = embeddings.get_1d_rotary_pos_embed.__torch_tpu_original__
 TOL = {torch.float32: 1e-6, torch.float64: 1e-12, torch.bfloat16: 8e-3, torch.float16: 1e-3}
-DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64]
 
 
 def _case(dtype, table_dtype, sequence_dim, seed=0):
@@ -38,7 +37,7 @@ def test_diffusers_modules_hold_the_wrapper():
     assert embeddings.apply_rotary_emb.__name__ == "apply_rotary_emb"
 
 
-@pytest.mark.parametrize("pos_dtype", [torch.float32, torch.int64, torch.float64])
+@pytest.mark.parametrize("pos_dtype", [torch.float32, torch.int64])
 @pytest.mark.parametrize("freqs_dtype", [torch.float32, torch.float64])
 def test_position_table_one_program_matching_diffusers_on_cpu(eager_mode, freqs_dtype, pos_dtype):
     pos = (torch.arange(0, 40) * 3 // 2).to(pos_dtype)
@@ -96,9 +95,14 @@ def test_position_table_calls_it_does_not_serve_are_diffusers_own(call):
         torch.testing.assert_close(g.cpu(), r, atol=1e-6, rtol=1e-6)
 
 
+# (input, table) dtype pairs: FLUX's (bf16 and float32 inputs, float32 tables), half inputs, tables in float64
+# (the products and sum then in float64) and in bf16 (promoted to float32)
+DTYPE_PAIRS = [(torch.bfloat16, torch.float32), (torch.float32, torch.float32), (torch.float16, torch.float32),
+               (torch.float64, torch.float32), (torch.bfloat16, torch.float64), (torch.float32, torch.bfloat16)]
+
+
 @pytest.mark.parametrize("sequence_dim", [1, 2])
-@pytest.mark.parametrize("table_dtype", [torch.float32, torch.float64, torch.bfloat16])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype, table_dtype", DTYPE_PAIRS)
 def test_one_program_matching_diffusers_on_cpu(eager_mode, dtype, table_dtype, sequence_dim):
     x, cos, sin = _case(dtype, table_dtype, sequence_dim)
     ref = ORIGINAL(x, (cos, sin), sequence_dim=sequence_dim)
