@@ -83,16 +83,7 @@ def test_position_table_calls_it_does_not_serve_are_diffusers_own(call):
         kwargs["dim"] = 8
     else:
         args = (8, 6)
-    try:
-        ref = TABLE_ORIGINAL(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the same error must come from the tpu call
-        with pytest.raises(type(exc)):
-            embeddings.get_1d_rotary_pos_embed(*[_to_tpu(a) for a in args], **kwargs)
-        return
-    with torch.no_grad():
-        got = embeddings.get_1d_rotary_pos_embed(*[_to_tpu(a) for a in args], **kwargs)
-    for g, r in zip(got if isinstance(got, tuple) else (got,), ref if isinstance(ref, tuple) else (ref,)):
-        torch.testing.assert_close(g.cpu(), r, atol=1e-6, rtol=1e-6)
+    _same_as_diffusers(embeddings.get_1d_rotary_pos_embed, TABLE_ORIGINAL, args, kwargs)
 
 
 # (input, table) dtype pairs: FLUX's (bf16 and float32 inputs, float32 tables), half inputs, tables in float64
@@ -165,15 +156,21 @@ def test_calls_it_does_not_serve_are_diffusers_own(call):
         args = (x[..., :7], (cos[:, :7], sin[:, :7]))
     else:
         args = (x[0], (cos, sin))
+    _same_as_diffusers(embeddings.apply_rotary_emb, ORIGINAL, args, kwargs)
+
+
+def _same_as_diffusers(wrapper, original, args, kwargs):
+    """The wrapper on tpu arguments gives what diffusers' function gives on CPU: its values, or its error."""
     try:
-        ref = ORIGINAL(*args, **kwargs)
+        ref = original(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the same error must come from the tpu call
         with pytest.raises(type(exc)):
-            embeddings.apply_rotary_emb(*[_to_tpu(a) for a in args], **kwargs)
+            wrapper(*[_to_tpu(a) for a in args], **kwargs)
         return
     with torch.no_grad():
-        got = embeddings.apply_rotary_emb(*[_to_tpu(a) for a in args], **kwargs)
-    torch.testing.assert_close(got.cpu(), ref, atol=1e-5, rtol=1e-5)
+        got = wrapper(*[_to_tpu(a) for a in args], **kwargs)
+    for g, r in zip(got if isinstance(got, tuple) else (got,), ref if isinstance(ref, tuple) else (ref,)):
+        torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5)
 
 
 def _to_tpu(a):
