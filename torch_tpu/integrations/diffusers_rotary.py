@@ -58,8 +58,9 @@ def _served(x, cos, sin, use_real, unbind_dim, sequence_dim) -> bool:
 
 def _one_op(x, freqs_cis, use_real, unbind_dim, sequence_dim):
     """The one op's result for a call it serves exactly, else None."""
-    if torch.compiler.is_compiling() or not isinstance(freqs_cis, (tuple, list)) or len(freqs_cis) != 2:
-        return None
+    if (torch.compiler.is_compiling() or type(x) is not TpuTensor or not isinstance(freqs_cis, (tuple, list))
+            or len(freqs_cis) != 2):
+        return None  # (before moving the tables: a call left to diffusers moves them itself)
     cos, sin = freqs_cis
     if not (isinstance(cos, torch.Tensor) and isinstance(sin, torch.Tensor)):
         return None
