@@ -11,7 +11,7 @@ rest strict, as ``generate --mode compile``). Every measurement runs in a fresh 
 folder (TORCH_TPU_CACHE_DIR): "cold" is an empty cache, "warm" the cache the cold process filled. Per
 process: the first image's time from the interpreter's start (import, load, move, first call), the first
 call's wall and CPU seconds, the distinct programs it built or loaded (compiled, loaded from disk, compile
-and load seconds), and the steady call (the fastest of the next calls). A warm process should compile
+and load seconds; the XLA compilations that took longest, by program: ``xla_compiles``), and the steady call (the fastest of the next calls). A warm process should compile
 nothing (``warm_compiled_nothing``) and its first call stay within 2x of its steady call
 (``warm_first_over_steady_wall``). Strict and fused mode also run a cold process compiling every program on the calling thread
 (``TORCH_TPU_COMPILE_THREADS=0``; ``--no-reference`` skips it): ``empty_first_background_over_caller_wall``
@@ -79,6 +79,36 @@ def _loads_summary(loads: list) -> dict:
             "mib": sum(b for _, b, _ in loads) / 2 ** 20}
 
 
+def _timed_compiles() -> list:
+    """(program name, wall seconds, seconds of its thread's CPU) of every XLA compilation in this process:
+    which programs a cold first call waits for (compile threads run several at once)."""
+    import re
+    import threading
+
+    from jax._src import stages
+
+    found = []
+    compile_ = stages.Lowered.compile
+
+    def timed(self, *a, **kw):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        out = compile_(self, *a, **kw)
+        wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
+        head = re.search(r"module @(\S+)", self.as_text()[:400])
+        found.append((head.group(1) if head else "?", wall, cpu, threading.current_thread().name))
+        return out
+
+    stages.Lowered.compile = timed
+    return found
+
+
+def _compiles_summary(compiles: list, top: int = 12) -> dict:
+    slowest = sorted(compiles, key=lambda c: -c[1])[:top]
+    return {"count": len(compiles), "wall_s": sum(c[1] for c in compiles), "thread_cpu_s": sum(c[2] for c in compiles),
+            "slowest": [{"program": n, "wall_s": round(w, 3), "thread_cpu_s": round(c, 3), "thread": t}
+                        for n, w, c, t in slowest]}
+
+
 def _child_pipeline(args) -> dict:
     t_start = time.perf_counter()
     import torch
@@ -86,6 +116,7 @@ def _child_pipeline(args) -> dict:
     import torch_tpu
 
     loads = _timed_loads()
+    compiles = _timed_compiles()
     if args.no_prefetch:  # the warm process loads each program when it first needs it
         from torch_tpu.runtime import prefetch
 
@@ -132,6 +163,7 @@ def _child_pipeline(args) -> dict:
         first["first_image_epoch"] = time.time()
         first["stages_s"] = {"import": t_imported - t_start, "load": t_loaded - t_imported, "move": t_moved - t_loaded}
         first["executable_loads"] = _loads_summary(loads)
+        first["xla_compiles"] = _compiles_summary(compiles)
         steady = [call(reset=True) for _ in range(args.steady_calls)]
     from torch_tpu.runtime import compile_pool
 

@@ -57,6 +57,66 @@ def test_gqa_and_3d_inputs():
                                ref, atol=ATOL, rtol=ATOL)
 
 
+def _layouts():
+    """name: a function of the device giving (q, k, v): the views are taken on that device (a transfer
+    makes a tensor contiguous)."""
+    g = torch.Generator().manual_seed(2)
+    bshd, wide = torch.randn(2, 6, 4, 8, generator=g), torch.randn(2, 6, 4, 16, generator=g)
+    plain = [torch.randn(2, 4, 6, 8, generator=g) for _ in range(3)]
+    other, seq3, k16 = torch.randn(2, 8, 6, 4, generator=g), torch.randn(6, 4, 8, generator=g), torch.randn(2, 4, 6, 16)
+    at = lambda t, d: t.to(d)  # noqa: E731
+    return {
+        "contiguous": lambda d: tuple(at(t, d) for t in plain),
+        "sequence_major": lambda d: (at(bshd, d).transpose(1, 2),) * 3,  # diffusers' (B, L, H, E) as (B, H, L, E)
+        "sequence_major_sliced": lambda d: (at(bshd, d).transpose(1, 2)[:, :, :5],) * 3,
+        "only_query_sequence_major": lambda d: (at(bshd, d).transpose(1, 2), at(plain[1], d), at(plain[2], d)),
+        "value_width_differs": lambda d: (at(bshd, d).transpose(1, 2),) * 2 + (at(wide, d).transpose(1, 2),),
+        "key_last_dim_strided": lambda d: (at(bshd, d).transpose(1, 2), at(k16, d)[..., ::2],
+                                           at(bshd, d).transpose(1, 2)),
+        "other_order": lambda d: (at(other, d).permute(0, 3, 2, 1),) * 3,
+        "three_dims": lambda d: (at(seq3, d).transpose(0, 1),) * 3,
+    }
+
+
+@pytest.mark.parametrize("layout", list(_layouts()))
+def test_output_layout_is_cpu_torchs(eager_mode, layout):
+    """The output's strides are CPU torch's (its flash kernel returns a sequence-major query's layout), so
+    diffusers' ``out.transpose(1, 2).flatten(2, 3)`` is a view, as on CPU, not a copy program."""
+    make = _layouts()[layout]
+    ref = F.scaled_dot_product_attention(*make("cpu"))
+    with torch.no_grad():
+        got = F.scaled_dot_product_attention(*make("tpu"))
+    assert got.stride() == ref.stride() and got.is_contiguous() == ref.is_contiguous()
+    torch.testing.assert_close(got.cpu(), ref, atol=ATOL, rtol=ATOL)
+    if got.dim() == 4:
+        with torch.no_grad():
+            merged, programs = programs_run(lambda: got.transpose(1, 2).flatten(2, 3))
+        torch.testing.assert_close(merged.cpu(), ref.transpose(1, 2).flatten(2, 3), atol=ATOL, rtol=ATOL)
+        if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
+            assert programs == (0 if ref.transpose(1, 2).is_contiguous() else 1)
+
+
+def test_sequence_major_gradients_match_cpu(eager_mode):
+    """diffusers' order end to end with autograd: (B, L, H, E) projections viewed as heads-first, attention,
+    back to (B, L, H * E) by a view, a weighted sum; the projections' gradients as on CPU."""
+    g = torch.Generator().manual_seed(5)
+    bases = [torch.randn(2, 6, 4, 8, generator=g) for _ in range(3)]
+    weight = torch.randn(2, 6, 32, generator=g)
+
+    def run(device):
+        leaves = [b.to(device).detach().requires_grad_() for b in bases]
+        out = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in leaves))
+        (out.transpose(1, 2).flatten(2, 3) * weight.to(device)).sum().backward()
+        return out, [t.grad for t in leaves]
+
+    ref, ref_grads = run("cpu")
+    got, grads = run("tpu")
+    assert got.stride() == ref.stride()
+    torch.testing.assert_close(got.detach().cpu(), ref.detach(), atol=ATOL, rtol=ATOL)
+    for a, b in zip(grads, ref_grads):
+        torch.testing.assert_close(a.cpu(), b, atol=GRAD_ATOL, rtol=GRAD_ATOL)
+
+
 def test_sliced_and_row_chunked_paths(monkeypatch):
     # small budgets: the per-(batch x head) loop and the query-row chunks run on small shapes
     monkeypatch.setattr(attention_lowering, "SMALL_BYTES", 0)

@@ -61,7 +61,20 @@ def _attention_meta(q, k, v, attn_mask=None, is_causal=False, scale=None, enable
     out = torch.ops.aten.scaled_dot_product_attention.default(
         _meta_like(q), _meta_like(k), _meta_like(v), _meta_like(attn_mask), 0.0,
         is_causal and attn_mask is None, scale=scale, enable_gqa=enable_gqa)
+    if _sequence_major(q, k, v):
+        b, h, length, ev = out.shape
+        return q.new_empty((b, length, h, ev)).transpose(1, 2)
     return q.new_empty(out.shape)
+
+
+def _sequence_major(q, k, v) -> bool:
+    """Whether CPU torch lays SDPA's output out as (batch, length, heads, Ev) transposed, as its flash kernel
+    does for a query whose heads are inner to its sequence in memory (the (B, L, H, E) projection viewed as
+    (B, H, L, E): diffusers' and transformers' layout); where its math path computes instead (Ev != E, a
+    last dimension that is not dense) it is contiguous. The caller's ``out.transpose(1, 2).flatten(2)`` is then
+    a view, not a copy."""
+    return (q.dim() == 4 and v.shape[-1] == q.shape[-1] and q.shape[1] > 1 and q.shape[2] > 1
+            and q.stride(1) < q.stride(2) and all(t.stride(-1) == 1 or t.shape[-1] == 1 for t in (q, k, v)))
 
 
 def _attention_backward_meta(grad_out, q, k, v, attn_mask=None, is_causal=False, scale=None,
