@@ -80,8 +80,9 @@ def _loads_summary(loads: list) -> dict:
 
 
 def _timed_compiles() -> list:
-    """(program name, wall seconds, seconds of its thread's CPU) of every XLA compilation in this process:
-    which programs a cold first call waits for (compile threads run several at once)."""
+    """(program name, wall seconds, thread) of every XLA compilation in this process: which programs a cold
+    first call waits for (compile threads run several at once; XLA compiles on threads of its own, so the
+    calling thread's CPU time says nothing)."""
     import re
     import threading
 
@@ -91,11 +92,11 @@ def _timed_compiles() -> list:
     compile_ = stages.Lowered.compile
 
     def timed(self, *a, **kw):
-        w0, c0 = time.perf_counter(), time.thread_time()
+        w0 = time.perf_counter()
         out = compile_(self, *a, **kw)
-        wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
+        wall = time.perf_counter() - w0
         head = re.search(r"module @(\S+)", self.as_text()[:400])
-        found.append((head.group(1) if head else "?", wall, cpu, threading.current_thread().name))
+        found.append((head.group(1) if head else "?", wall, threading.current_thread().name))
         return out
 
     stages.Lowered.compile = timed
@@ -104,9 +105,8 @@ def _timed_compiles() -> list:
 
 def _compiles_summary(compiles: list, top: int = 12) -> dict:
     slowest = sorted(compiles, key=lambda c: -c[1])[:top]
-    return {"count": len(compiles), "wall_s": sum(c[1] for c in compiles), "thread_cpu_s": sum(c[2] for c in compiles),
-            "slowest": [{"program": n, "wall_s": round(w, 3), "thread_cpu_s": round(c, 3), "thread": t}
-                        for n, w, c, t in slowest]}
+    return {"count": len(compiles), "wall_s": sum(c[1] for c in compiles),
+            "slowest": [{"program": n, "wall_s": round(w, 3), "thread": t} for n, w, t in slowest]}
 
 
 def _child_pipeline(args) -> dict:
