@@ -1,11 +1,12 @@
-"""diffusers' rotary position embedding on tpu tensors as one op per step (ops/rotary.py).
+"""diffusers' position embeddings on tpu tensors as one op each (ops/position_embeddings.py).
 
-diffusers computes FLUX's rotary embedding in Python from aten ops: the position tables
-(``get_1d_rotary_pos_embed``, 13 ops per axis) and their application to queries and keys
-(``apply_rotary_emb``, 8 ops). A backend sees them one at a time and cannot join them (strict eager mode runs
-one program per op), so ``diffusers.models.embeddings`` gets functions that send the calls they can serve
-exactly to ``tpu::rotary_table`` and ``tpu::rotary_embedding`` and every other call to diffusers' own
-function, unchanged:
+diffusers computes FLUX's position embeddings in Python from aten ops: the rotary position tables
+(``get_1d_rotary_pos_embed``, 13 ops per axis), their application to queries and keys (``apply_rotary_emb``,
+8 ops) and the sinusoidal timestep embedding (``get_timestep_embedding``, 11 ops). A backend sees them one at
+a time and cannot join them (strict eager mode runs one program per op), so ``diffusers.models.embeddings``
+gets functions that send the calls they can serve exactly to ``tpu::rotary_table``,
+``tpu::rotary_embedding`` and ``tpu::timestep_embedding`` and every other call to diffusers' own function,
+unchanged:
 
 * ``apply_rotary_emb``, served: ``use_real=True`` with ``use_real_unbind_dim=-1`` (FLUX, FLUX.2 and the others
   that pair neighbouring channels), ``x`` a 4-d floating tensor of the tpu device itself (not a subclass such
@@ -14,7 +15,10 @@ function, unchanged:
 * ``get_1d_rotary_pos_embed``, served: ``use_real=True, repeat_interleave_real=True``, ``pos`` a 1-d real
   tensor of the tpu device, an even ``dim``, Python numbers for theta and the factors, float32 or float64
   frequencies;
-* both: nothing that needs a gradient (grad mode off, or no input requiring one), no torch.func transform,
+* ``get_timestep_embedding``, served: ``timesteps`` a 1-d real tensor of the tpu device, an ``embedding_dim``
+  of at least 2, a bool ``flip_sin_to_cos``, Python numbers for the shift, scale and period (a positive period,
+  a shift that leaves the exponent's divisor nonzero);
+* all: nothing that needs a gradient (grad mode off, or no input requiring one), no torch.func transform,
   and not while dynamo traces (compiled mode builds one XLA program from diffusers' ops already);
 * everything else: diffusers' function, its errors included.
 
@@ -89,11 +93,28 @@ def _table(dim, pos, theta, use_real, linear_factor, ntk_factor, repeat_interlea
     return torch.ops.tpu.rotary_table.default(pos, dim, float(theta), float(linear_factor), freqs_dtype)
 
 
+def _timesteps(timesteps, embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period):
+    """``get_timestep_embedding`` from the one op for a call it serves exactly, else None."""
+    numbers = (int, float)
+    if (torch.compiler.is_compiling() or type(timesteps) is not TpuTensor or timesteps.dim() != 1
+            or timesteps.dtype in (torch.bool, torch.complex64, torch.complex128)
+            or type(embedding_dim) is not int or embedding_dim < 2 or type(flip_sin_to_cos) is not bool
+            or any(type(v) not in numbers for v in (downscale_freq_shift, scale, max_period))
+            or max_period <= 0 or embedding_dim // 2 == downscale_freq_shift):
+        return None  # (diffusers' own: its assert, math.log's error, a division by zero)
+    if (torch.is_grad_enabled() and timesteps.requires_grad) or transformed(timesteps):
+        return None
+    return torch.ops.tpu.timestep_embedding.default(timesteps, embedding_dim, flip_sin_to_cos,
+                                                    float(downscale_freq_shift), float(scale), float(max_period))
+
+
 # diffusers' function -> (its parameters, the one-op version: its arguments in that order, or None)
 _SERVED = {
     "apply_rotary_emb": (("x", "freqs_cis", "use_real", "use_real_unbind_dim", "sequence_dim"), _one_op),
     "get_1d_rotary_pos_embed": (("dim", "pos", "theta", "use_real", "linear_factor", "ntk_factor",
                                  "repeat_interleave_real", "freqs_dtype"), _table),
+    "get_timestep_embedding": (("timesteps", "embedding_dim", "flip_sin_to_cos", "downscale_freq_shift", "scale",
+                                "max_period"), _timesteps),
 }
 
 
@@ -173,9 +194,9 @@ def _remove_finder() -> None:
 
 def install() -> None:
     """Route diffusers' rotary embedding on tpu tensors to the one op (see the module's docstring)."""
-    from ..ops import rotary
+    from ..ops import position_embeddings
 
-    rotary.define()
+    position_embeddings.define()
     if "wrappers" in _STATE or "finder" in _STATE:
         return
     module = sys.modules.get(TARGET)

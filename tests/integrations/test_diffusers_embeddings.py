@@ -1,5 +1,6 @@
-"""diffusers' rotary embedding on tpu tensors is ONE op per step: apply_rotary_emb (tpu::rotary_embedding, 8
-programs before in strict mode) and get_1d_rotary_pos_embed (tpu::rotary_table, 13): one program in strict mode,
+"""diffusers' position embeddings on tpu tensors are ONE op each: apply_rotary_emb (tpu::rotary_embedding, 8
+programs before in strict mode), get_1d_rotary_pos_embed (tpu::rotary_table, 13) and get_timestep_embedding
+(tpu::timestep_embedding, 11): one program in strict mode,
 one recorded op in fused mode, the values and dtypes of diffusers' own functions on CPU for every mix of
 dtypes and both layouts; every call they do not serve exactly (gradients, other options, odd shapes, CPU
 tensors) is diffusers' own function, errors included. The ops check their arguments and have CPU kernels;
@@ -13,10 +14,11 @@ from tests.harness.differential import programs_run, run_isolated
 from diffusers.models import embeddings  # noqa: E402  (after torch_tpu: the import hook patches it)
 import diffusers.models.transformers.transformer_flux as transformer_flux  # noqa: E402
 
-from torch_tpu.integrations import diffusers_rotary
+from torch_tpu.integrations import diffusers_embeddings
 
 ORIGINAL = embeddings.apply_rotary_emb.__torch_tpu_original__
 TABLE_ORIGINAL = embeddings.get_1d_rotary_pos_embed.__torch_tpu_original__
+TIMESTEP_ORIGINAL = embeddings.get_timestep_embedding.__torch_tpu_original__
 TOL = {torch.float32: 1e-6, torch.float64: 1e-12, torch.bfloat16: 8e-3, torch.float16: 1e-3}
 
 
@@ -31,10 +33,51 @@ def _case(dtype, table_dtype, sequence_dim, seed=0):
 
 
 def test_diffusers_modules_hold_the_wrapper():
-    assert diffusers_rotary.installed()
+    assert diffusers_embeddings.installed()
     assert transformer_flux.apply_rotary_emb is embeddings.apply_rotary_emb
     assert transformer_flux.get_1d_rotary_pos_embed is embeddings.get_1d_rotary_pos_embed
+    assert hasattr(embeddings.get_timestep_embedding, "__torch_tpu_original__")
     assert embeddings.apply_rotary_emb.__name__ == "apply_rotary_emb"
+
+
+# (embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period): FLUX's, SD3's, an odd width (zero
+# pad), and other numbers
+TIMESTEP_CASES = [(256, True, 0, 1, 10000), (256, True, 1, 1, 10000), (33, False, 1, 2.0, 10000),
+                  (32, True, 0.5, 0.25, 333)]
+
+
+@pytest.mark.parametrize("case", TIMESTEP_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_timestep_embedding_one_program_matching_diffusers_on_cpu(eager_mode, dtype, case):
+    timesteps = torch.tensor([0.0, 1.5, 250.0, 999.0]).to(dtype)  # FLUX passes timestep * 1000 in bf16
+    ref = TIMESTEP_ORIGINAL(timesteps, *case)
+    tt = timesteps.to("tpu")
+    with torch.no_grad():
+        got, programs = programs_run(lambda: embeddings.get_timestep_embedding(tt, *case))
+    assert got.dtype == ref.dtype == torch.float32 and got.shape == ref.shape
+    # float32 sin/cos of angles up to ~1000: one ulp of the angle is 6e-5
+    torch.testing.assert_close(got.cpu(), ref, atol=1e-4, rtol=1e-5)
+    if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
+        assert programs == 1  # (diffusers' own: 11)
+
+
+@pytest.mark.parametrize("call", ["two_dims", "dim_one", "period_zero", "divisor_zero", "flip_as_int", "keywords"])
+def test_timestep_calls_it_does_not_serve_are_diffusers_own(call):
+    timesteps = torch.tensor([1.0, 20.0])
+    args, kwargs = (timesteps, 16), {}
+    if call == "two_dims":
+        args = (timesteps[None], 16)
+    elif call == "dim_one":
+        args = (timesteps, 1)
+    elif call == "period_zero":
+        kwargs = {"max_period": 0}
+    elif call == "divisor_zero":
+        kwargs = {"downscale_freq_shift": 8}
+    elif call == "flip_as_int":
+        kwargs = {"flip_sin_to_cos": 1}
+    else:
+        kwargs = {"flip_sin_to_cos": True, "scale": 3, "max_period": 50}
+    _same_as_diffusers(embeddings.get_timestep_embedding, TIMESTEP_ORIGINAL, args, kwargs)
 
 
 @pytest.mark.parametrize("pos_dtype", [torch.float32, torch.int64])
@@ -170,7 +213,7 @@ def _same_as_diffusers(wrapper, original, args, kwargs):
     with torch.no_grad():
         got = wrapper(*[_to_tpu(a) for a in args], **kwargs)
     for g, r in zip(got if isinstance(got, tuple) else (got,), ref if isinstance(ref, tuple) else (ref,)):
-        torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5, equal_nan=True)
 
 
 def _to_tpu(a):
@@ -216,6 +259,16 @@ def test_the_op_forward_and_backward_on_tpu_and_cpu(dtype):
 def test_the_op_names_what_was_wrong(bad, message, device):
     with pytest.raises(RuntimeError, match=f"tpu::rotary_embedding: .*{message}"):
         torch.ops.tpu.rotary_embedding(*[t.to(device) for t in bad])
+
+
+@pytest.mark.parametrize("args, message", [
+    ((torch.zeros(2, 3), 8, True, 0.0, 1.0, 1e4), "1-d real tensor"),
+    ((torch.zeros(3), 1, True, 0.0, 1.0, 1e4), "at least 2"),
+])
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_the_timestep_op_names_what_was_wrong(args, message, device):
+    with pytest.raises(RuntimeError, match=f"tpu::timestep_embedding: .*{message}"):
+        torch.ops.tpu.timestep_embedding(args[0].to(device), *args[1:])
 
 
 @pytest.mark.parametrize("args, message", [

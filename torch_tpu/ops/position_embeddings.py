@@ -1,4 +1,9 @@
-"""Rotary position embedding as ONE op each for its two steps, used by every eager mode.
+"""diffusers' position embeddings as ONE op each, used by every eager mode: the rotary embedding's two steps
+and the sinusoidal timestep embedding.
+
+``tpu::timestep_embedding(timesteps, embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale,
+max_period)`` computes ``get_timestep_embedding`` (11 aten ops: arange, three scalings, exp, the outer
+product, sin, cos and the concatenations; once per transformer call, twice with guidance).
 
 ``tpu::rotary_table(pos, dim, theta, linear_factor, freqs_dtype) -> (cos, sin)`` computes what diffusers'
 ``get_1d_rotary_pos_embed`` returns with ``use_real=True, repeat_interleave_real=True`` (FLUX's position
@@ -18,7 +23,7 @@ It computes what diffusers' ``apply_rotary_emb`` computes for FLUX-style models 
 with ``cos`` and ``sin`` of ``x``'s rank, broadcasting to ``x``'s shape; the products and the sum are in
 the type torch promotes ``float32`` and ``cos``/``sin`` to. diffusers' version is 8 aten ops (three dtype
 copies, neg, stack, two muls, add): 8 programs in strict eager mode and 8 recorded ops in fused mode, 12
-calls per FLUX.1 transformer call of 2 + 4 blocks. ``integrations/diffusers_rotary.py`` routes diffusers'
+calls per FLUX.1 transformer call of 2 + 4 blocks. ``integrations/diffusers_embeddings.py`` routes diffusers'
 calls here; the lowering is the same computation (one program), so results match torch's op by op.
 
 Defined at ``import torch`` (torch only; JAX inside the lowering): a Meta kernel (shapes, dtypes, the
@@ -27,11 +32,15 @@ backward is the rotation's transpose (``rotated``'s transpose is minus itself).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .registry import register
 
 SCHEMA = "rotary_embedding(Tensor x, Tensor cos, Tensor sin) -> Tensor"
+TIMESTEP_SCHEMA = ("timestep_embedding(Tensor timesteps, int embedding_dim, bool flip_sin_to_cos, "
+                   "float downscale_freq_shift, float scale, float max_period) -> Tensor")
 TABLE_SCHEMA = ("rotary_table(Tensor pos, int dim, float theta, float linear_factor, ScalarType freqs_dtype) "
                 "-> (Tensor, Tensor)")
 _REAL_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -102,6 +111,34 @@ def _table_meta(pos, dim, theta, linear_factor, freqs_dtype):
     return pos.new_empty(shape, dtype=torch.float32), pos.new_empty(shape, dtype=torch.float32)
 
 
+def check_timesteps(timesteps, embedding_dim) -> None:
+    if timesteps.dim() != 1 or timesteps.dtype == torch.bool or timesteps.is_complex():
+        raise RuntimeError(f"tpu::timestep_embedding: timesteps must be a 1-d real tensor, got shape "
+                           f"{tuple(timesteps.shape)} and dtype {timesteps.dtype}")
+    if embedding_dim < 2:
+        raise RuntimeError(f"tpu::timestep_embedding: embedding_dim must be at least 2, got {embedding_dim}")
+
+
+def timestep_reference(timesteps, embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period):
+    """The timestep op in torch ops (its CPU kernel; diffusers' formula)."""
+    check_timesteps(timesteps, embedding_dim)
+    half = embedding_dim // 2
+    exponent = -math.log(max_period) * torch.arange(0, half, dtype=torch.float32, device=timesteps.device)
+    emb = torch.exp(exponent / (half - downscale_freq_shift))
+    emb = scale * (timesteps[:, None].float() * emb[None, :])
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
+    if flip_sin_to_cos:
+        emb = torch.cat([emb[:, half:], emb[:, :half]], dim=-1)
+    if embedding_dim % 2:
+        emb = torch.nn.functional.pad(emb, (0, 1, 0, 0))
+    return emb
+
+
+def _timestep_meta(timesteps, embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period):
+    check_timesteps(timesteps, embedding_dim)
+    return timesteps.new_empty((timesteps.shape[0], embedding_dim), dtype=torch.float32)
+
+
 class _Rotary(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos, sin):
@@ -140,6 +177,9 @@ def define() -> None:
     lib.define(TABLE_SCHEMA)
     lib.impl("rotary_table", _table_meta, "Meta")
     lib.impl("rotary_table", table_reference, "CPU")
+    lib.define(TIMESTEP_SCHEMA)
+    lib.impl("timestep_embedding", _timestep_meta, "Meta")
+    lib.impl("timestep_embedding", timestep_reference, "CPU")
     _LIBS.append(lib)
 
 
@@ -178,6 +218,28 @@ def rotary_table(pos, dim, theta, linear_factor, freqs_dtype):
     return (jnp.repeat(cos, 2, axis=1).astype(jnp.float32), jnp.repeat(sin, 2, axis=1).astype(jnp.float32))
 
 
+def timestep_embedding(timesteps, embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period):
+    """The timestep lowering: diffusers' steps in its order, the op table's exp/sin/cos (float32 throughout;
+    Python numbers scale a float32 tensor in float32, as torch does)."""
+    from . import registry
+    from ..runtime import platform
+
+    jnp = platform.jax().numpy
+    aten = registry.aten
+    f32 = jnp.float32
+    half = embedding_dim // 2
+    exponent = jnp.arange(half, dtype=f32) * jnp.asarray(-math.log(max_period), f32)
+    emb = registry.lookup(aten.exp.default).fn(exponent / jnp.asarray(half - downscale_freq_shift, f32))
+    emb = jnp.asarray(scale, f32) * (timesteps.astype(f32)[:, None] * emb[None, :])
+    sin, cos = registry.lookup(aten.sin.default).fn(emb), registry.lookup(aten.cos.default).fn(emb)
+    out = jnp.concatenate([cos, sin] if flip_sin_to_cos else [sin, cos], axis=-1)
+    if embedding_dim % 2:
+        out = jnp.pad(out, ((0, 0), (0, 1)))
+    return out
+
+
 define()
+register(torch.ops.tpu.timestep_embedding.default,
+         static=("embedding_dim", "flip_sin_to_cos", "downscale_freq_shift", "scale", "max_period"))(timestep_embedding)
 register(torch.ops.tpu.rotary_embedding.default)(rotary_embedding)
 register(torch.ops.tpu.rotary_table.default, static=("dim", "theta", "linear_factor"))(rotary_table)
