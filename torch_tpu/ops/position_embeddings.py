@@ -12,9 +12,7 @@ tables, one call per axis per transformer call: 13 aten ops each, 39 programs pe
     freqs = 1.0 / (theta ** (arange(0, dim, 2, dtype=freqs_dtype) / dim)) / linear_factor
     angles = outer(pos, freqs);  cos, sin = angles.cos(), angles.sin() (each repeated 2x along dim 1, float32)
 
-``tpu::rotary_embedding(x, cos, sin)`` applies the tables:
-
-It computes what diffusers' ``apply_rotary_emb`` computes for FLUX-style models (``use_real=True``,
+``tpu::rotary_embedding(x, cos, sin)`` applies the tables: what diffusers' ``apply_rotary_emb`` computes for FLUX-style models (``use_real=True``,
 ``use_real_unbind_dim=-1``: neighbouring channels form the pairs)::
 
     pairs = x.float().reshape(..., D/2, 2);  rotated = stack([-pairs[..., 1], pairs[..., 0]]).flatten(-2)
@@ -24,11 +22,12 @@ with ``cos`` and ``sin`` of ``x``'s rank, broadcasting to ``x``'s shape; the pro
 the type torch promotes ``float32`` and ``cos``/``sin`` to. diffusers' version is 8 aten ops (three dtype
 copies, neg, stack, two muls, add): 8 programs in strict eager mode and 8 recorded ops in fused mode, 12
 calls per FLUX.1 transformer call of 2 + 4 blocks. ``integrations/diffusers_embeddings.py`` routes diffusers'
-calls here; the lowering is the same computation (one program), so results match torch's op by op.
+calls here; each lowering is the same computation in diffusers' order (one program), built from the op
+table's own element functions, so results match the op-by-op path to rounding.
 
-Defined at ``import torch`` (torch only; JAX inside the lowering): a Meta kernel (shapes, dtypes, the
-argument checks), a CPU kernel (the same math in torch, the reference), and an Autograd kernel whose
-backward is the rotation's transpose (``rotated``'s transpose is minus itself).
+Defined at ``import torch`` (torch only; JAX inside the lowerings): Meta kernels (shapes, dtypes, the
+argument checks), CPU kernels (the same math in torch, the reference), and for the rotary application an
+Autograd kernel whose backward is the rotation's transpose (``rotated``'s transpose is minus itself).
 """
 from __future__ import annotations
 
