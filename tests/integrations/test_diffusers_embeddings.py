@@ -306,3 +306,37 @@ def test_patched_when_diffusers_was_imported_before_torch_tpu():
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, prelude=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "patched" in out.stdout
+
+
+def test_static_numbers_are_part_of_the_programs_key(eager_mode):
+    """Calls that differ only in the numbers the lowerings take as constants (theta, the factors, the timestep
+    shift, scale, period and order) in one process: each computes its own values, none reuses another's
+    program."""
+    pos, timesteps = torch.arange(12.0), torch.tensor([3.0, 400.0])
+    pt, tt = pos.to("tpu"), timesteps.to("tpu")
+    with torch.no_grad():
+        for theta, linear, ntk in [(10000, 1.0, 1.0), (500.0, 1.0, 1.0), (10000, 2.0, 1.0), (10000, 1.0, 3.0)]:
+            args = (8, pos, theta, True, linear, ntk)
+            for g, r in zip(embeddings.get_1d_rotary_pos_embed(args[0], pt, *args[2:]), TABLE_ORIGINAL(*args)):
+                torch.testing.assert_close(g.cpu(), r)
+        for case in [(16, True, 0, 1, 10000), (16, True, 1, 1, 10000), (16, True, 0, 3.0, 10000),
+                     (16, True, 0, 1, 50), (16, False, 0, 1, 10000)]:
+            torch.testing.assert_close(embeddings.get_timestep_embedding(tt, *case).cpu(),
+                                       TIMESTEP_ORIGINAL(timesteps, *case), atol=1e-4, rtol=1e-5)
+
+
+def test_a_refused_call_in_the_middle_of_a_sequence(eager_mode):
+    """Ops before, the one op, a call diffusers refuses (its error raised at the call), then the values from
+    before used again: as on CPU."""
+    x, cos, sin = _case(torch.float32, torch.float32, 1)
+
+    def run(device, fn):
+        xd, cd, sd = x.to(device), cos.to(device), sin.to(device)
+        with torch.no_grad():
+            y = fn(xd * 2 + 1, (cd, sd), sequence_dim=1)
+            with pytest.raises(RuntimeError):
+                fn(xd[..., :7], (cd, sd), sequence_dim=1)  # odd channels: reshape(..., -1, 2) fails
+            y.add_(xd)
+            return (y.sum(dim=2) * cd[:, :1]).cpu()
+
+    torch.testing.assert_close(run("tpu", embeddings.apply_rotary_emb), run("cpu", ORIGINAL), atol=1e-5, rtol=1e-5)

@@ -62,7 +62,7 @@ def _footprint():
     gc.collect()
     # (less the device scalars strict eager keeps for Python numbers: a bounded cache, engine/device_numbers.py)
     return {"live device buffers": len(jax.live_arrays()) - device_numbers.kept(),
-            "live storages": memory._Counter.live,
+            "live storages": memory.COUNTS.live,
             "device bytes": memory.in_use(), "open files": len(os.listdir("/proc/self/fd")),
             "threads": threading.active_count(), "tensors and torch_tpu objects": D.backend_objects(),
             **{f"cache {k}": v for k, v in caches.sizes().items()}}

@@ -65,8 +65,8 @@ def test_reset_peak_memory_stats():
 def test_pjrt_statistics_map_to_cuda_names(monkeypatch):
     """PJRT's own keys (as GPU/TPU report them) become CUDA's; its peak survives a reset until beaten."""
     # the process's own counts take part too (tensors left alive by earlier tests): start them at zero
-    monkeypatch.setattr(memory._Counter, "in_use", 0)
-    monkeypatch.setattr(memory._Counter, "peak", 0)
+    monkeypatch.setattr(memory.COUNTS, "in_use", 0)
+    monkeypatch.setattr(memory.COUNTS, "peak", 0)
     pjrt = {"bytes_in_use": 5000, "peak_bytes_in_use": 9000, "bytes_reserved": 12000,
             "peak_bytes_reserved": 15000, "num_allocs": 42, "bytes_limit": 1 << 30}
     stats = memory.stats(pjrt)

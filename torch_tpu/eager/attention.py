@@ -87,6 +87,15 @@ def transformed(*tensors) -> bool:
     return any(t is not None and fwAD.unpack_dual(t).tangent is not None for t in tensors)
 
 
+def needs_backward(*tensors) -> bool:
+    """Whether autograd must see into an op over ``tensors`` (None entries skipped): grad mode on with one
+    requiring grad, or a torch.func transform or forward-AD tangent (``transformed``). A one-op lowering without
+    a derivative of its own serves only calls where this is False."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return True
+    return transformed(*tensors)
+
+
 def _sdpa_autograd_tpu(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                        enable_gqa=False):
     if needs_decomposition(attn_mask, dropout_p) or transformed(q, k, v, attn_mask):

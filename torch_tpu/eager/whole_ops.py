@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.dtypes import REAL_FLOATS
 from ..tensor.tensor import TpuTensor
-from .attention import transformed
+from .attention import needs_backward
 
 aten = torch.ops.aten
 _LIBRARY = None
@@ -41,23 +42,17 @@ def one_hot(x, num_classes=-1):
         return aten.one_hot.default(x, num_classes)
 
 
-_REAL_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
 def _rms_norm_whole(x, normalized_shape, weight) -> bool:
     # (a tensor of another subclass on the device, a DTensor say, has its own rules for torch's pieces)
     n = len(normalized_shape)
-    if not (0 < n <= x.dim()) or type(x) is not TpuTensor or x.dtype not in _REAL_FLOATS:
+    if not (0 < n <= x.dim()) or type(x) is not TpuTensor or x.dtype not in REAL_FLOATS:
         return False
     if tuple(x.shape[x.dim() - n:]) != tuple(normalized_shape):
         return False
-    needs_grad = torch.is_grad_enabled() and x.requires_grad
-    if weight is not None:
-        if (type(weight) is not TpuTensor or weight.device != x.device or weight.dtype not in _REAL_FLOATS
-                or tuple(weight.shape) != tuple(normalized_shape)):
-            return False
-        needs_grad = needs_grad or (torch.is_grad_enabled() and weight.requires_grad)
-    return not needs_grad and not transformed(x, weight)
+    if weight is not None and (type(weight) is not TpuTensor or weight.device != x.device
+                               or weight.dtype not in REAL_FLOATS or tuple(weight.shape) != tuple(normalized_shape)):
+        return False
+    return not needs_backward(x, weight)
 
 
 def rms_norm(x, normalized_shape, weight=None, eps=None):

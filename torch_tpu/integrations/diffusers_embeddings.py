@@ -38,26 +38,25 @@ from importlib.machinery import PathFinder
 
 import torch
 
-from ..eager.attention import transformed
+from ..eager.attention import needs_backward
+from ..ops.position_embeddings import real_numbers
+from ..runtime.dtypes import REAL_FLOATS
 from ..tensor.tensor import TpuTensor
 
 TARGET = "diffusers.models.embeddings"
-_REAL_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _STATE: dict = {}  # "wrappers": name -> the function put in diffusers' place, "finder": the import hook
 
 
 def _served(x, cos, sin, use_real, unbind_dim, sequence_dim) -> bool:
     if use_real is not True or unbind_dim != -1 or sequence_dim not in (1, 2):
         return False
-    if type(x) is not TpuTensor or x.dim() != 4 or x.dtype not in _REAL_FLOATS or x.shape[-1] % 2:
+    if type(x) is not TpuTensor or x.dim() != 4 or x.dtype not in REAL_FLOATS or x.shape[-1] % 2:
         return False
     expected = (x.shape[sequence_dim], x.shape[-1])
     for t in (cos, sin):
-        if not isinstance(t, torch.Tensor) or t.dtype not in _REAL_FLOATS or tuple(t.shape) != expected:
+        if not isinstance(t, torch.Tensor) or t.dtype not in REAL_FLOATS or tuple(t.shape) != expected:
             return False
-    if torch.is_grad_enabled() and (x.requires_grad or cos.requires_grad or sin.requires_grad):
-        return False
-    return not transformed(x, cos, sin)
+    return not needs_backward(x, cos, sin)
 
 
 def _one_op(x, freqs_cis, use_real, unbind_dim, sequence_dim):
@@ -82,12 +81,11 @@ def _table(dim, pos, theta, use_real, linear_factor, ntk_factor, repeat_interlea
     """``get_1d_rotary_pos_embed``'s (cos, sin) from the one op for a call it serves exactly, else None."""
     numbers = (int, float)
     if (torch.compiler.is_compiling() or use_real is not True or repeat_interleave_real is not True
-            or type(pos) is not TpuTensor or pos.dim() != 1 or pos.dtype in (torch.bool, torch.complex64,
-                                                                             torch.complex128)
+            or type(pos) is not TpuTensor or pos.dim() != 1 or not real_numbers(pos)
             or type(dim) is not int or dim <= 0 or dim % 2 or freqs_dtype not in (torch.float32, torch.float64)
             or any(type(v) not in numbers for v in (theta, linear_factor, ntk_factor))):
         return None
-    if (torch.is_grad_enabled() and pos.requires_grad) or transformed(pos):
+    if needs_backward(pos):
         return None
     theta = theta * ntk_factor  # (in Python, as diffusers does)
     return torch.ops.tpu.rotary_table.default(pos, dim, float(theta), float(linear_factor), freqs_dtype)
@@ -97,12 +95,12 @@ def _timesteps(timesteps, embedding_dim, flip_sin_to_cos, downscale_freq_shift, 
     """``get_timestep_embedding`` from the one op for a call it serves exactly, else None."""
     numbers = (int, float)
     if (torch.compiler.is_compiling() or type(timesteps) is not TpuTensor or timesteps.dim() != 1
-            or timesteps.dtype in (torch.bool, torch.complex64, torch.complex128)
+            or not real_numbers(timesteps)
             or type(embedding_dim) is not int or embedding_dim < 2 or type(flip_sin_to_cos) is not bool
             or any(type(v) not in numbers for v in (downscale_freq_shift, scale, max_period))
             or max_period <= 0 or embedding_dim // 2 == downscale_freq_shift):
         return None  # (diffusers' own: its assert, math.log's error, a division by zero)
-    if (torch.is_grad_enabled() and timesteps.requires_grad) or transformed(timesteps):
+    if needs_backward(timesteps):
         return None
     return torch.ops.tpu.timestep_embedding.default(timesteps, embedding_dim, flip_sin_to_cos,
                                                     float(downscale_freq_shift), float(scale), float(max_period))

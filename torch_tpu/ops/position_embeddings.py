@@ -35,6 +35,7 @@ import math
 
 import torch
 
+from ..runtime.dtypes import REAL_FLOATS
 from .registry import register
 
 SCHEMA = "rotary_embedding(Tensor x, Tensor cos, Tensor sin) -> Tensor"
@@ -42,14 +43,13 @@ TIMESTEP_SCHEMA = ("timestep_embedding(Tensor timesteps, int embedding_dim, bool
                    "float downscale_freq_shift, float scale, float max_period) -> Tensor")
 TABLE_SCHEMA = ("rotary_table(Tensor pos, int dim, float theta, float linear_factor, ScalarType freqs_dtype) "
                 "-> (Tensor, Tensor)")
-_REAL_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _LIBS: list = []
 
 
 def check(x, cos, sin) -> None:
     """torch-style errors naming the op, the shapes and the dtypes (every kernel calls it first)."""
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if t.dtype not in _REAL_FLOATS:
+        if t.dtype not in REAL_FLOATS:
             raise RuntimeError(f"tpu::rotary_embedding: {name} must be a floating tensor "
                                f"(float16, bfloat16, float32, float64), got {t.dtype}")
     if x.dim() == 0 or x.shape[-1] % 2:
@@ -86,8 +86,13 @@ def _meta(x, cos, sin):
     return x.new_empty(x.shape)
 
 
+def real_numbers(t) -> bool:
+    """Whether ``t`` holds real numbers (integers or floats: not bool, not complex)."""
+    return t.dtype != torch.bool and not t.is_complex()
+
+
 def check_table(pos, dim, freqs_dtype) -> None:
-    if pos.dim() != 1 or pos.dtype == torch.bool or pos.is_complex():
+    if pos.dim() != 1 or not real_numbers(pos):
         raise RuntimeError(f"tpu::rotary_table: pos must be a 1-d real tensor of positions, got shape "
                            f"{tuple(pos.shape)} and dtype {pos.dtype}")
     if dim <= 0 or dim % 2:
@@ -111,7 +116,7 @@ def _table_meta(pos, dim, theta, linear_factor, freqs_dtype):
 
 
 def check_timesteps(timesteps, embedding_dim) -> None:
-    if timesteps.dim() != 1 or timesteps.dtype == torch.bool or timesteps.is_complex():
+    if timesteps.dim() != 1 or not real_numbers(timesteps):
         raise RuntimeError(f"tpu::timestep_embedding: timesteps must be a 1-d real tensor, got shape "
                            f"{tuple(timesteps.shape)} and dtype {timesteps.dtype}")
     if embedding_dim < 2:

@@ -9,6 +9,9 @@ import torch
 from ..errors import OpError, out_of_memory
 from . import counters, failed_values, multiprocess, platform, prefetch
 
+# the floating dtypes torch computes real math in (float8 only converts)
+REAL_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
 # torch's names of dtypes in its CPU kernels' messages: the dispatch macros' ("Float"), C++'s ("float")
 TYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
               torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",

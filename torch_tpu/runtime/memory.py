@@ -28,7 +28,7 @@ class _Counts:
         self.freed_bytes = 0
 
 
-COUNTS = _Counter = _Counts()
+COUNTS = _Counts()
 
 
 class _Reset:
@@ -38,7 +38,7 @@ class _Reset:
 
 def resized(old: int, new: int) -> None:
     """A live storage's bytes went from ``old`` to ``new`` (freed and re-allocated in place, as FSDP does)."""
-    c = _Counter
+    c = COUNTS
     c.in_use += new - old
     if new > old:
         c.allocated_bytes += new - old
@@ -48,11 +48,11 @@ def resized(old: int, new: int) -> None:
 
 
 def in_use() -> int:
-    return _Counter.in_use
+    return COUNTS.in_use
 
 
 def peak() -> int:
-    return _Counter.peak
+    return COUNTS.peak
 
 
 def pjrt_stats(device) -> dict:
@@ -65,7 +65,7 @@ def pjrt_stats(device) -> dict:
 
 
 def reset_peak(pjrt: dict) -> None:
-    c = _Counter
+    c = COUNTS
     c.peak = c.in_use
     c.live_peak = c.live
     if "peak_bytes_in_use" in pjrt:
@@ -74,23 +74,23 @@ def reset_peak(pjrt: dict) -> None:
 
 
 def reset_accumulated() -> None:
-    c = _Counter
+    c = COUNTS
     c.allocs = c.frees = c.allocated_bytes = c.freed_bytes = 0
 
 
 def _peak_allocated(pjrt: dict) -> int:
     if "peak_bytes_in_use" not in pjrt:
-        return _Counter.peak
+        return COUNTS.peak
     peak = int(pjrt["peak_bytes_in_use"])
     if _Reset.pjrt_peak is None or peak > _Reset.pjrt_peak:
         return peak
-    return max(_Reset.pjrt_in_use, int(pjrt.get("bytes_in_use", 0)), _Counter.peak)
+    return max(_Reset.pjrt_in_use, int(pjrt.get("bytes_in_use", 0)), COUNTS.peak)
 
 
 def stats(pjrt: dict) -> dict:
     """``torch.cuda.memory_stats()``'s keys (the "all" pool) from PJRT's statistics and the counts,
     plus PJRT's own statistics under ``pjrt.<name>``."""
-    c = _Counter
+    c = COUNTS
     current = int(pjrt.get("bytes_in_use", c.in_use))
     peak = max(_peak_allocated(pjrt), current)
     reserved = int(pjrt.get("bytes_reserved", pjrt.get("pool_bytes", current)))
