@@ -13,7 +13,8 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
   flux       bench/bench_flux_width.py: a FLUX.1-width transformer (2+4 blocks, 4608 tokens, bf16) in the
              four modes beside the floor (its GEMMs and attention kernel alone, in JAX)
   tests      the attention, TPU lowering, real-width transformer and pipeline test files on the chip
-  opinfo     tests/ops/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part)
+  opinfo     tests/ops/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part,
+             --opinfo-tests FILE::TEST one of its tests)
   eager      bench/bench_eager_cost.py (per-op cost, fused chains, against JAX's own)
   coldstart  bench/bench_coldstart.py (first image per mode, cold and warm)
   probe      bench/tpu_probe.py (kernel tiles, float32 functions' error)
@@ -141,7 +142,7 @@ def step_opinfo(args, left):
             env["TORCH_TPU_TEST_COUNT"] = str(left_to_run)
         if args.shard:
             env["TORCH_TPU_TEST_SHARD"] = args.shard
-        result = _pytest(["tests/ops/test_op_consistency.py"], args, left, f"opinfo{len(attempts)}", env=env)
+        result = _pytest([args.opinfo_tests], args, left, f"opinfo{len(attempts)}", env=env)
         attempts.append({k: result[k] for k in ("rc", "process_s", "summary")})
         records = [json.loads(l) for l in outcomes.read_text().splitlines()] if outcomes.exists() else []
         started = [r["case"] for r in records if r["when"] == "start"]
@@ -152,7 +153,7 @@ def step_opinfo(args, left):
         done = started_total  # the aborted case counts as done: the next attempt starts after it
     records = [json.loads(l) for l in outcomes.read_text().splitlines()] if outcomes.exists() else []
     calls = [r for r in records if r["when"] == "call"]
-    return {"shard": args.shard, "attempts": attempts, "passed": sum(r["outcome"] == "passed" for r in calls),
+    return {"tests": args.opinfo_tests, "shard": args.shard, "attempts": attempts, "passed": sum(r["outcome"] == "passed" for r in calls),
             "failed": [{"case": r["case"], "when": r["when"], "text": r["text"]} for r in records
                        if r["outcome"] == "failed"], "aborted": aborted}
 
@@ -197,6 +198,8 @@ def main():
     parser.add_argument("--start", type=int, default=0, help="opinfo: skip the shard's first cases (a later call "
                                                                   "going on where an earlier one stopped)")
     parser.add_argument("--count", type=int, default=0, help="opinfo: run at most this many of the shard's cases")
+    parser.add_argument("--opinfo-tests", default="tests/ops/test_op_consistency.py",
+                        help="opinfo: the file or test to run (a node id such as FILE::test_op_matches_cpu_fused)")
     args = parser.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()

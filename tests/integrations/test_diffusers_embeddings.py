@@ -340,3 +340,104 @@ def test_a_refused_call_in_the_middle_of_a_sequence(eager_mode):
             return (y.sum(dim=2) * cd[:, :1]).cpu()
 
     torch.testing.assert_close(run("tpu", embeddings.apply_rotary_emb), run("cpu", ORIGINAL), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("freqs_dtype", [torch.float64, torch.float32])
+def test_position_table_far_and_non_finite_positions_match_cpu(freqs_dtype):
+    """Float64 frequencies reduce the float64 angle to [-pi, pi] and take float32 cos/sin of it: far positions
+    (angles up to ~5e6 radians), negative and fractional ones, nan and infinities, every width FLUX uses."""
+    positions = torch.cat([torch.arange(0, 4096.0), torch.linspace(-5e6, 5e6, 257), torch.arange(64.0) * 1.37,
+                           torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0])])
+    for dim, theta, factor in [(128, 10000, 1.0), (56, 10000, 1.0), (16, 256, 2.0), (8, 333.3, 0.7)]:
+        ref = TABLE_ORIGINAL(dim, positions, theta, True, factor, 1.0, True, freqs_dtype)
+        with torch.no_grad():
+            got = embeddings.get_1d_rotary_pos_embed(dim, positions.to("tpu"), theta, True, factor, 1.0, True,
+                                                     freqs_dtype)
+        for g, r in zip(got, ref):
+            # float64 frequencies: a few float32 ulps of values <= 1; float32 ones round as torch's float32 ops
+            # do, and far angles (5e6 rad) carry float32's own error of the angle (~0.25 rad): compared where
+            # torch's float32 result is meaningful
+            near = positions.abs() < 1e4
+            if freqs_dtype == torch.float64:
+                torch.testing.assert_close(g.cpu(), r, atol=5e-7, rtol=0, equal_nan=True)
+            else:
+                torch.testing.assert_close(g.cpu()[near], r[near], atol=2e-4, rtol=0, equal_nan=True)
+
+
+def test_float64_table_program_has_no_float64_trigonometry():
+    """XLA:TPU emulates float64: float64 cos/sin in the table's program took 7-11 s to compile on the chip.
+    The program keeps float64 for the products and the reduction only."""
+    import jax
+
+    from torch_tpu.ops import position_embeddings
+    from torch_tpu.runtime import platform
+
+    jnp = platform.jax().numpy
+    with platform.X64():
+        text = jax.jit(lambda p: position_embeddings.rotary_table(p, 56, 10000.0, 1.0, torch.float64)).lower(
+            jnp.arange(64, dtype=jnp.float32)).as_text()
+    trig = [line for line in text.splitlines() if ("cosine" in line or "sine" in line)]
+    assert trig and all("f64" not in line for line in trig), trig
+    assert "f64" in text  # the angles are float64 products
+
+
+def _flux(grad=False):
+    from diffusers import FluxTransformer2DModel
+
+    torch.manual_seed(0)
+    model = FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
+                                   attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
+                                   pooled_projection_dim=20, axes_dims_rope=(4, 6, 6), guidance_embeds=True)
+    g = torch.Generator().manual_seed(1)
+    seq, txt = 16, 5
+    inputs = dict(hidden_states=torch.randn(1, seq, 16, generator=g),
+                  encoder_hidden_states=torch.randn(1, txt, 24, generator=g),
+                  pooled_projections=torch.randn(1, 20, generator=g), timestep=torch.tensor([0.5]),
+                  img_ids=torch.stack([torch.zeros(seq), torch.arange(seq) // 4, torch.arange(seq) % 4], -1),
+                  txt_ids=torch.zeros(txt, 3), guidance=torch.tensor([3.5]), return_dict=False)
+    return model, inputs
+
+
+def _compiled_with_graph_targets(model):
+    """``torch.compile(model, backend="tpu")`` and the set of op names in the graphs dynamo gave it."""
+    targets = set()
+    tpu_backend = torch._dynamo.lookup_backend("tpu")
+
+    def backend(gm, example_inputs, **kwargs):
+        targets.update(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return tpu_backend(gm, example_inputs, **kwargs)
+
+    return torch.compile(model, backend=backend, fullgraph=True, dynamic=False), targets
+
+
+def test_compiled_mode_uses_the_one_ops_and_matches_cpu():
+    """Under torch.compile(backend="tpu") diffusers' calls become the three ops, one node each in the graph
+    dynamo traces (lowered by the same table as the eager modes), with no graph break."""
+    import copy
+
+    model, inputs = _flux()
+    with torch.no_grad():
+        ref = model(**inputs)[0]
+        compiled, targets = _compiled_with_graph_targets(copy.deepcopy(model).to("tpu"))
+        got = compiled(**{k: v.to("tpu") if isinstance(v, torch.Tensor) else v for k, v in inputs.items()})[0]
+    assert {"tpu.rotary_embedding.default", "tpu.rotary_table.default", "tpu.timestep_embedding.default"} <= targets
+    torch.testing.assert_close(got.cpu(), ref, atol=2e-5, rtol=2e-5)
+
+
+def test_compiled_training_keeps_diffusers_ops_and_gradients_match_cpu():
+    """With gradients needed, the compiled graph traces diffusers' own ops (their derivatives are torch's)."""
+    import copy
+
+    model, inputs = _flux()
+    inputs["hidden_states"].requires_grad_()
+    tpu_model = copy.deepcopy(model).to("tpu")
+    compiled, targets = _compiled_with_graph_targets(tpu_model)
+    tpu_inputs = {k: v.detach().to("tpu").requires_grad_(v.requires_grad) if isinstance(v, torch.Tensor) else v
+                  for k, v in inputs.items()}
+    compiled(**tpu_inputs)[0].square().mean().backward()
+    model(**inputs)[0].square().mean().backward()
+    assert "tpu.rotary_embedding.default" not in targets
+    torch.testing.assert_close(tpu_inputs["hidden_states"].grad.cpu(), inputs["hidden_states"].grad,
+                               atol=1e-5, rtol=1e-4)
+    for (name, p), (_, q) in zip(tpu_model.named_parameters(), model.named_parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, atol=1e-5, rtol=1e-4, msg=name)

@@ -18,8 +18,10 @@ unchanged:
 * ``get_timestep_embedding``, served: ``timesteps`` a 1-d real tensor of the tpu device, an ``embedding_dim``
   of at least 2, a bool ``flip_sin_to_cos``, Python numbers for the shift, scale and period (a positive period,
   a shift that leaves the exponent's divisor nonzero);
-* all: nothing that needs a gradient (grad mode off, or no input requiring one), no torch.func transform,
-  and not while dynamo traces (compiled mode builds one XLA program from diffusers' ops already);
+* all: nothing that needs a gradient (grad mode off, or no input requiring one), no torch.func transform;
+  while dynamo traces (compiled and regional modes) a traced tensor of the tpu device stands for the
+  TpuTensor, so the op is one node of the graph and the compiled program takes the same lowering as the
+  eager modes (the float64 rotary table's, made for a TPU, among them);
 * everything else: diffusers' function, its errors included.
 
 When: ``install()`` runs at ``import torch`` (torch_tpu's registration) and imports nothing of diffusers. If
@@ -47,10 +49,19 @@ TARGET = "diffusers.models.embeddings"
 _STATE: dict = {}  # "wrappers": name -> the function put in diffusers' place, "finder": the import hook
 
 
+def _on_device(t) -> bool:
+    """A plain tensor of the tpu device: a TpuTensor in the eager modes; while dynamo traces (compiled mode),
+    a traced tensor of the tpu device that is not a subclass such as a DTensor, so that the one op becomes one
+    node of the compiled graph, lowered by the same table."""
+    if torch.compiler.is_compiling():
+        return isinstance(t, torch.Tensor) and t.device.type == "tpu" and type(t) in (torch.Tensor, TpuTensor)
+    return type(t) is TpuTensor
+
+
 def _served(x, cos, sin, use_real, unbind_dim, sequence_dim) -> bool:
     if use_real is not True or unbind_dim != -1 or sequence_dim not in (1, 2):
         return False
-    if type(x) is not TpuTensor or x.dim() != 4 or x.dtype not in REAL_FLOATS or x.shape[-1] % 2:
+    if not _on_device(x) or x.dim() != 4 or x.dtype not in REAL_FLOATS or x.shape[-1] % 2:
         return False
     expected = (x.shape[sequence_dim], x.shape[-1])
     for t in (cos, sin):
@@ -61,7 +72,7 @@ def _served(x, cos, sin, use_real, unbind_dim, sequence_dim) -> bool:
 
 def _one_op(x, freqs_cis, use_real, unbind_dim, sequence_dim):
     """The one op's result for a call it serves exactly, else None."""
-    if (torch.compiler.is_compiling() or type(x) is not TpuTensor or not isinstance(freqs_cis, (tuple, list))
+    if (not _on_device(x) or not isinstance(freqs_cis, (tuple, list))
             or len(freqs_cis) != 2):
         return None  # (before moving the tables: a call left to diffusers moves them itself)
     cos, sin = freqs_cis
@@ -80,8 +91,8 @@ def _one_op(x, freqs_cis, use_real, unbind_dim, sequence_dim):
 def _table(dim, pos, theta, use_real, linear_factor, ntk_factor, repeat_interleave_real, freqs_dtype):
     """``get_1d_rotary_pos_embed``'s (cos, sin) from the one op for a call it serves exactly, else None."""
     numbers = (int, float)
-    if (torch.compiler.is_compiling() or use_real is not True or repeat_interleave_real is not True
-            or type(pos) is not TpuTensor or pos.dim() != 1 or not real_numbers(pos)
+    if (use_real is not True or repeat_interleave_real is not True
+            or not _on_device(pos) or pos.dim() != 1 or not real_numbers(pos)
             or type(dim) is not int or dim <= 0 or dim % 2 or freqs_dtype not in (torch.float32, torch.float64)
             or any(type(v) not in numbers for v in (theta, linear_factor, ntk_factor))):
         return None
@@ -94,7 +105,7 @@ def _table(dim, pos, theta, use_real, linear_factor, ntk_factor, repeat_interlea
 def _timesteps(timesteps, embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale, max_period):
     """``get_timestep_embedding`` from the one op for a call it serves exactly, else None."""
     numbers = (int, float)
-    if (torch.compiler.is_compiling() or type(timesteps) is not TpuTensor or timesteps.dim() != 1
+    if (not _on_device(timesteps) or timesteps.dim() != 1
             or not real_numbers(timesteps)
             or type(embedding_dim) is not int or embedding_dim < 2 or type(flip_sin_to_cos) is not bool
             or any(type(v) not in numbers for v in (downscale_freq_shift, scale, max_period))

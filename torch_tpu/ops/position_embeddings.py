@@ -1,5 +1,6 @@
-"""diffusers' position embeddings as ONE op each, used by every eager mode: the rotary embedding's two steps
-and the sinusoidal timestep embedding.
+"""diffusers' position embeddings as ONE op each, used by every execution mode (one program in strict mode,
+one node of a fused or compiled graph): the rotary embedding's two steps and the sinusoidal timestep
+embedding.
 
 ``tpu::timestep_embedding(timesteps, embedding_dim, flip_sin_to_cos, downscale_freq_shift, scale,
 max_period)`` computes ``get_timestep_embedding`` (11 aten ops: arange, three scalings, exp, the outer
@@ -192,9 +193,11 @@ def rotary_embedding(x, cos, sin):
     from ..runtime import platform
 
     jnp = platform.jax().numpy
+    # the pairs swapped in x's own dtype (exact), as diffusers does: half the bytes through the layout
+    # change a trailing dimension of 2 costs on a TPU when x is bf16
+    pairs = x.reshape(*x.shape[:-1], -1, 2)
+    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape).astype(jnp.float32)
     xf = x.astype(jnp.float32)
-    pairs = xf.reshape(*xf.shape[:-1], -1, 2)
-    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(xf.shape)
     by_cos = jnp.promote_types(jnp.float32, cos.dtype)
     by_sin = jnp.promote_types(jnp.float32, sin.dtype)
     total = jnp.promote_types(by_cos, by_sin)
@@ -203,22 +206,44 @@ def rotary_embedding(x, cos, sin):
     return (a + b).astype(x.dtype)
 
 
+# 2*pi in two float64 parts, the first with its low 28 bits zero: k * _TWO_PI_HI is exact for |k| < 2**28,
+# so angles up to ~1.6e9 reduce to [-pi, pi] with float64's accuracy
+_TWO_PI_HI = float.fromhex("0x1.921fb5p+2")
+_TWO_PI_LO = 2 * math.pi - _TWO_PI_HI
+
+
 def rotary_table(pos, dim, theta, linear_factor, freqs_dtype):
-    """The table lowering: the op table's own lowerings of diffusers' ops, in diffusers' order (so each
-    step rounds as the op-by-op path does)."""
+    """The table lowering, in diffusers' order. Float64 frequencies (FLUX's, except on mps/npu): the
+    frequencies are numbers of the program (dim, theta and the factor are static; numpy computes diffusers'
+    float64 formula), the angles are float64 products reduced to [-pi, pi] in float64, and cos/sin run in
+    float32 on the reduced angle: within a few float32 ulps of CPU torch's float64 cos/sin rounded to float32.
+    XLA:TPU emulates float64, and its float64 cos/sin made this program take 7-11 s to compile on the chip (the
+    slowest of the demo pipeline's first call); the float32 functions on a reduced angle compile in a fraction
+    of that. Float32 frequencies: the op table's own lowerings of diffusers' ops, each step rounding as the
+    op-by-op path does."""
+    import numpy as np
+
     from . import registry
     from ..runtime import dtypes, platform
 
     jnp = platform.jax().numpy
     aten = registry.aten
     ft = dtypes.to_jax_dtype(freqs_dtype)
-    exponents = jnp.arange(0, dim, 2, dtype=ft) / jnp.asarray(dim, ft)
-    powers = registry.lookup(aten.pow.Scalar).fn(jnp.asarray(theta, ft), exponents)
-    freqs = registry.lookup(aten.reciprocal.default).fn(powers) * jnp.asarray(1.0, ft) / jnp.asarray(linear_factor, ft)
-    angles = pos.astype(jnp.promote_types(pos.dtype, ft))[:, None] * freqs[None, :].astype(
-        jnp.promote_types(pos.dtype, ft))
-    cos = registry.lookup(aten.cos.default).fn(angles)
-    sin = registry.lookup(aten.sin.default).fn(angles)
+    angle_type = jnp.promote_types(pos.dtype, ft)
+    if angle_type == jnp.float64:
+        exponents = np.arange(0, dim, 2, dtype=np.float64) / np.float64(dim)
+        freqs = np.float64(1.0) / (np.float64(theta) ** exponents) / np.float64(linear_factor)
+        angles = pos.astype(jnp.float64)[:, None] * jnp.asarray(freqs, jnp.float64)[None, :]
+        turns = jnp.round(angles * (1 / (2 * math.pi)))
+        reduced = ((angles - turns * _TWO_PI_HI) - turns * _TWO_PI_LO).astype(jnp.float32)
+        cos, sin = jnp.cos(reduced), jnp.sin(reduced)
+    else:
+        exponents = jnp.arange(0, dim, 2, dtype=ft) / jnp.asarray(dim, ft)
+        powers = registry.lookup(aten.pow.Scalar).fn(jnp.asarray(theta, ft), exponents)
+        freqs = registry.lookup(aten.reciprocal.default).fn(powers) * jnp.asarray(1.0, ft) / jnp.asarray(linear_factor, ft)
+        angles = pos.astype(angle_type)[:, None] * freqs[None, :].astype(angle_type)
+        cos = registry.lookup(aten.cos.default).fn(angles)
+        sin = registry.lookup(aten.sin.default).fn(angles)
     return (jnp.repeat(cos, 2, axis=1).astype(jnp.float32), jnp.repeat(sin, 2, axis=1).astype(jnp.float32))
 
 
