@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("demo", "flux", "tests", "opinfo", "eager", "coldstart", "probe")
 TEST_FILES = ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
-              "tests/ops/test_precise_math.py", "tests/integrations/test_pipelines.py"]
+              "tests/ops/test_precise_math.py", "tests/integrations/test_pipelines.py",
+              "tests/integrations/test_diffusers_embeddings.py"]
 
 
 def _run(cmd, timeout, env=None, log=None):
