@@ -25,6 +25,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..ops import attention as attention_op
+from ..runtime import dynamo_frames
 
 # the op path is imported where it runs: this module loads at ``import torch``, the op path at the
 # first op
@@ -125,6 +126,8 @@ def define() -> None:
     aten_lib = torch.library.Library("aten", "IMPL")
     aten_lib.impl("scaled_dot_product_attention", _sdpa_autograd_tpu, "AutogradPrivateUse1")
     _LIBS.extend([lib, aten_lib])
+    # torch calls these from C++ when the op runs eagerly inside a compiled region (runtime/dynamo_frames.py)
+    dynamo_frames.keep_out_all([_attention_autograd, _sdpa_autograd_tpu, _Attention.forward, _Attention.backward])
 
 
 _SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")

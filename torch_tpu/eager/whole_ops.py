@@ -15,11 +15,20 @@ op table's lowering:
   floating tensors on the tpu device, shapes that torch accepts); otherwise the decomposition, as before,
   with autograd through its pieces and torch's own errors. Under inference_mode the autograd keys are skipped
   and the aten op reaches ``__torch_dispatch__`` itself: the op path lowers it the same way.
+* ``linear`` (every ``nn.Linear``; 48 per call of the demo transformer): its decomposition is the weight's
+  transpose, and for an input of more than 2 dims a flattening view, ``addmm`` and a view back: one program
+  either way, but four dispatches, four tensors made on the host and, in fused mode, the views recorded.
+  Whole when nothing needs its backward, for plain tpu tensors of one floating dtype, a contiguous input and
+  weight (2-d), a 1-d bias or none, shapes that agree: torch's ``addmm`` path, which rounds once. A strided
+  input keeps the decomposition: with a bias torch takes ``matmul`` and ``add_`` there (two roundings), and
+  XLA:CPU cannot run a bf16 dot with float32 accumulation whose operand is a transposed view of a higher-rank
+  array (the decomposition copies it first). Anything else is the decomposition and its errors.
 """
 from __future__ import annotations
 
 import torch
 
+from ..runtime import dynamo_frames
 from ..runtime.dtypes import REAL_FLOATS
 from ..tensor.tensor import TpuTensor
 from .attention import needs_backward
@@ -62,9 +71,35 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
         return aten.rms_norm.default(x, normalized_shape, weight, eps)
 
 
+def _linear_whole(x, weight, bias) -> bool:
+    tensors = (x, weight) if bias is None else (x, weight, bias)
+    if any(type(t) is not TpuTensor for t in tensors):
+        return False
+    if x.dtype not in REAL_FLOATS or any(t.dtype != x.dtype or t.device != x.device for t in tensors):
+        return False
+    if weight.dim() != 2 or x.dim() < 2 or x.shape[-1] != weight.shape[1]:
+        return False
+    if not (x.is_contiguous() and weight.is_contiguous()):
+        return False
+    if bias is not None and (bias.dim() != 1 or bias.shape[0] != weight.shape[0]):
+        return False
+    return not needs_backward(*tensors)
+
+
+def linear(x, weight, bias=None):
+    if not _linear_whole(x, weight, bias):
+        return aten.linear.default.decompose(x, weight, bias)
+    with torch._C._AutoDispatchBelowAutograd():
+        return aten.linear.default(x, weight, bias)
+
+
 def register() -> None:
     global _LIBRARY
     if _LIBRARY is None:
         _LIBRARY = torch.library.Library("aten", "IMPL")
         _LIBRARY.impl("one_hot", one_hot, "AutogradPrivateUse1")
         _LIBRARY.impl("rms_norm", rms_norm, "AutogradPrivateUse1")
+        _LIBRARY.impl("linear", linear, "AutogradPrivateUse1")
+        # torch calls these from C++ when the op runs eagerly inside a compiled region (a frame dynamo skips,
+        # such as nn.Linear's own forward): plain Python there (runtime/dynamo_frames.py)
+        dynamo_frames.keep_out_all([one_hot, rms_norm, linear])

@@ -86,8 +86,11 @@ def addmm_activation(bias, a, b, beta=1, alpha=1, use_gelu=False, precision=None
 
 @register(aten.linear.default, matmul=True)
 def linear(x, weight, bias=None, precision=None):
-    y = matmul(x, weight.T, precision)
-    return y if bias is None else y + bias
+    """torch's addmm path (the one eager.whole_ops sends here): the bias added to the float32 product of half
+    inputs and the sum rounded once."""
+    if bias is None:
+        return matmul(x, weight.T, precision)
+    return addmm(bias, x, weight.T, precision=precision)
 
 
 @register(aten.outer.default)

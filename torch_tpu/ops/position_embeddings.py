@@ -36,6 +36,7 @@ import math
 
 import torch
 
+from ..runtime import dynamo_frames
 from ..runtime.dtypes import REAL_FLOATS
 from .registry import register
 
@@ -186,6 +187,9 @@ def define() -> None:
     lib.impl("timestep_embedding", _timestep_meta, "Meta")
     lib.impl("timestep_embedding", timestep_reference, "CPU")
     _LIBS.append(lib)
+    # torch calls these from C++ when an op runs eagerly inside a compiled region (runtime/dynamo_frames.py)
+    dynamo_frames.keep_out_all([_meta, reference, _Rotary.forward, _Rotary.backward, _table_meta, table_reference,
+                                _timestep_meta, timestep_reference])
 
 
 def rotary_embedding(x, cos, sin):
