@@ -222,9 +222,9 @@ def rotary_table(pos, dim, theta, linear_factor, freqs_dtype):
     float64 formula), the angles are float64 products reduced to [-pi, pi] in float64, and cos/sin run in
     float32 on the reduced angle: within a few float32 ulps of CPU torch's float64 cos/sin rounded to float32.
     XLA:TPU emulates float64, and its float64 cos/sin made this program take 7-11 s to compile on the chip (the
-    slowest of the demo pipeline's first call); the float32 functions on a reduced angle compile in a fraction
-    of that. Float32 frequencies: the op table's own lowerings of diffusers' ops, each step rounding as the
-    op-by-op path does."""
+    slowest of the demo pipeline's first call; 5.7 s with the reduction, as long as other small programs then).
+    Float32 frequencies: the op table's own lowerings of diffusers' ops, each step rounding as the op-by-op
+    path does (float64 positions with them: float64 angles, reduced as above)."""
     import numpy as np
 
     from . import registry
@@ -233,19 +233,20 @@ def rotary_table(pos, dim, theta, linear_factor, freqs_dtype):
     jnp = platform.jax().numpy
     aten = registry.aten
     ft = dtypes.to_jax_dtype(freqs_dtype)
-    angle_type = jnp.promote_types(pos.dtype, ft)
-    if angle_type == jnp.float64:
+    if ft == jnp.float64:  # numbers of the program, computed on the host as diffusers does on CPU
         exponents = np.arange(0, dim, 2, dtype=np.float64) / np.float64(dim)
-        freqs = np.float64(1.0) / (np.float64(theta) ** exponents) / np.float64(linear_factor)
-        angles = pos.astype(jnp.float64)[:, None] * jnp.asarray(freqs, jnp.float64)[None, :]
-        turns = jnp.round(angles * (1 / (2 * math.pi)))
-        reduced = ((angles - turns * _TWO_PI_HI) - turns * _TWO_PI_LO).astype(jnp.float32)
-        cos, sin = jnp.cos(reduced), jnp.sin(reduced)
+        freqs = jnp.asarray(np.float64(1.0) / (np.float64(theta) ** exponents) / np.float64(linear_factor))
     else:
         exponents = jnp.arange(0, dim, 2, dtype=ft) / jnp.asarray(dim, ft)
         powers = registry.lookup(aten.pow.Scalar).fn(jnp.asarray(theta, ft), exponents)
         freqs = registry.lookup(aten.reciprocal.default).fn(powers) * jnp.asarray(1.0, ft) / jnp.asarray(linear_factor, ft)
-        angles = pos.astype(angle_type)[:, None] * freqs[None, :].astype(angle_type)
+    angle_type = jnp.promote_types(pos.dtype, ft)
+    angles = pos.astype(angle_type)[:, None] * freqs[None, :].astype(angle_type)
+    if angle_type == jnp.float64:
+        turns = jnp.round(angles * (1 / (2 * math.pi)))
+        reduced = ((angles - turns * _TWO_PI_HI) - turns * _TWO_PI_LO).astype(jnp.float32)
+        cos, sin = jnp.cos(reduced), jnp.sin(reduced)
+    else:
         cos = registry.lookup(aten.cos.default).fn(angles)
         sin = registry.lookup(aten.sin.default).fn(angles)
     return (jnp.repeat(cos, 2, axis=1).astype(jnp.float32), jnp.repeat(sin, 2, axis=1).astype(jnp.float32))
