@@ -441,3 +441,17 @@ def test_compiled_training_keeps_diffusers_ops_and_gradients_match_cpu():
                                atol=1e-5, rtol=1e-4)
     for (name, p), (_, q) in zip(tpu_model.named_parameters(), model.named_parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("sequence_dim", [1, 2])
+def test_strided_tables_on_the_device(eager_mode, sequence_dim):
+    """Tables that are strided views on the device (every other column of a wider table, a transposed one):
+    the one op reads them as diffusers' ops do."""
+    x, cos, sin = _case(torch.float32, torch.float32, sequence_dim)
+    wide_cos = torch.stack([cos, cos * 3], dim=-1).flatten(-2)  # cos in the even columns
+    transposed_sin = sin.t().contiguous()
+    ref = ORIGINAL(x, (cos, sin), sequence_dim=sequence_dim)
+    with torch.no_grad():
+        got = embeddings.apply_rotary_emb(x.to("tpu"), (wide_cos.to("tpu")[:, ::2], transposed_sin.to("tpu").t()),
+                                          sequence_dim=sequence_dim)
+    torch.testing.assert_close(got.cpu(), ref, atol=1e-6, rtol=1e-6)

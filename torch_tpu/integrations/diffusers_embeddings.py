@@ -81,11 +81,9 @@ def _one_op(x, freqs_cis, use_real, unbind_dim, sequence_dim):
     cos, sin = cos.to(x.device), sin.to(x.device)  # as diffusers does (a no-op for tpu tensors)
     if not _served(x, cos, sin, use_real, unbind_dim, sequence_dim):
         return None
-    if sequence_dim == 1:  # x (B, S, H, D)
-        cos, sin = cos[None, :, None, :], sin[None, :, None, :]
-    else:  # x (B, H, S, D)
-        cos, sin = cos[None, None], sin[None, None]
-    return torch.ops.tpu.rotary_embedding.default(x, cos, sin)
+    # one reshape each (a view of a contiguous table): indexing with None twice dispatched two views
+    shape = (1, cos.shape[0], 1, cos.shape[1]) if sequence_dim == 1 else (1, 1, cos.shape[0], cos.shape[1])
+    return torch.ops.tpu.rotary_embedding.default(x, cos.reshape(shape), sin.reshape(shape))
 
 
 def _table(dim, pos, theta, use_real, linear_factor, ntk_factor, repeat_interleave_real, freqs_dtype):
