@@ -34,6 +34,30 @@ def _use_fast_compile_flags() -> None:
 _use_fast_compile_flags()
 
 
+_DYNAMO_WATCHED = ("automatic_dynamic_shapes", "assume_static_by_default", "recompile_limit",
+                   "accumulated_recompile_limit", "suppress_errors", "capture_scalar_outputs", "disable")
+
+
+@pytest.fixture(autouse=True)
+def _dynamo_settings_kept():
+    """A test that leaves dynamo's settings changed (an interrupt landing inside ``config.patch``'s enter,
+    a test patching by hand and failing before it restores) changes how every later compiled test in its
+    worker traces: automatic dynamic shapes off made a per-shape test compile statically per shape. The
+    settings are put back after each test, with a warning that names what the test left behind."""
+    config = sys.modules.get("torch._dynamo.config")
+    before = {k: getattr(config, k) for k in _DYNAMO_WATCHED if hasattr(config, k)} if config else None
+    yield
+    if before is None:
+        return
+    left = {k: getattr(config, k) for k in before if getattr(config, k) != before[k]}
+    if left:
+        for k in left:
+            setattr(config, k, before[k])
+        import warnings
+
+        warnings.warn(f"the test left torch._dynamo.config changed: {left} (put back to {before})", stacklevel=1)
+
+
 @pytest.fixture(params=["DEFER_NEVER", "DEFER_AND_FUSE"])
 def eager_mode(request):
     import torch
