@@ -3,21 +3,25 @@
 Run on a TPU host once torch and the packages are installed there (the project's TPU host scripts carry
 them as wheels; see "On a TPU" in the README), from the repository root:
 
-    python3 bench/tpu_lane.py --out DIR [--steps demo,flux,tests,opinfo,eager,coldstart,probe] [--budget S]
+    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,tests,opinfo,eager,coldstart,probe,launch] [--budget S]
 
 Steps (each in its own processes, one at a time: a TPU is held by one process):
   demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
              and compile modes, each twice: a fresh program cache (cold), then a second process (warm);
              before them, a process that only imports torch and diffusers' FluxPipeline (and whether their
              bytecode is on disk)
+  demo_step  bench/profile_demo_step.py: the main job's steady denoising step in strict and fused mode,
+             launches and recorded ops per step, and a profile of its host time
   flux       bench/bench_flux_width.py: a FLUX.1-width transformer (2+4 blocks, 4608 tokens, bf16) in the
              four modes beside the floor (its GEMMs and attention kernel alone, in JAX)
-  tests      the attention, TPU lowering, real-width transformer and pipeline test files on the chip
+  tests      the attention, TPU lowering, real-width transformer, pipeline, position-embedding and whole-linear
+             test files on the chip
   opinfo     tests/ops/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part,
              --opinfo-tests FILE::TEST one of its tests)
   eager      bench/bench_eager_cost.py (per-op cost, fused chains, against JAX's own)
   coldstart  bench/bench_coldstart.py (first image per mode, cold and warm)
   probe      bench/tpu_probe.py (kernel tiles, float32 functions' error)
+  launch     bench/launch_overlap_probe.py (JAX alone: a launch's cost, and whether a launcher thread hides it)
 Writes DIR/lane.json after every step (a step that runs out of --budget seconds is recorded as such),
 plus each step's own JSON and logs in DIR.
 """
@@ -35,10 +39,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("demo", "flux", "tests", "opinfo", "eager", "coldstart", "probe")
+STEPS = ("demo", "demo_step", "flux", "tests", "opinfo", "eager", "coldstart", "probe", "launch")
 TEST_FILES = ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
               "tests/ops/test_precise_math.py", "tests/integrations/test_pipelines.py",
-              "tests/integrations/test_diffusers_embeddings.py"]
+              "tests/integrations/test_diffusers_embeddings.py", "tests/ops/test_linear_whole.py"]
 
 
 def _run(cmd, timeout, env=None, log=None):
@@ -181,6 +185,20 @@ def step_eager(args, left):
 
 def step_coldstart(args, left):
     return _bench_script("coldstart", args, left)
+
+
+def step_demo_step(args, left):
+    """The main job's steady denoising step per eager mode, with a profile of where its host time goes."""
+    rc, text, wall = _run([sys.executable, "bench/profile_demo_step.py", "--out", args.out], min(600, left()),
+                          log=Path(args.out) / "demo_step.log")
+    return {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / "demo_step.json").exists(), "tail": text[-1500:]}
+
+
+def step_launch(args, left):
+    """JAX alone: a launch's cost, and whether a launcher thread could hide it behind the caller's host work."""
+    rc, text, wall = _run([sys.executable, "bench/launch_overlap_probe.py", "--out", args.out], min(300, left()),
+                          log=Path(args.out) / "launch.log")
+    return {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / "launch_overlap.json").exists()}
 
 
 def step_probe(args, left):

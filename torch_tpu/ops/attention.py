@@ -349,7 +349,7 @@ def attention(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=F
     elif kind in ("cuda", "gpu", "rocm") and is_low_precision(q):
         out = _jax_nn(q, k, v, attn_mask, is_causal, scale)
     if out is None:
-        prec = precision_of(precision)
+        prec = precision_of(precision, q, k, v)
         if kind == "cpu" or _score_bytes(q, k) > LARGE_SCORE_BYTES:
             out = _xla_sliced(q, k, v, attn_mask, is_causal, scale, prec)
         else:

@@ -58,7 +58,7 @@ def addmm(bias, a, b, beta=1, alpha=1, precision=None):
     alpha, beta = _int_scalars(a, alpha, beta)
     if is_low_precision(a) or is_low_precision(b):
         # bf16: product and bias add in fp32, rounded once (torch's CPU/CUDA epilogue)
-        prod = jnp.matmul(a, b, precision=precision_of(precision), preferred_element_type=jnp.float32)
+        prod = jnp.matmul(a, b, precision=precision_of(precision, a, b), preferred_element_type=jnp.float32)
         bias = upcast(bias)
     else:
         prod = matmul(a, b, precision)
@@ -73,7 +73,7 @@ def addmm(bias, a, b, beta=1, alpha=1, precision=None):
 def addbmm(bias, a, b, beta=1, alpha=1, precision=None):
     alpha, beta = _int_scalars(a, alpha, beta)
     low = is_low_precision(a)
-    prod = jnp.sum(jnp.matmul(a, b, precision=precision_of(precision),
+    prod = jnp.sum(jnp.matmul(a, b, precision=precision_of(precision, a, b),
                               preferred_element_type=jnp.float32 if low else None), axis=0)
     return alpha * prod if is_value(beta, 0) else beta * upcast(bias) + alpha * prod
 
@@ -101,7 +101,7 @@ def outer(a, b):
 @register(aten.einsum.default, matmul=True)
 def einsum(equation, operands, path=None, precision=None):
     prefer = jnp.float32 if any(is_low_precision(o) for o in operands) else None
-    out = jnp.einsum(equation, *operands, precision=precision_of(precision), preferred_element_type=prefer)
+    out = jnp.einsum(equation, *operands, precision=precision_of(precision, *operands), preferred_element_type=prefer)
     return out.astype(jnp.result_type(*operands)) if prefer is not None else out
 
 

@@ -36,7 +36,7 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     if len(padding) == 1:
         padding = padding * nd
     prefer = jnp.float32 if is_low_precision(x) else None
-    prec = precision_of(precision)
+    prec = precision_of(precision, x, weight)
     if not transposed:
         out = jax.lax.conv_general_dilated(
             x, weight, window_strides=stride, padding=[(p, p) for p in padding],
