@@ -285,18 +285,22 @@ def _pio2_pieces(bits: int = 8, count: int = 7):
 
 _PIO2_PIECES = _pio2_pieces()
 _TWO_OVER_PI = _F32(2 / np.pi)
-_REDUCE_LIMIT = _F32(2.0 ** 16)  # |round(x * 2/pi)| < 2**16 below it: every k * piece exact
+_REDUCE_LIMIT = _F32(2.0 ** 24)  # |round(x * 2/pi)| < 2**24 below it: k splits into two 8-bit-exact halves
 
 
 def _reduced_quarter(x):
-    """(r, q): x = r + (k * pi/2) with r in about [-pi/4, pi/4] to ~float32's accuracy of x's value as a
-    number, and q = k mod 4. Cody-Waite reduction with pi/2 in 8-bit pieces: every product k * piece and
-    the first difference are exact, where XLA:TPU's own sin/cos lose bits of large arguments (1.6e-3 off
-    at ~1000 radians, measured on the chip: the timestep embedding of a diffusion transformer)."""
+    """(r, q): x = r + (k * pi/2) with r in about [-pi/4, pi/4] to ~float32's accuracy, and q = k mod 4.
+    Cody-Waite reduction with pi/2 in 8-bit pieces and k split as k_hi * 256 + k_lo: every product with a
+    piece is exact (16 bits times 8), and each difference is of close numbers, so r carries no error beyond
+    its own rounding. XLA:TPU's own sin/cos lose bits of large arguments (1.6e-3 off at ~1000 radians,
+    measured on the chip: the timestep embedding of a diffusion transformer)."""
     k = jnp.round(x * _TWO_OVER_PI)
+    k_hi = jnp.round(k * _F32(1 / 256))
+    k_lo = k - k_hi * _F32(256)
     r = x
     for piece in _PIO2_PIECES:
-        r = r - k * piece
+        r = r - k_hi * (piece * _F32(256))
+        r = r - k_lo * piece
     r = jnp.where(k == 0, x, r)  # (-0.0 stays -0.0: sin(-0.0) is -0.0)
     return r, k.astype(jnp.int32) & 3
 
@@ -305,7 +309,7 @@ def sin(x):
     r, q = _reduced_quarter(x)
     s, c = jnp.sin(r), jnp.cos(r)
     out = jnp.where(q == 0, s, jnp.where(q == 1, c, jnp.where(q == 2, -s, -c)))
-    return jnp.where(jnp.abs(x) < _REDUCE_LIMIT, out, jnp.sin(x))  # (far and non-finite: XLA's own)
+    return jnp.where(jnp.abs(x) < _REDUCE_LIMIT, out, jnp.sin(x))  # (past 2**24 and non-finite: XLA's own)
 
 
 def cos(x):
