@@ -216,7 +216,7 @@ def numerics(quick: bool) -> dict:
         "exp2": (np.exp2, -126, 127), "tanh": (np.tanh, -30, 30), "sinh": (np.sinh, -88, 88),
         "cosh": (np.cosh, -88, 88), "asinh": (np.arcsinh, -3e38, 3e38), "acosh": (np.arccosh, 1, 3e38),
         "atanh": (np.arctanh, -1, 1), "sin": (np.sin, -65000, 65000), "cos": (np.cos, -65000, 65000),
-        "tan": (np.tan, -10, 10), "asin": (np.arcsin, -1, 1), "acos": (np.arccos, -1, 1),
+        "tan": (np.tan, -65000, 65000), "asin": (np.arcsin, -1, 1), "acos": (np.arccos, -1, 1),
         "atan": (np.arctan, -1e6, 1e6), "sqrt": (np.sqrt, 0, 3e38), "rsqrt": (lambda x: 1 / np.sqrt(x), 0, 3e38),
         "reciprocal": (lambda x: 1 / x, -3e38, 3e38), "sigmoid": (sp.expit, -100, 100),
         "erf": (sp.erf, -10, 10), "erfc": (sp.erfc, -10, 10), "erfinv": (sp.erfinv, -1, 1),

@@ -12,7 +12,7 @@ on large arrays (memory-bound; log1p 1.7x, acosh 2x in isolation).
 while ``TORCH_TPU_CHECK_LOWERING=tpu`` traces a program for a TPU on another platform), ``precise``
 everywhere (how CI tests them on the CPU), ``native`` never (XLA's own, faster where log-heavy float32 code
 is the bottleneck). lgamma, digamma and erfinv are built on log in XLA too, and follow the same rule.
-float32 ``sin``/``cos`` take a Cody-Waite reduction to [-pi/4, pi/4] first: XLA:TPU's own lose bits of large
+float32 ``sin``/``cos``/``tan`` take a Cody-Waite reduction to [-pi/4, pi/4] first: XLA:TPU's own lose bits of large
 arguments (1.6e-3 off at ~1000 radians, the timestep embedding of a diffusion transformer).
 bfloat16/float16 inputs reach these functions upcast to float32, so they take the same
 path; float64 and complex values always use XLA's.
@@ -64,6 +64,7 @@ lgamma = _pick(jax.scipy.special.gammaln, "lgamma")
 erfinv = _pick(jax.scipy.special.erfinv, "erfinv")
 sin = _pick(jnp.sin, "sin")
 cos = _pick(jnp.cos, "cos")
+tan = _pick(jnp.tan, "tan")
 digamma = _pick(lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), jax.scipy.special.digamma(x)), "digamma")
 
 

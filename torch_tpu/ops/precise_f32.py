@@ -319,7 +319,14 @@ def cos(x):
     return jnp.where(jnp.abs(x) < _REDUCE_LIMIT, out, jnp.cos(x))
 
 
+def tan(x):
+    r, q = _reduced_quarter(x)
+    t = jnp.tan(r)
+    out = jnp.where((q & 1) == 0, t, _F32(-1.0) / t)  # tan(r + pi/2) = -1 / tan(r)
+    return jnp.where(jnp.abs(x) < _REDUCE_LIMIT, out, jnp.tan(x))
+
+
 FUNCTIONS = {"log": log, "log2": log2, "log10": log10, "log1p": log1p, "tanh": tanh, "atanh": atanh,
              "asinh": asinh, "acosh": acosh, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
              "softplus": softplus, "log_sigmoid": log_sigmoid, "lgamma": lgamma, "digamma": digamma,
-             "erfinv": erfinv, "sin": sin, "cos": cos}
+             "erfinv": erfinv, "sin": sin, "cos": cos, "tan": tan}
