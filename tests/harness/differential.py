@@ -689,6 +689,15 @@ import torch_tpu
 """
 
 
+def _this_process_holds_a_tpu() -> bool:
+    tpu = sys.modules.get("torch_tpu")
+    if tpu is None:
+        return False
+    from torch_tpu.runtime import platform
+
+    return platform.runtime_started() and platform.platform() == "tpu"
+
+
 def run_isolated(code: str, timeout: float = 90, env: dict | None = None,
                  prelude: bool = True) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh Python process (this worktree first on sys.path), after importing torch and
@@ -699,6 +708,10 @@ def run_isolated(code: str, timeout: float = 90, env: dict | None = None,
     e = dict(os.environ)
     e["PYTHONPATH"] = REPO + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     e.pop("PYTEST_CURRENT_TEST", None)
+    if _this_process_holds_a_tpu():
+        # one process at a time can hold a TPU chip: a child of a test run on one computes on the CPU
+        # platform (what these children check is how a process behaves, not the chip's numbers)
+        e.setdefault("JAX_PLATFORMS", "cpu")
     e.update(env or {})
     try:
         return hangs.run([sys.executable, "-X", "faulthandler", "-c", full], env=e, capture_output=True,
