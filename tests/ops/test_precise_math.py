@@ -30,7 +30,8 @@ def _max_ulps(got, ref):
         return float(np.max(np.where(ok, np.abs(got.astype(np.float64) - ref) / spacing, 0.0)))
 
 
-UNARY = {"log": (np.log, 0, 3e38), "log2": (np.log2, 0, 3e38), "log10": (np.log10, 0, 3e38),
+UNARY = {"exp": (np.exp, -87, 88.7), "exp2": (np.exp2, -126, 127.9), "expm1": (np.expm1, -87, 88.7),
+         "log": (np.log, 0, 3e38), "log2": (np.log2, 0, 3e38), "log10": (np.log10, 0, 3e38),
          "log1p": (np.log1p, -1, 3e38), "tanh": (np.tanh, -30, 30), "atanh": (np.arctanh, -1, 1),
          "asinh": (np.arcsinh, -3e38, 3e38), "acosh": (np.arccosh, 1, 3e38),
          "softplus": (lambda x: np.logaddexp(0, x), -100, 100),
@@ -79,7 +80,7 @@ def test_binary_within_tolerance(name):
 SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, np.inf, -np.inf, np.nan, 1e30, -1e30, 3.4e38], np.float32)
 
 
-@pytest.mark.parametrize("name", ["log", "log2", "log10", "log1p", "tanh", "atanh", "asinh", "acosh", "lgamma",
+@pytest.mark.parametrize("name", ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "atanh", "asinh", "acosh", "lgamma",
                                   "digamma", "erfinv", "sin", "cos", "tan"])
 def test_special_values_as_cpu_torch(name):
     x = SPECIAL.clip(-1, 1) if name == "erfinv" else SPECIAL
@@ -105,7 +106,9 @@ def precise_everywhere(monkeypatch, fresh_programs):
     monkeypatch.setenv("TORCH_TPU_F32_MATH", "precise")
 
 
-OPS = [torch.log, torch.log2, torch.log10, torch.log1p, torch.tanh, torch.asinh, torch.special.log_ndtr,
+OPS = [torch.exp, torch.exp2, torch.expm1, lambda x: torch.sinh(x / 2), lambda x: torch.nn.functional.elu(x),
+       lambda x: torch.sin(100 * torch.exp(-x.abs() / 2)),  # a timestep embedding's angles (~1000 rad: 1e-4)
+       torch.log, torch.log2, torch.log10, torch.log1p, torch.tanh, torch.asinh, torch.special.log_ndtr,
        torch.lgamma, torch.digamma, lambda x: torch.erfinv(x.clamp(-0.999, 0.999) * 0.999),
        lambda x: torch.acosh(1 + x.abs()), lambda x: torch.atanh(x.clamp(-0.99, 0.99)),
        torch.nn.functional.softplus, torch.nn.functional.logsigmoid, torch.nn.functional.mish,

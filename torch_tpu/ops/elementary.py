@@ -12,6 +12,8 @@ on large arrays (memory-bound; log1p 1.7x, acosh 2x in isolation).
 while ``TORCH_TPU_CHECK_LOWERING=tpu`` traces a program for a TPU on another platform), ``precise``
 everywhere (how CI tests them on the CPU), ``native`` never (XLA's own, faster where log-heavy float32 code
 is the bottleneck). lgamma, digamma and erfinv are built on log in XLA too, and follow the same rule.
+float32 ``exp``/``exp2``/``expm1`` reduce their argument exactly first (XLA:TPU's exp is tens of ulps off
+even near 0, its expm1 ~1700; tanh, softplus and logaddexp use these).
 float32 ``sin``/``cos``/``tan`` take a Cody-Waite reduction to [-pi/4, pi/4] first: XLA:TPU's own lose bits of large
 arguments (1.6e-3 off at ~1000 radians, the timestep embedding of a diffusion transformer).
 bfloat16/float16 inputs reach these functions upcast to float32, so they take the same
@@ -48,6 +50,9 @@ def _pick(native, name):
     return call
 
 
+exp = _pick(jnp.exp, "exp")
+exp2 = _pick(jnp.exp2, "exp2")
+expm1 = _pick(jnp.expm1, "expm1")
 log = _pick(jnp.log, "log")
 log1p = _pick(jnp.log1p, "log1p")
 log2 = _pick(jnp.log2, "log2")

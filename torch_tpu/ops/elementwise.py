@@ -465,7 +465,7 @@ def _float_unary(fn):
 
 
 _FLOAT_UNARY = {
-    aten.exp: jnp.exp, aten.exp2: jnp.exp2, aten.expm1: jnp.expm1, aten.log: elementary.log,
+    aten.exp: elementary.exp, aten.exp2: elementary.exp2, aten.expm1: elementary.expm1, aten.log: elementary.log,
     aten.log2: elementary.log2, aten.log10: elementary.log10, aten.log1p: elementary.log1p, aten.sqrt: jnp.sqrt,
     aten.rsqrt: jax.lax.rsqrt, aten.sin: elementary.sin, aten.cos: elementary.cos, aten.tan: elementary.tan,
     aten.asin: jnp.arcsin, aten.acos: jnp.arccos, aten.atan: jnp.arctan, aten.sinh: jnp.sinh,

@@ -107,6 +107,69 @@ def log1p(x):
     return jnp.where(jnp.isnan(x) | (x < -1), jnp.where(jnp.isnan(x), x, jnp.nan), out)
 
 
+# --- exp, expm1, exp2 ---------------------------------------------------------------------------------
+# XLA:TPU's float32 exp is off by tens of ulps even for small arguments (68 ulps in tanh built on it, 1.6e-3
+# in a timestep embedding's sin(t * exp(-c i)) at t ~ 1000) and its expm1 by ~1700 ulps near 0 (measured on
+# the chip, bench/tpu_probe.py). These reduce x = k ln2 + r exactly (Cody-Waite, as log does) and take
+# exp(r) - 1 from its Taylor polynomial on |r| <= ln2/2 (the first term left out is below 0.1 ulp).
+_EXP_MAX = _F32(88.8)     # past it exp(x) overflows float32 (the largest is exp(88.72...))
+_EXP_MIN = _F32(-104.0)   # below it exp(x) is under float32's smallest subnormal
+_EXPM1_TAYLOR = (1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040)
+
+
+def _pow2(k):
+    """2**k exactly, for int32 k in [-126, 127]."""
+    return _from_bits((k + 127) << 23)
+
+
+def _scale(v, k):
+    """v * 2**k for int32 k in [-151, 129]: two factors, each a normal float32."""
+    half = k >> 1
+    return v * _pow2(half) * _pow2(k - half)
+
+
+def _expm1_reduced(r):
+    """exp(r) - 1 for |r| <= ~0.35, as r + r**2 (1/2 + r/6 + ...)."""
+    q = _F32(_EXPM1_TAYLOR[-1])
+    for c in reversed(_EXPM1_TAYLOR[:-1]):
+        q = q * r + _F32(c)
+    return r + r * r * q
+
+
+def _exp_parts(x):
+    """(k, p) with exp(x) = 2**k (1 + p), x clamped to [_EXP_MIN, _EXP_MAX] (NaN stays NaN in p)."""
+    xc = jnp.clip(x, _EXP_MIN, _EXP_MAX)
+    k = jnp.round(xc * _INV_LN2)
+    r = (xc - k * _LN2_HI) - k * _LN2_LO  # k has at most 8 bits: both products exact
+    return jnp.where(jnp.isnan(k), _F32(0.0), k).astype(jnp.int32), _expm1_reduced(r)
+
+
+def exp(x):
+    k, p = _exp_parts(x)
+    return jnp.where(jnp.isnan(x), x, _scale(_F32(1.0) + p, k))
+
+
+def exp2(x):
+    """2**x = 2**k 2**f with k = round(x), f = x - k exact in [-1/2, 1/2]."""
+    xc = jnp.clip(x, _F32(-151.0), _F32(129.0))
+    k = jnp.round(xc)
+    f = xc - k
+    p = _expm1_reduced(f * _LN2_HI + f * _LN2_LO)
+    k = jnp.where(jnp.isnan(k), _F32(0.0), k).astype(jnp.int32)
+    return jnp.where(jnp.isnan(x), x, _scale(_F32(1.0) + p, k))
+
+
+def expm1(x):
+    """exp(x) - 1: p itself for k = 0; 2**k p + (2**k - 1) for 0 < |k| <= 24 (2**k - 1 exact, one rounding);
+    exp(x) - 1 beyond, where the subtraction rounds once or not at all."""
+    k, p = _exp_parts(x)
+    kc = jnp.clip(k, -24, 24)
+    middle = _scale(p, kc) + (_pow2(kc) - _F32(1.0))
+    far = _scale(_F32(1.0) + p, k) - _F32(1.0)
+    out = jnp.where(k == 0, p, jnp.where(jnp.abs(k) <= 24, middle, far))
+    return jnp.where(jnp.isnan(x) | (x == 0), x, out)  # (-0.0 stays -0.0)
+
+
 _TANH_SERIES = (-1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925, 21844 / 6081075, -929569 / 638512875)
 _TANH_SMALL = _F32(0.25)
 
@@ -119,8 +182,8 @@ def tanh(x):
     for c in reversed(_TANH_SERIES[:-1]):
         p = p * z + _F32(c)
     small = a + a * z * p
-    e = jnp.exp(_F32(-2.0) * jnp.minimum(a, _F32(20.0)))
-    large = (_F32(1.0) - e) / (_F32(1.0) + e)
+    em = expm1(_F32(-2.0) * jnp.minimum(a, _F32(20.0)))  # exp(-2a) - 1, without 1 - exp(-2a)'s cancellation
+    large = -em / (_F32(2.0) + em)
     t = jnp.where(a < _TANH_SMALL, small, large)
     return jnp.where(jnp.isnan(x), x, jnp.copysign(t, x))  # -0.0 stays -0.0
 
@@ -152,7 +215,7 @@ def acosh(x):
 def logaddexp(a, b):
     hi = jnp.maximum(a, b)
     d = -jnp.abs(a - b)
-    out = hi + log1p(jnp.exp(jnp.where(jnp.isnan(d), _F32(0.0), d)))
+    out = hi + log1p(exp(jnp.where(jnp.isnan(d), _F32(0.0), d)))
     out = jnp.where(a == b, a + (_LN2_HI + _LN2_LO), out)  # also ±inf == ±inf: no inf - inf
     out = jnp.where(jnp.isinf(hi) & (hi > 0), hi, out)
     return jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, out)
@@ -161,7 +224,7 @@ def logaddexp(a, b):
 def logaddexp2(a, b):
     hi = jnp.maximum(a, b)
     d = -jnp.abs(a - b)
-    out = hi + log1p(jnp.exp2(jnp.where(jnp.isnan(d), _F32(0.0), d))) * _INV_LN2
+    out = hi + log1p(exp2(jnp.where(jnp.isnan(d), _F32(0.0), d))) * _INV_LN2
     out = jnp.where(a == b, a + _F32(1.0), out)
     out = jnp.where(jnp.isinf(hi) & (hi > 0), hi, out)
     return jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, out)
@@ -169,11 +232,11 @@ def logaddexp2(a, b):
 
 def softplus(x):
     """log(1 + exp(x)), without overflow."""
-    return jnp.maximum(x, _F32(0.0)) + log1p(jnp.exp(-jnp.abs(x)))
+    return jnp.maximum(x, _F32(0.0)) + log1p(exp(-jnp.abs(x)))
 
 
 def log_sigmoid(x):
-    return jnp.minimum(x, _F32(0.0)) - log1p(jnp.exp(-jnp.abs(x)))
+    return jnp.minimum(x, _F32(0.0)) - log1p(exp(-jnp.abs(x)))
 
 
 _LANCZOS_G = 7.0
@@ -326,7 +389,7 @@ def tan(x):
     return jnp.where(jnp.abs(x) < _REDUCE_LIMIT, out, jnp.tan(x))
 
 
-FUNCTIONS = {"log": log, "log2": log2, "log10": log10, "log1p": log1p, "tanh": tanh, "atanh": atanh,
+FUNCTIONS = {"exp": exp, "exp2": exp2, "expm1": expm1, "log": log, "log2": log2, "log10": log10, "log1p": log1p, "tanh": tanh, "atanh": atanh,
              "asinh": asinh, "acosh": acosh, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
              "softplus": softplus, "log_sigmoid": log_sigmoid, "lgamma": lgamma, "digamma": digamma,
              "erfinv": erfinv, "sin": sin, "cos": cos, "tan": tan}
