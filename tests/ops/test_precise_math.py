@@ -35,10 +35,7 @@ UNARY = {"exp": (np.exp, -87, 88.7), "exp2": (np.exp2, -126, 127.9), "expm1": (n
          "log1p": (np.log1p, -1, 3e38), "tanh": (np.tanh, -30, 30), "atanh": (np.arctanh, -1, 1),
          "asinh": (np.arcsinh, -3e38, 3e38), "acosh": (np.arccosh, 1, 3e38),
          "softplus": (lambda x: np.logaddexp(0, x), -100, 100),
-         "log_sigmoid": (lambda x: -np.logaddexp(0, -x), -100, 100),
-         # (below 2**16 the reduction is exact; past it XLA's own, as good as CPU's on the CPU only)
-         "sin": (np.sin, -65000, 65000), "cos": (np.cos, -65000, 65000),
-         "tan": (np.tan, -65000, 65000)}
+         "log_sigmoid": (lambda x: -np.logaddexp(0, -x), -100, 100)}
 SPECIAL_FUNCTIONS = ["lgamma", "digamma", "erfinv"]  # float32 tolerance: ulps mean little near their roots
 
 
@@ -49,8 +46,7 @@ def test_unary_within_a_few_ulps_of_float64(name):
     with np.errstate(all="ignore"):
         ref = ref_fn(x.astype(np.float64))
     got = np.asarray(jax.jit(precise_f32.FUNCTIONS[name])(x))
-    # tan near a multiple of pi/2 (a tiny reduced argument r, or -1/tan(r)): r's few-ulp error shows whole
-    assert _max_ulps(got, ref) <= (5 if name == "tan" else 4), name
+    assert _max_ulps(got, ref) <= 4, name
 
 
 @pytest.mark.parametrize("name", SPECIAL_FUNCTIONS)
@@ -81,7 +77,7 @@ SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, np.inf, -np.inf, np.nan, 1e3
 
 
 @pytest.mark.parametrize("name", ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "atanh", "asinh", "acosh", "lgamma",
-                                  "digamma", "erfinv", "sin", "cos", "tan"])
+                                  "digamma", "erfinv"])
 def test_special_values_as_cpu_torch(name):
     x = SPECIAL.clip(-1, 1) if name == "erfinv" else SPECIAL
     got = torch.from_numpy(np.array(jax.jit(precise_f32.FUNCTIONS[name])(x)))
@@ -125,10 +121,11 @@ def test_ops_equal_cpu_torch_with_the_precise_functions(precise_everywhere):
     """What a TPU computes for these ops, computed here: CPU torch's values at float32's tolerance."""
     x = torch.linspace(-6, 6, 97 * 8).reshape(97, 8) ** 3 / 20
     positive = x.abs() + 1e-3
-    for op in OPS:
+    for i, op in enumerate(OPS):
         for arg in (x, positive):
             with np.errstate(all="ignore"):
                 want = op(arg)
             got = op(arg.to("tpu")).cpu()
-            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, equal_nan=True)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, equal_nan=True,
+                                       msg=lambda m, i=i: f"OPS[{i}]: {m}")
     assert platform.target() == platform.platform()  # (forced by the setting, not by a TPU target)

@@ -1,4 +1,4 @@
-"""float32 logarithms, tanh, sin and cos to within a few ulps, for XLA backends whose own are coarser (XLA:TPU).
+"""float32 exp, logarithms and tanh to within a few ulps, for XLA backends whose own are coarser (XLA:TPU).
 
 XLA:TPU computes float32 ``log`` and ``tanh`` with approximations that differ from CPU torch (glibc/SLEEF,
 correctly rounded or within 1 ulp) by more than float32's tolerance on some inputs, and every op built from
@@ -329,67 +329,7 @@ def erfinv(x):
     return jnp.where(jnp.abs(x) > 1, jnp.nan, out)
 
 
-def _pio2_pieces(bits: int = 8, count: int = 7):
-    """pi/2 as float32 pieces of ``bits`` significant bits each (the last one full): k * piece is exact for
-    integers |k| < 2**(24 - bits), and the pieces together hold pi/2 to ~(bits * (count - 1) + 24) bits."""
-    from decimal import Decimal
-    from fractions import Fraction
-
-    rest = Fraction(Decimal("1.570796326794896619231321691639751442098584699687552910487472296153908203143104"))
-    pieces = []
-    for _ in range(count - 1):
-        bits_of = np.array([float(rest)], np.float32).view(np.int32)[0]
-        piece = np.array([bits_of & ~((1 << (24 - bits)) - 1)], np.int32).view(np.float32)[0]
-        pieces.append(piece)
-        rest -= Fraction(float(piece))
-    pieces.append(_F32(float(rest)))
-    return tuple(pieces)
-
-
-_PIO2_PIECES = _pio2_pieces()
-_TWO_OVER_PI = _F32(2 / np.pi)
-_REDUCE_LIMIT = _F32(2.0 ** 24)  # |round(x * 2/pi)| < 2**24 below it: k splits into two 8-bit-exact halves
-
-
-def _reduced_quarter(x):
-    """(r, q): x = r + (k * pi/2) with r in about [-pi/4, pi/4] to ~float32's accuracy, and q = k mod 4.
-    Cody-Waite reduction with pi/2 in 8-bit pieces and k split as k_hi * 256 + k_lo: every product with a
-    piece is exact (16 bits times 8), and each difference is of close numbers, so r carries no error beyond
-    its own rounding. XLA:TPU's own sin/cos lose bits of large arguments (1.6e-3 off at ~1000 radians,
-    measured on the chip: the timestep embedding of a diffusion transformer)."""
-    k = jnp.round(x * _TWO_OVER_PI)
-    k_hi = jnp.round(k * _F32(1 / 256))
-    k_lo = k - k_hi * _F32(256)
-    r = x
-    for piece in _PIO2_PIECES:
-        r = r - k_hi * (piece * _F32(256))
-        r = r - k_lo * piece
-    r = jnp.where(k == 0, x, r)  # (-0.0 stays -0.0: sin(-0.0) is -0.0)
-    return r, k.astype(jnp.int32) & 3
-
-
-def sin(x):
-    r, q = _reduced_quarter(x)
-    s, c = jnp.sin(r), jnp.cos(r)
-    out = jnp.where(q == 0, s, jnp.where(q == 1, c, jnp.where(q == 2, -s, -c)))
-    return jnp.where(jnp.abs(x) < _REDUCE_LIMIT, out, jnp.sin(x))  # (past 2**24 and non-finite: XLA's own)
-
-
-def cos(x):
-    r, q = _reduced_quarter(x)
-    s, c = jnp.sin(r), jnp.cos(r)
-    out = jnp.where(q == 0, c, jnp.where(q == 1, -s, jnp.where(q == 2, -c, s)))
-    return jnp.where(jnp.abs(x) < _REDUCE_LIMIT, out, jnp.cos(x))
-
-
-def tan(x):
-    r, q = _reduced_quarter(x)
-    t = jnp.tan(r)
-    out = jnp.where((q & 1) == 0, t, _F32(-1.0) / t)  # tan(r + pi/2) = -1 / tan(r)
-    return jnp.where(jnp.abs(x) < _REDUCE_LIMIT, out, jnp.tan(x))
-
-
 FUNCTIONS = {"exp": exp, "exp2": exp2, "expm1": expm1, "log": log, "log2": log2, "log10": log10, "log1p": log1p, "tanh": tanh, "atanh": atanh,
              "asinh": asinh, "acosh": acosh, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
              "softplus": softplus, "log_sigmoid": log_sigmoid, "lgamma": lgamma, "digamma": digamma,
-             "erfinv": erfinv, "sin": sin, "cos": cos, "tan": tan}
+             "erfinv": erfinv}
