@@ -13,7 +13,8 @@ while ``TORCH_TPU_CHECK_LOWERING=tpu`` traces a program for a TPU on another pla
 everywhere (how CI tests them on the CPU), ``native`` never (XLA's own, faster where log-heavy float32 code
 is the bottleneck). lgamma, digamma and erfinv are built on log in XLA too, and follow the same rule.
 float32 ``exp``/``exp2``/``expm1`` reduce their argument exactly first (XLA:TPU's exp is tens of ulps off
-even near 0, its expm1 ~1700; tanh, softplus and logaddexp use these).
+even near 0, its expm1 ~1700; tanh, softplus and logaddexp use these). sin/cos/tan are XLA's own everywhere:
+within 3/3/6 ulps of float64 up to 65000 radians on the chip.
 bfloat16/float16 inputs reach these functions upcast to float32, so they take the same
 path; float64 and complex values always use XLA's.
 """
@@ -65,8 +66,6 @@ softplus = _pick(jax.nn.softplus, "softplus")
 log_sigmoid = _pick(jax.nn.log_sigmoid, "log_sigmoid")
 lgamma = _pick(jax.scipy.special.gammaln, "lgamma")
 erfinv = _pick(jax.scipy.special.erfinv, "erfinv")
-# XLA:TPU's float32 sin/cos/tan are within 3/3/6 ulps of float64 up to 65000 radians (measured on the chip): its own
-sin, cos, tan = jnp.sin, jnp.cos, jnp.tan
 digamma = _pick(lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), jax.scipy.special.digamma(x)), "digamma")
 
 

@@ -467,7 +467,7 @@ def _float_unary(fn):
 _FLOAT_UNARY = {
     aten.exp: elementary.exp, aten.exp2: elementary.exp2, aten.expm1: elementary.expm1, aten.log: elementary.log,
     aten.log2: elementary.log2, aten.log10: elementary.log10, aten.log1p: elementary.log1p, aten.sqrt: jnp.sqrt,
-    aten.rsqrt: jax.lax.rsqrt, aten.sin: elementary.sin, aten.cos: elementary.cos, aten.tan: elementary.tan,
+    aten.rsqrt: jax.lax.rsqrt, aten.sin: jnp.sin, aten.cos: jnp.cos, aten.tan: jnp.tan,
     aten.asin: jnp.arcsin, aten.acos: jnp.arccos, aten.atan: jnp.arctan, aten.sinh: jnp.sinh,
     aten.cosh: jnp.cosh, aten.tanh: elementary.tanh, aten.asinh: elementary.arcsinh, aten.acosh: elementary.arccosh,
     aten.atanh: elementary.arctanh, aten.sigmoid: jax.nn.sigmoid, aten.erf: jax.scipy.special.erf,

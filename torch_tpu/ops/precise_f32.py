@@ -329,7 +329,8 @@ def erfinv(x):
     return jnp.where(jnp.abs(x) > 1, jnp.nan, out)
 
 
-FUNCTIONS = {"exp": exp, "exp2": exp2, "expm1": expm1, "log": log, "log2": log2, "log10": log10, "log1p": log1p, "tanh": tanh, "atanh": atanh,
+FUNCTIONS = {"exp": exp, "exp2": exp2, "expm1": expm1, "log": log, "log2": log2, "log10": log10, "log1p": log1p,
+             "tanh": tanh, "atanh": atanh,
              "asinh": asinh, "acosh": acosh, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
              "softplus": softplus, "log_sigmoid": log_sigmoid, "lgamma": lgamma, "digamma": digamma,
              "erfinv": erfinv}

@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 
 from ..runtime import dtypes
-from . import elementary
 from .registry import aten, register
 from ._util import jdtype
 
@@ -277,7 +276,7 @@ def complex_(real, imag):
 
 @register(aten.polar.default)
 def polar(absval, angle):
-    return jax.lax.complex(absval * elementary.cos(angle), absval * elementary.sin(angle))
+    return jax.lax.complex(absval * jnp.cos(angle), absval * jnp.sin(angle))
 
 
 @register(aten.split_with_sizes_copy.default)

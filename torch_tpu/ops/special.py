@@ -133,7 +133,7 @@ def spherical_bessel_j0(x):
     x2 = x * x
     series = 1 - x2 / 6 * (1 - x2 / 20 * (1 - x2 / 42 * (1 - x2 / 72 * (1 - x2 / 110 * (1 - x2 / 156)))))
     safe = jnp.where(small, jnp.ones_like(x), x)
-    return jnp.where(jnp.isinf(x), jnp.zeros_like(x), jnp.where(small, series, elementary.sin(safe) / safe))
+    return jnp.where(jnp.isinf(x), jnp.zeros_like(x), jnp.where(small, series, jnp.sin(safe) / safe))
 
 
 def _two_float(x, y):
