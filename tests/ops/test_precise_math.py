@@ -129,3 +129,44 @@ def test_ops_equal_cpu_torch_with_the_precise_functions(precise_everywhere):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, equal_nan=True,
                                        msg=lambda m, i=i: f"OPS[{i}]: {m}")
     assert platform.target() == platform.platform()  # (forced by the setting, not by a TPU target)
+
+
+@pytest.mark.parametrize("op,prim", [(torch.ops.aten.tanh.default, "tanh"), (torch.ops.aten.exp.default, "exp"),
+                                     (torch.ops.aten.log1p.default, "log1p")])
+def test_ops_with_bfloat16_results_take_xlas_functions(precise_everywhere, op, prim):
+    """An op whose results are bfloat16 computes in float32 with XLA's own function (its error vanishes in the
+    rounding to 8 bits; the precise ones cost vector time a TPU matmul prologue repeats); float16 and float32
+    results take the precise one."""
+    import jax.numpy as jnp
+
+    from torch_tpu.ops import calling, registry
+
+    low = registry.lookup(op)
+
+    def primitives(x, result_dtype):
+        meta = torch.empty(x.shape, dtype=result_dtype, device="meta")
+        jaxpr = jax.make_jaxpr(lambda a: calling.invoke(low, [a], {}, results=[meta]))(x)
+        return {e.primitive.name for e in jaxpr.jaxpr.eqns}
+
+    assert prim in primitives(jnp.ones(8, jnp.bfloat16), torch.bfloat16)
+    assert prim not in primitives(jnp.ones(8, jnp.float16), torch.float16)
+    assert prim not in primitives(jnp.ones(8, jnp.float32), torch.float32)
+
+
+HALF_OPS = [torch.tanh, torch.exp, lambda x: torch.expm1(x / 8), lambda x: torch.log1p(x.abs()),
+            lambda x: torch.nn.functional.gelu(x, approximate="tanh"), torch.nn.functional.mish,
+            torch.nn.functional.softplus, torch.nn.functional.logsigmoid]
+
+
+def test_half_results_of_precise_ops_equal_cpu_torch(precise_everywhere):
+    """The same ops on bfloat16 and float16 tensors, eager and in a compiled graph: CPU torch's values at the
+    half type's tolerance."""
+    x = torch.linspace(-6, 6, 97 * 8).reshape(97, 8) ** 3 / 20
+    for i, op in enumerate(HALF_OPS):
+        torch.compiler.reset()  # (builtins compile through one wrapper frame: one op at a time)
+        compiled = torch.compile(op, backend="tpu", fullgraph=True)
+        for dtype in (torch.bfloat16, torch.float16):
+            want = op(x.to(dtype))
+            for fn in (op, compiled):
+                torch.testing.assert_close(fn(x.to(dtype).to("tpu")).cpu(), want, equal_nan=True,
+                                           msg=lambda m, i=i, d=dtype: f"HALF_OPS[{i}] {d}: {m}")

@@ -243,7 +243,8 @@ class _Plan:
                 first_check = len(found)
                 try:
                     out = calling.invoke(low, args, kwargs, precision=self.precision,
-                                         rng_key=jax.random.fold_in(key, idx) if low.random else None)
+                                         rng_key=jax.random.fold_in(key, idx) if low.random else None,
+                                         results=node.meta.get("val"))
                 except Exception as exc:
                     shapes = ", ".join(f"{tuple(a.meta['val'].shape)}:{a.meta['val'].dtype}"
                                        for a in node.all_input_nodes

@@ -45,7 +45,8 @@ def run_hop(plan, jax, node, args, kwargs, key, idx, conform_like):
     else:
         op, op_args, rng_key = args[1], args[2:], rng_key_of_state(jax, args[0])
     try:
-        out = calling.invoke(low, op_args, kwargs, precision=plan.precision, rng_key=rng_key)
+        out = calling.invoke(low, op_args, kwargs, precision=plan.precision, rng_key=rng_key,
+                             results=node.meta.get("val"))
     except Exception as exc:
         raise RuntimeError(f"torch.compile(backend='tpu'): lowering {op} ({node.target}) failed: "
                            f"{type(exc).__name__}: {exc}") from exc

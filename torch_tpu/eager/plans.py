@@ -102,11 +102,13 @@ def plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders=
             computes_in = _functional_dtypes(func, target_func, meta_args, meta_kwargs, call_args, call_kwargs,
                                              write_metas)
     precision = calling.matmul_precision(low)
+    result_metas = []  # the results torch promises (known below; unknown while eval_shape asks the lowering)
 
     def call_lowering(arrs):
         key_data = arrs[n_inputs] if low.random else None
         return calling.invoke(low, fill(call_args, arrs), {n: fill(v, arrs) for n, v in call_kwargs.items()},
-                              rng_key=None if key_data is None else rng.make_key(key_data), precision=precision)
+                              rng_key=None if key_data is None else rng.make_key(key_data), precision=precision,
+                              results=result_metas)
 
     if in_place:
         out_leaves = []
@@ -127,6 +129,8 @@ def plan(func, low, target_func, args, kwargs, example, tmpl=None, write_orders=
                       for s in leaves(shapes)]  # None: an undefined output (a gradient with no input)
         meta_out = out_leaves if len(out_leaves) != 1 else out_leaves[0]
 
+    result_metas.extend(out_leaves)
+    result_metas.extend(write_metas)
     orders = [strided.memory_order(tuple(m.shape), m.stride()) if isinstance(m, torch.Tensor) else None
               for m in out_leaves] if has_meta else []
     orders = [None if o is None else (o, (m.numel(),)) for o, m in zip(orders, out_leaves)]

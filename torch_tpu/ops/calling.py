@@ -10,16 +10,35 @@ import torch
 
 from ..errors import OpError
 from ..runtime import dtypes, platform
+from . import elementary
 from .registry import Lowering
 
 
-def invoke(low: Lowering, args, kwargs: dict, *, rng_key=None, precision=None):
-    """``low.fn(*args, **kwargs)`` plus ``rng_key=`` (random ops) and ``precision=`` (matmul ops)."""
+def invoke(low: Lowering, args, kwargs: dict, *, rng_key=None, precision=None, results=None):
+    """``low.fn(*args, **kwargs)`` plus ``rng_key=`` (random ops) and ``precision=`` (matmul ops).
+    ``results``: the op's results as torch describes them (meta tensors), where known; an op whose floating
+    results are all bfloat16 computes its float32 internals with XLA's own transcendental functions."""
     if low.random:
         kwargs["rng_key"] = rng_key
     if low.matmul:
         kwargs["precision"] = precision
-    return low.fn(*args, **kwargs)
+    with elementary.results_in_bfloat16(bfloat16_results(results)):
+        return low.fn(*args, **kwargs)
+
+
+def bfloat16_results(results) -> bool:
+    """Whether ``results`` (meta tensors, None, or nested lists of them) hold a floating tensor and every
+    floating one is bfloat16."""
+    floats = [r.dtype for r in _tensors(results) if r.dtype.is_floating_point]
+    return bool(floats) and all(d == torch.bfloat16 for d in floats)
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for item in x:
+            yield from _tensors(item)
 
 
 def matmul_precision(low: Lowering):

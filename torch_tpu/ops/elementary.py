@@ -15,10 +15,17 @@ is the bottleneck). lgamma, digamma and erfinv are built on log in XLA too, and 
 float32 ``exp``/``exp2``/``expm1`` reduce their argument exactly first (XLA:TPU's exp is tens of ulps off
 even near 0, its expm1 ~1700; tanh, softplus and logaddexp use these). sin/cos/tan are XLA's own everywhere:
 within 3/3/6 ulps of float64 up to 65000 radians on the chip.
-bfloat16/float16 inputs reach these functions upcast to float32, so they take the same
-path; float64 and complex values always use XLA's.
+An op whose floating results are all bfloat16 (``calling.invoke`` says so with
+``results_in_bfloat16``) computes its float32 internals with XLA's own functions: their error (at most
+~1e-4 relative on the chip) vanishes in the rounding to bfloat16's 8 bits, and the precise ones cost vector-unit
+time that XLA:TPU may spend many times over: a bfloat16 FLUX.1-width feed-forward's tanh-GELU, fused into the
+next matmul's operand, made that matmul 2.8x slower on the chip, and the compiled transformer 1.11x. float16
+keeps them (its 11 bits see XLA:TPU's log error near 1). float64 and complex values always use XLA's.
 """
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -28,10 +35,24 @@ from ..runtime import platform
 from . import precise_f32
 
 
+_OP_RESULTS = threading.local()  # .bfloat16: the lowering traced on this thread rounds its results to bf16
+
+
+@contextlib.contextmanager
+def results_in_bfloat16(bfloat16: bool):
+    """While a lowering traces: whether every floating result of its op is bfloat16."""
+    before = getattr(_OP_RESULTS, "bfloat16", False)
+    _OP_RESULTS.bfloat16 = bfloat16
+    try:
+        yield
+    finally:
+        _OP_RESULTS.bfloat16 = before
+
+
 def precise(*xs) -> bool:
     """Whether float32 values ``xs`` take the precise functions in the program being built."""
     mode = config.settings().f32_math
-    if mode == "native":
+    if mode == "native" or getattr(_OP_RESULTS, "bfloat16", False):
         return False
     if any(jnp.result_type(x) != jnp.float32 for x in xs):
         return False

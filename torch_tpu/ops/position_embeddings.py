@@ -216,30 +216,33 @@ _TWO_PI_HI = float.fromhex("0x1.921fb5p+2")
 _TWO_PI_LO = 2 * math.pi - _TWO_PI_HI
 
 
+def _frequencies(dim, theta, linear_factor, freqs_dtype):
+    """The table's frequencies, numbers of the program: diffusers' formula run by CPU torch on the host (dim,
+    theta and the factor are static), so they are CPU's bit for bit in float32 and float64 alike. An angle
+    at position ~4000 carries 4000 times a frequency's error: XLA:TPU's float32 pow was 4.9e-5 off there."""
+    import torch
+
+    exponents = torch.arange(0, dim, 2, dtype=freqs_dtype, device="cpu")[: dim // 2] / dim
+    return (1.0 / (theta ** exponents) / linear_factor).numpy()
+
+
 def rotary_table(pos, dim, theta, linear_factor, freqs_dtype):
     """The table lowering, in diffusers' order. Float64 frequencies (FLUX's, except on mps/npu): the
-    frequencies are numbers of the program (dim, theta and the factor are static; numpy computes diffusers'
-    float64 formula), the angles are float64 products reduced to [-pi, pi] in float64, and cos/sin run in
-    float32 on the reduced angle: within a few float32 ulps of CPU torch's float64 cos/sin rounded to float32.
+    frequencies are numbers of the program (``_frequencies``), the angles are float64 products reduced to [-pi, pi] in float64, and cos/sin run in
+    float32 on the reduced angle: within a few float32 ulps of CPU torch's float64 cos/sin rounded to float32
+    (on the chip too, positions to 5e6).
     XLA:TPU emulates float64, and its float64 cos/sin made this program take 7-11 s to compile on the chip (the
     slowest of the demo pipeline's first call; 5.7 s with the reduction, as long as other small programs then).
-    Float32 frequencies: the op table's own lowerings of diffusers' ops, each step rounding as the op-by-op
-    path does (float64 positions with them: float64 angles, reduced as above)."""
-    import numpy as np
-
+    Float32 frequencies: float32 angles and the op table's cos/sin, as the op-by-op path computes them
+    (float64 positions with them: float64 angles, reduced as above). The frequencies themselves are CPU
+    torch's (``_frequencies``)."""
     from . import registry
     from ..runtime import dtypes, platform
 
     jnp = platform.jax().numpy
     aten = registry.aten
     ft = dtypes.to_jax_dtype(freqs_dtype)
-    if ft == jnp.float64:  # numbers of the program, computed on the host as diffusers does on CPU
-        exponents = np.arange(0, dim, 2, dtype=np.float64) / np.float64(dim)
-        freqs = jnp.asarray(np.float64(1.0) / (np.float64(theta) ** exponents) / np.float64(linear_factor))
-    else:
-        exponents = jnp.arange(0, dim, 2, dtype=ft) / jnp.asarray(dim, ft)
-        powers = registry.lookup(aten.pow.Scalar).fn(jnp.asarray(theta, ft), exponents)
-        freqs = registry.lookup(aten.reciprocal.default).fn(powers) * jnp.asarray(1.0, ft) / jnp.asarray(linear_factor, ft)
+    freqs = jnp.asarray(_frequencies(dim, theta, linear_factor, freqs_dtype), ft)
     angle_type = jnp.promote_types(pos.dtype, ft)
     angles = pos.astype(angle_type)[:, None] * freqs[None, :].astype(angle_type)
     if angle_type == jnp.float64:
