@@ -139,8 +139,10 @@ def test_ops_with_bfloat16_results_take_xlas_functions(precise_everywhere, op, p
     results take the precise one."""
     import jax.numpy as jnp
 
+    from torch_tpu import ops
     from torch_tpu.ops import calling, registry
 
+    ops.load()
     low = registry.lookup(op)
 
     def primitives(x, result_dtype):
@@ -170,3 +172,26 @@ def test_half_results_of_precise_ops_equal_cpu_torch(precise_everywhere):
             for fn in (op, compiled):
                 torch.testing.assert_close(fn(x.to(dtype).to("tpu")).cpu(), want, equal_nan=True,
                                            msg=lambda m, i=i, d=dtype: f"HALF_OPS[{i}] {d}: {m}")
+
+
+def test_bfloat16_tanh_gelu_does_not_cancel(precise_everywhere):
+    """tanh-GELU with bfloat16 results takes x * sigmoid(2u): with the target's coarse tanh (~1e-4 off on a TPU)
+    0.5 x (1 + tanh(u)) cancels in the negative tail (4.8e-5 off CPU torch there on the chip); float32 keeps
+    the precise tanh."""
+    import jax.numpy as jnp
+
+    from torch_tpu import ops
+    from torch_tpu.ops import calling, registry
+
+    ops.load()
+    low = registry.lookup(torch.ops.aten.gelu.default)
+
+    def primitives(x, result_dtype):
+        meta = torch.empty(x.shape, dtype=result_dtype, device="meta")
+        jaxpr = jax.make_jaxpr(lambda a: calling.invoke(low, [a], {"approximate": "tanh"}, results=[meta]))(x)
+        return {e.primitive.name for e in jaxpr.jaxpr.eqns}
+
+    bf16 = primitives(jnp.ones(8, jnp.bfloat16), torch.bfloat16)
+    assert "logistic" in bf16 and "tanh" not in bf16
+    f32 = primitives(jnp.ones(8, jnp.float32), torch.float32)
+    assert "logistic" not in f32 and "tanh" not in f32  # (the precise tanh: exact reduction, polynomial)

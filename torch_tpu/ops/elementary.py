@@ -49,14 +49,24 @@ def results_in_bfloat16(bfloat16: bool):
         _OP_RESULTS.bfloat16 = before
 
 
-def precise(*xs) -> bool:
-    """Whether float32 values ``xs`` take the precise functions in the program being built."""
+def _coarse_target(xs) -> bool:
+    """Whether float32 values ``xs`` meet functions coarser than CPU torch's unless the precise ones stand in."""
     mode = config.settings().f32_math
-    if mode == "native" or getattr(_OP_RESULTS, "bfloat16", False):
-        return False
-    if any(jnp.result_type(x) != jnp.float32 for x in xs):
+    if mode == "native" or any(jnp.result_type(x) != jnp.float32 for x in xs):
         return False
     return mode == "precise" or platform.target() == "tpu"
+
+
+def precise(*xs) -> bool:
+    """Whether float32 values ``xs`` take the precise functions in the program being built."""
+    return not getattr(_OP_RESULTS, "bfloat16", False) and _coarse_target(xs)
+
+
+def coarse_for_bfloat16(*xs) -> bool:
+    """Whether float32 values ``xs`` of an op with bfloat16 results take the target's coarse functions (the
+    bfloat16 rule above): a formula that cancels (1 + tanh(u) in a GELU's negative tail) must not amplify
+    their error there."""
+    return getattr(_OP_RESULTS, "bfloat16", False) and _coarse_target(xs)
 
 
 def _pick(native, name):
