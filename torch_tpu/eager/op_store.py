@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from ..errors import leaves
 from ..runtime import counters, disk_cache, prefetch, stable_keys
 
 stable_keys.register_kind("op")  # ("op", name, input signature, matmul precision): see op_path.program_key
@@ -101,7 +102,7 @@ def save(program_key, entry, meta_out, in_place: bool, check_meta) -> None:
     if key is None:
         return
     try:
-        tensors = [m for m in _leaves(meta_out) if isinstance(m, torch.Tensor)] if not in_place else []
+        tensors = [m for m in leaves(meta_out) if isinstance(m, torch.Tensor)] if not in_place else []
         desc = {
             "avals": [[list(shape), _dtype_name(_torch_dtype_of(dt))] for shape, dt in entry.avals],
             "out_dtypes": [_dtype_name(d) for d in entry.out_dtypes],
@@ -154,14 +155,6 @@ def _message(m) -> str:
     if type(m) is not str:
         raise TypeError("a check's message is text")
     return m
-
-
-def _leaves(x):
-    if type(x) in (list, tuple):
-        for e in x:
-            yield from _leaves(e)
-    else:
-        yield x
 
 
 def _torch_dtype_of(jax_dtype) -> torch.dtype:

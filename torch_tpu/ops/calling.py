@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import OpError
+from ..errors import OpError, leaves
 from ..runtime import dtypes, platform
 from . import elementary
 from .registry import Lowering
@@ -29,16 +29,8 @@ def invoke(low: Lowering, args, kwargs: dict, *, rng_key=None, precision=None, r
 def bfloat16_results(results) -> bool:
     """Whether ``results`` (meta tensors, None, or nested lists of them) hold a floating tensor and every
     floating one is bfloat16."""
-    floats = [r.dtype for r in _tensors(results) if r.dtype.is_floating_point]
+    floats = [r.dtype for r in leaves(results) if isinstance(r, torch.Tensor) and r.dtype.is_floating_point]
     return bool(floats) and all(d == torch.bfloat16 for d in floats)
-
-
-def _tensors(x):
-    if isinstance(x, torch.Tensor):
-        yield x
-    elif isinstance(x, (list, tuple)):
-        for item in x:
-            yield from _tensors(item)
 
 
 def matmul_precision(low: Lowering):
