@@ -2,8 +2,8 @@
 (eager.whole_ops): no transpose, flattening or reshaping views dispatched, the values of CPU torch (bitwise for
 half inputs, whose bias torch adds to the float32 product before rounding); with autograd, a strided input with
 a bias (torch's matmul + add_, two roundings) or bad inputs, torch's own decomposition and errors.
-Bitwise on the CPU platform; on a TPU the float32 accumulation runs in another order (float16 results one ulp
-apart from CPU's in places), so there the dtype's tolerance."""
+Bitwise on the CPU platform; on a TPU the dtype's tolerance, float16 with the error of XLA:TPU's float16 product
+(three bfloat16 passes) scaled by the terms' magnitude."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -53,7 +53,14 @@ def test_one_op_matching_cpu(eager_mode, dtype, shape, bias, grad_off):
     assert got.dtype == ref.dtype and got.shape == ref.shape and got.is_contiguous()
     if dtype in (torch.bfloat16, torch.float16) and torch_tpu.platform() == "cpu":
         assert torch.equal(got.cpu(), ref)  # one rounding of the float32 product plus bias, as on CPU
-    else:  # XLA:TPU sums the float32 products in another order: float16 results 1 ulp apart (measured)
+    elif dtype == torch.float16:
+        # XLA:TPU runs a float16 product at HIGHEST as three bfloat16 passes (its HIGH: 1e-5 relative error of
+        # each product, bench/results/tpu/numerics_exp.json), so a result that cancels is off by that much of
+        # its terms' magnitude, besides the float16 rounding of the result
+        terms = x.double().abs() @ w.double().abs().T + (0 if b is None else b.double().abs())
+        bound = 2.0 ** -10 * ref.double().abs() + 2e-5 * terms  # (a float16 ulp: a near-tie rounds either way)
+        assert ((got.cpu().double() - ref.double()).abs() <= bound).all()
+    else:
         torch.testing.assert_close(got.cpu(), ref)
     if eager_mode is torch_tpu.EagerMode.DEFER_NEVER and x.numel():
         assert programs == 1
