@@ -108,9 +108,10 @@ def dims_tuple(dim, ndim: int):
 
 def precision_of(precision, *operands):
     """torch.set_float32_matmul_precision -> XLA dot precision. The setting is about float32 products, as in
-    torch: a product of half operands (``operands``, all bf16/fp16) is exact in float32 whatever it says, and
-    runs at HIGHEST. XLA:TPU's DEFAULT would first round float16 operands to bfloat16 (3 mantissa bits fewer:
-    relative errors of order 1 against the exact product, measured on the chip)."""
+    torch: a product of half operands (``operands``, all bf16/fp16) runs at HIGHEST whatever it says. bfloat16
+    products are then exact in float32; XLA:TPU's DEFAULT would first round float16 operands to bfloat16 (3
+    mantissa bits fewer: 2.3e-3 relative error on the chip), and it runs float16 at HIGHEST as at HIGH (three
+    bfloat16 passes, 1.0e-5 relative error, measured)."""
     if precision in (None, "highest") or (operands and all(_half_or_not_float(o) for o in operands)):
         return jax.lax.Precision.HIGHEST
     if precision == "high":
