@@ -188,3 +188,44 @@ def test_nothing_is_tracked_once_every_check_held():
     assert poisoned._LINEAGE
     torch.testing.assert_close(y.cpu(), torch.tensor([2.0, 3.0]))
     assert not poisoned._LINEAGE
+
+
+def test_a_check_the_device_finished_is_read_without_a_wait():
+    """A checked op before a long run of ops (a prompt's embedding lookup before a denoising loop): once the
+    device has computed its check, a launch reads it (no wait) and lineage stops being kept after it held;
+    every value is CPU torch's."""
+    torch.tpu.synchronize()
+    x_cpu = torch.arange(10.0)
+    x = x_cpu.to("tpu")
+    y = x[torch.tensor([1, 2], device="tpu")] + 1
+    assert poisoned.active
+    reads = torch_tpu.stats()["device_check_reads"]
+    z, z_cpu, launches = y, x_cpu[torch.tensor([1, 2])] + 1, 0
+    while poisoned.active and launches < 5000:
+        z, z_cpu, launches = z * 1.001, z_cpu * 1.001, launches + 1
+    assert not poisoned.active and deferred_errors.pending() == 0, launches
+    assert torch_tpu.stats()["device_check_reads"] == reads + 1
+    torch.testing.assert_close(z.cpu(), z_cpu)
+    torch.testing.assert_close(y.cpu(), torch.tensor([2.0, 3.0]))
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_failed_check_read_early_still_raises_at_the_wait_only(mode):
+    """The early read finds a failed check: nothing raises before the next wait, which reports it; the value
+    and what was computed from it, before and after the early read, are poisoned; others stay readable."""
+    torch.tpu.synchronize()
+    with torch.tpu.set_eager_mode(MODES[mode]):
+        x = (torch.arange(10.0) * 2).to("tpu")
+        bad = x[torch.tensor(BAD_INDEX, device="tpu")]
+        before = bad + 1
+        clean = x + 0
+        for _ in range(200):  # past several early reads
+            clean = clean * 1.0
+        after = before * 2
+        with pytest.raises(DeviceAssertError, match="index"):
+            clean.cpu()
+        torch.testing.assert_close(clean.cpu(), torch.arange(10.0) * 2)
+        for value in (bad, before, after):
+            with pytest.raises(DeviceAssertError):
+                value.cpu()
+    assert deferred_errors.pending() == 0

@@ -68,6 +68,41 @@ def _compact(batches: list) -> None:
         poisoned.resolve(batches[-1][1][-1][2] + 1, _failures(found), everything=False)
 
 
+def read_ready() -> None:
+    """Read every pending check now if the device has computed them all (a transfer, no wait for work in
+    flight), so that launches stop keeping lineage (``poisoned``) when they held. A failed one is left
+    pending, with its values' lineage, for the next wait to raise (and polling stops until then): no op
+    raises for it before that wait has reported it."""
+    # (not blocking: this thread may hold the lock already, launching the stacking program of _fold)
+    if not _LOCK.acquire(blocking=False):
+        return
+    try:
+        if _READ_EARLY_OFF[0] or _COMPACTING[0] or not (_PENDING or _FOLDED) or _UNREPORTED:
+            return
+        arrays = []
+        for code in [v for v, _ in _FOLDED] + [c for c, _, _, _ in _PENDING]:
+            if type(code) is fused.LazyArray:  # (fused mode: computed once its graph ran)
+                code = code.concrete
+            if code is None or not code.is_ready():
+                return
+            arrays.append(code)
+        values = platform.jax().device_get(arrays)
+        counters.counters["device_check_reads"] += 1
+        if any(np.any(np.asarray(v) != 0) for v in values):
+            _READ_EARLY_OFF[0] = True
+            return
+        _PENDING.clear()
+        _FOLDED.clear()
+        _COUNTS["folded"] = 0
+        poisoned.resolve(_COUNTS["next"], {}, everything=True)
+    finally:
+        _LOCK.release()
+
+
+_READ_EARLY_OFF = [False]  # a check read early failed: the next wait reads it again and raises
+poisoned._POLL[0] = read_ready
+
+
 def _stack(*codes):
     jnp = platform.jax().numpy
     return jnp.stack([jnp.asarray(c, jnp.int32).reshape(()) for c in codes])
@@ -97,6 +132,7 @@ def verify() -> None:
     if not _PENDING and not _FOLDED and not _UNREPORTED:
         return
     with _LOCK:
+        _READ_EARLY_OFF[0] = False
         if len(_PENDING) > _READ_ONE_BY_ONE:
             _fold()  # one launch, then one small read, instead of a transfer per pending code
         items = list(_PENDING)

@@ -6,7 +6,8 @@ computed from it ever exists there. Here they exist, computed from clamped indic
 read at the next wait, which raises ``DeviceAssertError`` once. From then on every such value is
 poisoned: reading it (``.cpu()``, ``.item()``, ``to_jax``) raises, and so does an op taking it (an
 in-place update of it, arithmetic on it, a view read), naming the op whose check failed. Values not
-computed from it stay readable.
+computed from it stay readable. Checks the device has finished are read early, without a wait, while
+lineage is kept (``deferred_errors.read_ready``): when all held, lineage stops there.
 
 Lineage is kept per device array (a ``jax.Array`` or a fused ``LazyArray``): while some check is pending,
 each launch gives its outputs the union of its inputs' pending checks (a bit set, bit ``k`` = the check
@@ -65,9 +66,21 @@ def _current(entry) -> int:
     return _at(entry, _BASE[0])
 
 
+# While lineage is kept, every ``_POLL_EVERY``-th launch asks ``deferred_errors.read_ready`` (set there) to
+# read the pending checks if the device has computed them all: a prompt's embedding lookups checked in
+# the text encoders otherwise kept every op of a whole denoising loop tracking lineage until its end
+_POLL = [None, 0]  # the reader, launches since it last ran
+_POLL_EVERY = 32
+
+
 def lineage(arrays, where) -> tuple:
     """(base, bits) of the pending checks ``arrays`` were computed from; raises ``DeviceAssertError`` for
     an array computed from a failed one (``where``: what takes them, an op or a program's name)."""
+    if _POLL[0] is not None:
+        _POLL[1] += 1
+        if _POLL[1] >= _POLL_EVERY:
+            _POLL[1] = 0
+            _POLL[0]()
     base, bits = _BASE[0], 0
     if _POISONED:
         for a in arrays:
