@@ -3,7 +3,7 @@
 Run on a TPU host once torch and the packages are installed there (the project's TPU host scripts carry
 them as wheels; see "On a TPU" in the README), from the repository root:
 
-    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,tests,opinfo,eager,coldstart,probe,launch] [--budget S]
+    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,tests,opinfo,eager,coldstart,probe,launch] [--budget S]
 
 Steps (each in its own processes, one at a time: a TPU is held by one process):
   demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
@@ -14,6 +14,9 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
              launches and recorded ops per step, and a profile of its host time
   flux       bench/bench_flux_width.py: a FLUX.1-width transformer (2+4 blocks, 4608 tokens, bf16) in the
              four modes beside the floor (its GEMMs and attention kernel alone, in JAX)
+  device_ops bench/profile_device_ops.py in compiled and fused mode (1 double + 1 single FLUX.1-width block):
+             the device's time per XLA op, and the compiled program's optimized HLO (DIR/hlo), where a fusion
+             that runs slower than its FLOPs says why (the tanh-GELU recomputed in a matmul's operand, 2026-12-05)
   tests      the attention, TPU lowering, real-width transformer, pipeline, position-embedding and whole-linear
              test files on the chip
   opinfo     tests/ops/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part,
@@ -39,7 +42,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("demo", "demo_step", "flux", "tests", "opinfo", "eager", "coldstart", "probe", "launch")
+STEPS = ("demo", "demo_step", "flux", "device_ops", "tests", "opinfo", "eager", "coldstart", "probe", "launch")
 TEST_FILES = ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
               "tests/ops/test_precise_math.py", "tests/integrations/test_pipelines.py",
               "tests/integrations/test_diffusers_embeddings.py", "tests/ops/test_linear_whole.py"]
@@ -192,6 +195,24 @@ def step_demo_step(args, left):
     rc, text, wall = _run([sys.executable, "bench/profile_demo_step.py", "--out", args.out], min(600, left()),
                           log=Path(args.out) / "demo_step.log")
     return {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / "demo_step.json").exists(), "tail": text[-1500:]}
+
+
+def step_device_ops(args, left):
+    """Device time per XLA op of a compiled and a fused call, and the compiled program's optimized HLO."""
+    hlo = Path(args.out) / "hlo"
+    runs = {}
+    for mode in ("compiled", "fused"):
+        env = {"XLA_FLAGS": f"--xla_dump_to={hlo} --xla_dump_hlo_module_re=.*wrapper.* --xla_dump_hlo_as_text"} \
+            if mode == "compiled" else None
+        rc, text, wall = _run([sys.executable, "bench/profile_device_ops.py", "--mode", mode, "--top", "150",
+                               "--out", args.out], min(300, left()), env=env,
+                              log=Path(args.out) / f"device_ops_{mode}.log")
+        runs[mode] = {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / f"device_ops_{mode}.json").exists()}
+    if hlo.is_dir():  # only the module's HLO before and after XLA's passes
+        for f in hlo.iterdir():
+            if not f.name.endswith(("before_optimizations.txt", "after_optimizations.txt")):
+                f.unlink()
+    return runs
 
 
 def step_launch(args, left):
