@@ -81,6 +81,10 @@ def lineage(arrays, where) -> tuple:
         if _POLL[1] >= _POLL_EVERY:
             _POLL[1] = 0
             _POLL[0]()
+    return _lineage(arrays, where)
+
+
+def _lineage(arrays, where) -> tuple:
     base, bits = _BASE[0], 0
     if _POISONED:
         for a in arrays:
@@ -108,7 +112,7 @@ def mark(outputs, taken: tuple, inputs) -> None:
                         _poison(o, p[1])
                     _set_active()
                     return
-            bits = lineage(inputs, "")[1]
+            bits = _lineage(inputs, "")[1]  # (no early read here: it would move the base under these bits)
             if not bits:
                 return
         _mark(outputs, bits)
