@@ -129,10 +129,10 @@ def pending() -> int:
 
 def verify() -> None:
     """Read every pending check (one wait) and raise for the first failed one."""
+    _READ_EARLY_OFF[0] = False  # (a check read early and failed is read again here, or was dropped)
     if not _PENDING and not _FOLDED and not _UNREPORTED:
         return
     with _LOCK:
-        _READ_EARLY_OFF[0] = False
         if len(_PENDING) > _READ_ONE_BY_ONE:
             _fold()  # one launch, then one small read, instead of a transfer per pending code
         items = list(_PENDING)
