@@ -2,6 +2,8 @@
 ``torch_tpu.call_jax(fn, *args, **kwargs)`` (differentiable through JAX's VJP) and
 ``params, fn = torch_tpu.extract_jax(module)`` (``fn(params, *inputs)`` pure JAX: jit, grad). Every value
 and gradient is compared with CPU torch computing the same thing."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -165,6 +167,24 @@ def test_extract_jax_gives_a_pure_function_jit_and_grad_match_cpu_torch():
     short = ids[:, :5]
     _close(fn(params, jnp.asarray(short.numpy()), causal=False)["hidden"],
            cpu(short, causal=False)["hidden"])
+
+
+@pytest.mark.parametrize("on_device", [False, True], ids=["cpu_module", "tpu_module"])
+def test_extract_jax_of_a_bfloat16_module_matches_cpu_torch(on_device):
+    """A bfloat16 module, on the CPU or the device (NumPy has no bfloat16: a CPU module's weights failed to
+    copy), its parameters bfloat16 JAX arrays with CPU's values, its function CPU torch's output."""
+    torch.manual_seed(4)
+    cpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(approximate="tanh"),
+                              torch.nn.Linear(16, 4)).to(torch.bfloat16)
+    x = torch.randn(3, 8).to(torch.bfloat16)
+    model = copy.deepcopy(cpu).to("tpu") if on_device else cpu
+    params, fn = torch_tpu.extract_jax(model)
+    for name, p in cpu.named_parameters():
+        assert params[name].dtype == jnp.bfloat16
+        assert torch.equal(torch_tpu.from_jax(params[name]).cpu(), p.detach())
+    got = torch_tpu.from_jax(fn(params, torch_tpu.to_jax(x.to("tpu")))).cpu()
+    with torch.no_grad():
+        torch.testing.assert_close(got, cpu(x))
 
 
 def test_extract_jax_trains_in_jax_like_torch_sgd():

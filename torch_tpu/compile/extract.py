@@ -26,14 +26,13 @@ __all__ = ["extract_jax"]
 
 
 def _params_of(module: torch.nn.Module) -> dict:
-    jax = platform.jax()
     out = {}
     for name, t in [*module.named_parameters(), *module.named_buffers()]:
         if isinstance(t, TpuTensor):
             out[name] = to_jax(t.detach())
-        else:  # a module on the CPU: its weights copied to the device (a private copy: JAX's CPU client
-            # may alias a NumPy array, which shares the tensor's memory, and the module may train on)
-            out[name] = jax.device_put(t.detach().cpu().numpy().copy(), platform.jax_device(0))
+        else:  # a module on the CPU: its weights copied to the device (a private copy, which the module may
+            # train on; through the tpu tensor's upload, which takes every dtype: NumPy has no bfloat16)
+            out[name] = to_jax(t.detach().cpu().to("tpu"))
     return out
 
 
