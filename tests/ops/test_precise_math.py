@@ -195,3 +195,37 @@ def test_bfloat16_tanh_gelu_does_not_cancel(precise_everywhere):
     assert "logistic" in bf16 and "tanh" not in bf16
     f32 = primitives(jnp.ones(8, jnp.float32), torch.float32)
     assert "logistic" not in f32 and "tanh" not in f32  # (the precise tanh: exact reduction, polynomial)
+
+
+def _primitives(jaxpr) -> set:
+    """Every primitive of a jaxpr, inner jaxprs (pjit, custom_jvp ...) included."""
+    names = set()
+    for eqn in jaxpr.eqns:
+        names.add(eqn.primitive.name)
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (list, tuple)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    names |= _primitives(inner)
+    return names
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_a_graphs_gelu_between_matmuls_follows_its_results_dtype(precise_everywhere, dtype):
+    """Where the choice mattered (a feed-forward: linear, tanh-GELU, linear, one compiled graph): the GELU of a
+    bfloat16 graph takes x * sigmoid(2u) with XLA's functions, a float32 one the precise tanh; both compute
+    CPU torch's values."""
+    import torch_tpu
+
+    torch.manual_seed(0)
+    ff = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(approximate="tanh"), torch.nn.Linear(32, 8))
+    ff = ff.to(dtype)
+    x = torch.randn(4, 8).to(dtype)
+    params, fn = torch_tpu.extract_jax(ff)
+    xj = torch_tpu.to_jax(x.to("tpu"))
+    found = _primitives(jax.make_jaxpr(fn)(params, xj).jaxpr)
+    assert ("logistic" in found) == (dtype == torch.bfloat16), found
+    assert "tanh" not in found
+    with torch.no_grad():
+        want = ff(x)
+    torch.testing.assert_close(torch.from_numpy(np.asarray(fn(params, xj).astype(np.float32))).to(dtype), want)

@@ -26,6 +26,7 @@ _FOLD_AT = 256
 _COMPACT_AT = 1 << 16  # folded checks kept before one wait reads them and drops those that held
 _COMPACTING = [False]
 _READ_ONE_BY_ONE = 8  # up to this many pending codes are read as they are; more are stacked into one first
+_READ_EARLY_OFF = [False]  # a check read early (read_ready) failed: the next wait reads it again and raises
 
 
 def add(code, messages, what, outputs=()) -> None:
@@ -99,8 +100,7 @@ def read_ready() -> None:
         _LOCK.release()
 
 
-_READ_EARLY_OFF = [False]  # a check read early failed: the next wait reads it again and raises
-poisoned._POLL[0] = read_ready
+poisoned.read_early_with(read_ready)
 
 
 def _stack(*codes):

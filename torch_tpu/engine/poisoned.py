@@ -73,6 +73,11 @@ _POLL = [None, 0]  # the reader, launches since it last ran
 _POLL_EVERY = 32
 
 
+def read_early_with(reader) -> None:
+    """``reader()``: reads the pending checks if the device has computed them all (deferred_errors)."""
+    _POLL[0] = reader
+
+
 def lineage(arrays, where) -> tuple:
     """(base, bits) of the pending checks ``arrays`` were computed from; raises ``DeviceAssertError`` for
     an array computed from a failed one (``where``: what takes them, an op or a program's name)."""

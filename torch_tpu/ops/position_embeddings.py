@@ -227,15 +227,14 @@ def _frequencies(dim, theta, linear_factor, freqs_dtype):
 
 
 def rotary_table(pos, dim, theta, linear_factor, freqs_dtype):
-    """The table lowering, in diffusers' order. Float64 frequencies (FLUX's, except on mps/npu): the
-    frequencies are numbers of the program (``_frequencies``), the angles are float64 products reduced to [-pi, pi] in float64, and cos/sin run in
-    float32 on the reduced angle: within a few float32 ulps of CPU torch's float64 cos/sin rounded to float32
-    (on the chip too, positions to 5e6).
+    """The table lowering, in diffusers' order; the frequencies are numbers of the program (``_frequencies``).
+    Float64 frequencies (FLUX's, except on mps/npu): the angles are float64 products reduced to [-pi, pi] in
+    float64, and cos/sin run in float32 on the reduced angle: within a few float32 ulps of CPU torch's float64
+    cos/sin rounded to float32 (on the chip too, positions to 5e6).
     XLA:TPU emulates float64, and its float64 cos/sin made this program take 7-11 s to compile on the chip (the
     slowest of the demo pipeline's first call; 5.7 s with the reduction, as long as other small programs then).
     Float32 frequencies: float32 angles and the op table's cos/sin, as the op-by-op path computes them
-    (float64 positions with them: float64 angles, reduced as above). The frequencies themselves are CPU
-    torch's (``_frequencies``)."""
+    (float64 positions with them: float64 angles, reduced as above)."""
     from . import registry
     from ..runtime import dtypes, platform
 
