@@ -3,7 +3,7 @@
 Run on a TPU host once torch and the packages are installed there (the project's TPU host scripts carry
 them as wheels; see "On a TPU" in the README), from the repository root:
 
-    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,tests,opinfo,eager,coldstart,probe,launch] [--budget S]
+    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,tests,tests_numerics,opinfo,eager,coldstart,probe,launch,layouts] [--budget S]
 
 Steps (each in its own processes, one at a time: a TPU is held by one process):
   demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
@@ -17,14 +17,16 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
   device_ops bench/profile_device_ops.py in compiled and fused mode (1 double + 1 single FLUX.1-width block):
              the device's time per XLA op, and the compiled program's optimized HLO (DIR/hlo), where a fusion
              that runs slower than its FLOPs says why (the tanh-GELU recomputed in a matmul's operand, 2026-12-05)
-  tests      the attention, TPU lowering, real-width transformer, pipeline, position-embedding and whole-linear
-             test files on the chip
+  tests      the attention, TPU lowering, real-width transformer, precise-math and pipeline test files on the chip
+  tests_numerics  the position-embedding and whole-linear test files on the chip
   opinfo     tests/ops/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part,
              --opinfo-tests FILE::TEST one of its tests)
   eager      bench/bench_eager_cost.py (per-op cost, fused chains, against JAX's own)
   coldstart  bench/bench_coldstart.py (first image per mode, cold and warm)
   probe      bench/tpu_probe.py (kernel tiles, float32 functions' error)
   launch     bench/launch_overlap_probe.py (JAX alone: a launch's cost, and whether a launcher thread hides it)
+  layouts    bench/attention_layouts.py (JAX alone: the sequence-major attention and rotary kernels of
+             bench/sequence_major_kernels.py in a FLUX block's attention piece)
 Writes DIR/lane.json after every step (a step that runs out of --budget seconds is recorded as such),
 plus each step's own JSON and logs in DIR.
 """
@@ -42,10 +44,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("demo", "demo_step", "flux", "device_ops", "tests", "opinfo", "eager", "coldstart", "probe", "launch")
-TEST_FILES = ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
-              "tests/ops/test_precise_math.py", "tests/integrations/test_pipelines.py",
-              "tests/integrations/test_diffusers_embeddings.py", "tests/ops/test_linear_whole.py"]
+STEPS = ("demo", "demo_step", "flux", "device_ops", "tests", "tests_numerics", "opinfo", "eager", "coldstart", "probe",
+         "launch", "layouts")
+# each group fits one device call (~5 min on the chip, where every small program compiles in ~0.3 s)
+TEST_GROUPS = {
+    "tests": ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
+              "tests/ops/test_precise_math.py", "tests/integrations/test_pipelines.py"],
+    "tests_numerics": ["tests/integrations/test_diffusers_embeddings.py", "tests/ops/test_linear_whole.py"],
+}
 
 
 def _run(cmd, timeout, env=None, log=None):
@@ -113,16 +119,21 @@ def step_flux(args, left):
 
 
 def _pytest(files, args, left, name, env=None):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", *files]
+    # -v: each test's outcome on its own line as it ends, so a step cut short by its time still says which failed
+    cmd = [sys.executable, "-m", "pytest", "-v", "--tb=short", "-o", "addopts=", "-p", "no:cacheprovider", *files]
     rc, text, wall = _run(cmd, left(), env=env, log=Path(args.out) / f"{name}.log")
     summary = [l for l in text.splitlines() if re.search(r"\d+ (passed|failed)", l)]
-    failed = sorted(set(re.findall(r"^FAILED (\S+)", text, re.M)))
+    failed = sorted(set(re.findall(r"^FAILED (\S+)", text, re.M)) | set(re.findall(r"^(\S+::\S+) FAILED", text, re.M)))
     return {"rc": rc, "process_s": wall, "summary": summary[-1:] if summary else text[-300:],
             "failed": failed}
 
 
 def step_tests(args, left):
-    return _pytest(TEST_FILES, args, left, "tests")
+    return _pytest(TEST_GROUPS["tests"], args, left, "tests")
+
+
+def step_tests_numerics(args, left):
+    return _pytest(TEST_GROUPS["tests_numerics"], args, left, "tests_numerics")
 
 
 def _tpu_log_tail(lines=15) -> list:
@@ -220,6 +231,15 @@ def step_launch(args, left):
     rc, text, wall = _run([sys.executable, "bench/launch_overlap_probe.py", "--out", args.out], min(300, left()),
                           log=Path(args.out) / "launch.log")
     return {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / "launch_overlap.json").exists()}
+
+
+def step_layouts(args, left):
+    """JAX alone: attention in diffusers' sequence-major layout against JAX's heads-major kernel, with three
+    rotary-embedding formulations (bench/attention_layouts.py)."""
+    path = Path(args.out) / "attention_layouts.json"
+    rc, text, wall = _run([sys.executable, "bench/attention_layouts.py", "--out", str(path)], min(300, left()),
+                          log=Path(args.out) / "layouts.log")
+    return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-1500:]}
 
 
 def step_probe(args, left):

@@ -1,0 +1,78 @@
+"""The sequence-major Pallas kernels that bench/attention_layouts.py times on the chip: their values through
+Pallas' TPU interpret mode against plain JAX, and their lowering for a TPU at FLUX.1's size (jax.export, any
+platform), so that a chip run spends its minutes on timings, not on a kernel that was wrong or does not lower."""
+import importlib.util
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental.pallas import tpu as pltpu
+
+_SPEC = importlib.util.spec_from_file_location(
+    "bench_sequence_major_kernels", Path(__file__).resolve().parents[2] / "bench" / "sequence_major_kernels.py")
+kernels = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(kernels)
+
+
+def _heads_major(x, heads):
+    b, length, width = x.shape
+    return x.reshape(b, length, heads, width // heads).transpose(0, 2, 1, 3).astype(jnp.float32)
+
+
+def _attention(q, k, v, heads, kv_len, causal, scale):
+    qh, kh, vh = (_heads_major(x, heads) for x in (q, k, v))
+    kh, vh = kh[:, :, :kv_len], vh[:, :, :kv_len]
+    s = jnp.einsum("bhqe,bhke->bhqk", qh, kh, precision="highest") * scale
+    if causal:
+        s = jnp.where(jnp.arange(kv_len)[None, :] <= jnp.arange(q.shape[1])[:, None], s, -jnp.inf)
+    out = jnp.einsum("bhqk,bhke->bhqe", jax.nn.softmax(s, axis=-1), vh, precision="highest")
+    return out.transpose(0, 2, 1, 3).reshape(q.shape)
+
+
+@pytest.mark.parametrize("lq,lk,kv_len,causal,heads", [(256, 256, 256, False, 2), (256, 384, 300, False, 3),
+                                                       (384, 384, 384, True, 2), (256, 256, 200, True, 1)],
+                         ids=["tiles", "padded-keys", "causal", "causal-padded"])
+def test_sequence_major_attention_matches_softmax_attention(lq, lk, kv_len, causal, heads):
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    q = jax.random.normal(keys[0], (2, lq, heads * 128)).astype(jnp.bfloat16)
+    k = jax.random.normal(keys[1], (2, lk, heads * 128)).astype(jnp.bfloat16)
+    v = jax.random.normal(keys[2], (2, lk, heads * 128)).astype(jnp.bfloat16)
+    with pltpu.force_tpu_interpret_mode():
+        out = jax.jit(lambda q, k, v: kernels.flash_attention(q, k, v, heads=heads, kv_len=kv_len, causal=causal,
+                                                               scale=0.1, tiles=(128, 128)))(q, k, v)
+    want = _attention(q, k, v, heads, kv_len, causal, 0.1)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert float(jnp.max(jnp.abs(out.astype(jnp.float32) - want))) < 2e-2  # bf16 probabilities, as JAX's kernel
+
+
+def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation():
+    heads, length, e = 3, 256, 128
+    keys = jax.random.split(jax.random.PRNGKey(1), 4)
+    x = (3 * jax.random.normal(keys[0], (length, heads * e))).astype(jnp.bfloat16)
+    weight = 1 + 0.1 * jax.random.normal(keys[1], (e,))
+    angles = jax.random.uniform(keys[2], (length, e // 2), maxval=50.0)
+    cos, sin = jnp.repeat(jnp.cos(angles), 2, axis=1), jnp.repeat(jnp.sin(angles), 2, axis=1)
+    with pltpu.force_tpu_interpret_mode():
+        got = jax.jit(lambda *a: kernels.norm_rope(*a, heads=heads, tile=128))(x, weight, cos, sin)
+    xf = x.reshape(length, heads, e).astype(jnp.float32)
+    normed = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6) * weight).astype(jnp.bfloat16)
+    pairs = normed.astype(jnp.float32).reshape(length, heads, e // 2, 2)
+    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(length, heads, e)
+    want = normed.astype(jnp.float32) * cos[:, None] + rotated * sin[:, None]
+    diff = jnp.abs(got.astype(jnp.float32).reshape(length, heads, e) - want)
+    assert float(jnp.max(diff / (1 + jnp.abs(want)))) <= 2 ** -8  # one bf16 rounding of the result
+
+
+def test_both_kernels_lower_for_a_tpu_at_flux_size():
+    x = jax.ShapeDtypeStruct((1, 4608, 24 * 128), jnp.bfloat16)
+    for causal in (False, True):
+        exported = jax.export.export(jax.jit(lambda q, k, v: kernels.flash_attention(
+            q, k, v, heads=24, kv_len=4429, causal=causal, scale=128 ** -0.5, tiles=(512, 512))),
+            platforms=("tpu",))(x, x, x)
+        assert "tpu_custom_call" in exported.mlir_module()
+    flat = jax.ShapeDtypeStruct((4608, 24 * 128), jnp.bfloat16)
+    table = jax.ShapeDtypeStruct((4608, 128), jnp.float32)
+    exported = jax.export.export(jax.jit(lambda x, w, c, s: kernels.norm_rope(x, w, c, s, heads=24)),
+                                 platforms=("tpu",))(flat, jax.ShapeDtypeStruct((128,), jnp.float32), table, table)
+    assert "tpu_custom_call" in exported.mlir_module()
