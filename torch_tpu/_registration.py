@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .integrations import diffusers_embeddings
+from .integrations import diffusers_embeddings, diffusers_norms
 from .integrations import tokenizers as _tokenizers  # noqa: F401  (diffusers finds pipeline components only in imported modules)
 from .compile import default_backend
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
@@ -77,6 +77,7 @@ def register() -> None:
     _register_log()
     attention.define()  # scaled_dot_product_attention as one op (tpu::attention)
     diffusers_embeddings.install()  # diffusers' position embeddings as one op each (tpu::rotary_embedding ...)
+    diffusers_norms.install()  # diffusers' adaptive layer norms as one op (tpu::ada_layer_norm)
     router.install()
     backward_errors.install()  # user hooks raising on autograd's tpu thread must not abort
     derived_backward.register()

@@ -172,6 +172,16 @@ def _post_hook(module, args, output):
         _cut(module)
 
 
+def foreign_global_hooks() -> bool:
+    """Whether torch holds global module hooks other than fused mode's own (a user's or a library's: code that
+    skips module calls must then make them)."""
+    from torch.nn.modules import module as torch_module
+
+    own = set(_HOOKS)
+    return any(i not in own for i in torch_module._global_forward_pre_hooks) or any(
+        i not in own for i in torch_module._global_forward_hooks)
+
+
 def install_module_hooks() -> None:
     """Fused mode's global module hooks, under the ids torch gave them the first time. A compiled block
     (``compile_repeated_blocks``) is guarded by dynamo on the ids of torch's global hooks and on its own

@@ -27,16 +27,14 @@ unchanged:
 When: ``install()`` runs at ``import torch`` (torch_tpu's registration) and imports nothing of diffusers. If
 ``diffusers.models.embeddings`` is already imported (``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` and diffusers
 imported first), it is patched now, with every diffusers module that had imported the function by name;
-otherwise an import hook patches it as soon as diffusers executes that module, before any model module
-imports the name from it. A diffusers whose ``apply_rotary_emb`` takes other parameters is left alone.
+otherwise an import hook (``diffusers_hook``) patches it as soon as diffusers executes that module, before any
+model module imports the name from it. A diffusers whose ``apply_rotary_emb`` takes other parameters is left alone.
 """
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import inspect
 import sys
-from importlib.machinery import PathFinder
 
 import torch
 
@@ -44,9 +42,10 @@ from ..eager.attention import needs_backward
 from ..ops.position_embeddings import real_numbers
 from ..runtime.dtypes import REAL_FLOATS
 from ..tensor.tensor import TpuTensor
+from . import diffusers_hook
 
 TARGET = "diffusers.models.embeddings"
-_STATE: dict = {}  # "wrappers": name -> the function put in diffusers' place, "finder": the import hook
+_STATE: dict = {}  # "wrappers": name -> the function put in diffusers' place
 
 
 def _on_device(t) -> bool:
@@ -169,49 +168,13 @@ def _patch(module) -> bool:
     return replaced
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches ``diffusers.models.embeddings`` right after diffusers executes it (then steps aside)."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != TARGET:
-            return None
-        _remove_finder()
-        spec = PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader = spec.loader
-        execute = loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            try:
-                _patch(module)
-            except Exception:  # noqa: BLE001 - diffusers keeps its own function
-                pass
-
-        loader.exec_module = exec_module
-        return spec
-
-
-def _remove_finder() -> None:
-    finder = _STATE.pop("finder", None)
-    if finder is not None and finder in sys.meta_path:
-        sys.meta_path.remove(finder)
-
-
 def install() -> None:
     """Route diffusers' rotary embedding on tpu tensors to the one op (see the module's docstring)."""
     from ..ops import position_embeddings
 
     position_embeddings.define()
-    if "wrappers" in _STATE or "finder" in _STATE:
-        return
-    module = sys.modules.get(TARGET)
-    if module is not None:
-        _patch(module)
-        return
-    _STATE["finder"] = _Finder()
-    sys.meta_path.insert(0, _STATE["finder"])
+    if "wrappers" not in _STATE and not diffusers_hook.waiting(TARGET):
+        diffusers_hook.when_executed(TARGET, _patch)
 
 
 def installed() -> bool:
