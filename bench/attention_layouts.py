@@ -25,6 +25,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+from rope_layouts import _swap_pairs  # (bench/ is the script's directory: on sys.path)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,15 +61,6 @@ def _attend(layout, heads, tiles, ak):
                                   scale=(q.shape[-1] // heads) ** -0.5, tiles=tiles)
 
     return heads_major if layout == "heads" else sequence_major
-
-
-def _swap_pairs(x, how):
-    """(a, b) channel pairs become (-b, a), in x's dtype."""
-    if how == "pairs":
-        pairs = x.reshape(*x.shape[:-1], -1, 2)
-        return jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(x.shape)
-    even = (jnp.arange(x.shape[-1]) % 2) == 0
-    return jnp.where(even, -jnp.roll(x, -1, axis=-1), jnp.roll(x, 1, axis=-1))
 
 
 def _piece(layout, rope, heads, tiles, ak):

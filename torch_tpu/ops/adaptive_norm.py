@@ -77,8 +77,7 @@ def define() -> None:
         return
     from . import attention
 
-    attention.define()  # the library that owns the "tpu" namespace
-    lib = torch.library.Library("tpu", "FRAGMENT")
+    lib = attention.fragment()
     lib.define(SCHEMA)
     lib.impl("ada_layer_norm", _meta, "Meta")
     lib.impl("ada_layer_norm", reference, "CPU")

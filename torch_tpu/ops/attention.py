@@ -94,6 +94,12 @@ def define() -> list:
     return _LIBS
 
 
+def fragment() -> torch.library.Library:
+    """A library fragment of the ``tpu`` namespace (defined first), for another module's ops; the caller keeps it."""
+    define()
+    return torch.library.Library("tpu", "FRAGMENT")
+
+
 def _jax():
     """(jax, jax.numpy), configured (``platform.jax``)."""
     jax = platform.jax()

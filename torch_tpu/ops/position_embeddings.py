@@ -174,8 +174,7 @@ def define() -> None:
         return
     from . import attention
 
-    attention.define()  # the library that owns the "tpu" namespace
-    lib = torch.library.Library("tpu", "FRAGMENT")
+    lib = attention.fragment()
     lib.define(SCHEMA)
     lib.impl("rotary_embedding", _meta, "Meta")
     lib.impl("rotary_embedding", reference, "CPU")
