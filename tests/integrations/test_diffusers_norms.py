@@ -285,3 +285,22 @@ def test_a_global_module_hook_sees_every_submodule_call(eager_mode):
             handle.remove()
         seen[device] = names
     assert seen["tpu"] == seen["cpu"] and "Linear" in seen["tpu"]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_strided_inputs_and_inference_mode(eager_mode, kind):
+    """Every other token of a wider x and a conditioning column slice (views with strides and offsets), under
+    inference_mode: one program, diffusers' values."""
+    module, call = _module(kind)
+    g = torch.Generator().manual_seed(3)
+    big_x, big_e = torch.randn(2, 14, 32, generator=g), torch.randn(2, 48, generator=g)
+    x, e = big_x[:, ::2], big_e[:, 16:]
+    with torch.inference_mode():
+        want = _as_tuple(call(module, x, e))
+        m = module.to("tpu")
+        bx, be = big_x.to("tpu"), big_e.to("tpu")
+        got, programs = programs_run(lambda: _as_tuple(call(m, bx[:, ::2], be[:, 16:])))
+    for gt, w in zip(got, want):
+        torch.testing.assert_close(gt.cpu(), w, **TOL[torch.float32])
+    if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
+        assert programs == 1
