@@ -18,7 +18,7 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
              the device's time per XLA op, and the compiled program's optimized HLO (DIR/hlo), where a fusion
              that runs slower than its FLOPs says why (the tanh-GELU recomputed in a matmul's operand, 2026-12-05)
   tests      the attention, TPU lowering, real-width transformer, precise-math and pipeline test files on the chip
-  tests_numerics  the position-embedding and whole-linear test files on the chip
+  tests_numerics  the position-embedding, adaptive-norm and whole-linear test files on the chip
   opinfo     tests/ops/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part,
              --opinfo-tests FILE::TEST one of its tests)
   eager      bench/bench_eager_cost.py (per-op cost, fused chains, against JAX's own)
@@ -50,7 +50,8 @@ STEPS = ("demo", "demo_step", "flux", "device_ops", "tests", "tests_numerics", "
 TEST_GROUPS = {
     "tests": ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
               "tests/ops/test_precise_math.py", "tests/integrations/test_pipelines.py"],
-    "tests_numerics": ["tests/integrations/test_diffusers_embeddings.py", "tests/ops/test_linear_whole.py"],
+    "tests_numerics": ["tests/integrations/test_diffusers_embeddings.py", "tests/integrations/test_diffusers_norms.py",
+                       "tests/ops/test_linear_whole.py"],
 }
 
 

@@ -8,12 +8,12 @@ exactly to the one op and every other call to diffusers' own forward, unchanged.
 
 Served: the module as diffusers builds it for FLUX and SD3 (an ``nn.SiLU``, an ``nn.Linear``, an ``nn.LayerNorm``
 over the last dimension without weight and bias; ``AdaLayerNormZero`` without its own timestep embedding and
-with ``emb`` given); no hooks on those submodules (``enable_sequential_cpu_offload``'s move the weights in
-them) and no global module hooks but fused mode's own; x a 3-d tensor, the conditioning 2-d with x's batch, x, the conditioning and the linear's parameters
-plain tensors of the tpu device (not DTensors) of one floating dtype; nothing that needs a gradient (grad mode
-off, or no input or parameter requiring one; no torch.func transform); autocast off (it casts the linear's
-operands and runs the layer norm in float32); not while dynamo traces (compiled
-mode: XLA fuses the six ops itself). Everything else: diffusers' forward, its errors included.
+with ``emb`` given); no hooks on those submodules (``enable_sequential_cpu_offload``'s move the weights in them)
+and no global module hooks but fused mode's own; x a 3-d tensor, the conditioning 2-d with x's batch; x, the
+conditioning and the linear's parameters plain tensors of the tpu device (not DTensors) of one floating dtype;
+nothing that needs a gradient (grad mode off, or no input or parameter requiring one; no torch.func transform);
+autocast off (it casts the linear's operands and runs the layer norm in float32); not while dynamo traces
+(compiled mode: XLA fuses the six ops itself). Everything else: diffusers' forward, its errors included.
 
 When: ``install()`` at ``import torch`` (torch_tpu's registration), importing nothing of diffusers: the module is
 patched now if diffusers imported it already, else right after diffusers executes it (``diffusers_hook``). A
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 
 import torch
 
@@ -138,8 +139,6 @@ def install() -> None:
 
 def installed() -> bool:
     """Whether diffusers' adaptive layer norms have the serving forwards now."""
-    import sys
-
     module = sys.modules.get(TARGET)
     return module is not None and all(
         hasattr(getattr(getattr(module, name, None), "forward", None), "__torch_tpu_original__") for name in _SERVED)
