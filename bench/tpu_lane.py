@@ -3,7 +3,7 @@
 Run on a TPU host once torch and the packages are installed there (the project's TPU host scripts carry
 them as wheels; see "On a TPU" in the README), from the repository root:
 
-    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,tests,tests_numerics,opinfo,eager,coldstart,probe,launch,layouts] [--budget S]
+    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,tests,tests_diffusers,tests_linear,opinfo,eager,coldstart,probe,launch,layouts] [--budget S]
 
 Steps (each in its own processes, one at a time: a TPU is held by one process):
   demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
@@ -17,8 +17,9 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
   device_ops bench/profile_device_ops.py in compiled and fused mode (1 double + 1 single FLUX.1-width block):
              the device's time per XLA op, and the compiled program's optimized HLO (DIR/hlo), where a fusion
              that runs slower than its FLOPs says why (the tanh-GELU recomputed in a matmul's operand, 2026-12-05)
-  tests      the attention, TPU lowering, real-width transformer, precise-math and pipeline test files on the chip
-  tests_numerics  the position-embedding, adaptive-norm and whole-linear test files on the chip
+  tests      the attention, TPU lowering, real-width transformer and precise-math test files on the chip
+  tests_diffusers  the pipeline, position-embedding and adaptive-norm test files on the chip
+  tests_linear     the whole-linear test file on the chip
   opinfo     tests/ops/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part,
              --opinfo-tests FILE::TEST one of its tests)
   eager      bench/bench_eager_cost.py (per-op cost, fused chains, against JAX's own)
@@ -44,14 +45,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("demo", "demo_step", "flux", "device_ops", "tests", "tests_numerics", "opinfo", "eager", "coldstart", "probe",
-         "launch", "layouts")
-# each group fits one device call (~5 min on the chip, where every small program compiles in ~0.3 s)
+STEPS = ("demo", "demo_step", "flux", "device_ops", "tests", "tests_diffusers", "tests_linear", "opinfo", "eager",
+         "coldstart", "probe", "launch", "layouts")
+# each group fits one device call (the first took ~5 min on the chip, where every small program compiles in ~0.3 s)
 TEST_GROUPS = {
     "tests": ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
-              "tests/ops/test_precise_math.py", "tests/integrations/test_pipelines.py"],
-    "tests_numerics": ["tests/integrations/test_diffusers_embeddings.py", "tests/integrations/test_diffusers_norms.py",
-                       "tests/ops/test_linear_whole.py"],
+              "tests/ops/test_precise_math.py"],
+    "tests_diffusers": ["tests/integrations/test_pipelines.py", "tests/integrations/test_diffusers_embeddings.py",
+                        "tests/integrations/test_diffusers_norms.py"],
+    "tests_linear": ["tests/ops/test_linear_whole.py"],
 }
 
 
@@ -133,8 +135,12 @@ def step_tests(args, left):
     return _pytest(TEST_GROUPS["tests"], args, left, "tests")
 
 
-def step_tests_numerics(args, left):
-    return _pytest(TEST_GROUPS["tests_numerics"], args, left, "tests_numerics")
+def step_tests_diffusers(args, left):
+    return _pytest(TEST_GROUPS["tests_diffusers"], args, left, "tests_diffusers")
+
+
+def step_tests_linear(args, left):
+    return _pytest(TEST_GROUPS["tests_linear"], args, left, "tests_linear")
 
 
 def _tpu_log_tail(lines=15) -> list:
