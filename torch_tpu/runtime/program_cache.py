@@ -247,6 +247,11 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
     if donate:
         kwargs["donate_argnums"] = donate
     fn, name = compile_log.named(fn, key)  # traces and logs show the aten op / module / graph
+    if tpu_lowering.enabled():
+        # before this platform's own lowering: on a TPU that lowering fails first, with Mosaic's error
+        # instead of the check's, which names the program (and tracing again counts the program's device
+        # checks again: counted from here on)
+        tpu_lowering.check(fn, example_args, name)
     jitted = jax.jit(fn, **kwargs)
     token = compile_log.start()
     checks_before = _counters["device_checks_traced"]
@@ -272,8 +277,6 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         alias = structural_disk_key(key, device, donate)
         if alias is not None:
             prefetch.seen(alias)  # (in the order this thread needs programs)
-    if tpu_lowering.enabled():  # (after the checks were counted: tracing again counts them again)
-        tpu_lowering.check(fn, example_args, name)
     done = (key, module_key, alias, () if checks is None else tuple(checks), token, name, example_args)
     if prog is None and background:
         with _FLIGHT_LOCK:
