@@ -10,7 +10,9 @@ per head, permutes to (B, heads, L, E) for SDPA and back after it. Timed here, p
                       output projection); LAYOUT ``heads``: JAX's kernel and the permutes around it (what
                       torch_tpu lowers today), ``seq``: the sequence-major kernel, no permutes; ROPE ``pairs``:
                       diffusers' [..., 64, 2] formulation (torch_tpu's lowering today), ``roll``: jnp.roll and a
-                      select, ``kernel``: RMSNorm and rotary embedding in one Pallas kernel per (tile, head)
+                      select, ``kernel``: RMSNorm and rotary embedding in one Pallas kernel per (tile, head),
+                      ``rope_kernel``: the RMSNorm in XLA, the rotary embedding alone in that kernel (what a
+                      lowering of torch_tpu's one rotary op could do, the norm being an op of its own)
   max_abs_diff        each piece's output against piece/heads/pairs (a wrong lane rotation shows here)
 
     python bench/attention_layouts.py [--tokens 4608] [--heads 24] [--reps 20] [--out F.json]
@@ -77,6 +79,9 @@ def _piece(layout, rope, heads, tiles, ak):
             if norm:
                 xf = x.astype(jnp.float32)
                 x = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6) * norm_w).astype(x.dtype)
+                if rope == "rope_kernel":  # the norm in XLA, the rotation alone in Pallas
+                    flat = ak.norm_rope(x.reshape(length, -1), None, cos, sin, heads=heads)
+                    return flat.reshape(1, length, heads, -1)
                 c, s_ = cos[None, :, None, :], sin[None, :, None, :]
                 x = (x.astype(jnp.float32) * c + _swap_pairs(x, rope).astype(jnp.float32) * s_).astype(x.dtype)
             return x
@@ -127,7 +132,7 @@ def main():
     piece_diff = {}
     base = None
     for layout in ("heads", "seq"):
-        for rope in ("pairs", "roll", "kernel"):
+        for rope in ("pairs", "roll", "kernel", "rope_kernel"):
             name = f"piece/{layout}/{rope}"
             try:
                 fn = _piece(layout, rope, heads, (512, 512), ak)

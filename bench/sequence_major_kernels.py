@@ -131,10 +131,12 @@ def flash_attention(q, k, v, *, heads: int, kv_len: int, causal: bool, scale: fl
     )(q, k, v)
 
 
-def _norm_rope_body(x_ref, w_ref, cos_ref, sin_ref, o_ref, *, eps):
+def _norm_rope_body(*refs, eps, normalize):
+    x_ref, cos_ref, sin_ref, o_ref = (refs[0], *refs[-3:])
     x = x_ref[...].astype(jnp.float32)  # (tile, head_dim)
-    x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=1, keepdims=True) + eps) * w_ref[...]
-    x = x.astype(o_ref.dtype).astype(jnp.float32)  # diffusers' RMSNorm returns x's dtype
+    if normalize:
+        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=1, keepdims=True) + eps) * refs[1][...]
+        x = x.astype(o_ref.dtype).astype(jnp.float32)  # diffusers' RMSNorm returns x's dtype
     lane = jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)
     even = jnp.bitwise_and(lane, 1) == 0
     width = x.shape[1]
@@ -145,19 +147,24 @@ def _norm_rope_body(x_ref, w_ref, cos_ref, sin_ref, o_ref, *, eps):
 
 
 def norm_rope(x, weight, cos, sin, *, heads: int, eps: float = 1e-6, tile: int = 512):
-    """RMSNorm (``weight`` of head_dim, float32) and FLUX's rotary embedding (``cos``/``sin`` (L, head_dim)
-    float32) of x (L, heads*head_dim), per head. Returns x's shape and dtype."""
+    """RMSNorm (``weight`` of head_dim, float32; None: no norm, the rotary embedding alone) and FLUX's rotary
+    embedding (``cos``/``sin`` (L, head_dim) float32) of x (L, heads*head_dim), per head. Returns x's shape and
+    dtype."""
     length, width = x.shape
     head_dim = width // heads
     if not applies(head_dim) or length % tile or width != heads * head_dim:
         raise ValueError(f"sequence-major norm_rope: x {x.shape} with {heads} heads, tile {tile}")
     block = pl.BlockSpec((tile, head_dim), lambda i, h: (i, h))
     table = pl.BlockSpec((tile, head_dim), lambda i, h: (i, 0))
+    normalize = weight is not None
+    weight_spec = [pl.BlockSpec((1, head_dim), lambda i, h: (0, 0))] if normalize else []
+    specs = [block, *weight_spec, table, table]
+    args = (x, weight.reshape(1, head_dim).astype(jnp.float32), cos, sin) if normalize else (x, cos, sin)
     return pl.pallas_call(
-        functools.partial(_norm_rope_body, eps=float(eps)),
+        functools.partial(_norm_rope_body, eps=float(eps), normalize=normalize),
         grid=(length // tile, heads),
-        in_specs=[block, pl.BlockSpec((1, head_dim), lambda i, h: (0, 0)), table, table],
+        in_specs=specs,
         out_specs=block,
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        name="norm_rope_sequence_major",
-    )(x, weight.reshape(1, head_dim).astype(jnp.float32), cos, sin)
+        name="norm_rope_sequence_major" if normalize else "rope_sequence_major",
+    )(*args)

@@ -46,7 +46,8 @@ def test_sequence_major_attention_matches_softmax_attention(lq, lk, kv_len, caus
     assert float(jnp.max(jnp.abs(out.astype(jnp.float32) - want))) < 2e-2  # bf16 probabilities, as JAX's kernel
 
 
-def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation():
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm_rope", "rope"])
+def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation(normalize):
     heads, length, e = 3, 256, 128
     keys = jax.random.split(jax.random.PRNGKey(1), 4)
     x = (3 * jax.random.normal(keys[0], (length, heads * e))).astype(jnp.bfloat16)
@@ -54,9 +55,12 @@ def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation():
     angles = jax.random.uniform(keys[2], (length, e // 2), maxval=50.0)
     cos, sin = jnp.repeat(jnp.cos(angles), 2, axis=1), jnp.repeat(jnp.sin(angles), 2, axis=1)
     with pltpu.force_tpu_interpret_mode():
-        got = jax.jit(lambda *a: kernels.norm_rope(*a, heads=heads, tile=128))(x, weight, cos, sin)
+        got = jax.jit(lambda *a: kernels.norm_rope(*a, heads=heads, tile=128))(x, weight if normalize else None,
+                                                                                cos, sin)
     xf = x.reshape(length, heads, e).astype(jnp.float32)
     normed = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6) * weight).astype(jnp.bfloat16)
+    if not normalize:
+        normed = x.reshape(length, heads, e)
     pairs = normed.astype(jnp.float32).reshape(length, heads, e // 2, 2)
     rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(length, heads, e)
     want = normed.astype(jnp.float32) * cos[:, None] + rotated * sin[:, None]
@@ -75,4 +79,7 @@ def test_both_kernels_lower_for_a_tpu_at_flux_size():
     table = jax.ShapeDtypeStruct((4608, 128), jnp.float32)
     exported = jax.export.export(jax.jit(lambda x, w, c, s: kernels.norm_rope(x, w, c, s, heads=24)),
                                  platforms=("tpu",))(flat, jax.ShapeDtypeStruct((128,), jnp.float32), table, table)
+    assert "tpu_custom_call" in exported.mlir_module()
+    exported = jax.export.export(jax.jit(lambda x, c, s: kernels.norm_rope(x, None, c, s, heads=24)),
+                                 platforms=("tpu",))(flat, table, table)
     assert "tpu_custom_call" in exported.mlir_module()
