@@ -1,4 +1,4 @@
-"""Two Pallas TPU kernels over diffusers' sequence-major layout, (batch, length, heads x head_dim) arrays with each
+"""Pallas TPU kernels over diffusers' sequence-major layout, (batch, length, heads x head_dim) arrays with each
 head a 128-lane column block of the last dimension: an experiment of ``bench/attention_layouts.py``, not used by
 torch_tpu yet (JAX only: no torch import).
 
@@ -18,7 +18,8 @@ the diagonal are skipped. Forward only.
 
 ``norm_rope``: diffusers' RMSNorm (float32 statistics, the weight, rounded to x's dtype) then FLUX's rotary
 embedding (neighbouring channels are the (real, imaginary) pairs), per (token tile, head) block; the pair
-swap is two lane rotations and a select, in registers, with no trailing dimension of 2.
+swap is two lane rotations and a select, in registers, with no trailing dimension of 2. Its kernel is
+torch_tpu's (``torch_tpu/ops/rotary_kernel.py``, behind ``TORCH_TPU_ROTARY_KERNEL=1``).
 
 head_dim must be a multiple of 128 (a lane-aligned column block).
 
@@ -30,6 +31,8 @@ then lays the pairs out with the tokens in the lanes and transposes them back fo
 from __future__ import annotations
 
 import functools
+import importlib.util
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -131,40 +134,17 @@ def flash_attention(q, k, v, *, heads: int, kv_len: int, causal: bool, scale: fl
     )(q, k, v)
 
 
-def _norm_rope_body(*refs, eps, normalize):
-    x_ref, cos_ref, sin_ref, o_ref = (refs[0], *refs[-3:])
-    x = x_ref[...].astype(jnp.float32)  # (tile, head_dim)
-    if normalize:
-        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=1, keepdims=True) + eps) * refs[1][...]
-        x = x.astype(o_ref.dtype).astype(jnp.float32)  # diffusers' RMSNorm returns x's dtype
-    lane = jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)
-    even = jnp.bitwise_and(lane, 1) == 0
-    width = x.shape[1]
-    following = pltpu.roll(x, width - 1, 1)  # x[..., i + 1] at i (jnp.roll's direction)
-    preceding = pltpu.roll(x, 1, 1)  # x[..., i - 1] at i
-    rotated = jnp.where(even, -following, preceding)  # (a, b) pairs become (-b, a)
-    o_ref[...] = (x * cos_ref[...] + rotated * sin_ref[...]).astype(o_ref.dtype)
+def _rotary_kernel():
+    """torch_tpu's rotary kernel module by its path (JAX only; importing the package would import torch)."""
+    path = Path(__file__).resolve().parent.parent / "torch_tpu" / "ops" / "rotary_kernel.py"
+    spec = importlib.util.spec_from_file_location("torch_tpu_rotary_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def norm_rope(x, weight, cos, sin, *, heads: int, eps: float = 1e-6, tile: int = 512):
+def norm_rope(x, weight, cos, sin, *, heads: int, eps: float = 1e-6):
     """RMSNorm (``weight`` of head_dim, float32; None: no norm, the rotary embedding alone) and FLUX's rotary
-    embedding (``cos``/``sin`` (L, head_dim) float32) of x (L, heads*head_dim), per head. Returns x's shape and
-    dtype."""
-    length, width = x.shape
-    head_dim = width // heads
-    if not applies(head_dim) or length % tile or width != heads * head_dim:
-        raise ValueError(f"sequence-major norm_rope: x {x.shape} with {heads} heads, tile {tile}")
-    block = pl.BlockSpec((tile, head_dim), lambda i, h: (i, h))
-    table = pl.BlockSpec((tile, head_dim), lambda i, h: (i, 0))
-    normalize = weight is not None
-    weight_spec = [pl.BlockSpec((1, head_dim), lambda i, h: (0, 0))] if normalize else []
-    specs = [block, *weight_spec, table, table]
-    args = (x, weight.reshape(1, head_dim).astype(jnp.float32), cos, sin) if normalize else (x, cos, sin)
-    return pl.pallas_call(
-        functools.partial(_norm_rope_body, eps=float(eps), normalize=normalize),
-        grid=(length // tile, heads),
-        in_specs=specs,
-        out_specs=block,
-        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        name="norm_rope_sequence_major" if normalize else "rope_sequence_major",
-    )(*args)
+    embedding (``cos``/``sin`` (L, head_dim) float32) of x (L, heads*head_dim), per head, by torch_tpu's
+    kernel (torch_tpu/ops/rotary_kernel.py). Returns x's shape and dtype."""
+    return _rotary_kernel().rotate(x, cos, sin, head_dim=x.shape[1] // heads, weight=weight, eps=eps)

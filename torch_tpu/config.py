@@ -138,6 +138,10 @@ VARIABLES = (
     Variable("TORCH_TPU_F32_MATH", "f32_math", _f32_math, "auto",
              "float32 log/tanh and the ops built from them: auto (precise versions where XLA's are coarser "
              "than CPU torch's: TPU), precise (everywhere), native (XLA's own)"),
+    Variable("TORCH_TPU_ROTARY_KERNEL", "rotary_kernel", _flag, False,
+             "experimental: programs built for a TPU apply FLUX's rotary embedding with a Pallas kernel over the "
+             "sequence-major layout (ops/rotary_kernel.py) instead of XLA's [..., 64, 2] pairs; off until the "
+             "chip shows it faster"),
     Variable("TORCH_TPU_CPU_FALLBACK", "cpu_fallback", _flag, False,
              "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),
     Variable("TORCH_TPU_CACHE_DIR", "cache_dir", _text, None,
@@ -179,6 +183,7 @@ class Settings:
     checks: bool
     check_lowering: str | None
     f32_math: str
+    rotary_kernel: bool
     cpu_fallback: bool
     cache_dir: str | None
     cache_max_mb: int

@@ -55,8 +55,7 @@ def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation(normalize):
     angles = jax.random.uniform(keys[2], (length, e // 2), maxval=50.0)
     cos, sin = jnp.repeat(jnp.cos(angles), 2, axis=1), jnp.repeat(jnp.sin(angles), 2, axis=1)
     with pltpu.force_tpu_interpret_mode():
-        got = jax.jit(lambda *a: kernels.norm_rope(*a, heads=heads, tile=128))(x, weight if normalize else None,
-                                                                                cos, sin)
+        got = jax.jit(lambda *a: kernels.norm_rope(*a, heads=heads))(x, weight if normalize else None, cos, sin)
     xf = x.reshape(length, heads, e).astype(jnp.float32)
     normed = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6) * weight).astype(jnp.bfloat16)
     if not normalize:

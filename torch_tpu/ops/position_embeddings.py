@@ -191,10 +191,39 @@ def define() -> None:
                                 _timestep_meta, timestep_reference])
 
 
+def _by_kernel(x, cos, sin):
+    """``rotary_embedding`` by the Pallas kernel (``rotary_kernel.py``) in a program built for a TPU with
+    ``TORCH_TPU_ROTARY_KERNEL=1``, for what it takes: x sequence-major (batch, length, heads, head_dim) with
+    head_dim a multiple of 128 and float32 tables of shape (1, length, 1, head_dim) (diffusers' FLUX calls);
+    else None."""
+    from .. import config
+    from ..runtime import platform
+
+    if not config.settings().rotary_kernel or platform.target() != "tpu" or x.ndim != 4:
+        return None
+    from . import rotary_kernel
+
+    jnp = platform.jax().numpy
+    batch, length, heads, head_dim = x.shape
+    table = (1, length, 1, head_dim)
+    if x.dtype not in (jnp.bfloat16, jnp.float16, jnp.float32) or cos.dtype != jnp.float32 or sin.dtype != jnp.float32:
+        return None
+    if cos.shape != table or sin.shape != table or not rotary_kernel.applies((batch * length, heads * head_dim),
+                                                                             head_dim, length):
+        return None
+    out = platform.traced_without_x64(
+        lambda a, c, s: rotary_kernel.rotate(a, c, s, head_dim=head_dim),
+        x.reshape(batch * length, heads * head_dim), cos.reshape(length, head_dim), sin.reshape(length, head_dim))
+    return out.reshape(x.shape)
+
+
 def rotary_embedding(x, cos, sin):
     """The lowering: the same formula over JAX arrays (the executor casts the result to x's dtype)."""
     from ..runtime import platform
 
+    by_kernel = _by_kernel(x, cos, sin)
+    if by_kernel is not None:
+        return by_kernel
     jnp = platform.jax().numpy
     # the pairs swapped in x's own dtype (exact), as diffusers does: half the bytes through the layout
     # change a trailing dimension of 2 costs on a TPU when x is bf16

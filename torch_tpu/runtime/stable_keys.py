@@ -223,11 +223,12 @@ def environment(with_source: bool = True) -> str:
     structural keys, whose programs torch_tpu's code builds) a digest of torch_tpu's source. The
     device-side checks setting is read on every call: it can change inside a process (with
     ``reset_caches``), and a program built without checks must never be found by a process that checks;
-    so are the float32 math mode and the TPU lowering check (a program found by key was checked when
-    it was built, in a process that checked)."""
+    so are the float32 math mode, the TPU lowering check (a program found by key was checked when
+    it was built, in a process that checked) and the rotary kernel setting."""
     s = config.settings()
     return (_environment(with_source) + ("\nchecks" if s.checks else "\nno-checks") +
-            f"\nf32-math:{s.f32_math}" + ("\ntpu-lowering-checked" if s.check_lowering else ""))
+            f"\nf32-math:{s.f32_math}" + ("\ntpu-lowering-checked" if s.check_lowering else "") +
+            ("\nrotary-kernel" if s.rotary_kernel else ""))
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,77 @@
+"""FLUX's rotary embedding (and optionally the RMSNorm before it) as a Pallas TPU kernel over the
+sequence-major layout: x as (rows, heads x head_dim) with rows = batch x length, each head a 128-lane
+column block, the tables (length, head_dim).
+
+Why: written with a trailing dimension of 2 (diffusers' ``[..., 64, 2]`` pairs, what
+``position_embeddings.rotary_embedding`` lowers to), XLA:TPU lays the pairs out with the tokens in the lanes
+(``f32[1,4608,24,64,2]{1,4,3,2,0:T(2,128)}`` in a FLUX.1-width block) and copies them back and forth; here
+the pair swap is two lane rotations and a select in registers, and the result keeps x's layout.
+``bench/attention_layouts.py`` times it inside a FLUX block's attention piece.
+
+Used by ``position_embeddings.rotary_embedding`` for programs built for a TPU when
+``TORCH_TPU_ROTARY_KERNEL=1`` (off by default until the chip shows it faster). JAX only (imported inside
+lowerings): trace it with JAX's 64-bit mode off (Mosaic rejects 64-bit index arithmetic).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+LANES = 128
+_TILES = (512, 256, 128, 64, 32, 16, 8)
+
+
+def tile_for(length: int) -> int | None:
+    """The row tile: the largest of ``_TILES`` that divides the table's length, else None."""
+    return next((t for t in _TILES if length % t == 0), None)
+
+
+def applies(x_shape, head_dim: int, length: int) -> bool:
+    """Whether the kernel takes x (rows, heads x head_dim) with tables of ``length`` rows."""
+    rows, width = x_shape
+    return head_dim % LANES == 0 and width % head_dim == 0 and rows % length == 0 and tile_for(length) is not None
+
+
+def _body(*refs, eps, normalize):
+    x_ref, cos_ref, sin_ref, o_ref = (refs[0], *refs[-3:])
+    x = x_ref[...].astype(jnp.float32)  # (tile, head_dim)
+    if normalize:
+        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=1, keepdims=True) + eps) * refs[1][...]
+        x = x.astype(o_ref.dtype).astype(jnp.float32)  # diffusers' RMSNorm returns x's dtype
+    lane = jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)
+    even = jnp.bitwise_and(lane, 1) == 0
+    width = x.shape[1]
+    following = pltpu.roll(x, width - 1, 1)  # x[..., i + 1] at i (jnp.roll's direction)
+    preceding = pltpu.roll(x, 1, 1)  # x[..., i - 1] at i
+    rotated = jnp.where(even, -following, preceding)  # (a, b) pairs become (-b, a)
+    o_ref[...] = (x * cos_ref[...] + rotated * sin_ref[...]).astype(o_ref.dtype)
+
+
+def rotate(x, cos, sin, *, head_dim: int, weight=None, eps: float = 1e-6):
+    """x (rows, heads*head_dim), rows = batch x length; cos and sin (length, head_dim) float32, the same for
+    every batch element and head. ``weight`` (head_dim,): RMSNorm each head first (diffusers' RMSNorm with
+    that weight and ``eps``, rounded to x's dtype). Returns x's shape and dtype: x*cos + swap(x)*sin in
+    float32, rounded once."""
+    rows, width = x.shape
+    length = cos.shape[0]
+    if not applies(x.shape, head_dim, length) or cos.shape != (length, head_dim) or sin.shape != cos.shape:
+        raise ValueError(f"rotary kernel: x {x.shape}, tables {cos.shape} {sin.shape}, head_dim {head_dim}")
+    tile = tile_for(length)
+    per_table = length // tile
+    block = pl.BlockSpec((tile, head_dim), lambda i, h: (i, h))
+    table = pl.BlockSpec((tile, head_dim), lambda i, h: (jax.lax.rem(i, per_table), 0))
+    normalize = weight is not None
+    weight_spec = [pl.BlockSpec((1, head_dim), lambda i, h: (0, 0))] if normalize else []
+    weight_arg = (weight.reshape(1, head_dim).astype(jnp.float32),) if normalize else ()
+    return pl.pallas_call(
+        functools.partial(_body, eps=float(eps), normalize=normalize),
+        grid=(rows // tile, width // head_dim),
+        in_specs=[block, *weight_spec, table, table],
+        out_specs=block,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        name="norm_rope_sequence_major" if normalize else "rope_sequence_major",
+    )(x, *weight_arg, cos.astype(jnp.float32), sin.astype(jnp.float32))
