@@ -5,12 +5,13 @@ diffusers' FLUX attention projects q, k, v as (B, L, heads*E), applies the RMSNo
 per head, permutes to (B, heads, L, E) for SDPA and back after it. Timed here, per call:
 
   kernel/heads        JAX's Pallas flash-attention kernel alone on (B, heads, L, E) arrays
-  kernel/seq TQxTK    the sequence-major kernel (bench/sequence_major_kernels.py) alone on (B, L, heads*E)
+  kernel/seq TQxTK    torch_tpu's sequence-major kernel (torch_tpu/ops/attention_kernel.py) alone on (B, L, heads*E)
   piece/LAYOUT/ROPE   the attention piece of a FLUX block (q/k/v projections, RMSNorm, rotary, attention,
                       output projection); LAYOUT ``heads``: JAX's kernel and the permutes around it (what
                       torch_tpu lowers today), ``seq``: the sequence-major kernel, no permutes; ROPE ``pairs``:
                       diffusers' [..., 64, 2] formulation (torch_tpu's lowering today), ``roll``: jnp.roll and a
-                      select, ``kernel``: RMSNorm and rotary embedding in one Pallas kernel per (tile, head),
+                      select, ``kernel``: RMSNorm and rotary embedding in one Pallas kernel per (tile, head)
+                      (torch_tpu/ops/rotary_kernel.py),
                       ``rope_kernel``: the RMSNorm in XLA, the rotary embedding alone in that kernel (what a
                       lowering of torch_tpu's one rotary op could do, the norm being an op of its own)
   max_abs_diff        each piece's output against piece/heads/pairs (a wrong lane rotation shows here)
@@ -32,12 +33,30 @@ from rope_layouts import _swap_pairs  # (bench/ is the script's directory: on sy
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _sequence_major_kernel():
-    """The experimental kernels, by path (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("sequence_major_kernels", ROOT / "bench/sequence_major_kernels.py")
+def _module(name):
+    """A JAX-only module of torch_tpu by its path (importing the package would import torch)."""
+    spec = importlib.util.spec_from_file_location(f"torch_tpu_{name}", ROOT / "torch_tpu" / "ops" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class _Kernels:
+    """torch_tpu's sequence-major kernels (ops/attention_kernel.py, ops/rotary_kernel.py)."""
+
+    def __init__(self):
+        self.attention, self.rotary = _module("attention_kernel"), _module("rotary_kernel")
+
+    def flash_attention(self, *args, **kwargs):
+        return self.attention.flash_attention(*args, **kwargs)
+
+    def norm_rope(self, x, weight, cos, sin, *, heads):
+        """RMSNorm (None: none) and the rotary embedding of x (L, heads*head_dim) by torch_tpu's kernel."""
+        return self.rotary.rotate(x, cos, sin, head_dim=x.shape[1] // heads, weight=weight)
+
+
+def _sequence_major_kernel():
+    return _Kernels()
 
 
 def _timed(fn, args, reps):

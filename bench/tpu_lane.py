@@ -27,7 +27,7 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
   probe      bench/tpu_probe.py (kernel tiles, float32 functions' error)
   launch     bench/launch_overlap_probe.py (JAX alone: a launch's cost, and whether a launcher thread hides it)
   layouts    bench/attention_layouts.py (JAX alone: the sequence-major attention and rotary kernels of
-             bench/sequence_major_kernels.py in a FLUX block's attention piece)
+             torch_tpu/ops/attention_kernel.py and rotary_kernel.py in a FLUX block's attention piece)
 Writes DIR/lane.json after every step (a step that runs out of --budget seconds is recorded as such),
 plus each step's own JSON and logs in DIR.
 """

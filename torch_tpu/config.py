@@ -100,6 +100,22 @@ def _log_topics(text: str) -> frozenset:
     return frozenset(names)
 
 
+SEQUENCE_MAJOR_KERNELS = ("rotary", "attention")
+
+
+def _kernel_names(text: str) -> frozenset:
+    names = {t.strip().lower() for t in text.replace(";", ",").split(",") if t.strip()}
+    if names & {"1", "true", "yes", "on", "all"}:
+        return frozenset(SEQUENCE_MAJOR_KERNELS)
+    if names & {"0", "false", "no", "off"} and len(names) == 1:
+        return frozenset()
+    unknown = names - set(SEQUENCE_MAJOR_KERNELS)
+    if unknown:
+        raise ValueError(f"unknown kernel(s) {sorted(unknown)}; expected a comma list of "
+                         f"{', '.join(SEQUENCE_MAJOR_KERNELS)} (or all)")
+    return frozenset(names)
+
+
 @dataclasses.dataclass(frozen=True)
 class Variable:
     name: str                      # the environment variable
@@ -138,10 +154,12 @@ VARIABLES = (
     Variable("TORCH_TPU_F32_MATH", "f32_math", _f32_math, "auto",
              "float32 log/tanh and the ops built from them: auto (precise versions where XLA's are coarser "
              "than CPU torch's: TPU), precise (everywhere), native (XLA's own)"),
-    Variable("TORCH_TPU_ROTARY_KERNEL", "rotary_kernel", _flag, False,
-             "experimental: programs built for a TPU apply FLUX's rotary embedding with a Pallas kernel over the "
-             "sequence-major layout (ops/rotary_kernel.py) instead of XLA's [..., 64, 2] pairs; off until the "
-             "chip shows it faster"),
+    Variable("TORCH_TPU_SEQUENCE_MAJOR_KERNELS", "sequence_major_kernels", _kernel_names, frozenset(),
+             "experimental, for programs built for a TPU: Pallas kernels over diffusers' sequence-major layout, "
+             "a comma list of 'rotary' (FLUX's rotary embedding without XLA's [..., 64, 2] pairs, "
+             "ops/rotary_kernel.py) and 'attention' (flash attention reading (batch, length, heads x head_dim) "
+             "without permutes, ops/attention_kernel.py), or all; none by default until the chip shows them "
+             "faster in a model"),
     Variable("TORCH_TPU_CPU_FALLBACK", "cpu_fallback", _flag, False,
              "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),
     Variable("TORCH_TPU_CACHE_DIR", "cache_dir", _text, None,
@@ -183,7 +201,7 @@ class Settings:
     checks: bool
     check_lowering: str | None
     f32_math: str
-    rotary_kernel: bool
+    sequence_major_kernels: frozenset
     cpu_fallback: bool
     cache_dir: str | None
     cache_max_mb: int

@@ -1,4 +1,4 @@
-"""TORCH_TPU_ROTARY_KERNEL=1: programs built for a TPU apply FLUX's rotary embedding with the Pallas kernel of
+"""TORCH_TPU_SEQUENCE_MAJOR_KERNELS=rotary: programs built for a TPU apply FLUX's rotary embedding with the Pallas kernel of
 ops/rotary_kernel.py. Checked here without a TPU: the kernel's values through Pallas' TPU interpret mode
 against the XLA formulation (what every program computes with the setting off), the calls it does not take,
 its lowering for a TPU at FLUX.1's size, and a strict-mode FLUX call with the TPU lowering check on."""
@@ -15,7 +15,7 @@ from torch_tpu.runtime import platform, tpu_lowering
 
 @pytest.fixture
 def kernel_on(monkeypatch):
-    monkeypatch.setenv("TORCH_TPU_ROTARY_KERNEL", "1")
+    monkeypatch.setenv("TORCH_TPU_SEQUENCE_MAJOR_KERNELS", "rotary")
     platform.jax()
 
 
@@ -57,7 +57,7 @@ def test_kernel_matches_the_xla_formulation(kernel_on, dtype, batch, length):
 @pytest.mark.parametrize("call", ["setting_off", "head_dim_64", "float64_tables", "heads_major_tables",
                                   "three_dims", "odd_length"])
 def test_calls_it_does_not_take_keep_the_xla_formulation(monkeypatch, call):
-    monkeypatch.setenv("TORCH_TPU_ROTARY_KERNEL", "0" if call == "setting_off" else "1")
+    monkeypatch.setenv("TORCH_TPU_SEQUENCE_MAJOR_KERNELS", "attention" if call == "setting_off" else "rotary")
     platform.jax()
     x, cos, sin = _case(1, 64, 2, 64 if call == "head_dim_64" else 128, jnp.float32)
     if call == "float64_tables":

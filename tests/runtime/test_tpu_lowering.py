@@ -89,6 +89,52 @@ def test_kernel_path_matches_xla_forward_and_backward(kernel_in_interpret_mode, 
         assert float(jnp.max(jnp.abs(got.astype(jnp.float32) - want))) < 2e-2 * max(scale, 1.0)
 
 
+@pytest.mark.parametrize("lq,lk,causal", [(256, 256, False), (200, 328, False), (300, 300, True)],
+                         ids=["tiles", "padded-cross", "padded-causal"])
+def test_sequence_major_kernel_path_matches_xla_forward_and_backward(kernel_in_interpret_mode, monkeypatch, lq, lk,
+                                                                     causal):
+    """TORCH_TPU_SEQUENCE_MAJOR_KERNELS=attention: heads of 128 channels take the kernel that reads
+    (batch, length, heads x 128) arrays (its gradient by JAX's kernel), with XLA's values."""
+    monkeypatch.setenv("TORCH_TPU_SEQUENCE_MAJOR_KERNELS", "attention")
+    keys = jax.random.split(jax.random.PRNGKey(1), 4)
+    # diffusers' layout: (batch, length, heads, head_dim) projections seen heads-major
+    q, g = (jax.random.normal(keys[i], (1, lq, 2, 128), jnp.float32).astype(jnp.bfloat16).transpose(0, 2, 1, 3)
+            for i in (0, 3))
+    k, v = (jax.random.normal(keys[i], (1, lk, 2, 128), jnp.float32).astype(jnp.bfloat16).transpose(0, 2, 1, 3)
+            for i in (1, 2))
+
+    def reference(q, k, v):
+        return attention_lowering._core(q, k, v, None, causal, 128 ** -0.5, jax.lax.Precision.HIGHEST)
+
+    def attend(q, k, v):
+        return attention_lowering.attention(q, k, v, None, causal)
+
+    assert "flash_attention_sequence_major" in str(jax.make_jaxpr(attend)(q, k, v))
+    out = jax.jit(attend)(q, k, v)
+    ref, pull = jax.vjp(reference, *(x.astype(jnp.float32) for x in (q, k, v)))
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert float(jnp.max(jnp.abs(out.astype(jnp.float32) - ref))) < 2e-2
+    grads = jax.jit(lambda g, q, k, v: attention_lowering.attention_backward(g, q, k, v, None, causal))(g, q, k, v)
+    for got, want in zip(grads, pull(g.astype(jnp.float32))):
+        scale = float(jnp.max(jnp.abs(want)))
+        assert float(jnp.max(jnp.abs(got.astype(jnp.float32) - want))) < 2e-2 * max(scale, 1.0)
+
+
+def test_sequence_major_kernel_lowers_at_flux_size_and_leaves_other_heads_to_jaxs(monkeypatch):
+    """With the setting, FLUX.1's attention (heads of 128) lowers for a TPU through the sequence-major kernel, and
+    its gradient through JAX's; SD3's heads of 64 keep JAX's kernel."""
+    monkeypatch.setenv("TORCH_TPU_SEQUENCE_MAJOR_KERNELS", "all")
+    platform.jax()
+    attention_lowering._LOWERS.clear()
+    fwd = _exported(lambda q, k, v: attention_lowering.attention(q, k, v), FLUX_1024)
+    bwd = _exported(lambda q, k, v: attention_lowering.attention_backward(q, q, k, v), FLUX_1024)
+    # (the backward's program needs no forward output: JAX's kernels compute the gradient alone)
+    assert "flash_attention_sequence_major" in fwd and "tpu_custom_call" in bwd
+    sd3 = _exported(lambda q, k, v: attention_lowering.attention(q, k, v), SD3_1024_CFG)
+    assert "tpu_custom_call" in sd3 and "flash_attention_sequence_major" not in sd3
+    attention_lowering._LOWERS.clear()
+
+
 @pytest.fixture
 def checking(monkeypatch, fresh_programs):
     # (fresh programs: those checked by an earlier run would be found by key, and not counted again)
@@ -102,11 +148,14 @@ def _sdpa_step(q, k, v, attend=F.scaled_dot_product_attention):
     return out.detach(), q.grad
 
 
-def test_check_lowering_counts_every_program_in_each_mode(checking):
-    """Strict, fused and compiled SDPA at a size where a TPU takes the Pallas kernel: every program built
-    is lowered for a TPU too (counted), and values still match CPU torch."""
+@pytest.mark.parametrize("kernels,head_dim", [("", 64), ("all", 128)], ids=["jax-kernel", "sequence-major"])
+def test_check_lowering_counts_every_program_in_each_mode(checking, monkeypatch, kernels, head_dim):
+    """Strict, fused and compiled SDPA at a size where a TPU takes a Pallas kernel (JAX's, or with
+    TORCH_TPU_SEQUENCE_MAJOR_KERNELS the sequence-major one): every program built is lowered for a TPU too
+    (counted), and values still match CPU torch."""
+    monkeypatch.setenv("TORCH_TPU_SEQUENCE_MAJOR_KERNELS", kernels)
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 1, 1536, 64, generator=g).bfloat16() for _ in range(3))
+    q, k, v = (torch.randn(1, 1, 1536, head_dim, generator=g).bfloat16() for _ in range(3))
     ref, ref_grad = _sdpa_step(q.float(), k.float(), v.float())
     tq, tk, tv = (t.to("tpu") for t in (q, k, v))
     for mode in ("DEFER_NEVER", "DEFER_AND_FUSE", "compiled"):

@@ -8,7 +8,10 @@ layout (..., heads, length, head_dim):
   below torch's "highest" matmul precision), 3-d or 4-d, without a mask, causal only for equal lengths,
   at least ~1500 x 1500 scores; lengths are padded to whole tiles (tiles measured on the chip), the padded
   keys kept out by segment ids. It is traced with JAX's 64-bit mode off (its index arithmetic must stay
-  32-bit) and checked once per shape to lower for TPU, so a shape Mosaic refuses falls back to XLA;
+  32-bit) and checked once per shape to lower for TPU, so a shape Mosaic refuses falls back to XLA. With
+  ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming ``attention`` (experimental, off), 4-d heads of a multiple of 128
+  channels take ``attention_kernel.py``'s kernel instead, over the (B, L, heads x E) arrays the caller's
+  permuted views come from (its gradient: JAX's kernel);
 * GPU, bf16/fp16: ``jax.nn.dot_product_attention`` (jax picks cuDNN where it takes the shapes), without
   a boolean mask (a fully masked row must give 0, as in torch);
 * otherwise, and as the fallback of both: XLA's fused softmax(QK^T)V. On the CPU platform each
@@ -258,19 +261,26 @@ def _flash_vjp():
 _LOWERS = caches.register("pallas attention lowering checks", {})
 
 
-def _kernel_lowers(q, k, kv_len, is_causal, scale, tiles) -> bool:
+def _kernel_lowers(q, k, kv_len, is_causal, scale, tiles, heads=None) -> bool:
     """Whether the kernel lowers for a TPU at these shapes (checked once per shape with jax.export, which
     lowers for TPU on any platform): a Mosaic error comes at lowering, after tracing, where the caller's
-    program could no longer fall back to XLA."""
+    program could no longer fall back to XLA. ``heads``: the sequence-major kernel's (q, k of shape
+    (batch, length, heads x head_dim)); None: JAX's kernel's heads-major arrays."""
     jax = platform.jax()
-    key = (q.shape, k.shape, str(q.dtype), kv_len, is_causal, tiles)
+    key = (q.shape, k.shape, str(q.dtype), kv_len, is_causal, tiles, heads)
     ok = _LOWERS.get(key)
     if ok is None:
         s_q = jax.ShapeDtypeStruct(q.shape, q.dtype)
         s_k = jax.ShapeDtypeStruct(k.shape, k.dtype)
+        if heads is None:
+            def kernel(x, y, z):
+                return _flash(x, y, z, kv_len, is_causal, scale, tiles)
+        else:
+            def kernel(x, y, z):
+                return _flash_sequence_major(x, y, z, kv_len, is_causal, scale, tiles, heads)
 
         def fwd_bwd(a, b, c):
-            out, pull = jax.vjp(lambda x, y, z: _flash(x, y, z, kv_len, is_causal, scale, tiles), a, b, c)
+            out, pull = jax.vjp(kernel, a, b, c)
             return out, pull(out)
 
         try:
@@ -285,12 +295,82 @@ def _kernel_lowers(q, k, kv_len, is_causal, scale, tiles) -> bool:
     return ok
 
 
+def _heads_major(t, heads):
+    """(batch, length, heads x head_dim) -> (batch, heads, length, head_dim)."""
+    return platform.jax().numpy.swapaxes(t.reshape(t.shape[0], t.shape[1], heads, -1), 1, 2)
+
+
+def _sequence_major_of(t):
+    """(batch, heads, length, head_dim) -> (batch, length, heads x head_dim)."""
+    jnp = platform.jax().numpy
+    return jnp.swapaxes(t, 1, 2).reshape(t.shape[0], t.shape[2], t.shape[1] * t.shape[3])
+
+
+def _flash_sequence_major(q, k, v, kv_len, is_causal, scale, tiles, heads):
+    return _flash_sequence_major_vjp()(q, k, v, kv_len, is_causal, scale, tiles, heads)
+
+
+@functools.lru_cache(maxsize=None)
+def _flash_sequence_major_vjp():
+    """The sequence-major kernel (``attention_kernel.py``) forward; its gradient by JAX's kernel over the
+    heads-major views of the same arrays (which computes the forward again: training pays that)."""
+    jax = platform.jax()
+    from . import attention_kernel
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+    def flash(q, k, v, kv_len, is_causal, scale, tiles, heads):
+        return platform.traced_without_x64(lambda: attention_kernel.flash_attention(
+            q, k, v, heads=heads, kv_len=kv_len, causal=is_causal, scale=scale, tiles=tiles))
+
+    def forward(q, k, v, kv_len, is_causal, scale, tiles, heads):
+        return flash(q, k, v, kv_len, is_causal, scale, tiles, heads), (q, k, v)
+
+    def backward(kv_len, is_causal, scale, tiles, heads, saved, grad):
+        _, pull = jax.vjp(lambda a, b, c: _flash(a, b, c, kv_len, is_causal, scale, tiles),
+                          *(_heads_major(t, heads) for t in saved))
+        return tuple(_sequence_major_of(g) for g in pull(_heads_major(grad, heads)))
+
+    flash.defvjp(forward, backward)
+    return flash
+
+
+def _pallas_sequence_major(q, k, v, is_causal, scale, tiles):
+    """The sequence-major kernel on (batch, heads, length, head_dim) arrays that are permuted views of
+    (batch, length, heads x head_dim) ones (diffusers' q, k, v): the permutes written here and the caller's
+    cancel in XLA. None where it does not apply or lower."""
+    from .. import config
+    from . import attention_kernel
+
+    jnp = platform.jax().numpy
+    if "attention" not in config.settings().sequence_major_kernels or q.ndim != 4:
+        return None
+    batch, heads, lq, head_dim = q.shape
+    if not attention_kernel.applies(head_dim):
+        return None
+    lk = k.shape[2]
+    pq, pk = (-lq) % tiles[0], (-lk) % tiles[1]
+    qs, ks, vs = _sequence_major_of(q), _sequence_major_of(k), _sequence_major_of(v)
+    if pq:
+        qs = jnp.pad(qs, ((0, 0), (0, pq), (0, 0)))
+    if pk:
+        ks = jnp.pad(ks, ((0, 0), (0, pk), (0, 0)))
+        vs = jnp.pad(vs, ((0, 0), (0, pk), (0, 0)))
+    scale = float(scale)
+    if not _kernel_lowers(qs, ks, lk, is_causal, scale, tiles, heads):
+        return None
+    out = _flash_sequence_major(qs, ks, vs, lk, is_causal, scale, tiles, heads)[:, :lq]
+    return _heads_major(out, heads)
+
+
 def _pallas_tpu(q, k, v, mask, is_causal, scale, precision):
     """Attention by the Pallas TPU flash-attention kernel, or None where it does not apply."""
     jnp = platform.jax().numpy
     tiles = _kernel_shapes(q, k, v, mask, is_causal, precision)
     if tiles is None:
         return None
+    by_columns = _pallas_sequence_major(q, k, v, is_causal, scale, tiles)
+    if by_columns is not None:
+        return by_columns
     squeeze = q.ndim == 3
     if squeeze:
         q, k, v = q[None], k[None], v[None]

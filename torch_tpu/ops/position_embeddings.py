@@ -193,13 +193,13 @@ def define() -> None:
 
 def _by_kernel(x, cos, sin):
     """``rotary_embedding`` by the Pallas kernel (``rotary_kernel.py``) in a program built for a TPU with
-    ``TORCH_TPU_ROTARY_KERNEL=1``, for what it takes: x sequence-major (batch, length, heads, head_dim) with
+    ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming ``rotary``, for what it takes: x sequence-major (batch, length, heads, head_dim) with
     head_dim a multiple of 128 and float32 tables of shape (1, length, 1, head_dim) (diffusers' FLUX calls);
     else None."""
     from .. import config
     from ..runtime import platform
 
-    if not config.settings().rotary_kernel or platform.target() != "tpu" or x.ndim != 4:
+    if "rotary" not in config.settings().sequence_major_kernels or platform.target() != "tpu" or x.ndim != 4:
         return None
     from . import rotary_kernel
 

@@ -9,7 +9,7 @@ the pair swap is two lane rotations and a select in registers, and the result ke
 ``bench/attention_layouts.py`` times it inside a FLUX block's attention piece.
 
 Used by ``position_embeddings.rotary_embedding`` for programs built for a TPU when
-``TORCH_TPU_ROTARY_KERNEL=1`` (off by default until the chip shows it faster). JAX only (imported inside
+``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` names ``rotary`` (off by default until the chip shows it faster). JAX only (imported inside
 lowerings): trace it with JAX's 64-bit mode off (Mosaic rejects 64-bit index arithmetic).
 """
 from __future__ import annotations

@@ -224,11 +224,11 @@ def environment(with_source: bool = True) -> str:
     device-side checks setting is read on every call: it can change inside a process (with
     ``reset_caches``), and a program built without checks must never be found by a process that checks;
     so are the float32 math mode, the TPU lowering check (a program found by key was checked when
-    it was built, in a process that checked) and the rotary kernel setting."""
+    it was built, in a process that checked) and the sequence-major kernels chosen."""
     s = config.settings()
     return (_environment(with_source) + ("\nchecks" if s.checks else "\nno-checks") +
             f"\nf32-math:{s.f32_math}" + ("\ntpu-lowering-checked" if s.check_lowering else "") +
-            ("\nrotary-kernel" if s.rotary_kernel else ""))
+            "".join(f"\nsequence-major-{name}" for name in sorted(s.sequence_major_kernels)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,38 +1,28 @@
-"""Pallas TPU kernels over diffusers' sequence-major layout, (batch, length, heads x head_dim) arrays with each
-head a 128-lane column block of the last dimension: an experiment of ``bench/attention_layouts.py``, not used by
-torch_tpu yet (JAX only: no torch import).
+"""A Pallas TPU flash-attention forward kernel over the sequence-major layout diffusers' transformers compute
+in: queries, keys, values and output as (batch, length, heads x head_dim) arrays, each head a 128-lane column
+block of the last dimension.
 
-Why: JAX's flash-attention kernel (``jax.experimental.pallas.ops.tpu.flash_attention``) takes (batch, heads,
-length, head_dim) arrays. diffusers projects q, k and v as (batch, length, heads x head_dim), applies the
-RMSNorm and the rotary embedding per head and permutes to heads-major for SDPA and back after it. On a TPU
-v5e XLA materialises that as transposing copies and, for the rotary embedding's ``[..., 64, 2]`` pairs, a
-layout with the tokens in the lanes (0.17-0.4 ms each at FLUX.1's 4608 tokens). Reading a head as a
-(tile, head_dim) block at column ``h * head_dim`` needs no transpose.
+Why: JAX's kernel (``jax.experimental.pallas.ops.tpu.flash_attention``, what ``attention.py`` uses by default)
+takes (batch, heads, length, head_dim) arrays. diffusers projects q, k and v as (batch, length, heads x
+head_dim) and permutes them to heads-major for SDPA and back after it, so XLA copies every operand and the
+output around the kernel. Reading a head as a (tile, head_dim) block at column ``h * head_dim`` needs no
+copy: the permutes of the caller's program and those ``attention.py`` writes to reach this layout cancel.
 
-``flash_attention``: the online-softmax recurrence (FlashAttention-2): per (batch, head, query tile) a running
-row maximum and sum over key tiles, the (tile, head_dim) output accumulated unnormalised in float32 and
-divided once at the end. Scores are float32 (q @ k^T with float32 accumulation), the probabilities are cast
-to v's dtype for the second matmul, as in JAX's kernel. Keys past ``kv_len`` (padding to whole tiles) and,
-for ``causal``, keys after the query (top-left aligned) get a large negative score; key tiles wholly above
-the diagonal are skipped. Forward only.
+The online-softmax recurrence (FlashAttention-2): per (batch, head, query tile) a running row maximum and sum
+over key tiles, the (tile, head_dim) output accumulated unnormalised in float32 and divided once at the end.
+Scores are float32 (q @ k^T with float32 accumulation), the probabilities are cast to v's dtype for the second
+matmul, as in JAX's kernel. Keys past ``kv_len`` (padding to whole tiles) and, for ``causal``, keys after the
+query (top-left aligned) get a large negative score; key tiles wholly after the diagonal are skipped.
+Forward only (``attention.py``'s custom VJP computes gradients with JAX's kernel, heads-major).
 
-``norm_rope``: diffusers' RMSNorm (float32 statistics, the weight, rounded to x's dtype) then FLUX's rotary
-embedding (neighbouring channels are the (real, imaginary) pairs), per (token tile, head) block; the pair
-swap is two lane rotations and a select, in registers, with no trailing dimension of 2. Its kernel is
-torch_tpu's (``torch_tpu/ops/rotary_kernel.py``, behind ``TORCH_TPU_ROTARY_KERNEL=1``).
-
-head_dim must be a multiple of 128 (a lane-aligned column block).
-
-Measured on the chip (2026-12-05, ``bench/results/tpu/attention_layouts.json``): ``flash_attention`` alone
-1.99 ms against JAX's kernel's 2.15 ms at (1, 4608, 24 x 128) bf16 with 512-tiles; the attention piece of a
-FLUX block with it and the rotary embedding in pairs form 8.18 ms against 5.97 ms heads-major, because XLA
-then lays the pairs out with the tokens in the lanes and transposes them back for the kernel.
+Used by ``attention.py`` for programs built for a TPU with ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming
+``attention`` (off by default until the chip shows it faster in a model). Measured alone on a TPU v5e at
+FLUX.1's size (1, 4608, 24 x 128) bf16, 512-tiles: 1.99 ms against JAX's kernel's 2.15 ms
+(``bench/attention_layouts.py``). JAX only (imported inside lowerings): trace it with JAX's 64-bit mode off.
 """
 from __future__ import annotations
 
 import functools
-import importlib.util
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -132,19 +122,3 @@ def flash_attention(q, k, v, *, heads: int, kv_len: int, causal: bool, scale: fl
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
         name="flash_attention_sequence_major",
     )(q, k, v)
-
-
-def _rotary_kernel():
-    """torch_tpu's rotary kernel module by its path (JAX only; importing the package would import torch)."""
-    path = Path(__file__).resolve().parent.parent / "torch_tpu" / "ops" / "rotary_kernel.py"
-    spec = importlib.util.spec_from_file_location("torch_tpu_rotary_kernel", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def norm_rope(x, weight, cos, sin, *, heads: int, eps: float = 1e-6):
-    """RMSNorm (``weight`` of head_dim, float32; None: no norm, the rotary embedding alone) and FLUX's rotary
-    embedding (``cos``/``sin`` (L, head_dim) float32) of x (L, heads*head_dim), per head, by torch_tpu's
-    kernel (torch_tpu/ops/rotary_kernel.py). Returns x's shape and dtype."""
-    return _rotary_kernel().rotate(x, cos, sin, head_dim=x.shape[1] // heads, weight=weight, eps=eps)

@@ -1,18 +1,13 @@
-"""The sequence-major Pallas kernels that bench/attention_layouts.py times on the chip: their values through
-Pallas' TPU interpret mode against plain JAX, and their lowering for a TPU at FLUX.1's size (jax.export, any
-platform), so that a chip run spends its minutes on timings, not on a kernel that was wrong or does not lower."""
-import importlib.util
-from pathlib import Path
-
+"""The sequence-major Pallas kernels (ops/attention_kernel.py, ops/rotary_kernel.py; TORCH_TPU_SEQUENCE_MAJOR_KERNELS)
+by themselves: their values through Pallas' TPU interpret mode against plain JAX, and their lowering for a TPU at
+FLUX.1's size (jax.export, any platform). Their use by the lowerings: test_rotary_kernel.py and
+tests/runtime/test_tpu_lowering.py."""
 import jax
 import jax.numpy as jnp
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_sequence_major_kernels", Path(__file__).resolve().parents[2] / "bench" / "sequence_major_kernels.py")
-kernels = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(kernels)
+from torch_tpu.ops import attention_kernel, rotary_kernel
 
 
 def _heads_major(x, heads):
@@ -39,7 +34,7 @@ def test_sequence_major_attention_matches_softmax_attention(lq, lk, kv_len, caus
     k = jax.random.normal(keys[1], (2, lk, heads * 128)).astype(jnp.bfloat16)
     v = jax.random.normal(keys[2], (2, lk, heads * 128)).astype(jnp.bfloat16)
     with pltpu.force_tpu_interpret_mode():
-        out = jax.jit(lambda q, k, v: kernels.flash_attention(q, k, v, heads=heads, kv_len=kv_len, causal=causal,
+        out = jax.jit(lambda q, k, v: attention_kernel.flash_attention(q, k, v, heads=heads, kv_len=kv_len, causal=causal,
                                                                scale=0.1, tiles=(128, 128)))(q, k, v)
     want = _attention(q, k, v, heads, kv_len, causal, 0.1)
     assert out.shape == q.shape and out.dtype == q.dtype
@@ -55,7 +50,8 @@ def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation(normalize):
     angles = jax.random.uniform(keys[2], (length, e // 2), maxval=50.0)
     cos, sin = jnp.repeat(jnp.cos(angles), 2, axis=1), jnp.repeat(jnp.sin(angles), 2, axis=1)
     with pltpu.force_tpu_interpret_mode():
-        got = jax.jit(lambda *a: kernels.norm_rope(*a, heads=heads))(x, weight if normalize else None, cos, sin)
+        got = jax.jit(lambda x, w, c, s: rotary_kernel.rotate(x, c, s, head_dim=e, weight=w))(
+            x, weight if normalize else None, cos, sin)
     xf = x.reshape(length, heads, e).astype(jnp.float32)
     normed = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6) * weight).astype(jnp.bfloat16)
     if not normalize:
@@ -70,15 +66,15 @@ def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation(normalize):
 def test_both_kernels_lower_for_a_tpu_at_flux_size():
     x = jax.ShapeDtypeStruct((1, 4608, 24 * 128), jnp.bfloat16)
     for causal in (False, True):
-        exported = jax.export.export(jax.jit(lambda q, k, v: kernels.flash_attention(
+        exported = jax.export.export(jax.jit(lambda q, k, v: attention_kernel.flash_attention(
             q, k, v, heads=24, kv_len=4429, causal=causal, scale=128 ** -0.5, tiles=(512, 512))),
             platforms=("tpu",))(x, x, x)
         assert "tpu_custom_call" in exported.mlir_module()
     flat = jax.ShapeDtypeStruct((4608, 24 * 128), jnp.bfloat16)
     table = jax.ShapeDtypeStruct((4608, 128), jnp.float32)
-    exported = jax.export.export(jax.jit(lambda x, w, c, s: kernels.norm_rope(x, w, c, s, heads=24)),
+    exported = jax.export.export(jax.jit(lambda x, w, c, s: rotary_kernel.rotate(x, c, s, head_dim=128, weight=w)),
                                  platforms=("tpu",))(flat, jax.ShapeDtypeStruct((128,), jnp.float32), table, table)
     assert "tpu_custom_call" in exported.mlir_module()
-    exported = jax.export.export(jax.jit(lambda x, c, s: kernels.norm_rope(x, None, c, s, heads=24)),
+    exported = jax.export.export(jax.jit(lambda x, c, s: rotary_kernel.rotate(x, c, s, head_dim=128)),
                                  platforms=("tpu",))(flat, table, table)
     assert "tpu_custom_call" in exported.mlir_module()
