@@ -84,36 +84,27 @@ def _on_off_auto(text: str):
     return "auto" if text.strip().lower() == "auto" else _flag(text)
 
 
+def _name_set(allowed: tuple, what: str) -> Callable[[str], frozenset]:
+    """A parser of a comma list of ``allowed`` names (1/all: every one; 0/off: none)."""
+    def parse(text: str) -> frozenset:
+        names = {t.strip().lower() for t in text.replace(";", ",").split(",") if t.strip()}
+        if names & {"1", "true", "yes", "on", "all"}:
+            return frozenset(allowed)
+        if names & {"0", "false", "no", "off"} and len(names) == 1:
+            return frozenset()
+        unknown = names - set(allowed)
+        if unknown:
+            raise ValueError(f"unknown {what} {sorted(unknown)}; expected a comma list of "
+                             f"{', '.join(allowed)} (or 1/all)")
+        return frozenset(names)
+
+    return parse
+
+
 _LOG_TOPICS = ("compiles",)
-
-
-def _log_topics(text: str) -> frozenset:
-    names = {t.strip().lower() for t in text.replace(";", ",").split(",") if t.strip()}
-    if names & {"1", "true", "yes", "on", "all"}:
-        return frozenset(_LOG_TOPICS)
-    if names & {"0", "false", "no", "off"} and len(names) == 1:
-        return frozenset()
-    unknown = names - set(_LOG_TOPICS)
-    if unknown:
-        raise ValueError(f"unknown log topic(s) {sorted(unknown)}; expected a comma list of "
-                         f"{', '.join(_LOG_TOPICS)} (or 1/all)")
-    return frozenset(names)
-
-
+_log_topics = _name_set(_LOG_TOPICS, "log topic(s)")
 SEQUENCE_MAJOR_KERNELS = ("rotary", "attention")
-
-
-def _kernel_names(text: str) -> frozenset:
-    names = {t.strip().lower() for t in text.replace(";", ",").split(",") if t.strip()}
-    if names & {"1", "true", "yes", "on", "all"}:
-        return frozenset(SEQUENCE_MAJOR_KERNELS)
-    if names & {"0", "false", "no", "off"} and len(names) == 1:
-        return frozenset()
-    unknown = names - set(SEQUENCE_MAJOR_KERNELS)
-    if unknown:
-        raise ValueError(f"unknown kernel(s) {sorted(unknown)}; expected a comma list of "
-                         f"{', '.join(SEQUENCE_MAJOR_KERNELS)} (or all)")
-    return frozenset(names)
+_kernel_names = _name_set(SEQUENCE_MAJOR_KERNELS, "kernel(s)")
 
 
 @dataclasses.dataclass(frozen=True)
