@@ -41,8 +41,9 @@ def _lowered(x, cos, sin, target):
             return jax.jit(_fresh())(x, cos, sin), "pallas_call" in jaxpr
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
-@pytest.mark.parametrize("batch,length", [(1, 256), (2, 96)], ids=["one", "two-batches"])
+@pytest.mark.parametrize("dtype,batch,length", [(jnp.bfloat16, 1, 256), (jnp.bfloat16, 2, 96), (jnp.float16, 2, 96),
+                                                (jnp.float32, 1, 256)],
+                         ids=["bf16-one", "bf16-two-batches", "fp16-two-batches", "fp32-one"])
 def test_kernel_matches_the_xla_formulation(kernel_on, dtype, batch, length):
     x, cos, sin = _case(batch, length, 2, 128, dtype)
     got, by_kernel = _lowered(x, cos, sin, "tpu")
