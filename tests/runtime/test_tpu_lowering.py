@@ -183,6 +183,27 @@ def test_check_lowering_catches_a_kernel_traced_with_64_bit_indices(checking, mo
         F.scaled_dot_product_attention(q, q, q).cpu()
 
 
+def test_a_lowerings_own_error_is_not_called_a_tpu_lowering_failure(checking, monkeypatch):
+    """The check lowers for a TPU before the platform does; an error the lowering raises while tracing is the
+    op's own error (OpError naming the op), as with the check off, not TpuLoweringError."""
+    import dataclasses
+
+    from torch_tpu.errors import OpError
+    from torch_tpu.ops import load, registry
+
+    x = torch.randn(3, 5).to("tpu")
+    load()
+    op = torch.ops.aten.sinh.default
+
+    def broken(a):
+        raise ValueError("the lowering's own error")
+
+    monkeypatch.setitem(registry.LOWERINGS, op, dataclasses.replace(registry.LOWERINGS[op], fn=broken))
+    with pytest.raises(OpError, match="aten.sinh.*the lowering's own error") as info:
+        torch.sinh(x).cpu()
+    assert not isinstance(info.value, tpu_lowering.TpuLoweringError)
+
+
 def test_a_shape_the_kernel_refuses_falls_back_to_xla(monkeypatch):
     """A Mosaic refusal found by the once-per-shape check: XLA's attention, a warning, the right values."""
     platform.jax()

@@ -193,9 +193,9 @@ def define() -> None:
 
 def _by_kernel(x, cos, sin):
     """``rotary_embedding`` by the Pallas kernel (``rotary_kernel.py``) in a program built for a TPU with
-    ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming ``rotary``, for what it takes: x sequence-major (batch, length, heads, head_dim) with
-    head_dim a multiple of 128 and float32 tables of shape (1, length, 1, head_dim) (diffusers' FLUX calls);
-    else None."""
+    ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming ``rotary``, for what it takes: x sequence-major (batch, length,
+    heads, head_dim) with head_dim a multiple of 128 and float32 tables of shape (1, length, 1, head_dim)
+    (diffusers' FLUX calls); else None."""
     from .. import config
     from ..runtime import platform
 

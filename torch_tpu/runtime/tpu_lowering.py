@@ -66,6 +66,10 @@ def check_spmd(body, example_args: tuple, ndevices: int, axis: str, in_specs, ou
 
 def _export(jax, jitted, specs, name) -> None:
     with platform.Targeting("tpu"), platform.X64():
+        # traced first, outside the conversion below: an error of the program itself (a lowering's own check,
+        # a wrong shape) is raised as it is, not as a failure to lower for a TPU (the check runs before the
+        # platform's own lowering, which would have raised it first)
+        jitted.trace(*specs)
         try:
             jax.export.export(jitted, platforms=("tpu",))(*specs)
         except Exception as exc:
