@@ -304,3 +304,15 @@ def test_strided_inputs_and_inference_mode(eager_mode, kind):
         torch.testing.assert_close(gt.cpu(), w, **TOL[torch.float32])
     if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
         assert programs == 1
+
+
+def test_eps_is_part_of_the_programs_key(eager_mode):
+    """Norms that differ only in eps, at the same shapes, one after another in one process: each computes its
+    own values, none reuses another's program."""
+    x, e = _inputs(torch.float32)
+    for eps in (1e-6, 0.5, 1e-6):
+        module, call = _module("continuous", eps=eps)
+        with torch.no_grad():
+            want = _run(module, call, x, e, "cpu")
+            got = _run(module, call, x, e, "tpu")
+        torch.testing.assert_close(got[0].cpu(), want[0], **TOL[torch.float32])

@@ -11,8 +11,7 @@ import importlib.abc
 import sys
 from importlib.machinery import PathFinder
 
-_WAITING: dict = {}  # module name -> the patch to run on it once executed
-_STATE: dict = {}  # "finder": the import hook while modules are awaited
+_WAITING: dict = {}  # module name -> the patch to run on it once executed (the hook is in sys.meta_path meanwhile)
 
 
 def _run(patch, module) -> None:
@@ -27,8 +26,8 @@ class _Finder(importlib.abc.MetaPathFinder):
         patch = _WAITING.pop(fullname, None)
         if patch is None:
             return None
-        if not _WAITING:
-            _remove_finder()
+        if not _WAITING and self in sys.meta_path:
+            sys.meta_path.remove(self)
         spec = PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
@@ -42,10 +41,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _remove_finder() -> None:
-    finder = _STATE.pop("finder", None)
-    if finder is not None and finder in sys.meta_path:
-        sys.meta_path.remove(finder)
+_FINDER = _Finder()
 
 
 def when_executed(name: str, patch) -> None:
@@ -55,9 +51,8 @@ def when_executed(name: str, patch) -> None:
         _run(patch, module)
         return
     _WAITING[name] = patch
-    if "finder" not in _STATE:
-        _STATE["finder"] = _Finder()
-        sys.meta_path.insert(0, _STATE["finder"])
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
 
 
 def waiting(name: str) -> bool:
