@@ -14,6 +14,7 @@ from tests.harness import hangs
     ("TORCH_TPU_FUSED_MAX_NODES", ""), ("TORCH_TPU_FUSED_MAX_NODES", "0"),
     ("TORCH_TPU_DEFER_AND_FUSE", "maybe"), ("TORCH_TPU_PLATFORM", "quantum"),
     ("TORCH_TPU_DIST_TIMEOUT", "-3"), ("TORCH_TPU_DEVICE_INDEX", "first"),
+    ("TORCH_TPU_SEQUENCE_MAJOR_KERNELS", "rotary,flash"),
 ])
 def test_bad_value_names_the_variable(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
@@ -28,15 +29,18 @@ def test_values_and_defaults(monkeypatch):
     s = config.settings()
     assert s.fused_max_nodes == 2000 and s.dist_timeout_s == 60.0 and not s.defer_and_fuse
     assert s.platform is None and s.device_index is None and s.cache_dir is None
+    assert s.sequence_major_kernels == {"rotary", "attention"}  # programs built for a TPU take both kernels
     monkeypatch.setenv("TORCH_TPU_FUSED_MAX_NODES", " 64 ")
     monkeypatch.setenv("TORCH_TPU_DEFER_AND_FUSE", "true")
     monkeypatch.setenv("TORCH_TPU_PLATFORM", "GPU")
     monkeypatch.setenv("TORCH_TPU_CACHE_DIR", "")
+    monkeypatch.setenv("TORCH_TPU_SEQUENCE_MAJOR_KERNELS", "None")
     s = config.settings()  # re-read: the environment changed
     assert s.fused_max_nodes == 64 and s.defer_and_fuse and s.platform == "cuda"
+    assert s.sequence_major_kernels == frozenset()
     assert config.compile_cache_dir() is None
     assert set(config.in_effect()) == {"TORCH_TPU_FUSED_MAX_NODES", "TORCH_TPU_DEFER_AND_FUSE",
-                                       "TORCH_TPU_PLATFORM", "TORCH_TPU_CACHE_DIR"}
+                                       "TORCH_TPU_PLATFORM", "TORCH_TPU_CACHE_DIR", "TORCH_TPU_SEQUENCE_MAJOR_KERNELS"}
 
 
 def test_every_variable_is_documented():

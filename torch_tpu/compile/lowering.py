@@ -13,7 +13,7 @@ from ..runtime import caches, counters, dtypes, platform, program_cache, rng, sp
 from ..tensor import strided
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
 from ..eager import math_bits
-from . import graph_outputs, missing_ops, replay, special_nodes
+from . import graph_outputs, missing_ops, norm_rope, replay, special_nodes
 
 _counters = counters.counters
 _DECOMPS = None
@@ -413,6 +413,7 @@ def graph_compiler(kind: str):
         user = _user_kernel_ops(gm)
         if user:
             return _op_by_op(gm, kind, user)
+        norm_rope.fuse(gm)  # FLUX's q/k norm and rotary embedding as one op (one kernel on a TPU)
         plan = _Plan(gm)
         jax = platform.jax()
         tokens = {i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder") if n in plan.tokens}

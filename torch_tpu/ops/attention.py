@@ -9,7 +9,7 @@ layout (..., heads, length, head_dim):
   at least ~1500 x 1500 scores; lengths are padded to whole tiles (tiles measured on the chip), the padded
   keys kept out by segment ids. It is traced with JAX's 64-bit mode off (its index arithmetic must stay
   32-bit) and checked once per shape to lower for TPU, so a shape Mosaic refuses falls back to XLA. With
-  ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming ``attention`` (experimental, off), 4-d heads of a multiple of 128
+  ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming ``attention`` (the default), 4-d heads of a multiple of 128
   channels take ``attention_kernel.py``'s kernel instead, over the (B, L, heads x E) arrays the caller's
   permuted views come from (its gradient: JAX's kernel);
 * GPU, bf16/fp16: ``jax.nn.dot_product_attention`` (jax picks cuDNN where it takes the shapes), without

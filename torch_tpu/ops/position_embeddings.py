@@ -26,6 +26,12 @@ calls per FLUX.1 transformer call of 2 + 4 blocks. ``integrations/diffusers_embe
 calls here; each lowering is the same computation in diffusers' order (one program), built from the op
 table's own element functions, so results match the op-by-op path to rounding.
 
+``tpu::rms_norm_rotary(x, weight, eps, cos, sin)`` is torch's ``rms_norm`` over x's last dimension (float32,
+rounded once to x's dtype) followed by ``rotary_embedding``: FLUX's q/k path, which ``compile/norm_rope.py``
+finds in compiled graphs. ``weight`` is (head_dim,) or, like the tables, one row per position (a double
+block normalises text and image tokens with weights of their own). On a TPU it is one Pallas kernel (the
+norm in registers; ``rotary_kernel.py``); elsewhere the two computations in a row, as the graph had them.
+
 Defined at ``import torch`` (torch only; JAX inside the lowerings): Meta kernels (shapes, dtypes, the
 argument checks), CPU kernels (the same math in torch, the reference), and for the rotary application an
 Autograd kernel whose backward is the rotation's transpose (``rotated``'s transpose is minus itself).
@@ -41,6 +47,7 @@ from ..runtime.dtypes import REAL_FLOATS
 from .registry import register
 
 SCHEMA = "rotary_embedding(Tensor x, Tensor cos, Tensor sin) -> Tensor"
+NORM_SCHEMA = "rms_norm_rotary(Tensor x, Tensor weight, float eps, Tensor cos, Tensor sin) -> Tensor"
 TIMESTEP_SCHEMA = ("timestep_embedding(Tensor timesteps, int embedding_dim, bool flip_sin_to_cos, "
                    "float downscale_freq_shift, float scale, float max_period) -> Tensor")
 TABLE_SCHEMA = ("rotary_table(Tensor pos, int dim, float theta, float linear_factor, ScalarType freqs_dtype) "
@@ -86,6 +93,49 @@ def reference(x, cos, sin):
 def _meta(x, cos, sin):
     check(x, cos, sin)
     return x.new_empty(x.shape)
+
+
+def check_norm(x, weight, eps, cos, sin) -> None:
+    """``check`` for the rotation, and the norm's own arguments."""
+    check(x, cos, sin)
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or weight.dtype not in (
+            torch.float16, torch.bfloat16, torch.float32):
+        raise RuntimeError(f"tpu::rms_norm_rotary: x and weight must be float16, bfloat16 or float32 (the norm "
+                           f"runs in float32), got {x.dtype} and {weight.dtype}")
+    if weight.dim() not in (1, x.dim()) or weight.shape[-1] != x.shape[-1]:
+        raise RuntimeError(f"tpu::rms_norm_rotary: weight must be (head_dim,) or of x's rank with x's last "
+                           f"dimension {x.shape[-1]}, got {tuple(weight.shape)} for x {tuple(x.shape)}")
+    try:
+        shape = torch.broadcast_shapes(x.shape, weight.shape)
+    except RuntimeError:
+        shape = None
+    if shape is None or tuple(shape) != tuple(x.shape):
+        raise RuntimeError(f"tpu::rms_norm_rotary: weight {tuple(weight.shape)} must broadcast to x's shape "
+                           f"{tuple(x.shape)}")
+    if not eps >= 0:
+        raise RuntimeError(f"tpu::rms_norm_rotary: eps must be a non-negative number, got {eps}")
+
+
+def norm_reference(x, weight, eps, cos, sin):
+    """The norm-then-rotation op in torch ops (its CPU kernel, and its autograd formula on any device):
+    torch's ``rms_norm`` as its decomposition computes it, then ``rotary_embedding``."""
+    check_norm(x, weight, eps, cos, sin)
+    xf = x.float()
+    normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+    return torch.ops.tpu.rotary_embedding.default(normed, cos, sin)
+
+
+def _norm_meta(x, weight, eps, cos, sin):
+    check_norm(x, weight, eps, cos, sin)
+    return x.new_empty(x.shape)
+
+
+def _norm_autograd(x, weight, eps, cos, sin):
+    """With a gradient to compute: the two ops in torch (each differentiable); else the one op."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, weight, cos, sin)):
+        return norm_reference(x, weight, eps, cos, sin)
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.tpu.rms_norm_rotary.default(x, weight, eps, cos, sin)
 
 
 def real_numbers(t) -> bool:
@@ -179,6 +229,10 @@ def define() -> None:
     lib.impl("rotary_embedding", _meta, "Meta")
     lib.impl("rotary_embedding", reference, "CPU")
     lib.impl("rotary_embedding", _Rotary.apply, "Autograd")
+    lib.define(NORM_SCHEMA)
+    lib.impl("rms_norm_rotary", _norm_meta, "Meta")
+    lib.impl("rms_norm_rotary", norm_reference, "CPU")
+    lib.impl("rms_norm_rotary", _norm_autograd, "Autograd")
     lib.define(TABLE_SCHEMA)
     lib.impl("rotary_table", _table_meta, "Meta")
     lib.impl("rotary_table", table_reference, "CPU")
@@ -187,15 +241,17 @@ def define() -> None:
     lib.impl("timestep_embedding", timestep_reference, "CPU")
     _LIBS.append(lib)
     # torch calls these from C++ when an op runs eagerly inside a compiled region (runtime/dynamo_frames.py)
-    dynamo_frames.keep_out_all([_meta, reference, _Rotary.forward, _Rotary.backward, _table_meta, table_reference,
+    dynamo_frames.keep_out_all([_meta, reference, _Rotary.forward, _Rotary.backward, _norm_meta, norm_reference,
+                                _norm_autograd, _table_meta, table_reference,
                                 _timestep_meta, timestep_reference])
 
 
-def _by_kernel(x, cos, sin):
-    """``rotary_embedding`` by the Pallas kernel (``rotary_kernel.py``) in a program built for a TPU with
-    ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming ``rotary``, for what it takes: x sequence-major (batch, length,
-    heads, head_dim) with head_dim a multiple of 128 and float32 tables of shape (1, length, 1, head_dim)
-    (diffusers' FLUX calls); else None."""
+def _by_kernel(x, cos, sin, weight=None, eps=0.0):
+    """``rotary_embedding`` (``rms_norm_rotary`` with ``weight``) by the Pallas kernel (``rotary_kernel.py``)
+    in a program built for a TPU with ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming ``rotary`` (the default),
+    for what it takes: x sequence-major (batch, length, heads, head_dim) with head_dim a multiple of 128,
+    float32 tables of shape (1, length, 1, head_dim) (diffusers' FLUX calls), a weight (head_dim,) or of the
+    tables' shape; else None."""
     from .. import config
     from ..runtime import platform
 
@@ -211,9 +267,14 @@ def _by_kernel(x, cos, sin):
     if cos.shape != table or sin.shape != table or not rotary_kernel.applies((batch * length, heads * head_dim),
                                                                              head_dim, length):
         return None
+    if weight is not None:
+        if weight.shape not in ((head_dim,), table) or weight.dtype not in (jnp.bfloat16, jnp.float16, jnp.float32):
+            return None
+        weight = weight.reshape(-1, head_dim) if weight.ndim == 4 else weight
     out = platform.traced_without_x64(
-        lambda a, c, s: rotary_kernel.rotate(a, c, s, head_dim=head_dim),
-        x.reshape(batch * length, heads * head_dim), cos.reshape(length, head_dim), sin.reshape(length, head_dim))
+        lambda a, c, s, w: rotary_kernel.rotate(a, c, s, head_dim=head_dim, weight=w, eps=eps),
+        x.reshape(batch * length, heads * head_dim), cos.reshape(length, head_dim), sin.reshape(length, head_dim),
+        weight)
     return out.reshape(x.shape)
 
 
@@ -236,6 +297,24 @@ def rotary_embedding(x, cos, sin):
     a = (xf.astype(by_cos) * cos.astype(by_cos)).astype(total)
     b = (rotated.astype(by_sin) * sin.astype(by_sin)).astype(total)
     return (a + b).astype(x.dtype)
+
+
+def rms_norm_rotary(x, weight, eps, cos, sin):
+    """The lowering: the kernel on a TPU, else the norm in the op table's float32 functions (as the compiled
+    graph's decomposition had it), rounded to x's dtype, then ``rotary_embedding``."""
+    from ..runtime import platform
+    from . import registry
+
+    by_kernel = _by_kernel(x, cos, sin, weight, eps)
+    if by_kernel is not None:
+        return by_kernel
+    jnp = platform.jax().numpy
+    xf = x.astype(jnp.float32)
+    aten = registry.aten
+    variance = registry.lookup(aten.mean.dim).fn(xf * xf, [-1], True)
+    inverse = registry.lookup(aten.rsqrt.default).fn(variance + jnp.asarray(eps, jnp.float32))
+    normed = (xf * inverse * weight.astype(jnp.float32)).astype(x.dtype)
+    return rotary_embedding(normed, cos, sin)
 
 
 # 2*pi in two float64 parts, the first with its low 28 bits zero: k * _TWO_PI_HI is exact for |k| < 2**28,
@@ -306,4 +385,5 @@ define()
 register(torch.ops.tpu.timestep_embedding.default,
          static=("embedding_dim", "flip_sin_to_cos", "downscale_freq_shift", "scale", "max_period"))(timestep_embedding)
 register(torch.ops.tpu.rotary_embedding.default)(rotary_embedding)
+register(torch.ops.tpu.rms_norm_rotary.default, static=("eps",))(rms_norm_rotary)
 register(torch.ops.tpu.rotary_table.default, static=("dim", "theta", "linear_factor"))(rotary_table)

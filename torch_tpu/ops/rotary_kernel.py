@@ -8,8 +8,9 @@ Why: written with a trailing dimension of 2 (diffusers' ``[..., 64, 2]`` pairs, 
 the pair swap is two lane rotations and a select in registers, and the result keeps x's layout.
 ``bench/attention_layouts.py`` times it inside a FLUX block's attention piece.
 
-Used by ``position_embeddings.rotary_embedding`` for programs built for a TPU when
-``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` names ``rotary`` (off by default until the chip shows it faster). JAX only (imported inside
+Used by ``position_embeddings.rotary_embedding`` and ``rms_norm_rotary`` (the norm in the kernel: what
+compiled graphs of FLUX's attention reach, ``compile/norm_rope.py``) for programs built for a TPU while
+``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` names ``rotary`` (the default). JAX only (imported inside
 lowerings): trace it with JAX's 64-bit mode off (Mosaic rejects 64-bit index arithmetic).
 """
 from __future__ import annotations
@@ -53,9 +54,10 @@ def _body(*refs, eps, normalize):
 
 def rotate(x, cos, sin, *, head_dim: int, weight=None, eps: float = 1e-6):
     """x (rows, heads*head_dim), rows = batch x length; cos and sin (length, head_dim) float32, the same for
-    every batch element and head. ``weight`` (head_dim,): RMSNorm each head first (diffusers' RMSNorm with
-    that weight and ``eps``, rounded to x's dtype). Returns x's shape and dtype: x*cos + swap(x)*sin in
-    float32, rounded once."""
+    every batch element and head. ``weight`` (head_dim,) or a table (length, head_dim) like cos's (a weight
+    per token: FLUX's double blocks normalise text and image tokens with weights of their own): RMSNorm each
+    head first (torch's ``rms_norm`` with that weight and ``eps`` in float32, rounded to x's dtype). Returns
+    x's shape and dtype: x*cos + swap(x)*sin in float32, rounded once."""
     rows, width = x.shape
     length = cos.shape[0]
     if not applies(x.shape, head_dim, length) or cos.shape != (length, head_dim) or sin.shape != cos.shape:
@@ -65,8 +67,11 @@ def rotate(x, cos, sin, *, head_dim: int, weight=None, eps: float = 1e-6):
     block = pl.BlockSpec((tile, head_dim), lambda i, h: (i, h))
     table = pl.BlockSpec((tile, head_dim), lambda i, h: (jax.lax.rem(i, per_table), 0))
     normalize = weight is not None
-    weight_spec = [pl.BlockSpec((1, head_dim), lambda i, h: (0, 0))] if normalize else []
-    weight_arg = (weight.reshape(1, head_dim).astype(jnp.float32),) if normalize else ()
+    per_token = normalize and weight.ndim == 2
+    if normalize and weight.shape != ((length, head_dim) if per_token else (head_dim,)):
+        raise ValueError(f"rotary kernel: weight {weight.shape} for tables {cos.shape}")
+    weight_spec = [table if per_token else pl.BlockSpec((1, head_dim), lambda i, h: (0, 0))] if normalize else []
+    weight_arg = (weight.reshape(-1, head_dim).astype(jnp.float32),) if normalize else ()
     return pl.pallas_call(
         functools.partial(_body, eps=float(eps), normalize=normalize),
         grid=(rows // tile, width // head_dim),
