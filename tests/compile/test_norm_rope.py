@@ -1,7 +1,9 @@
-"""FLUX's q/k RMSNorm and rotary embedding as one op, ``tpu::rms_norm_rotary`` (compile/norm_rope.py rewrites
-compiled graphs to it; on a TPU it is one Pallas kernel): the rewrite fires where it should and nowhere else,
-results stay CPU torch's in every case, the op itself checks its arguments, and its TPU kernel matches its
-XLA formulation (Pallas' interpret mode) and lowers for a TPU at FLUX.1's size."""
+"""FLUX's q/k RMSNorm and rotary embedding in one TPU kernel. Compiled graphs: ``tpu::rms_norm_rotary``
+(compile/norm_rope.py rewrites them to it): the rewrite fires where it should and nowhere else, results stay
+CPU torch's in every case, the op itself checks its arguments, and its TPU kernel matches its XLA formulation
+(Pallas' interpret mode) and lowers for a TPU at FLUX.1's size. Fused eager: the op table's whole ``rms_norm``
+(and a concatenation of such along the sequence) noted while a program is traced for a TPU, so the rotary
+embedding after it takes the norm into its kernel; only when the values are exactly those norms."""
 import re
 
 import jax
@@ -11,7 +13,7 @@ import torch
 from jax.experimental.pallas import tpu as pltpu
 
 from torch_tpu.compile import lowering, norm_rope
-from torch_tpu.ops import position_embeddings
+from torch_tpu.ops import nn, position_embeddings, rotary_kernel, shape
 from torch_tpu.runtime import platform
 
 
@@ -245,3 +247,81 @@ def test_tpu_kernel_lowers_at_flux_size_with_a_weight_per_token():
     with platform.Targeting("tpu"), platform.X64():  # as every program of the backend is traced
         exported = jax.export.export(jax.jit(_fresh()), platforms=("tpu",))(x, table, table, table)
     assert "norm_rope_sequence_major" in exported.mlir_module()
+
+
+def _eager_case(seed=0):
+    k = jax.random.split(jax.random.PRNGKey(seed), 5)
+    text = (3 * jax.random.normal(k[0], (1, 8, 2, 128))).astype(jnp.bfloat16)
+    image = (3 * jax.random.normal(k[1], (1, 16, 2, 128))).astype(jnp.bfloat16)
+    wa, wb = ((1 + 0.3 * jax.random.normal(key, (128,))).astype(jnp.bfloat16) for key in k[2:4])
+    angles = jax.random.uniform(k[4], (24, 64), maxval=100.0)
+    cos = jnp.repeat(jnp.cos(angles), 2, 1).reshape(1, 24, 1, 128)
+    sin = jnp.repeat(jnp.sin(angles), 2, 1).reshape(1, 24, 1, 128)
+    return text, image, wa, wb, cos, sin
+
+
+def _eager_q(case):
+    """A new function each time: the op table's lowerings as fused eager traces them for one query."""
+    def q(text, image, wa, wb, cos, sin):
+        if case == "single":
+            return position_embeddings.rotary_embedding(nn.rms_norm(image, [128], wb, 1e-6), cos[:, 8:], sin[:, 8:])
+        if case == "no_weight":
+            return position_embeddings.rotary_embedding(nn.rms_norm(image, [128], None, 1e-6), cos[:, 8:], sin[:, 8:])
+        second = nn.rms_norm(image, [128], wb, 1e-3 if case == "two_eps" else 1e-6)
+        if case == "over_heads":
+            return position_embeddings.rotary_embedding(
+                shape.cat([nn.rms_norm(text[:, :, :1], [128], wa, 1e-6), nn.rms_norm(text[:, :, 1:], [128], wb, 1e-6)],
+                          2), cos[:, :8], sin[:, :8])
+        if case == "other_value":  # the rotation of the image tokens' own projection, not of their norm
+            return position_embeddings.rotary_embedding(shape.cat([text, image], 1), cos, sin) + 0 * second.sum()
+        return position_embeddings.rotary_embedding(shape.cat([nn.rms_norm(text, [128], wa, 1e-6), second], 1), cos, sin)
+
+    return q
+
+
+@pytest.mark.parametrize("case,fused", [("double", True), ("single", True), ("no_weight", True), ("two_eps", False),
+                                        ("over_heads", False), ("other_value", False)])
+def test_eager_norms_before_the_rotary_embedding_go_into_its_kernel(case, fused):
+    args = _eager_case()
+    results = {}
+    for target in ("tpu", "cpu"):
+        with platform.Targeting(target):
+            jaxpr = str(jax.make_jaxpr(_eager_q(case))(*args))
+            with pltpu.force_tpu_interpret_mode():
+                results[target] = jax.jit(_eager_q(case))(*args)
+        if target == "tpu":
+            assert ("norm_rope_sequence_major" in jaxpr) == fused
+            assert "rope_sequence_major" in jaxpr
+        else:
+            assert "rope_sequence_major" not in jaxpr
+    diff = jnp.abs(results["tpu"].astype(jnp.float32) - results["cpu"].astype(jnp.float32))
+    assert float(jnp.max(diff / (1 + jnp.abs(results["cpu"].astype(jnp.float32))))) <= float(jnp.finfo(jnp.bfloat16).eps)
+
+
+def test_fused_eager_flux_attention_checked_for_a_tpu_takes_the_norm_into_the_kernel(monkeypatch, fresh_programs):
+    """A FLUX double-block attention in fused eager with every program also lowered for a TPU: q's and k's
+    rotary kernels each normalise their tokens (text and image weights), and the values are CPU torch's."""
+    import torch_tpu
+
+    monkeypatch.setenv("TORCH_TPU_CHECK_LOWERING", "tpu")
+    calls = []
+    original = rotary_kernel.rotate
+
+    def rotate(*args, weight=None, **kwargs):
+        calls.append(weight is not None)
+        return original(*args, weight=weight, **kwargs)
+
+    monkeypatch.setattr(rotary_kernel, "rotate", rotate)
+    attn = _flux_attention(True, torch.bfloat16)
+    g = torch.Generator().manual_seed(2)
+    h, e = torch.randn(1, 16, 256, generator=g).bfloat16(), torch.randn(1, 8, 256, generator=g).bfloat16()
+    cos, sin = _tables(24)
+    with torch.no_grad():
+        want = attn(h, e, image_rotary_emb=(cos, sin))
+        attn.to("tpu")
+        with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
+            got = attn(h.to("tpu"), e.to("tpu"), image_rotary_emb=(cos.to("tpu"), sin.to("tpu")))
+            got = [t.cpu() for t in got]
+    assert calls == [True, True]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)

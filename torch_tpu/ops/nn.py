@@ -205,8 +205,14 @@ def fused_rms_norm(x, normalized_shape, weight=None, eps=None):
 @register(aten.rms_norm.default)
 def rms_norm(x, normalized_shape, weight=None, eps=None):
     """torch's composite as one op (eager.whole_ops): computed in float32 for half inputs, the weight
-    multiplied before the cast back to the input's dtype, eps by default the compute dtype's epsilon."""
-    return fused_rms_norm(x, normalized_shape, weight, eps)[0]
+    multiplied before the cast back to the input's dtype, eps by default the compute dtype's epsilon.
+    Noted for a rotary embedding after it, which can take the norm into its TPU kernel."""
+    from . import position_embeddings
+
+    out = fused_rms_norm(x, normalized_shape, weight, eps)[0]
+    position_embeddings.note_rms_norm(out, x, normalized_shape, weight,
+                                      jnp.finfo(jnp.float32).eps if eps is None else eps)
+    return out
 
 
 @register(aten.native_group_norm.default)

@@ -31,6 +31,9 @@ rounded once to x's dtype) followed by ``rotary_embedding``: FLUX's q/k path, wh
 finds in compiled graphs. ``weight`` is (head_dim,) or, like the tables, one row per position (a double
 block normalises text and image tokens with weights of their own). On a TPU it is one Pallas kernel (the
 norm in registers; ``rotary_kernel.py``); elsewhere the two computations in a row, as the graph had them.
+Fused eager reaches the same kernel another way: its graphs hold the whole ``rms_norm`` op, whose lowering
+notes its result while a program is traced for a TPU (``note_rms_norm``, ``note_concatenation``), and the
+rotary embedding of a noted value normalises inside its kernel (``_by_kernel``).
 
 Defined at ``import torch`` (torch only; JAX inside the lowerings): Meta kernels (shapes, dtypes, the
 argument checks), CPU kernels (the same math in torch, the reference), and for the rotary application an
@@ -38,7 +41,9 @@ Autograd kernel whose backward is the rotation's transpose (``rotated``'s transp
 """
 from __future__ import annotations
 
+import collections
 import math
+import threading
 
 import torch
 
@@ -246,6 +251,81 @@ def define() -> None:
                                 _timestep_meta, timestep_reference])
 
 
+class _NormalizedValues(threading.local):
+    """Values traced in the program being built that are RMSNorms of a (batch, length, heads, head_dim)
+    array over head_dim (the eager modes' whole ``rms_norm`` op), or their concatenation along the sequence:
+    ``id(value) -> (value, [(x, weight, eps, length), ...])``. A rotary embedding of such a value in a
+    program built for a TPU runs the norm inside its kernel (``_by_kernel``), from the values before the
+    norm; the norm's own result, unused then, is left to XLA's dead-code elimination. The value is kept with
+    its entry, so an id reused by another value never matches; only tracers are noted (a concrete array is no
+    part of a program), and the newest few, enough for one attention's q and k: an entry outlives its trace
+    at most until a few notes later."""
+
+    def __init__(self):
+        self.entries = collections.OrderedDict()
+
+    def note(self, value, parts) -> None:
+        self.entries[id(value)] = (value, parts)
+        while len(self.entries) > 16:
+            self.entries.popitem(last=False)
+
+    def parts(self, value):
+        entry = self.entries.get(id(value))
+        return entry[1] if entry is not None and entry[0] is value else None
+
+
+_NORMALIZED = _NormalizedValues()
+
+
+def _noting() -> bool:
+    from .. import config
+    from ..runtime import platform
+
+    return "rotary" in config.settings().sequence_major_kernels and platform.target() == "tpu"
+
+
+def note_rms_norm(out, x, normalized_shape, weight, eps) -> None:
+    """``out`` is torch's ``rms_norm(x, normalized_shape, weight, eps)`` as the op table computes it (float32,
+    rounded once to x's dtype); noted for the rotary kernel when it could take the norm in (see above)."""
+    from ..runtime import platform
+
+    jax = platform.jax()
+    if (x.ndim != 4 or tuple(normalized_shape) != (x.shape[-1],) or out.dtype != x.dtype
+            or not isinstance(out, jax.core.Tracer) or not _noting()):
+        return
+    if weight is not None and (weight.shape != (x.shape[-1],) or weight.dtype == jax.numpy.float64):
+        return
+    _NORMALIZED.note(out, [(x, weight, float(eps), x.shape[1])])
+
+
+def note_concatenation(out, arrays, dim) -> None:
+    """``out`` is ``arrays`` concatenated along ``dim``: noted when every part is a noted norm of one eps
+    concatenated along the sequence (FLUX's double blocks: text and image tokens, weights of their own)."""
+    if not _NORMALIZED.entries or out.ndim != 4 or dim % 4 != 1:
+        return
+    parts = [_NORMALIZED.parts(a) for a in arrays]
+    if all(p is not None for p in parts) and len({q[2] for p in parts for q in p}) == 1:
+        _NORMALIZED.note(out, [q for p in parts for q in p])
+
+
+def _norm_of(x):
+    """(x before the norm, its weight: (head_dim,) or one row per position (1, length, 1, head_dim), eps)
+    when x is a noted norm, else None."""
+    parts = _NORMALIZED.parts(x) if _NORMALIZED.entries else None
+    if parts is None:
+        return None
+    from ..runtime import platform
+
+    jnp = platform.jax().numpy
+    head_dim = x.shape[-1]
+    weights = [jnp.ones((head_dim,), jnp.float32) if w is None else w.astype(jnp.float32) for _, w, _, _ in parts]
+    if len(parts) == 1:
+        return parts[0][0], weights[0], parts[0][2]
+    rows = [jnp.broadcast_to(w.reshape(1, 1, 1, head_dim), (1, length, 1, head_dim))
+            for w, (_, _, _, length) in zip(weights, parts)]
+    return (jnp.concatenate([p[0] for p in parts], axis=1), jnp.concatenate(rows, axis=1), parts[0][2])
+
+
 def _by_kernel(x, cos, sin, weight=None, eps=0.0):
     """``rotary_embedding`` (``rms_norm_rotary`` with ``weight``) by the Pallas kernel (``rotary_kernel.py``)
     in a program built for a TPU with ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming ``rotary`` (the default),
@@ -267,6 +347,10 @@ def _by_kernel(x, cos, sin, weight=None, eps=0.0):
     if cos.shape != table or sin.shape != table or not rotary_kernel.applies((batch * length, heads * head_dim),
                                                                              head_dim, length):
         return None
+    if weight is None:  # the norm before it, when x is one the op table traced in this program
+        normalized = _norm_of(x)
+        if normalized is not None and normalized[0].dtype == x.dtype:
+            x, weight, eps = normalized
     if weight is not None:
         if weight.shape not in ((head_dim,), table) or weight.dtype not in (jnp.bfloat16, jnp.float16, jnp.float32):
             return None

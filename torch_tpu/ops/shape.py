@@ -27,7 +27,11 @@ def cat(tensors, dim=0):
     if not arrays:
         return tensors[0]
     dtype = jnp.result_type(*arrays)
-    return jnp.concatenate([a.astype(dtype) for a in arrays], axis=dim % arrays[0].ndim)
+    out = jnp.concatenate([a.astype(dtype) for a in arrays], axis=dim % arrays[0].ndim)
+    from . import position_embeddings  # (imported at first use: it defines torch ops)
+
+    position_embeddings.note_concatenation(out, arrays, dim)  # FLUX's normalised q/k, for the rotary kernel
+    return out
 
 
 @register(aten.stack.default)
