@@ -67,32 +67,3 @@ def test_half_linear_and_matmul_under_medium_match_cpu(dtype):
         torch.set_float32_matmul_precision(old)
     for g_, r in zip(got, ref):
         torch.testing.assert_close(g_, r)
-
-
-@pytest.mark.parametrize("rows", [1, 2, 33])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_two_d_half_products_on_the_cpu_platform_match_torch(rows, dtype):
-    """A 2-d product of half operands: on the CPU platform one of two rows or more is computed with a unit
-    batch dimension (XLA:CPU's fast kernel; a single row keeps the 2-d vector product, the fast form for it).
-    Either way torch's values: one rounding of the float32 product (plus bias): bf16 bitwise on the CPU platform,
-    float16 within one rounding (CPU torch's float16 kernel sums 33 rows in another order: 1 element in 1320 was
-    one ulp apart before this form too)."""
-    from torch_tpu.ops import _util
-    from torch_tpu.runtime import platform
-
-    g = torch.Generator().manual_seed(rows)
-    x, w, b = (torch.randn(shape, generator=g).to(dtype) for shape in ((rows, 96), (40, 96), (40,)))
-    with torch.no_grad():
-        got = [torch.addmm(b.to("tpu"), x.to("tpu"), w.to("tpu").T), torch.mm(x.to("tpu"), w.to("tpu").T),
-               torch.nn.functional.linear(x.to("tpu"), w.to("tpu"), b.to("tpu"))]
-    want = [torch.addmm(b, x, w.T), torch.mm(x, w.T), torch.nn.functional.linear(x, w, b)]
-    for a, e in zip(got, want):
-        if platform.platform() == "cpu" and dtype == torch.bfloat16:
-            assert torch.equal(a.cpu(), e)
-        else:
-            torch.testing.assert_close(a.cpu(), e, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps)
-    jx, jw = jnp.zeros((rows, 96), jnp.bfloat16), jnp.zeros((96, 40), jnp.bfloat16)
-    for target, batched in (("cpu", rows > 1), ("tpu", False)):
-        with platform.Targeting(target):
-            text = str(jax.make_jaxpr(lambda a, c: _util.float32_product(a, c, None))(jx, jw))
-        assert ("dimension_numbers=(([2], [0]), ([], []))" in text) == batched, text

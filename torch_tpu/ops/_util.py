@@ -123,27 +123,12 @@ def _half_or_not_float(x) -> bool:
     return is_low_precision(x) or not jnp.issubdtype(jnp.result_type(x), jnp.inexact)
 
 
-def float32_product(a, b, precision):
-    """``a @ b`` of half-precision operands, accumulated and returned in float32.
-
-    XLA:CPU runs a 2-d product of bf16 operands 2-12x slower than the same product given a unit batch
-    dimension, which takes its fast kernel ((4096x3072) @ (3072x3072)^T: 451 vs 208 ms on 2 cores; (8x3072)
-    @ (3072x12288): 69 vs 6 ms; a FLUX feed-forward in a compiled graph, whose linears are 2-d ``addmm``s, ran
-    3.3x slower than op by op, whose ``linear`` keeps the 3-d input). A single row is the exception: its
-    2-d form is a fast vector product (2.5 ms) and the batched one is not (58 ms). So on the CPU platform a
-    2-d product of at least two rows and columns takes the batched form."""
-    from ..runtime import platform
-
-    if a.ndim == 2 and b.ndim == 2 and a.shape[0] > 1 and b.shape[1] > 1 and platform.target() == "cpu":
-        return jnp.matmul(a[None], b, precision=precision, preferred_element_type=jnp.float32)[0]
-    return jnp.matmul(a, b, precision=precision, preferred_element_type=jnp.float32)
-
-
 def matmul(a, b, precision=None):
     """Matrix product with fp32 accumulation for low-precision inputs."""
     prec = precision_of(precision, a, b)
     if is_low_precision(a) or is_low_precision(b):
-        return dtypes.astype(float32_product(a, b, prec), jnp.result_type(a, b))
+        out = jnp.matmul(a, b, precision=prec, preferred_element_type=jnp.float32)
+        return dtypes.astype(out, jnp.result_type(a, b))
     return jnp.matmul(a, b, precision=prec)
 
 

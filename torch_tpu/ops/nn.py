@@ -14,7 +14,7 @@ from . import elementary
 from .activations import gelu_of
 from .checks import index_in_range, require
 from .registry import aten, register
-from ._util import float32_product, is_low_precision, is_value, jdtype, matmul, precision_of, upcast
+from ._util import is_low_precision, is_value, jdtype, matmul, precision_of, upcast
 
 
 # --- matmul family ----------------------------------------------------------------------------
@@ -58,7 +58,7 @@ def addmm(bias, a, b, beta=1, alpha=1, precision=None):
     alpha, beta = _int_scalars(a, alpha, beta)
     if is_low_precision(a) or is_low_precision(b):
         # bf16: product and bias add in fp32, rounded once (torch's CPU/CUDA epilogue)
-        prod = float32_product(a, b, precision_of(precision, a, b))
+        prod = jnp.matmul(a, b, precision=precision_of(precision, a, b), preferred_element_type=jnp.float32)
         bias = upcast(bias)
     else:
         prod = matmul(a, b, precision)
