@@ -34,8 +34,21 @@ def _both_bool(x, y) -> bool:
     return all(type(v) is bool or getattr(v, "dtype", None) == _BOOL for v in (x, y))
 
 
-def _scaled(y, alpha):
-    return y if alpha is None or is_value(alpha, 1) else y * alpha
+def _plus_scaled(x, y, alpha):
+    """``x + alpha * y``. A float16 result is computed in float32 and rounded once, as torch's opmath does
+    (CUDA, and CPUs without AVX512-FP16): left to XLA:CPU the product was rounded to float16 first on some
+    machines, one ulp off where it is not exact (1.0004e-3 - 3 * 1.0004e-3). bfloat16 keeps XLA's form, which
+    is CPU torch's there."""
+    if alpha is None or is_value(alpha, 1):
+        return x + y
+    dtype = jnp.result_type(x, y)
+    if dtype != jnp.float16:
+        return x + y * alpha
+
+    def wide(v):
+        return v.astype(jnp.float32) if getattr(v, "dtype", None) == dtype else v
+
+    return (wide(x) + wide(y) * alpha).astype(dtype)
 
 
 def _static_zero_added(x, y, alpha, sign: float) -> bool:
@@ -60,7 +73,7 @@ def add(x, y, alpha=1):
     if _static_zero_added(x, y, alpha, 1.0):  # (a static False is the constant 0 too)
         return _plus_zero(x)
     x, y = _u64(x, y)
-    return x + _scaled(y, alpha)
+    return _plus_scaled(x, y, alpha)
 
 
 def _minus(x, y, alpha):
@@ -69,7 +82,7 @@ def _minus(x, y, alpha):
     x, y = _u64(x, y)
     if alpha is None or is_value(alpha, 1):
         return x - y
-    return x + y * (-alpha)
+    return _plus_scaled(x, y, -alpha)
 
 
 @register(aten.sub.Tensor, aten.sub.Scalar)
