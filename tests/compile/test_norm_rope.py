@@ -272,6 +272,9 @@ def _eager_q(case):
             return position_embeddings.rotary_embedding(
                 shape.cat([nn.rms_norm(text[:, :, :1], [128], wa, 1e-6), nn.rms_norm(text[:, :, 1:], [128], wb, 1e-6)],
                           2), cos[:, :8], sin[:, :8])
+        if case == "norm_kept":  # the norm's own value used besides: computed for that use, the kernel from x
+            normed = nn.rms_norm(image, [128], wb, 1e-6)
+            return position_embeddings.rotary_embedding(normed, cos[:, 8:], sin[:, 8:]) + normed
         if case == "other_value":  # the rotation of the image tokens' own projection, not of their norm
             return position_embeddings.rotary_embedding(shape.cat([text, image], 1), cos, sin) + 0 * second.sum()
         return position_embeddings.rotary_embedding(shape.cat([nn.rms_norm(text, [128], wa, 1e-6), second], 1), cos, sin)
@@ -279,7 +282,8 @@ def _eager_q(case):
     return q
 
 
-@pytest.mark.parametrize("case,fused", [("double", True), ("single", True), ("no_weight", True), ("two_eps", False),
+@pytest.mark.parametrize("case,fused", [("double", True), ("single", True), ("no_weight", True), ("norm_kept", True),
+                                        ("two_eps", False),
                                         ("over_heads", False), ("other_value", False)])
 def test_eager_norms_before_the_rotary_embedding_go_into_its_kernel(case, fused):
     args = _eager_case()

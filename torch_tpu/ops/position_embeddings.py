@@ -277,7 +277,8 @@ class _NormalizedValues(threading.local):
 _NORMALIZED = _NormalizedValues()
 
 
-def _noting() -> bool:
+def _rotary_kernel_on() -> bool:
+    """Whether the program being traced takes the rotary kernel: built for a TPU, the setting naming it."""
     from .. import config
     from ..runtime import platform
 
@@ -291,7 +292,7 @@ def note_rms_norm(out, x, normalized_shape, weight, eps) -> None:
 
     jax = platform.jax()
     if (x.ndim != 4 or tuple(normalized_shape) != (x.shape[-1],) or out.dtype != x.dtype
-            or not isinstance(out, jax.core.Tracer) or not _noting()):
+            or not isinstance(out, jax.core.Tracer) or not _rotary_kernel_on()):
         return
     if weight is not None and (weight.shape != (x.shape[-1],) or weight.dtype == jax.numpy.float64):
         return
@@ -332,10 +333,9 @@ def _by_kernel(x, cos, sin, weight=None, eps=0.0):
     for what it takes: x sequence-major (batch, length, heads, head_dim) with head_dim a multiple of 128,
     float32 tables of shape (1, length, 1, head_dim) (diffusers' FLUX calls), a weight (head_dim,) or of the
     tables' shape; else None."""
-    from .. import config
     from ..runtime import platform
 
-    if "rotary" not in config.settings().sequence_major_kernels or platform.target() != "tpu" or x.ndim != 4:
+    if x.ndim != 4 or not _rotary_kernel_on():
         return None
     from . import rotary_kernel
 
@@ -384,21 +384,14 @@ def rotary_embedding(x, cos, sin):
 
 
 def rms_norm_rotary(x, weight, eps, cos, sin):
-    """The lowering: the kernel on a TPU, else the norm in the op table's float32 functions (as the compiled
-    graph's decomposition had it), rounded to x's dtype, then ``rotary_embedding``."""
-    from ..runtime import platform
-    from . import registry
+    """The lowering: the kernel on a TPU, else the op table's rms_norm (float32, rounded to x's dtype; the weight
+    broadcasts, a row per position included), then ``rotary_embedding``."""
+    from .nn import fused_rms_norm
 
     by_kernel = _by_kernel(x, cos, sin, weight, eps)
     if by_kernel is not None:
         return by_kernel
-    jnp = platform.jax().numpy
-    xf = x.astype(jnp.float32)
-    aten = registry.aten
-    variance = registry.lookup(aten.mean.dim).fn(xf * xf, [-1], True)
-    inverse = registry.lookup(aten.rsqrt.default).fn(variance + jnp.asarray(eps, jnp.float32))
-    normed = (xf * inverse * weight.astype(jnp.float32)).astype(x.dtype)
-    return rotary_embedding(normed, cos, sin)
+    return rotary_embedding(fused_rms_norm(x, [x.shape[-1]], weight, eps)[0], cos, sin)
 
 
 # 2*pi in two float64 parts, the first with its low 28 bits zero: k * _TWO_PI_HI is exact for |k| < 2**28,
