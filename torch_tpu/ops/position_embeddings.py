@@ -386,12 +386,13 @@ def rotary_embedding(x, cos, sin):
 def rms_norm_rotary(x, weight, eps, cos, sin):
     """The lowering: the kernel on a TPU, else the op table's rms_norm (float32, rounded to x's dtype; the weight
     broadcasts, a row per position included), then ``rotary_embedding``."""
-    from .nn import fused_rms_norm
+    from . import registry
 
     by_kernel = _by_kernel(x, cos, sin, weight, eps)
     if by_kernel is not None:
         return by_kernel
-    return rotary_embedding(fused_rms_norm(x, [x.shape[-1]], weight, eps)[0], cos, sin)
+    normed = registry.lookup(registry.aten._fused_rms_norm.default).fn(x, [x.shape[-1]], weight, eps)[0]
+    return rotary_embedding(normed, cos, sin)
 
 
 # 2*pi in two float64 parts, the first with its low 28 bits zero: k * _TWO_PI_HI is exact for |k| < 2**28,
