@@ -15,6 +15,9 @@ per head, permutes to (B, heads, L, E) for SDPA and back after it. Timed here, p
                       ``rope_kernel``: the RMSNorm in XLA, the rotary embedding alone in that kernel (what a
                       lowering of torch_tpu's one rotary op could do, the norm being an op of its own)
   max_abs_diff        each piece's output against piece/heads/pairs (a wrong lane rotation shows here)
+  rotary/LANES        the norm+rotary kernel alone on (L, heads*E) bf16 with per-token weights, taking LANES lanes
+                      (LANES / E heads) per grid step (``rotary_kernel.MAX_BLOCK_LANES``); ``rotary/xla copy``:
+                      XLA's x * 2 on the same array, what reading and writing it costs
 
     python bench/attention_layouts.py [--tokens 4608] [--heads 24] [--reps 20] [--out F.json]
 """
@@ -117,12 +120,39 @@ def _piece(layout, rope, heads, tiles, ak):
     return jax.jit(piece)
 
 
+def _rotary_sweep(ak, n, heads, e, lanes, reps) -> dict:
+    """ms of the norm+rotary kernel alone per block width, beside XLA reading and writing the same array."""
+    keys = jax.random.split(jax.random.PRNGKey(3), 2)
+    x = jax.random.normal(keys[0], (n, heads * e), jnp.bfloat16)
+    weight = 1 + 0.1 * jax.random.normal(keys[1], (n, e), jnp.float32)
+    angles = jnp.arange(n, dtype=jnp.float32)[:, None] * jnp.repeat(jnp.linspace(0.0, 1.0, e // 2), 2)[None, :]
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
+    ms = {"rotary/xla copy": _timed(jax.jit(lambda a: a * 2), (x,), reps)}
+    default, first = ak.rotary.MAX_BLOCK_LANES, None
+    try:
+        for width in lanes:
+            ak.rotary.MAX_BLOCK_LANES = width
+            fn = jax.jit(lambda a, w, c, s: ak.rotary.rotate(a, c, s, head_dim=e, weight=w))  # traced anew
+            try:
+                ms[f"rotary/{width}"] = _timed(fn, (x, weight, cos, sin), reps)
+                got = fn(x, weight, cos, sin).astype(jnp.float32)
+                first = got if first is None else first
+                ms[f"rotary/{width} max_abs_diff"] = float(jnp.max(jnp.abs(got - first)))
+            except Exception as exc:  # noqa: BLE001 - a width the chip refuses is a result too
+                ms[f"rotary/{width}"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        ak.rotary.MAX_BLOCK_LANES = default
+    return ms
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=4608)
     parser.add_argument("--heads", type=int, default=24)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--tiles", default="512x512,768x768,1152x1152,512x1536")
+    parser.add_argument("--rotary-lanes", default="128,384,768,1536,3072",
+                        help="block widths of the norm+rotary kernel to time (empty: none)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     ak = _sequence_major_kernel()
@@ -162,6 +192,8 @@ def main():
                 continue
             base = got if base is None else base
             piece_diff[name] = float(jnp.max(jnp.abs(got - base)))
+    if args.rotary_lanes:
+        ms.update(_rotary_sweep(ak, n, heads, e, [int(v) for v in args.rotary_lanes.split(",")], args.reps))
     result = {"platform": jax.devices()[0].platform, "device": jax.devices()[0].device_kind, "tokens": n,
               "heads": heads, "ms": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in ms.items()},
               "max_abs_diff_seq_vs_heads": diff, "max_abs_diff_vs_heads_pairs": piece_diff}

@@ -63,6 +63,29 @@ def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation(normalize):
     assert float(jnp.max(diff / (1 + jnp.abs(want)))) <= 2 ** -8  # one bf16 rounding of the result
 
 
+@pytest.mark.parametrize("heads,per_block", [(24, 6), (8, 4), (7, 1), (1, 1)])
+def test_norm_rope_takes_several_heads_per_grid_step(heads, per_block):
+    """One grid step takes as many heads as fit its lanes (a head per step was half grid overhead on the chip);
+    every head of a block gets its own norm and the block's shared tables, per-token weights included."""
+    e, length = 128, 64
+    assert rotary_kernel.heads_per_block(heads * e, e) == per_block
+    keys = jax.random.split(jax.random.PRNGKey(heads), 4)
+    x = (3 * jax.random.normal(keys[0], (length, heads * e))).astype(jnp.bfloat16)
+    weight = 1 + 0.1 * jax.random.normal(keys[1], (length, e))  # a weight per token (FLUX's double blocks)
+    angles = jax.random.uniform(keys[2], (length, e // 2), maxval=50.0)
+    cos, sin = jnp.repeat(jnp.cos(angles), 2, axis=1), jnp.repeat(jnp.sin(angles), 2, axis=1)
+    with pltpu.force_tpu_interpret_mode():
+        got = jax.jit(lambda x, w, c, s: rotary_kernel.rotate(x, c, s, head_dim=e, weight=w))(x, weight, cos, sin)
+    xf = x.reshape(length, heads, e).astype(jnp.float32)
+    normed = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6)
+              * weight[:, None]).astype(jnp.bfloat16).astype(jnp.float32)
+    pairs = normed.reshape(length, heads, e // 2, 2)
+    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(length, heads, e)
+    want = normed * cos[:, None] + rotated * sin[:, None]
+    diff = jnp.abs(got.astype(jnp.float32).reshape(length, heads, e) - want)
+    assert float(jnp.max(diff / (1 + jnp.abs(want)))) <= 2 ** -8  # one bf16 rounding of the result
+
+
 def test_both_kernels_lower_for_a_tpu_at_flux_size():
     x = jax.ShapeDtypeStruct((1, 4608, 24 * 128), jnp.bfloat16)
     for causal in (False, True):

@@ -24,11 +24,21 @@ from jax.experimental.pallas import tpu as pltpu
 
 LANES = 128
 _TILES = (512, 256, 128, 64, 32, 16, 8)
+# The widest block of heads one grid step takes (lanes): a (512, 128) block per step spent as much time in the
+# grid's per-step cost as in moving its 128 KiB (0.16 ms for a (4608, 3072) bf16 x on a TPU v5e, ~2x its HBM
+# traffic); several heads per step share the tables' block (measured: ``bench/attention_layouts.py --sweep``).
+MAX_BLOCK_LANES = 768
 
 
 def tile_for(length: int) -> int | None:
     """The row tile: the largest of ``_TILES`` that divides the table's length, else None."""
     return next((t for t in _TILES if length % t == 0), None)
+
+
+def heads_per_block(width: int, head_dim: int) -> int:
+    """How many heads one grid step takes: the most whose lanes fit ``MAX_BLOCK_LANES``, dividing the heads."""
+    heads = width // head_dim
+    return max(k for k in range(1, heads + 1) if heads % k == 0 and (k == 1 or k * head_dim <= MAX_BLOCK_LANES))
 
 
 def applies(x_shape, head_dim: int, length: int) -> bool:
@@ -37,19 +47,21 @@ def applies(x_shape, head_dim: int, length: int) -> bool:
     return head_dim % LANES == 0 and width % head_dim == 0 and rows % length == 0 and tile_for(length) is not None
 
 
-def _body(*refs, eps, normalize):
-    x_ref, cos_ref, sin_ref, o_ref = (refs[0], *refs[-3:])
-    x = x_ref[...].astype(jnp.float32)  # (tile, head_dim)
-    if normalize:
-        x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=1, keepdims=True) + eps) * refs[1][...]
-        x = x.astype(o_ref.dtype).astype(jnp.float32)  # diffusers' RMSNorm returns x's dtype
-    lane = jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)
-    even = jnp.bitwise_and(lane, 1) == 0
-    width = x.shape[1]
-    following = pltpu.roll(x, width - 1, 1)  # x[..., i + 1] at i (jnp.roll's direction)
-    preceding = pltpu.roll(x, 1, 1)  # x[..., i - 1] at i
-    rotated = jnp.where(even, -following, preceding)  # (a, b) pairs become (-b, a)
-    o_ref[...] = (x * cos_ref[...] + rotated * sin_ref[...]).astype(o_ref.dtype)
+def _body(*refs, eps, normalize, head_dim):
+    x_ref, cos_ref, sin_ref, o_ref = refs[0], refs[-3], refs[-2], refs[-1]
+    cos, sin = cos_ref[...], sin_ref[...]  # (tile, head_dim): the same for every head of the block
+    weight = refs[1][...] if normalize else None
+    even = jnp.bitwise_and(jax.lax.broadcasted_iota(jnp.int32, cos.shape, 1), 1) == 0
+    for h in range(x_ref.shape[1] // head_dim):  # the block's heads, each a lane-aligned column block
+        cols = slice(h * head_dim, (h + 1) * head_dim)
+        x = x_ref[:, cols].astype(jnp.float32)
+        if normalize:
+            x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=1, keepdims=True) + eps) * weight
+            x = x.astype(o_ref.dtype).astype(jnp.float32)  # diffusers' RMSNorm returns x's dtype
+        following = pltpu.roll(x, head_dim - 1, 1)  # x[..., i + 1] at i (jnp.roll's direction)
+        preceding = pltpu.roll(x, 1, 1)  # x[..., i - 1] at i
+        rotated = jnp.where(even, -following, preceding)  # (a, b) pairs become (-b, a)
+        o_ref[:, cols] = (x * cos + rotated * sin).astype(o_ref.dtype)
 
 
 def rotate(x, cos, sin, *, head_dim: int, weight=None, eps: float = 1e-6):
@@ -64,7 +76,8 @@ def rotate(x, cos, sin, *, head_dim: int, weight=None, eps: float = 1e-6):
         raise ValueError(f"rotary kernel: x {x.shape}, tables {cos.shape} {sin.shape}, head_dim {head_dim}")
     tile = tile_for(length)
     per_table = length // tile
-    block = pl.BlockSpec((tile, head_dim), lambda i, h: (i, h))
+    heads = heads_per_block(width, head_dim)
+    block = pl.BlockSpec((tile, heads * head_dim), lambda i, h: (i, h))
     table = pl.BlockSpec((tile, head_dim), lambda i, h: (jax.lax.rem(i, per_table), 0))
     normalize = weight is not None
     per_token = normalize and weight.ndim == 2
@@ -73,8 +86,8 @@ def rotate(x, cos, sin, *, head_dim: int, weight=None, eps: float = 1e-6):
     weight_spec = [table if per_token else pl.BlockSpec((1, head_dim), lambda i, h: (0, 0))] if normalize else []
     weight_arg = (weight.reshape(-1, head_dim).astype(jnp.float32),) if normalize else ()
     return pl.pallas_call(
-        functools.partial(_body, eps=float(eps), normalize=normalize),
-        grid=(rows // tile, width // head_dim),
+        functools.partial(_body, eps=float(eps), normalize=normalize, head_dim=head_dim),
+        grid=(rows // tile, width // (heads * head_dim)),
         in_specs=[block, *weight_spec, table, table],
         out_specs=block,
         out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
