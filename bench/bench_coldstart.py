@@ -229,15 +229,20 @@ def _count_compile_cpu() -> list:
     return found
 
 
+_CHIP_BUSY = ("TPU is already in use", "libtpu multi-process lockfile")
+
+
 def _run_child(kind: str, cache: str, extra: list, **env_extra) -> dict:
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache, HF_HUB_OFFLINE="1", **env_extra)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind] + extra
     spawned = time.time()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    busy = out.returncode != 0 and "TPU is already in use" in out.stderr
-    if busy:
-        # seen once on the TPU host: a child could not open the chip right after the previous child exited
-        # (libtpu's lock still held for a moment). Wait and run it again once; the result says so.
+    busy = 0
+    while out.returncode != 0 and any(m in out.stderr for m in _CHIP_BUSY) and busy < 3:
+        # seen on the TPU host: a child could not open the chip right after the previous child exited
+        # (libtpu's lock still held for a moment: "TPU is already in use", or "Internal error when accessing
+        # libtpu multi-process lockfile"). Wait and run it again; the result says how often.
+        busy += 1
         time.sleep(10)
         spawned = time.time()
         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -245,7 +250,7 @@ def _run_child(kind: str, cache: str, extra: list, **env_extra) -> dict:
         raise RuntimeError(f"child {cmd} failed:\n{out.stderr[-4000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if busy:
-        result["retried_after_tpu_busy"] = True
+        result["retried_after_tpu_busy"] = busy
     first = result.get("first")
     if first is not None:  # from the interpreter's start: import, load, move to the device, first call
         first["first_image_s"] = first.pop("first_image_epoch") - spawned
