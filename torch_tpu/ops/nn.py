@@ -190,8 +190,8 @@ def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bi
             gb if output_mask[2] and bias is not None else None)
 
 
-@register(aten._fused_rms_norm.default)
-def fused_rms_norm(x, normalized_shape, weight=None, eps=None):
+def _rms_norm(x, normalized_shape, weight, eps):
+    """(normalised x in x's dtype, rstd, the eps used: by default the compute dtype's epsilon)."""
     axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     y = upcast(x)
     eps = jnp.finfo(y.dtype).eps if eps is None else eps
@@ -199,7 +199,12 @@ def fused_rms_norm(x, normalized_shape, weight=None, eps=None):
     out = y * rstd
     if weight is not None:
         out = out * upcast(weight)
-    return out.astype(x.dtype), rstd
+    return out.astype(x.dtype), rstd, eps
+
+
+@register(aten._fused_rms_norm.default)
+def fused_rms_norm(x, normalized_shape, weight=None, eps=None):
+    return _rms_norm(x, normalized_shape, weight, eps)[:2]
 
 
 @register(aten.rms_norm.default)
@@ -209,9 +214,8 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     Noted for a rotary embedding after it, which can take the norm into its TPU kernel."""
     from . import position_embeddings
 
-    out = fused_rms_norm(x, normalized_shape, weight, eps)[0]
-    position_embeddings.note_rms_norm(out, x, normalized_shape, weight,
-                                      jnp.finfo(jnp.float32).eps if eps is None else eps)
+    out, _, eps = _rms_norm(x, normalized_shape, weight, eps)
+    position_embeddings.note_rms_norm(out, x, normalized_shape, weight, eps)
     return out
 
 
