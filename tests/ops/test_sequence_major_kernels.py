@@ -41,6 +41,21 @@ def test_sequence_major_attention_matches_softmax_attention(lq, lk, kv_len, caus
     assert float(jnp.max(jnp.abs(out.astype(jnp.float32) - want))) < 2e-2  # bf16 probabilities, as JAX's kernel
 
 
+def _norm_rope_reference(x, weight, cos, sin, heads):
+    """float32 (length, heads, head_dim): RMSNorm of each head of x (length, heads*head_dim) with ``weight``
+    ((head_dim,) or one row per position; None: no norm), rounded to x's dtype, then diffusers' pairs rotation."""
+    length, e = x.shape[0], cos.shape[1]
+    normed = x.reshape(length, heads, e)
+    if weight is not None:
+        xf = normed.astype(jnp.float32)
+        w = weight.reshape(length, 1, e) if weight.ndim == 2 else weight
+        normed = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6) * w).astype(x.dtype)
+    normed = normed.astype(jnp.float32)
+    pairs = normed.reshape(length, heads, e // 2, 2)
+    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(length, heads, e)
+    return normed * cos[:, None] + rotated * sin[:, None]
+
+
 @pytest.mark.parametrize("normalize", [True, False], ids=["norm_rope", "rope"])
 def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation(normalize):
     heads, length, e = 3, 256, 128
@@ -52,13 +67,7 @@ def test_norm_rope_matches_rmsnorm_then_the_pairs_rotation(normalize):
     with pltpu.force_tpu_interpret_mode():
         got = jax.jit(lambda x, w, c, s: rotary_kernel.rotate(x, c, s, head_dim=e, weight=w))(
             x, weight if normalize else None, cos, sin)
-    xf = x.reshape(length, heads, e).astype(jnp.float32)
-    normed = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6) * weight).astype(jnp.bfloat16)
-    if not normalize:
-        normed = x.reshape(length, heads, e)
-    pairs = normed.astype(jnp.float32).reshape(length, heads, e // 2, 2)
-    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(length, heads, e)
-    want = normed.astype(jnp.float32) * cos[:, None] + rotated * sin[:, None]
+    want = _norm_rope_reference(x, weight if normalize else None, cos, sin, heads)
     diff = jnp.abs(got.astype(jnp.float32).reshape(length, heads, e) - want)
     assert float(jnp.max(diff / (1 + jnp.abs(want)))) <= 2 ** -8  # one bf16 rounding of the result
 
@@ -76,12 +85,7 @@ def test_norm_rope_takes_several_heads_per_grid_step(heads, per_block):
     cos, sin = jnp.repeat(jnp.cos(angles), 2, axis=1), jnp.repeat(jnp.sin(angles), 2, axis=1)
     with pltpu.force_tpu_interpret_mode():
         got = jax.jit(lambda x, w, c, s: rotary_kernel.rotate(x, c, s, head_dim=e, weight=w))(x, weight, cos, sin)
-    xf = x.reshape(length, heads, e).astype(jnp.float32)
-    normed = (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + 1e-6)
-              * weight[:, None]).astype(jnp.bfloat16).astype(jnp.float32)
-    pairs = normed.reshape(length, heads, e // 2, 2)
-    rotated = jnp.stack([-pairs[..., 1], pairs[..., 0]], axis=-1).reshape(length, heads, e)
-    want = normed * cos[:, None] + rotated * sin[:, None]
+    want = _norm_rope_reference(x, weight, cos, sin, heads)
     diff = jnp.abs(got.astype(jnp.float32).reshape(length, heads, e) - want)
     assert float(jnp.max(diff / (1 + jnp.abs(want)))) <= 2 ** -8  # one bf16 rounding of the result
 
