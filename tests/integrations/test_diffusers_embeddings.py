@@ -14,8 +14,10 @@ from tests.harness.differential import programs_run, run_isolated
 from diffusers.models import embeddings  # noqa: E402  (after torch_tpu: the import hook patches it)
 import diffusers.models.transformers.transformer_flux as transformer_flux  # noqa: E402
 
-from torch_tpu.integrations import diffusers_embeddings
+from torch_tpu.integrations import diffusers_embeddings, diffusers_hook
 
+# what stopped the patch, if it failed (rather than an AttributeError below)
+assert diffusers_embeddings.installed(), diffusers_hook.failure(diffusers_embeddings.TARGET)
 ORIGINAL = embeddings.apply_rotary_emb.__torch_tpu_original__
 TABLE_ORIGINAL = embeddings.get_1d_rotary_pos_embed.__torch_tpu_original__
 TIMESTEP_ORIGINAL = embeddings.get_timestep_embedding.__torch_tpu_original__

@@ -11,7 +11,7 @@ from tests.harness.differential import programs_run, run_isolated
 
 from diffusers.models import normalization  # noqa: E402  (after torch_tpu: the import hook patches it)
 
-from torch_tpu.integrations import diffusers_norms
+from torch_tpu.integrations import diffusers_hook, diffusers_norms
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=4e-3, rtol=2e-3),
        torch.bfloat16: dict(atol=3e-2, rtol=1.6e-2)}  # a result's last bit, after up to six roundings
@@ -59,7 +59,7 @@ def _run(module, call, x, e, device):
 
 
 def test_diffusers_classes_hold_the_serving_forwards():
-    assert diffusers_norms.installed()
+    assert diffusers_norms.installed(), diffusers_hook.failure(diffusers_norms.TARGET)
     for name in ("AdaLayerNormZero", "AdaLayerNormZeroSingle", "AdaLayerNormContinuous"):
         forward = getattr(normalization, name).forward
         assert forward.__name__ == "forward" and hasattr(forward, "__torch_tpu_original__")

@@ -151,21 +151,25 @@ def _patch(module) -> bool:
     """Replace the functions of ``_SERVED`` in ``module`` (diffusers.models.embeddings) and in the loaded
     diffusers modules that imported them by name; a function whose parameters are not the ones known here
     stays diffusers' own. Whether any was replaced."""
-    replaced = False
-    for name, (parameters, one_op) in _SERVED.items():
+    replaced = []
+
+    def patch_one(name):
+        parameters, one_op = _SERVED[name]
         original = getattr(module, name, None)
         if original is None or hasattr(original, "__torch_tpu_original__"):
-            continue
+            return
         if tuple(inspect.signature(original).parameters) != parameters:
-            continue
+            return
         wrapper = _wrap(original, parameters, one_op)
+        holders = diffusers_hook.modules_holding(name, original)
         _STATE.setdefault("wrappers", {})[name] = wrapper
         setattr(module, name, wrapper)
-        for module_name, other in list(sys.modules.items()):
-            if module_name.startswith("diffusers.") and getattr(other, name, None) is original:
-                setattr(other, name, wrapper)
-        replaced = True
-    return replaced
+        for other in holders:
+            setattr(other, name, wrapper)
+        replaced.append(name)
+
+    diffusers_hook.patch_each(_SERVED, patch_one)
+    return bool(replaced)
 
 
 def install() -> None:

@@ -116,16 +116,19 @@ _SERVED = {
 
 
 def _patch(module) -> None:
-    for name, (parameters, make) in _SERVED.items():
+    def patch_one(name):
+        parameters, make = _SERVED[name]
         cls = getattr(module, name, None)
         original = getattr(cls, "forward", None)
         if original is None or hasattr(original, "__torch_tpu_original__"):
-            continue
+            return
         if tuple(inspect.signature(original).parameters) != parameters:
-            continue
+            return
         forward = make(original)
         forward.__torch_tpu_original__ = original
         cls.forward = forward
+
+    diffusers_hook.patch_each(_SERVED, patch_one)
 
 
 def install() -> None:
