@@ -156,6 +156,24 @@ def param_data_other_shape(dev):
 
 
 @case
+def param_data_other_shapes_dynamic(dev):
+    """dynamic=None: the second shape makes dynamo mark the dimensions dynamic, so a later shape can pass
+    the guards while the stand-in stored on the tensor is the old shape's (read again by the next trace)."""
+    m = lin(dev, 3, 2)
+    torch._dynamo.reset()
+    c = m if dev == "cpu" else torch.compile(m, backend="tpu")
+    x = X(dev, 4, 3)
+    out = [c(x)]
+    for rows in (5, 7, 6):
+        m.weight.data = torch.arange(rows * 3.0, device=dev).reshape(rows, 3) / 10
+        m.bias.data = torch.ones(rows, device=dev)
+        out.append(c(x))
+        m.weight.data = m.weight.data.t().contiguous().t()  # the same values, strides (1, rows)
+        out.append(c(x))
+    return out
+
+
+@case
 def module_to_bfloat16_and_back(dev):
     m = lin(dev, 3, 2)
     c = comp(dev, m)
@@ -558,3 +576,40 @@ def test_state_change_between_compiled_calls(name):
     got = D.read(fn(D.DEV))
     D.sync()
     D.assert_same(expect, got, where=name, atol=1e-2, rtol=1e-2)
+
+
+def test_steady_compiled_call_runs_no_stand_in_code():
+    """dynamo's guards read each tpu input's meta stand-in at every compiled call: after the first call it
+    is an entry of the tensor's ``__dict__`` (no Python code per input); after ``p.data = w`` of another
+    shape the next call compiles again from a stand-in of the new shape and matches CPU torch."""
+    import sys
+
+    m = lin("cpu", 3, 2)
+    mt = lin(D.DEV, 3, 2)
+    c = comp(D.DEV, mt)
+    x = X("cpu", 4, 3)
+    xt = x.to(D.DEV)
+    with torch.no_grad():
+        c(xt)
+        calls = []
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_name in ("_tpu_fresh_stand_in", "_tpu_fake_inner"):
+                calls.append(frame.f_code)
+
+        sys.setprofile(profile)
+        try:
+            got = c(xt)
+        finally:
+            sys.setprofile(None)
+        assert calls == []
+        torch.testing.assert_close(got.cpu(), m(x))
+        for t in (mt.weight, mt.bias, xt):
+            assert t.__dict__["_tpu_fake_inner"] is t._tpu_fake_inner
+            assert t._tpu_fake_inner.device.type == "meta" and t._tpu_fake_inner.shape == t.shape
+        m.weight.data = torch.ones(5, 3)
+        m.bias.data = torch.zeros(5)
+        mt.weight.data = torch.ones(5, 3, device=D.DEV)
+        mt.bias.data = torch.zeros(5, device=D.DEV)
+        torch.testing.assert_close(c(xt).cpu(), m(x))
+        assert mt.weight.__dict__["_tpu_fake_inner"].shape == (5, 3)

@@ -130,6 +130,30 @@ class _DynamoOnly:
         return self.fn.__get__(obj, cls)
 
 
+class _Unflatten(_DynamoOnly):
+    """``__tensor_unflatten__``: visible only while dynamo traces, and the moment dynamo reads a tpu tensor
+    as a traceable subclass (``is_traceable_wrapper_subclass(t)`` asks ``hasattr(t, "__tensor_unflatten__")``
+    before it flattens ``t``, in its variable builder, fakeification and guard building), so reading it from a
+    tensor also brings that tensor's meta stand-in up to date (``TpuTensor._tpu_fake_inner``)."""
+
+    def __get__(self, obj, cls=None):
+        fn = super().__get__(obj, cls)
+        if obj is not None:
+            obj._tpu_fresh_stand_in()
+        return fn
+
+
+class _StandIn:
+    """``TpuTensor._tpu_fake_inner``, the inner tensor dynamo fakes and guards. A non-data descriptor: the
+    first read stores the stand-in in the tensor's ``__dict__``, where every later read finds it without
+    Python code (dynamo's guards read it once per tpu input at every compiled call)."""
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self
+        return obj._tpu_fresh_stand_in()
+
+
 def _fake_on_tpu(inner):
     """dynamo's fake of a tpu tensor: a plain FakeTensor whose device is tpu (not its meta stand-in's),
     so traced device logic sees "tpu" and other backends (inductor) cannot silently run on meta."""
@@ -283,7 +307,7 @@ class TpuTensor(torch.Tensor):
     def __tensor_flatten__(self):
         return ["_tpu_fake_inner"], None
 
-    __tensor_unflatten__ = _DynamoOnly(
+    __tensor_unflatten__ = _Unflatten(
         lambda inner, ctx, outer_size, outer_stride: _fake_on_tpu(inner["_tpu_fake_inner"]), static=True)
 
     def _is_view(self):
@@ -297,17 +321,24 @@ class TpuTensor(torch.Tensor):
         # compiled backward was traced on plain stand-ins; a tpu tangent is what it runs on
         return self
 
-    @property
-    def _tpu_fake_inner(self):
-        # cached: dynamo's aliasing guards compare inner tensors by identity. Kept only while the
-        # tensor's metadata is what it was made for: ``p.data = w`` (another shape, stride or dtype),
-        # ``set_``, ``resize_``, ``t_`` change it in place, and a stale stand-in made dynamo's
-        # fakeification of the next compiled call fail (``__tensor_unflatten__`` shape/stride assertion)
+    _tpu_fake_inner = _StandIn()
+
+    def _tpu_fresh_stand_in(self):
+        """The meta stand-in of this tensor's current metadata, stored as ``_tpu_fake_inner`` in its
+        ``__dict__``. Kept while the metadata is what it was made for: dynamo's aliasing guards compare
+        inner tensors by identity. ``p.data = w`` (another shape, stride or dtype) changes the metadata
+        without an op reaching this backend, so a stored stand-in can be stale between traces: the guards
+        still read the old one, and fail on the outer tensor's own metadata; the trace that follows reads
+        ``__tensor_unflatten__`` first (``_Unflatten``), which brings it up to date before dynamo fakes it
+        (a stale one made that fakeification fail: ``__tensor_unflatten__``'s shape/stride assertion).
+        ``refresh_layout`` drops it after in-place layout ops (``t_``, ``as_strided_`` ...)."""
         meta = (tuple(self.shape), self.stride(), self.dtype)
-        cached = self.__dict__.get("_tpu_meta_inner")
+        d = self.__dict__
+        cached = d.get("_tpu_meta_inner")
         if cached is None or cached[0] != meta:
             cached = (meta, torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta"))
-            self.__dict__["_tpu_meta_inner"] = cached
+            d["_tpu_meta_inner"] = cached
+        d["_tpu_fake_inner"] = cached[1]
         return cached[1]
 
     def numpy(self, *, force: bool = False):
@@ -395,6 +426,7 @@ def refresh_layout(t: TpuTensor) -> None:
     t._tpu_cache = None
     t._tpu_cache_version = -1
     t.__dict__.pop("_tpu_meta_inner", None)  # torch.compile's stand-in has the old layout
+    t.__dict__.pop("_tpu_fake_inner", None)
 
 
 def write(t: TpuTensor, array) -> None:
