@@ -10,7 +10,9 @@ from .. import parity
 from ..engine import deferred_errors, fused
 from ..ops import calling, checks, registry
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
+from ..engine.lazy_values import LazyArray
 from ..tensor import strided
+from ..tensor.views import MATH_BITS_SEEN
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
 from ..eager import math_bits
 from . import graph_outputs, missing_ops, norm_rope, replay, special_nodes
@@ -561,9 +563,17 @@ def _runner(prog, out_dtypes, random: bool, device_checks: list, what: str, writ
                     f"is not allowed (a graph input {tuple(t.shape)}:{t.dtype} the graph writes). You can "
                     "make a clone to get a normal tensor before doing inplace update.")
         arrays, deferred = [], []  # (deferred: the values as held, with their device-side checks' lineage)
+        no_math_bits = not MATH_BITS_SEEN[0]
         for i, x in enumerate(args):
             if i in tokens:  # an effect token (None, or an empty tensor): no value in the program
                 continue
+            if type(x) is TpuTensor and no_math_bits and x._tpu_full:
+                # the usual input (a parameter, an activation): its storage's computed array, as is
+                arr = x._tpu_storage.array
+                if arr is not None and type(arr) is not LazyArray:
+                    deferred.append(arr)
+                    arrays.append(arr)
+                    continue
             if isinstance(x, TpuTensor):
                 x = math_bits.resolved(x) if x.is_conj() or x.is_neg() else x  # the values a bit view means
                 deferred.append(value_of(x))
