@@ -3,13 +3,14 @@ the cost of the host primitives an op is made of (a clock read, a lock, a weak r
 wrapper subclass, JAX's jitted call), each against the same primitive's cost here.
 
     python bench/profile_host.py --out DIR     # DIR/profile_host.json
-    python bench/profile_host.py --out DIR --flux fused,strict [--small]   # and a FLUX.1-width call per mode
+    python bench/profile_host.py --out DIR --flux fused,strict,compiled [--small]   # and a FLUX.1-width call per mode
 
 With ``--flux``, also the FLUX.1-width transformer of ``bench/bench_flux_width.py`` (2 double + 4 single blocks;
-``--small``: width 128 and 24 tokens, the same ops at a size a CPU runs at once) in each eager mode: the call
+``--small``: width 128 and 24 tokens, the same ops at a size a CPU runs at once) in each mode: the call
 and the time until it returned (the host's share), with Python's collector running and with the loaded heap
 frozen (``gc.freeze()``, as ``python -m torch_tpu generate`` does), collections per call, and a cProfile of
-calls: where a call's host time goes, op by op.
+calls: where a call's host time goes, op by op. In compiled mode, also the time dynamo's guards take to accept a
+call (142 tpu inputs), beside the same model's guards on CPU tensors in the same run.
 
 Written for the TPU host, whose sandbox makes some system calls cost far more than on a plain machine (JAX's own
 dispatch of a jitted add: ~130 us there, ~5 us on a 2-core VM): the profile says which Python calls pay for it.
@@ -114,6 +115,47 @@ def _rows(prof, per: int, unit: str) -> list:
     return rows
 
 
+def _guard_check_us(torch, model, kwargs, repeat: int = 5, n: int = 200):
+    """The time dynamo's guards take to accept a call of ``model`` (compiled with ``Module.compile``), in us:
+    its one cache entry's guards checked against the frame's locals, best of ``repeat`` blocks of ``n``;
+    None where the model's frame has another number of entries or the guards refuse these locals."""
+    import inspect
+
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    forward = type(model).forward  # the frame dynamo compiled (diffusers wraps forward: it is the wrapper's)
+    entries = _debug_get_cache_entry_list(forward.__code__)
+    if len(entries) != 1:
+        return None
+    bound = inspect.signature(forward, follow_wrapped=False).bind(model, **kwargs)
+    bound.apply_defaults()
+    f_locals = dict(bound.arguments)
+    f_locals.update(zip(forward.__code__.co_freevars, (c.cell_contents for c in forward.__closure__ or ())))
+    check = entries[0].guard_manager.check
+    with torch.no_grad():
+        if not check(f_locals):
+            return None
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                check(f_locals)
+            best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return round(best, 1)
+
+
+def _cpu_guard_check_us(torch, flux, args):
+    """``_guard_check_us`` of the same model on CPU tensors (float32, torch's own eager backend): the guards
+    of the same module tree without tpu tensors."""
+    model = flux._model(args).float()
+    kwargs = {k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+              for k, v in flux._inputs(args).items()}
+    model.compile(backend="eager", fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        model(**kwargs)
+    return _guard_check_us(torch, model, kwargs)
+
+
 def _profile_flux(torch, torch_tpu, mode, small: bool, calls: int = 10) -> dict:
     import gc
     import statistics
@@ -126,6 +168,10 @@ def _profile_flux(torch, torch_tpu, mode, small: bool, calls: int = 10) -> dict:
     args = argparse.Namespace(**shape)
     model = flux._model(args).to("tpu")
     kwargs = {k: (v.to("tpu") if isinstance(v, torch.Tensor) else v) for k, v in flux._inputs(args).items()}
+    compiled = mode == "compiled"
+    if compiled:  # compiled mode: one program per call, the rest of the call is the host's
+        model.compile(backend="tpu", fullgraph=True, dynamic=False)
+        mode = torch_tpu.EagerMode.DEFER_NEVER
     collections_seen = []
     gc.callbacks.append(lambda phase, info: phase == "start" and collections_seen.append(info["generation"]))
 
@@ -171,6 +217,11 @@ def _profile_flux(torch, torch_tpu, mode, small: bool, calls: int = 10) -> dict:
             prof.disable()
         finally:
             gc.unfreeze()
+    if compiled:
+        with torch.tpu.set_eager_mode(mode):  # (the eager mode is part of what the guards check)
+            out["guard_check_us"] = _guard_check_us(torch, model, kwargs)
+        torch._dynamo.reset()  # (the CPU model's entry is then the only one of the frame's code)
+        out["cpu_tensors_guard_check_us"] = _cpu_guard_check_us(torch, flux, args)
     rows = _rows(prof, calls, "call")
     out["profiled_ms_per_call"] = round(sum(r["own_us_per_call"] for r in rows) / 1e3, 2)
     out["top_own"] = rows[:40]
@@ -182,7 +233,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--flux", default="",
-                        help="also profile a FLUX.1-width call in these eager modes (strict,fused)")
+                        help="also profile a FLUX.1-width call in these modes (strict,fused,compiled; compiled also "
+                             "times dynamo's guard check, beside the same model's on CPU tensors)")
     parser.add_argument("--small", action="store_true", help="the FLUX call at width 128 with 24 tokens")
     args = parser.parse_args()
     import jax
@@ -196,7 +248,8 @@ def main():
             result[name] = _profile_chain(torch, torch_tpu, mode)
         print(name, "wall us/op", result[name]["wall_us_per_op"], "top:",
               [(r["function"], round(r["own_us_per_op"], 1)) for r in result[name]["top_own"][:12]], flush=True)
-    modes = {"strict": torch_tpu.EagerMode.DEFER_NEVER, "fused": torch_tpu.EagerMode.DEFER_AND_FUSE}
+    modes = {"strict": torch_tpu.EagerMode.DEFER_NEVER, "fused": torch_tpu.EagerMode.DEFER_AND_FUSE,
+             "compiled": "compiled"}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in filter(None, args.flux.split(",")):
@@ -208,6 +261,9 @@ def main():
               f"{flux['threads']}; {flux['collections_per_call']:.1f} "
               f"collections per call; profiled {flux['profiled_ms_per_call']:.1f} ms per call; top:",
               [(r["function"], round(r["own_us_per_call"])) for r in flux["top_own"][:12]], flush=True)
+        if "guard_check_us" in flux:
+            print(f"flux {name}: dynamo's guard check {flux['guard_check_us']} us per call, the same model on CPU "
+                  f"tensors {flux['cpu_tensors_guard_check_us']} us", flush=True)
         (out / "profile_host.json").write_text(json.dumps(result, indent=1))  # (a mode cut short keeps the rest)
     (out / "profile_host.json").write_text(json.dumps(result, indent=1))
 
