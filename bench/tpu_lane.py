@@ -3,7 +3,7 @@
 Run on a TPU host once torch and the packages are installed there (the project's TPU host scripts carry
 them as wheels; see "On a TPU" in the README), from the repository root:
 
-    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,tests,tests_diffusers,tests_linear,opinfo,eager,coldstart,probe,launch,layouts] [--budget S]
+    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,host,tests,tests_diffusers,tests_linear,opinfo,eager,coldstart,probe,launch,layouts] [--budget S]
 
 Steps (each in its own processes, one at a time: a TPU is held by one process):
   demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
@@ -17,6 +17,8 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
   device_ops bench/profile_device_ops.py in compiled and fused mode (1 double + 1 single FLUX.1-width block):
              the device's time per XLA op, and the compiled program's optimized HLO (DIR/hlo), where a fusion
              that runs slower than its FLOPs says why (the tanh-GELU recomputed in a matmul's operand, 2026-12-05)
+  host       bench/profile_host.py --flux compiled: where a compiled FLUX.1-width call's host time goes,
+             and dynamo's guard check beside the same model's on CPU tensors
   tests      the attention, TPU lowering, real-width transformer and precise-math test files on the chip
   tests_diffusers  the pipeline, position-embedding and adaptive-norm test files on the chip
   tests_linear     the whole-linear test file on the chip
@@ -45,8 +47,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = ("demo", "demo_step", "flux", "device_ops", "tests", "tests_diffusers", "tests_linear", "opinfo", "eager",
-         "coldstart", "probe", "launch", "layouts")
+STEPS = ("demo", "demo_step", "flux", "device_ops", "host", "tests", "tests_diffusers", "tests_linear", "opinfo",
+         "eager", "coldstart", "probe", "launch", "layouts")
 # each group fits one device call (the first took ~5 min on the chip, where every small program compiles in ~0.3 s)
 TEST_GROUPS = {
     "tests": ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
@@ -231,6 +233,14 @@ def step_device_ops(args, left):
             if not f.name.endswith(("before_optimizations.txt", "after_optimizations.txt")):
                 f.unlink()
     return runs
+
+
+def step_host(args, left):
+    """The host's share of a compiled FLUX.1-width call: its profile and dynamo's guard check."""
+    rc, text, wall = _run([sys.executable, "bench/profile_host.py", "--out", args.out, "--flux", "compiled"],
+                          min(600, left()), log=Path(args.out) / "host.log")
+    return {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / "profile_host.json").exists(),
+            "tail": text[-1500:]}
 
 
 def step_launch(args, left):
