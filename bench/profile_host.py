@@ -146,7 +146,9 @@ def _guard_check_us(torch, model, kwargs, repeat: int = 5, n: int = 200):
 
 def _cpu_guard_check_us(torch, flux, args):
     """``_guard_check_us`` of the same model on CPU tensors (float32, torch's own eager backend): the guards
-    of the same module tree without tpu tensors."""
+    of the same module tree without tpu tensors. Built at the small width (the guards are per tensor, not per
+    element: the same module tree at any width), so the full-width run does not run FLUX on the host."""
+    args = argparse.Namespace(**{**vars(args), "heads": 1, "image_tokens": 16, "text_tokens": 8})
     model = flux._model(args).float()
     kwargs = {k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
               for k, v in flux._inputs(args).items()}
