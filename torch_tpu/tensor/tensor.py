@@ -332,14 +332,12 @@ class TpuTensor(torch.Tensor):
         ``__tensor_unflatten__`` first (``_Unflatten``), which brings it up to date before dynamo fakes it
         (a stale one made that fakeification fail: ``__tensor_unflatten__``'s shape/stride assertion).
         ``refresh_layout`` drops it after in-place layout ops (``t_``, ``as_strided_`` ...)."""
-        meta = (tuple(self.shape), self.stride(), self.dtype)
         d = self.__dict__
-        cached = d.get("_tpu_meta_inner")
-        if cached is None or cached[0] != meta:
-            cached = (meta, torch.empty_strided(self.shape, self.stride(), dtype=self.dtype, device="meta"))
-            d["_tpu_meta_inner"] = cached
-        d["_tpu_fake_inner"] = cached[1]
-        return cached[1]
+        inner = d.get("_tpu_fake_inner")
+        stride = self.stride()
+        if inner is None or inner.dtype != self.dtype or inner.shape != self.shape or inner.stride() != stride:
+            inner = d["_tpu_fake_inner"] = torch.empty_strided(self.shape, stride, dtype=self.dtype, device="meta")
+        return inner
 
     def numpy(self, *, force: bool = False):
         raise TypeError(
@@ -425,8 +423,7 @@ def refresh_layout(t: TpuTensor) -> None:
     t._tpu_full = t._tpu_is_full()
     t._tpu_cache = None
     t._tpu_cache_version = -1
-    t.__dict__.pop("_tpu_meta_inner", None)  # torch.compile's stand-in has the old layout
-    t.__dict__.pop("_tpu_fake_inner", None)
+    t.__dict__.pop("_tpu_fake_inner", None)  # torch.compile's stand-in has the old layout
 
 
 def write(t: TpuTensor, array) -> None:
