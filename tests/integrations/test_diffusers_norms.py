@@ -119,7 +119,8 @@ def _hooked(module):
 
 
 @pytest.mark.parametrize("call_kind", ["fp32_layer_norm", "affine_norm", "rms_norm", "emb_batch_one",
-                                       "conditioning_float32", "hook_on_linear", "own_timestep_embedding",
+                                       "conditioning_float32", "hook_on_linear", "instance_forward_on_linear",
+                                       "own_timestep_embedding",
                                        "two_dim_x", "wrong_width", "autocast"])
 def test_calls_it_does_not_serve_are_diffusers_own(call_kind):
     """Each call gives what diffusers' forward gives on CPU (values, or the same error), through its ops."""
@@ -141,6 +142,10 @@ def test_calls_it_does_not_serve_are_diffusers_own(call_kind):
     elif call_kind == "hook_on_linear":
         module, call = _module("single")
         module = _hooked(module)
+    elif call_kind == "instance_forward_on_linear":  # diffusers' HookRegistry, accelerate: forward on the instance
+        module, call = _module("zero")
+        plain = module.linear.forward
+        module.linear.forward = lambda t: plain(t) * 0.5
     elif call_kind == "own_timestep_embedding":  # AdaLayerNormZero(num_embeddings=...): diffusers embeds itself
         torch.manual_seed(0)
         module = normalization.AdaLayerNormZero(32, num_embeddings=10)

@@ -8,8 +8,8 @@ exactly to the one op and every other call to diffusers' own forward, unchanged.
 
 Served: the module as diffusers builds it for FLUX and SD3 (an ``nn.SiLU``, an ``nn.Linear``, an ``nn.LayerNorm``
 over the last dimension without weight and bias; ``AdaLayerNormZero`` without its own timestep embedding and
-with ``emb`` given); no hooks on those submodules (``enable_sequential_cpu_offload``'s move the weights in them)
-and no global module hooks but fused mode's own; x a 3-d tensor, the conditioning 2-d with x's batch; x, the
+with ``emb`` given); nothing watching or replacing those submodules' calls (``skipped_calls.py``: hooks, such as
+``enable_sequential_cpu_offload``'s weight moves, global module hooks but fused mode's own, an instance forward); x a 3-d tensor, the conditioning 2-d with x's batch; x, the
 conditioning and the linear's parameters plain tensors of the tpu device (not DTensors) of one floating dtype;
 nothing that needs a gradient (grad mode off, or no input or parameter requiring one; no torch.func transform);
 autocast off (it casts the linear's operands and runs the layer norm in float32); not while dynamo traces
@@ -31,6 +31,7 @@ from ..eager.attention import needs_backward
 from ..runtime.dtypes import REAL_FLOATS
 from ..tensor.tensor import TpuTensor
 from . import diffusers_hook
+from .skipped_calls import hooked
 
 TARGET = "diffusers.models.normalization"
 
@@ -42,14 +43,6 @@ def _layer_norm_eps(norm, dim):
     return float(norm.eps) if tuple(norm.normalized_shape) == (dim,) else None
 
 
-def _hooked(*modules) -> bool:
-    """Whether a hook would see the submodules' calls that the one op skips (fused mode's own global hooks
-    mark graph boundaries at model and block calls only: not these)."""
-    from ..engine import module_graphs  # (the engine loads on first device use, not at import torch)
-
-    return any(m._forward_hooks or m._forward_pre_hooks for m in modules) or module_graphs.foreign_global_hooks()
-
-
 def _one_op(module, x, emb, chunks, scale_chunk, shift_chunk):
     """``tpu::ada_layer_norm``'s (out, projected) for a call it serves exactly, else None."""
     if torch.compiler.is_compiling() or type(x) is not TpuTensor or type(emb) is not TpuTensor:
@@ -57,7 +50,7 @@ def _one_op(module, x, emb, chunks, scale_chunk, shift_chunk):
     if torch.is_autocast_enabled("tpu"):  # autocast casts linear's operands and runs layer_norm in float32
         return None
     silu, linear, norm = getattr(module, "silu", None), getattr(module, "linear", None), getattr(module, "norm", None)
-    if type(silu) is not torch.nn.SiLU or type(linear) is not torch.nn.Linear or _hooked(silu, linear, norm):
+    if type(silu) is not torch.nn.SiLU or type(linear) is not torch.nn.Linear or hooked(silu, linear, norm):
         return None
     if x.dim() != 3 or emb.dim() != 2 or emb.shape[0] != x.shape[0]:
         return None
