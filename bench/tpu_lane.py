@@ -54,7 +54,8 @@ TEST_GROUPS = {
     "tests": ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
               "tests/ops/test_precise_math.py"],
     "tests_diffusers": ["tests/integrations/test_pipelines.py", "tests/integrations/test_diffusers_embeddings.py",
-                        "tests/integrations/test_diffusers_norms.py", "tests/integrations/test_diffusers_attention.py"],
+                        "tests/integrations/test_diffusers_norms.py", "tests/integrations/test_diffusers_flux_attention.py",
+                        "tests/integrations/test_diffusers_flux_blocks.py"],
     "tests_linear": ["tests/ops/test_linear_whole.py"],
 }
 

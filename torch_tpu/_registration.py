@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .integrations import diffusers_attention, diffusers_embeddings, diffusers_norms
+from .integrations import diffusers_flux, diffusers_embeddings, diffusers_norms
 from .integrations import tokenizers as _tokenizers  # noqa: F401  (diffusers finds pipeline components only in imported modules)
 from .compile import default_backend
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
@@ -78,7 +78,7 @@ def register() -> None:
     attention.define()  # scaled_dot_product_attention as one op (tpu::attention)
     diffusers_embeddings.install()  # diffusers' position embeddings as one op each (tpu::rotary_embedding ...)
     diffusers_norms.install()  # diffusers' adaptive layer norms as one op (tpu::ada_layer_norm)
-    diffusers_attention.install()  # diffusers' FLUX attention processor as one op (tpu::flux_attention)
+    diffusers_flux.install()  # diffusers' FLUX attention processor and blocks as one op each (tpu::flux_block ...)
     router.install()
     backward_errors.install()  # user hooks raising on autograd's tpu thread must not abort
     derived_backward.register()

@@ -36,15 +36,16 @@ from .skipped_calls import hooked
 TARGET = "diffusers.models.normalization"
 
 
-def _layer_norm_eps(norm, dim):
+def layer_norm_eps(norm, dim):
     """The eps of a plain ``nn.LayerNorm`` over the last ``dim`` features (no weight, no bias), else None."""
     if type(norm) is not torch.nn.LayerNorm or norm.weight is not None or norm.bias is not None:
         return None
     return float(norm.eps) if tuple(norm.normalized_shape) == (dim,) else None
 
 
-def _one_op(module, x, emb, chunks, scale_chunk, shift_chunk):
-    """``tpu::ada_layer_norm``'s (out, projected) for a call it serves exactly, else None."""
+def arguments(module, x, emb, chunks):
+    """(weight, bias, eps) of ``tpu::ada_layer_norm`` for a call of ``module`` it serves exactly, else None (the
+    call's own conditions; a caller that skips ``module``'s call as part of a larger op checks hooks on it)."""
     if torch.compiler.is_compiling() or type(x) is not TpuTensor or type(emb) is not TpuTensor:
         return None
     if torch.is_autocast_enabled("tpu"):  # autocast casts linear's operands and runs layer_norm in float32
@@ -54,7 +55,7 @@ def _one_op(module, x, emb, chunks, scale_chunk, shift_chunk):
         return None
     if x.dim() != 3 or emb.dim() != 2 or emb.shape[0] != x.shape[0]:
         return None
-    eps = _layer_norm_eps(norm, x.shape[-1])
+    eps = layer_norm_eps(norm, x.shape[-1])
     weight, bias = linear.weight, linear.bias
     params = (weight,) if bias is None else (weight, bias)
     if eps is None or any(type(p) is not TpuTensor for p in params):
@@ -63,6 +64,15 @@ def _one_op(module, x, emb, chunks, scale_chunk, shift_chunk):
         return None
     if tuple(weight.shape) != (chunks * x.shape[-1], emb.shape[1]) or needs_backward(x, emb, *params):
         return None
+    return weight, bias, eps
+
+
+def _one_op(module, x, emb, chunks, scale_chunk, shift_chunk):
+    """``tpu::ada_layer_norm``'s (out, projected) for a call it serves exactly, else None."""
+    served = arguments(module, x, emb, chunks)
+    if served is None:
+        return None
+    weight, bias, eps = served
     return torch.ops.tpu.ada_layer_norm.default(x, emb, weight, bias, chunks, scale_chunk, shift_chunk, eps)
 
 

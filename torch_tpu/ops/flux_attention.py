@@ -20,7 +20,7 @@ output split back into context and x tokens, x's through to_out[0], the context'
 and x tokens), or both None. This is ``FluxAttnProcessor`` without a mask, an attention backend or a
 parallel config: 16 programs per double block in strict eager mode (six projections, four norms, three
 concatenations, two rotary embeddings, the attention), two more for the output projections, eight per single
-block. ``integrations/diffusers_attention.py`` routes diffusers' calls here.
+block. ``integrations/diffusers_flux.py`` routes diffusers' calls here.
 
 The lowering is the op table's own linear, rms_norm, cat, rotary_embedding and attention in diffusers'
 order, each rounding to its result's dtype as the op-by-op path does; so on a TPU the norms and the rotary

@@ -12,7 +12,7 @@ from tests.harness.differential import programs_run, run_isolated
 
 from diffusers.models.transformers import transformer_flux  # noqa: E402  (after torch_tpu: the hook patches it)
 
-from torch_tpu.integrations import diffusers_attention, diffusers_hook
+from torch_tpu.integrations import diffusers_flux, diffusers_hook
 
 TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=4e-3, rtol=4e-3),
        torch.bfloat16: dict(atol=3e-2, rtol=2e-2)}  # a result's last bits, after a dozen roundings
@@ -68,11 +68,11 @@ def _compare(got, want, dtype):
 
 
 def test_diffusers_processor_holds_the_serving_call():
-    assert diffusers_attention.installed(), diffusers_hook.failure(diffusers_attention.TARGET)
+    assert diffusers_flux.installed(), diffusers_hook.failure(diffusers_flux.TARGET)
     call = transformer_flux.FluxAttnProcessor.__call__
     assert hasattr(call, "__torch_tpu_original__")
     # FluxAttention.forward passes the processor the keyword arguments its signature names: it must read the same
-    assert tuple(__import__("inspect").signature(call).parameters) == diffusers_attention._PARAMETERS
+    assert tuple(__import__("inspect").signature(call).parameters) == diffusers_flux._PARAMETERS
 
 
 @pytest.mark.parametrize("rotary", [True, False], ids=["rotary", "no_rotary"])
@@ -398,47 +398,3 @@ def test_patched_when_diffusers_was_imported_before_torch_tpu():
     """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, prelude=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "patched" in out.stdout
-
-
-def test_a_flux_transformer_runs_fewer_programs_with_the_same_values(eager_mode):
-    """A tiny FLUX transformer (one double, one single block) on tpu: diffusers' values on CPU, and in strict
-    mode each block's attention is one program."""
-    from diffusers import FluxTransformer2DModel
-
-    torch.manual_seed(0)
-    model = FluxTransformer2DModel(patch_size=1, in_channels=8, num_layers=1, num_single_layers=1,
-                                   attention_head_dim=16, num_attention_heads=2, joint_attention_dim=24,
-                                   pooled_projection_dim=12, axes_dims_rope=[4, 6, 6]).eval()
-    g = torch.Generator().manual_seed(1)
-    inputs = dict(hidden_states=torch.randn(1, 16, 8, generator=g),
-                  encoder_hidden_states=torch.randn(1, 5, 24, generator=g),
-                  pooled_projections=torch.randn(1, 12, generator=g), timestep=torch.tensor([0.5]),
-                  img_ids=torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(4.), torch.arange(4.),
-                                                     indexing="ij"), -1).reshape(16, 3),
-                  txt_ids=torch.zeros(5, 3))
-    with torch.no_grad():
-        want = model(**inputs, return_dict=False)[0]
-        model.to("tpu")
-        on_tpu = {k: v.to("tpu") for k, v in inputs.items()}
-        model(**on_tpu, return_dict=False)  # (the first call builds every program)
-        got, programs = programs_run(lambda: model(**on_tpu, return_dict=False)[0])
-        model.to("cpu")
-    torch.testing.assert_close(got.cpu(), want, atol=5e-5, rtol=5e-5)
-    if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
-        # every program of the call but the attentions' own, counted by running the same call with the
-        # processor left to diffusers: two processors' work (8 + 18 programs) become two programs
-        assert programs <= _programs_without_the_op(model, inputs) - 24
-
-
-def _programs_without_the_op(model, inputs):
-    original = transformer_flux.FluxAttnProcessor.__call__
-    transformer_flux.FluxAttnProcessor.__call__ = original.__torch_tpu_original__
-    try:
-        model.to("tpu")
-        on_tpu = {k: v.to("tpu") for k, v in inputs.items()}
-        with torch.no_grad():
-            model(**on_tpu, return_dict=False)
-            return programs_run(lambda: model(**on_tpu, return_dict=False)[0])[1]
-    finally:
-        transformer_flux.FluxAttnProcessor.__call__ = original
-        model.to("cpu")
