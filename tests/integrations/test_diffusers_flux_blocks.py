@@ -350,3 +350,42 @@ def test_a_flux_transformer_gives_diffusers_values_with_a_program_per_block(eage
     torch.testing.assert_close(got.cpu(), want, atol=5e-5, rtol=5e-5)  # (diffusers' forwards: the same values)
     if eager_mode is torch_tpu.EagerMode.DEFER_NEVER:
         assert all(c > 1 for c in counts), counts
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_for_a_tpu_the_blocks_take_the_rotary_and_attention_kernels(kind):
+    """Lowered for a TPU at a real head width (bf16, 2 heads of 128, 1024 image and 512 text tokens), each block's
+    program holds the q/k norm-rotary kernels and the flash-attention kernel: every value between the block's
+    parts keeps bf16 (a float32 one, as a composed lowering returns without an executor to round it, made the
+    attention fall back to XLA and every later matmul a float32 one: 3.5x slower on the chip)."""
+    import re
+
+    from torch_tpu.ops import flux_blocks
+    from torch_tpu.runtime import platform
+
+    jax = platform.jax()
+    bf16 = jax.numpy.bfloat16
+    dim, head_dim, image, text = 256, 128, 1024, 512
+
+    def spec(*shape, dtype=bf16):
+        return jax.ShapeDtypeStruct(shape, dtype)
+
+    if kind == "double":
+        weights = [spec(6 * dim, dim)] * 2 + [spec(dim, dim)] * 8 + [spec(4 * dim, dim), spec(dim, 4 * dim)] * 2
+        norms, eps, layer_norm_eps, fn = [spec(head_dim)] * 4, [1e-6] * 4, [1e-6] * 4, flux_blocks.flux_block
+    else:
+        weights = [spec(3 * dim, dim), spec(4 * dim, dim)] + [spec(dim, dim)] * 3 + [spec(dim, 5 * dim)]
+        norms, eps, layer_norm_eps, fn = [spec(head_dim)] * 2, [1e-6] * 2, [1e-6], flux_blocks.flux_single_block
+    biases = [spec(w.shape[0]) for w in weights]
+    table = spec(image + text, head_dim, dtype=jax.numpy.float32)
+
+    def block(x, context, temb, weights, biases, norms, cos, sin):
+        return fn(x, context, temb, weights, biases, norms, eps, layer_norm_eps, cos, sin, head_dim)
+
+    with platform.Targeting("tpu"), platform.X64():
+        exported = jax.export.export(jax.jit(block), platforms=("tpu",))(
+            spec(1, image, dim), spec(1, text, dim), spec(1, dim), weights, biases, norms, table, table)
+    kernels = re.findall(r'kernel_name = "(\w+)"', exported.mlir_module())
+    assert sorted(kernels) == ["flash_attention_sequence_major", "norm_rope_sequence_major",
+                               "norm_rope_sequence_major"], kernels
+    assert all(str(out.dtype) == "bfloat16" for out in exported.out_avals)

@@ -93,7 +93,10 @@ def ada_layer_norm(x, emb, weight, bias, chunks, scale_chunk, shift_chunk, eps, 
     from .elementwise import add, mul
     from .nn import linear, native_layer_norm
 
-    projected = linear(silu(emb), weight, bias, precision)
+    # linear's lowering returns half inputs' float32 sum (its executor rounds it): rounded here as the op-by-op
+    # path rounds it, so the modulation computes in x's dtype (float32 there made a composing op's matmuls
+    # float32 at "highest" precision and kept the attention off its bf16 kernel)
+    projected = linear(silu(emb), weight, bias, precision).astype(x.dtype)
     dim = x.shape[-1]
     scale = projected[:, scale_chunk * dim:(scale_chunk + 1) * dim][:, None]
     shift = projected[:, shift_chunk * dim:(shift_chunk + 1) * dim][:, None]

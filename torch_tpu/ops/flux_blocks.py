@@ -180,6 +180,13 @@ def _linear(h, w, b, precision):
     return linear(h, w, b, precision).astype(h.dtype)
 
 
+def _ada(x, temb, weight, bias, chunks, eps, precision):
+    """``ada_layer_norm``'s (out, projected) in x's dtype, as its executor would return them (a composed lowering
+    has no executor between its parts: a float32 value would make every later matmul float32)."""
+    out, projected = adaptive_norm.ada_layer_norm(x, temb, weight, bias, chunks, 1, 0, eps, precision)
+    return out.astype(x.dtype), projected.astype(x.dtype)
+
+
 def _feed_forward(h, w1, b1, w2, b2, precision):
     from .activations import gelu
 
@@ -199,9 +206,8 @@ def flux_block(x, context, temb, weights, biases, norm_weights, eps, layer_norm_
     from .nn import native_layer_norm
 
     dim = x.shape[-1]
-    x_n, px = adaptive_norm.ada_layer_norm(x, temb, weights[0], biases[0], 6, 1, 0, layer_norm_eps[0], precision)
-    c_n, pc = adaptive_norm.ada_layer_norm(context, temb, weights[1], biases[1], 6, 1, 0, layer_norm_eps[1],
-                                           precision)
+    x_n, px = _ada(x, temb, weights[0], biases[0], 6, layer_norm_eps[0], precision)
+    c_n, pc = _ada(context, temb, weights[1], biases[1], 6, layer_norm_eps[1], precision)
     a, c_a = flux_attention.flux_joint_attention(x_n, c_n, weights[2:10], biases[2:10], norm_weights, eps, cos, sin,
                                                  head_dim, precision)
     streams = []
@@ -223,7 +229,7 @@ def flux_single_block(x, context, temb, weights, biases, norm_weights, eps, laye
     from .shape import cat
 
     h = cat([context, x], 1)
-    h_n, p = adaptive_norm.ada_layer_norm(h, temb, weights[0], biases[0], 3, 1, 0, layer_norm_eps[0], precision)
+    h_n, p = _ada(h, temb, weights[0], biases[0], 3, layer_norm_eps[0], precision)
     mlp = gelu(_linear(h_n, weights[1], biases[1], precision), "tanh")
     a = flux_attention.flux_attention(h_n, weights[2:5], biases[2:5], norm_weights, eps, cos, sin, head_dim,
                                       precision)
