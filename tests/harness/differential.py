@@ -682,6 +682,22 @@ def programs_run(fn):
     return out, torch_tpu.stats()["executions"] - before
 
 
+def module_calls_seen(fn) -> list:
+    """The class names of the modules whose calls a global forward hook sees while ``fn()`` runs (under no_grad):
+    code that stands one op for several modules' calls must make every call when such a hook is registered."""
+    import torch
+
+    names = []
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda mod, args, out: names.append(type(mod).__name__))
+    try:
+        with torch.no_grad():
+            fn()
+    finally:
+        handle.remove()
+    return names
+
+
 _PRELUDE = """
 import os, sys
 import torch

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_tpu
-from tests.harness.differential import programs_run, run_isolated
+from tests.harness.differential import module_calls_seen, programs_run, run_isolated
 
 from diffusers.models.transformers import transformer_flux  # noqa: E402  (after torch_tpu: the hook patches it)
 
@@ -227,17 +227,7 @@ def test_the_served_call_skips_no_watched_module_and_counts_as_one():
 def test_a_global_module_hook_sees_every_submodule_call(eager_mode):
     module = _module(True)
     x, c, tables = _inputs(True, torch.float32)
-    seen = {}
-    for device in ("cpu", "tpu"):
-        names = []
-        handle = torch.nn.modules.module.register_module_forward_hook(
-            lambda mod, args, out: names.append(type(mod).__name__))
-        try:
-            with torch.no_grad():
-                _call(module, x, c, tables, device)
-        finally:
-            handle.remove()
-        seen[device] = names
+    seen = {device: module_calls_seen(lambda: _call(module, x, c, tables, device)) for device in ("cpu", "tpu")}
     assert seen["tpu"] == seen["cpu"] and seen["tpu"].count("Linear") == 8 and "RMSNorm" in seen["tpu"]
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_tpu
-from tests.harness.differential import programs_run
+from tests.harness.differential import module_calls_seen, programs_run
 
 from diffusers.models.attention import FeedForward  # noqa: E402
 from diffusers.models.transformers import transformer_flux  # noqa: E402  (after torch_tpu: the hook patches it)
@@ -201,17 +201,7 @@ def test_calls_it_does_not_serve_are_diffusers_own(case):
 def test_a_global_module_hook_sees_every_submodule_call(eager_mode):
     block = _block("double")
     inputs = _inputs(torch.float32)
-    seen = {}
-    for device in ("cpu", "tpu"):
-        names = []
-        handle = torch.nn.modules.module.register_module_forward_hook(
-            lambda mod, args, out: names.append(type(mod).__name__))
-        try:
-            with torch.no_grad():
-                _call(block, inputs, device)
-        finally:
-            handle.remove()
-        seen[device] = names
+    seen = {device: module_calls_seen(lambda: _call(block, inputs, device)) for device in ("cpu", "tpu")}
     assert seen["tpu"] == seen["cpu"] and "FeedForward" in seen["tpu"] and "FluxAttention" in seen["tpu"]
 
 

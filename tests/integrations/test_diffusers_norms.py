@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_tpu
-from tests.harness.differential import programs_run, run_isolated
+from tests.harness.differential import module_calls_seen, programs_run, run_isolated
 
 from diffusers.models import normalization  # noqa: E402  (after torch_tpu: the import hook patches it)
 
@@ -278,17 +278,7 @@ def test_a_global_module_hook_sees_every_submodule_call(eager_mode):
     """A user's global forward hook expects each module call: with one registered, diffusers' forward runs."""
     module, call = _module("single")
     x, e = _inputs(torch.float32)
-    seen = {}
-    for device in ("cpu", "tpu"):
-        names = []
-        handle = torch.nn.modules.module.register_module_forward_hook(
-            lambda mod, args, out: names.append(type(mod).__name__))
-        try:
-            with torch.no_grad():
-                _run(module, call, x, e, device)
-        finally:
-            handle.remove()
-        seen[device] = names
+    seen = {device: module_calls_seen(lambda: _run(module, call, x, e, device)) for device in ("cpu", "tpu")}
     assert seen["tpu"] == seen["cpu"] and "Linear" in seen["tpu"]
 
 

@@ -34,7 +34,6 @@ is patched now if diffusers imported the module already, else right after diffus
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 
 import torch
@@ -297,19 +296,7 @@ _SERVED = {
 
 
 def _patch(module) -> None:
-    def patch_one(name):
-        method, parameters, make = _SERVED[name]
-        cls = getattr(module, name, None)
-        original = getattr(cls, method, None)
-        if original is None or hasattr(original, "__torch_tpu_original__"):
-            return
-        if tuple(inspect.signature(original).parameters) != parameters:
-            return
-        serving = make(original)
-        serving.__torch_tpu_original__ = original
-        setattr(cls, method, serving)
-
-    diffusers_hook.patch_each(_SERVED, patch_one)
+    diffusers_hook.patch_methods(module, _SERVED)
 
 
 def install() -> None:
@@ -324,7 +311,4 @@ def install() -> None:
 
 def installed() -> bool:
     """Whether diffusers' FLUX processor and blocks have the serving methods now."""
-    module = sys.modules.get(TARGET)
-    return module is not None and all(
-        hasattr(getattr(getattr(module, name, None), method, None), "__torch_tpu_original__")
-        for name, (method, _, _) in _SERVED.items())
+    return diffusers_hook.methods_patched(TARGET, _SERVED)

@@ -22,8 +22,6 @@ diffusers whose forwards take other parameters is left alone.
 from __future__ import annotations
 
 import functools
-import inspect
-import sys
 
 import torch
 
@@ -110,28 +108,16 @@ def _continuous(original):
     return forward
 
 
-# diffusers' class -> (its forward's parameters, the forward that serves what it can)
+# diffusers' class -> (the method patched, its parameters, the forward that serves what it can)
 _SERVED = {
-    "AdaLayerNormZero": (("self", "x", "timestep", "class_labels", "hidden_dtype", "emb"), _zero),
-    "AdaLayerNormZeroSingle": (("self", "x", "emb"), _zero_single),
-    "AdaLayerNormContinuous": (("self", "x", "conditioning_embedding"), _continuous),
+    "AdaLayerNormZero": ("forward", ("self", "x", "timestep", "class_labels", "hidden_dtype", "emb"), _zero),
+    "AdaLayerNormZeroSingle": ("forward", ("self", "x", "emb"), _zero_single),
+    "AdaLayerNormContinuous": ("forward", ("self", "x", "conditioning_embedding"), _continuous),
 }
 
 
 def _patch(module) -> None:
-    def patch_one(name):
-        parameters, make = _SERVED[name]
-        cls = getattr(module, name, None)
-        original = getattr(cls, "forward", None)
-        if original is None or hasattr(original, "__torch_tpu_original__"):
-            return
-        if tuple(inspect.signature(original).parameters) != parameters:
-            return
-        forward = make(original)
-        forward.__torch_tpu_original__ = original
-        cls.forward = forward
-
-    diffusers_hook.patch_each(_SERVED, patch_one)
+    diffusers_hook.patch_methods(module, _SERVED)
 
 
 def install() -> None:
@@ -145,6 +131,4 @@ def install() -> None:
 
 def installed() -> bool:
     """Whether diffusers' adaptive layer norms have the serving forwards now."""
-    module = sys.modules.get(TARGET)
-    return module is not None and all(
-        hasattr(getattr(getattr(module, name, None), "forward", None), "__torch_tpu_original__") for name in _SERVED)
+    return diffusers_hook.methods_patched(TARGET, _SERVED)
