@@ -158,6 +158,8 @@ def _not_served(case):
         tables = tuple(t[:-1] for t in tables)
     elif case == "tables_as_one_tensor":  # a complex-style single table: diffusers' own path
         tables = tables[0]
+    elif case == "tables_without_sin":  # diffusers' apply_rotary_emb fails on it
+        tables = (tables[0], None)
     elif case == "norm_without_eps":
         module.norm_q.eps = None
     elif case == "wide_x":  # x wider than the projections: diffusers' linear raises
@@ -167,7 +169,7 @@ def _not_served(case):
 
 NOT_SERVED = ["mask", "mask_single", "fused_projections", "hook_on_to_q", "instance_forward_on_norm",
               "adapter_linear", "math_backend", "context_other_dtype", "tables_wrong_length",
-              "tables_as_one_tensor", "norm_without_eps", "wide_x"]
+              "tables_as_one_tensor", "tables_without_sin", "norm_without_eps", "wide_x"]
 
 
 @pytest.mark.parametrize("case", NOT_SERVED)

@@ -117,6 +117,8 @@ def arguments(processor, attn, x, context, attention_mask, image_rotary_emb, len
         if not isinstance(image_rotary_emb, (tuple, list)) or len(image_rotary_emb) != 2:
             return None
         cos, sin = image_rotary_emb
+        if cos is None or sin is None:
+            return None
     if length is None:
         length = x.shape[1] + (context.shape[1] if joint and context.dim() == 3 else 0)
     if x.dim() != 3 or x.dtype not in REAL_FLOATS or (joint and (context.dim() != 3 or context.shape[0] != x.shape[0])):
