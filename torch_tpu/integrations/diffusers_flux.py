@@ -41,7 +41,7 @@ import torch
 from ..eager.attention import needs_backward
 from ..runtime.dtypes import REAL_FLOATS
 from ..tensor.tensor import TpuTensor
-from . import diffusers_hook
+from . import diffusers_hook, diffusers_norms
 from .skipped_calls import hooked
 
 TARGET = "diffusers.models.transformers.transformer_flux"
@@ -207,8 +207,6 @@ def _plain_parameters(x, linears, others=()) -> list | None:
 
 def _double_block(block, x, context, temb, image_rotary_emb, joint_attention_kwargs):
     """``tpu::flux_block``'s (context, x) for a call of a ``FluxTransformerBlock`` it serves exactly, else None."""
-    from . import diffusers_norms
-
     if not _block_inputs_served(block, x, context, temb, joint_attention_kwargs):
         return None
     dim = x.shape[-1]
@@ -233,8 +231,6 @@ def _double_block(block, x, context, temb, image_rotary_emb, joint_attention_kwa
 def _single_block(block, x, context, temb, image_rotary_emb, joint_attention_kwargs):
     """``tpu::flux_single_block``'s output (context tokens, then x's) for a call of a ``FluxSingleTransformerBlock``
     it serves exactly, else None."""
-    from . import diffusers_norms
-
     if not _block_inputs_served(block, x, context, temb, joint_attention_kwargs):
         return None
     dim = x.shape[-1]
