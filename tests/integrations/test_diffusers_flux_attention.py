@@ -160,6 +160,10 @@ def _not_served(case):
         tables = tables[0]
     elif case == "tables_without_sin":  # diffusers' apply_rotary_emb fails on it
         tables = (tables[0], None)
+    elif case == "empty_context":  # no text tokens: diffusers' ops on empty tensors
+        c, tables = c[:, :0], tuple(t[CONTEXT:] for t in tables)
+    elif case == "batch_zero":
+        x, c = x[:0], c[:0]
     elif case == "norm_without_eps":
         module.norm_q.eps = None
     elif case == "wide_x":  # x wider than the projections: diffusers' linear raises
@@ -169,7 +173,7 @@ def _not_served(case):
 
 NOT_SERVED = ["mask", "mask_single", "fused_projections", "hook_on_to_q", "instance_forward_on_norm",
               "adapter_linear", "math_backend", "context_other_dtype", "tables_wrong_length",
-              "tables_as_one_tensor", "tables_without_sin", "norm_without_eps", "wide_x"]
+              "tables_as_one_tensor", "tables_without_sin", "norm_without_eps", "wide_x", "empty_context", "batch_zero"]
 
 
 @pytest.mark.parametrize("case", NOT_SERVED)
@@ -282,6 +286,8 @@ def _op_args(device, **bad):
     (dict(sin=None), "cos and sin are given together"),
     (dict(context=torch.zeros(2, CONTEXT, DIM, dtype=torch.float64)), "context of torch.float64 and x of torch.float32"),
     (dict(x=torch.zeros(2, LENGTH, DIM, dtype=torch.int32)), "must be floating tensors of one dtype"),
+    (dict(context=torch.zeros(2, 0, DIM), cos=torch.zeros(LENGTH, HEAD_DIM), sin=torch.zeros(LENGTH, HEAD_DIM)),
+     "need a batch row, a token and a feature"),
 ])
 @pytest.mark.parametrize("device", ["cpu", "tpu"])
 def test_the_op_names_what_was_wrong(bad, message, device):

@@ -172,13 +172,20 @@ def _not_served(case):
         inputs[1] = torch.randn(2, CONTEXT, DIM + 4)
     elif case == "tables_wrong_length":
         inputs[3] = tuple(t[:-1] for t in inputs[3])
+    elif case in ("empty_context", "single_empty_context"):  # no text tokens: diffusers' ops on empty tensors
+        inputs[1], inputs[3] = inputs[1][:, :0], tuple(t[CONTEXT:] for t in inputs[3])
+    elif case == "batch_zero":
+        inputs[:3] = [t[:0] for t in inputs[:3]]
+    elif case in ("temb_batch_one", "single_temb_batch_one"):  # one conditioning row broadcast over the batch
+        inputs[2] = inputs[2][:1]
     return block, inputs, kwargs
 
 
 NOT_SERVED = ["hook_on_ff_linear", "single_hook_on_proj_mlp", "instance_forward_on_norm2", "erf_feed_forward",
               "geglu_feed_forward", "affine_norm2", "other_processor", "single_other_processor",
               "joint_attention_kwargs", "single_erf_gelu", "temb_float64", "single_context_wider",
-              "tables_wrong_length"]
+              "tables_wrong_length", "empty_context", "single_empty_context", "batch_zero", "temb_batch_one",
+              "single_temb_batch_one"]
 
 
 @pytest.mark.parametrize("case", NOT_SERVED)
@@ -212,6 +219,7 @@ def test_a_global_module_hook_sees_every_submodule_call(eager_mode):
     (dict(drop=11), "ff.out's weight must be \\(64, 256\\)"),
     (dict(temb=torch.zeros(2, DIM, dtype=torch.float64)), "temb of torch.float64"),
     (dict(weights_len=13), "takes 14 weights and biases"),
+    (dict(context=torch.zeros(2, 0, DIM)), "need a batch row, a token and a feature"),
 ])
 @pytest.mark.parametrize("device", ["cpu", "tpu"])
 def test_the_op_names_what_was_wrong(bad, message, device):

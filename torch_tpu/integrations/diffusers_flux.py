@@ -123,6 +123,8 @@ def arguments(processor, attn, x, context, attention_mask, image_rotary_emb, len
         length = x.shape[1] + (context.shape[1] if joint and context.dim() == 3 else 0)
     if x.dim() != 3 or x.dtype not in REAL_FLOATS or (joint and (context.dim() != 3 or context.shape[0] != x.shape[0])):
         return None
+    if x.numel() == 0 or (joint and context.numel() == 0):  # empty batches or sequences: diffusers' ops
+        return None
     params = [t for t in (*weights, *biases, *norm_weights) if t is not None]
     tables = [t for t in (cos, sin) if t is not None]
     if any(type(t) is not TpuTensor for t in (*params, *tables)):
@@ -189,6 +191,8 @@ def _block_inputs_served(block, x, context, temb, joint_attention_kwargs) -> boo
     if type(x) is not TpuTensor or type(context) is not TpuTensor or type(temb) is not TpuTensor:
         return False
     if x.dim() != 3 or context.dim() != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != x.shape[-1]:
+        return False
+    if x.numel() == 0 or context.numel() == 0:  # empty batches or sequences: diffusers' ops
         return False
     module = sys.modules.get(TARGET)
     attn = getattr(block, "attn", None)

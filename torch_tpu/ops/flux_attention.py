@@ -78,6 +78,9 @@ def check(x, context, weights, biases, norm_weights, eps, cos, sin, head_dim) ->
     if x.dim() != 3 or (joint and (context.dim() != 3 or context.shape[0] != x.shape[0])):
         raise RuntimeError(f"{name}: x and the context must be (batch, length, features) of one batch, got x "
                            f"{_shape(x)}" + (f" and context {_shape(context)}" if joint else ""))
+    if x.numel() == 0 or (joint and context.numel() == 0):
+        raise RuntimeError(f"{name}: x and the context need a batch row, a token and a feature, got x {_shape(x)}"
+                           + (f" and context {_shape(context)}" if joint else "") + " (diffusers' own ops take empty ones)")
     if head_dim <= 0:
         raise RuntimeError(f"{name}: head_dim must be positive, got {head_dim}")
     inner = weights[0].shape[0]

@@ -72,6 +72,9 @@ def check(single, x, context, temb, weights, biases, norm_weights, eps, layer_no
     if x.dim() != 3 or context.dim() != 3 or temb.dim() != 2 or len({x.shape[0], context.shape[0], temb.shape[0]}) != 1:
         raise RuntimeError(f"{name}: x and context must be (batch, length, features) and temb (batch, features) of "
                            f"one batch, got {tuple(x.shape)}, {tuple(context.shape)} and {tuple(temb.shape)}")
+    if x.numel() == 0 or context.numel() == 0:
+        raise RuntimeError(f"{name}: x and context need a batch row, a token and a feature, got {tuple(x.shape)} and "
+                           f"{tuple(context.shape)} (diffusers' own ops take empty ones)")
     dim = x.shape[-1]
     if context.shape[-1] != dim:
         raise RuntimeError(f"{name}: context's features {context.shape[-1]} must be x's {dim}")
