@@ -387,3 +387,24 @@ def test_for_a_tpu_the_blocks_take_the_rotary_and_attention_kernels(kind):
     assert sorted(kernels) == ["flash_attention_sequence_major", "norm_rope_sequence_major",
                                "norm_rope_sequence_major"], kernels
     assert all(str(out.dtype) == "bfloat16" for out in exported.out_avals)
+
+
+def test_parameters_changed_in_place_between_calls(eager_mode):
+    """A weight multiplied and a norm weight shifted in place between two calls (an optimizer step, a LoRA merge):
+    the second call reads them, as diffusers' forward does on CPU."""
+    block = _block("double")
+    inputs = _inputs(torch.float32)
+    results = {}
+    for device in ("cpu", "tpu"):
+        b = block.to(device)
+        with torch.no_grad():
+            first = _call(b, inputs, device)
+            b.ff.net[2].weight.mul_(2)
+            b.attn.norm_k.weight.add_(0.5)
+            second = _call(b, inputs, device)
+            b.ff.net[2].weight.div_(2)
+            b.attn.norm_k.weight.sub_(0.5)
+        results[device] = [o.cpu() for o in (*first, *second)]
+    for g, w in zip(results["tpu"], results["cpu"]):
+        torch.testing.assert_close(g, w, **TOL[torch.float32])
+    assert not torch.allclose(results["cpu"][1], results["cpu"][3])  # (the change reaches x's stream)
