@@ -408,3 +408,17 @@ def test_parameters_changed_in_place_between_calls(eager_mode):
     for g, w in zip(results["tpu"], results["cpu"]):
         torch.testing.assert_close(g, w, **TOL[torch.float32])
     assert not torch.allclose(results["cpu"][1], results["cpu"][3])  # (the change reaches x's stream)
+
+
+def test_layer_norm_eps_is_part_of_the_programs_key(eager_mode):
+    """Blocks that differ only in their layer norms' eps, at the same shapes, one after another in one process:
+    each computes its own values, none reuses another's program."""
+    inputs = _inputs(torch.float32, rotary=False)
+    for eps in (1e-6, 0.5, 1e-6):
+        block = _block("double")
+        for norm in (block.norm2, block.norm2_context, block.norm1.norm, block.norm1_context.norm):
+            norm.eps = eps
+        with torch.no_grad():
+            want = _call(block, inputs, "cpu")
+            got = _call(block, inputs, "tpu")
+        _compare(got, want, torch.float32)

@@ -39,8 +39,8 @@ import sys
 import torch
 
 from ..eager.attention import needs_backward
-from ..runtime.dtypes import REAL_FLOATS
 from ..tensor.tensor import TpuTensor
+from ..ops import flux_attention
 from . import diffusers_hook, diffusers_norms
 from .skipped_calls import hooked
 
@@ -95,7 +95,8 @@ def arguments(processor, attn, x, context, attention_mask, image_rotary_emb, len
     """The arguments after the inputs of ``tpu::flux_attention`` (``tpu::flux_joint_attention`` with a context)
     for a call of ``processor`` on ``attn`` they serve exactly: (weights, biases, norm_weights, eps, cos, sin,
     head_dim), else None. ``x`` and ``context`` stand for the call's (a block checks its own: the call's are its
-    normalised copies, of the same shape, dtype and device)."""
+    normalised copies, of the same shape, dtype and device); ``length``, the tokens the rotary tables cover where
+    they are not x's with the context's (a single block's attention runs over both streams, joined)."""
     if attention_mask is not None or torch.compiler.is_compiling() or type(x) is not TpuTensor:
         return None
     joint = context is not None
@@ -119,25 +120,13 @@ def arguments(processor, attn, x, context, attention_mask, image_rotary_emb, len
         cos, sin = image_rotary_emb
         if cos is None or sin is None:
             return None
-    if length is None:
-        length = x.shape[1] + (context.shape[1] if joint and context.dim() == 3 else 0)
-    if x.dim() != 3 or x.dtype not in REAL_FLOATS or (joint and (context.dim() != 3 or context.shape[0] != x.shape[0])):
-        return None
-    if x.numel() == 0 or (joint and context.numel() == 0):  # empty batches or sequences: diffusers' ops
-        return None
     params = [t for t in (*weights, *biases, *norm_weights) if t is not None]
     tables = [t for t in (cos, sin) if t is not None]
     if any(type(t) is not TpuTensor for t in (*params, *tables)):
         return None
-    if any(t.dtype != x.dtype or t.device != x.device for t in ([context] if joint else []) + params):
-        return None
-    if any(t.dtype not in REAL_FLOATS or tuple(t.shape) != (length, head_dim) or t.device != x.device
-           for t in tables) or (tables and head_dim % 2):
-        return None
-    inner = weights[0].shape[0]
-    sources = [x.shape[-1]] * 3 + ([context.shape[-1]] * 3 + [inner, inner] if joint else [])
-    if inner % head_dim or any(w.shape[1] != f for w, f in zip(weights, sources)) \
-            or any(w.shape[0] != inner for w in weights[1:6]):
+    try:  # shapes, dtypes and devices the op takes (its own check), empty tensors refused
+        flux_attention.check(x, context, weights, biases, norm_weights, eps, cos, sin, head_dim, length)
+    except RuntimeError:
         return None
     if needs_backward(x, context, *params, *tables):
         return None
@@ -233,8 +222,8 @@ def _double_block(block, x, context, temb, image_rotary_emb, joint_attention_kwa
 
 
 def _single_block(block, x, context, temb, image_rotary_emb, joint_attention_kwargs):
-    """``tpu::flux_single_block``'s output (context tokens, then x's) for a call of a ``FluxSingleTransformerBlock``
-    it serves exactly, else None."""
+    """(context, x) of a ``FluxSingleTransformerBlock`` call ``tpu::flux_single_block`` serves exactly, as the block
+    returns them (two views of the op's one result, context tokens first), else None."""
     if not _block_inputs_served(block, x, context, temb, joint_attention_kwargs):
         return None
     dim = x.shape[-1]
@@ -253,38 +242,30 @@ def _single_block(block, x, context, temb, image_rotary_emb, joint_attention_kwa
     if plain is None:
         return None
     weights, biases, norm_weights, eps, cos, sin, head_dim = attention
-    return torch.ops.tpu.flux_single_block.default(
+    out = torch.ops.tpu.flux_single_block.default(
         x, context, temb, [norm[0], plain[0][0], *weights, plain[0][1]], [norm[1], plain[1][0], *biases, plain[1][1]],
         norm_weights, eps, [norm[2]], cos, sin, head_dim)
+    text = context.shape[1]  # the block's own split
+    return out[:, :text], out[:, text:]
 
 
-def _serving_double_forward(original):
-    @functools.wraps(original)
-    def forward(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb=None,
-                joint_attention_kwargs=None):
-        served = _double_block(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb,
-                               joint_attention_kwargs)
-        if served is None:
-            return original(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb,
-                            joint_attention_kwargs)
-        return served
+def _serving_block_forward(serve):
+    """A block forward that returns ``serve(...)`` where it serves the call, else diffusers' own forward's."""
 
-    return forward
+    def make(original):
+        @functools.wraps(original)
+        def forward(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb=None,
+                    joint_attention_kwargs=None):
+            served = serve(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb,
+                           joint_attention_kwargs)
+            if served is None:
+                return original(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb,
+                                joint_attention_kwargs)
+            return served
 
+        return forward
 
-def _serving_single_forward(original):
-    @functools.wraps(original)
-    def forward(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb=None,
-                joint_attention_kwargs=None):
-        served = _single_block(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb,
-                               joint_attention_kwargs)
-        if served is None:
-            return original(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb,
-                            joint_attention_kwargs)
-        text = encoder_hidden_states.shape[1]  # the block's own split: two views of one tensor
-        return served[:, :text], served[:, text:]
-
-    return forward
+    return make
 
 
 _BLOCK_PARAMETERS = ("self", "hidden_states", "encoder_hidden_states", "temb", "image_rotary_emb",
@@ -292,8 +273,8 @@ _BLOCK_PARAMETERS = ("self", "hidden_states", "encoder_hidden_states", "temb", "
 # diffusers' class -> (the method patched, its parameters, the method that serves what it can)
 _SERVED = {
     "FluxAttnProcessor": ("__call__", _PARAMETERS, _serving_call),
-    "FluxTransformerBlock": ("forward", _BLOCK_PARAMETERS, _serving_double_forward),
-    "FluxSingleTransformerBlock": ("forward", _BLOCK_PARAMETERS, _serving_single_forward),
+    "FluxTransformerBlock": ("forward", _BLOCK_PARAMETERS, _serving_block_forward(_double_block)),
+    "FluxSingleTransformerBlock": ("forward", _BLOCK_PARAMETERS, _serving_block_forward(_single_block)),
 }
 
 

@@ -54,8 +54,10 @@ def _shape(t):
     return tuple(t.shape)
 
 
-def check(x, context, weights, biases, norm_weights, eps, cos, sin, head_dim) -> None:
-    """torch-style errors naming the op, the argument, the shapes and the dtypes (every kernel calls it first)."""
+def check(x, context, weights, biases, norm_weights, eps, cos, sin, head_dim, length=None) -> None:
+    """torch-style errors naming the op, the argument, the shapes and the dtypes (every kernel calls it first).
+    ``length``: the attention's sequence the rotary tables cover, when it is not x's tokens with the context's (a
+    single block's attention runs over both streams, joined after this check)."""
     joint = context is not None
     name = "tpu::flux_joint_attention" if joint else "tpu::flux_attention"
     names, norm_names = (JOINT_WEIGHTS, JOINT_NORMS) if joint else (STREAM_WEIGHTS, STREAM_NORMS)
@@ -104,7 +106,8 @@ def check(x, context, weights, biases, norm_weights, eps, cos, sin, head_dim) ->
     if (cos is None) != (sin is None):
         raise RuntimeError(f"{name}: cos and sin are given together or not at all")
     if cos is not None:
-        length = x.shape[1] + (context.shape[1] if joint else 0)
+        if length is None:
+            length = x.shape[1] + (context.shape[1] if joint else 0)
         for what, t in (("cos", cos), ("sin", sin)):
             if t.dtype not in REAL_FLOATS or _shape(t) != (length, head_dim) or t.device != x.device:
                 raise RuntimeError(f"{name}: {what} must be a floating ({length}, {head_dim}) table (the whole "
