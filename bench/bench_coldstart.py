@@ -95,18 +95,31 @@ def _timed_compiles() -> list:
         w0 = time.perf_counter()
         out = compile_(self, *a, **kw)
         wall = time.perf_counter() - w0
-        head = re.search(r"module @(\S+)", self.as_text()[:400])
-        found.append((head.group(1) if head else "?", wall, threading.current_thread().name))
+        text = self.as_text()
+        head = re.search(r"module @(\S+)", text[:400])
+        # the program's parameters and results: which call of an op a slow compile was
+        sig = re.search(r"func\.func public @main\((.*?)\) -> \(?(.*?)\)? \{", text)
+        sig = f"({sig.group(1)}) -> {sig.group(2)}" if sig else "?"
+        while "{" in sig:  # attributes (shardings, layouts), innermost first: they can nest
+            sig, n = re.subn(r"\s*\{[^{}]*\}", "", sig)
+            if not n:
+                break
+        sig = sig[:300]
+        found.append((head.group(1) if head else "?", wall, threading.current_thread().name, sig, w0))
         return out
 
     stages.Lowered.compile = timed
     return found
 
 
-def _compiles_summary(compiles: list, top: int = 12) -> dict:
+def _compiles_summary(compiles: list, since: float, top: int = 16) -> dict:
+    """``every``: [program, wall seconds, signature, start in seconds from ``since``] in the order the
+    compiles finished: the timeline says whether the compile threads or the calling thread was the bottleneck."""
     slowest = sorted(compiles, key=lambda c: -c[1])[:top]
     return {"count": len(compiles), "wall_s": sum(c[1] for c in compiles),
-            "slowest": [{"program": n, "wall_s": round(w, 3), "thread": t} for n, w, t in slowest]}
+            "slowest": [{"program": n, "wall_s": round(w, 3), "thread": t, "signature": g}
+                        for n, w, t, g, _ in slowest],
+            "every": [[n, round(w, 3), g, round(s - since, 3)] for n, w, _, g, s in compiles]}
 
 
 def _child_pipeline(args) -> dict:
@@ -163,7 +176,7 @@ def _child_pipeline(args) -> dict:
         first["first_image_epoch"] = time.time()
         first["stages_s"] = {"import": t_imported - t_start, "load": t_loaded - t_imported, "move": t_moved - t_loaded}
         first["executable_loads"] = _loads_summary(loads)
-        first["xla_compiles"] = _compiles_summary(compiles)
+        first["xla_compiles"] = _compiles_summary(compiles, since=t_moved)
         steady = [call(reset=True) for _ in range(args.steady_calls)]
     from torch_tpu.runtime import compile_pool
 
