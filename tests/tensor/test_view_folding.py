@@ -42,6 +42,70 @@ def test_offsets_are_inputs_not_keys():
         torch.testing.assert_close(o, x[i] * 3)
 
 
+def _compiled_modules(monkeypatch) -> list:
+    """The StableHLO text of every program compiled from here on."""
+    from jax._src import stages
+
+    texts, compile_ = [], stages.Lowered.compile
+
+    def recording(self, *args, **kwargs):
+        texts.append(self.as_text())
+        return compile_(self, *args, **kwargs)
+
+    monkeypatch.setattr(stages.Lowered, "compile", recording)
+    return texts
+
+
+MOVING_OFFSET_READS = {
+    "row": lambda a, i: a[i] * 3,
+    "two scalars": lambda a, i: a[i, 1] - a[i + 1, 2],  # the scheduler's sigma_next - sigma
+    "column window": lambda a, i: a[:, i:i + 2] + 1,
+    "write through a row": lambda a, i: a[i].mul_(2),
+}
+
+
+@pytest.mark.parametrize("case", list(MOVING_OFFSET_READS))
+def test_offsets_are_unravelled_in_32_bits(case, eager_mode, fresh_programs, monkeypatch):
+    """A view at a moving storage offset is read (or written) at a traced int64 offset. XLA:TPU emulates
+    64-bit integer division and remainder: with them a view read compiled for 2.5-7.5 s on the chip instead of
+    0.1-0.7 s (the demo's first image waited on it). Below 2**31 elements the offset's arithmetic is 32-bit:
+    no program holds a 64-bit divide or remainder, and the values are CPU torch's at every offset."""
+    import re
+
+    texts = _compiled_modules(monkeypatch)
+    x = torch.randn(10, 6)
+    t, ref = x.to("tpu"), x.clone()
+    for i in range(1, 7):
+        got = MOVING_OFFSET_READS[case](t, i)
+        want = MOVING_OFFSET_READS[case](ref, i)
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    torch.testing.assert_close(t.cpu(), ref, rtol=0, atol=0)
+    assert texts, "nothing was compiled: the test did not see the programs it is about"
+    wide = [m.group(0) for text in texts
+            for m in re.finditer(r"stablehlo\.(divide|remainder) [^\n]*tensor<i64>", text)]
+    assert not wide, wide[:3]
+
+
+@pytest.mark.parametrize("refined,strides", [((6, 4, 8), (32, 8, 1)), ((2 ** 20, 2 ** 12), (2 ** 12, 1))])
+def test_box_starts_at_a_traced_offset_match_host_arithmetic(refined, strides):
+    """The box's starts computed on a traced offset (32-bit below 2**31 elements, 64-bit above: the second
+    geometry is a 2**32-element storage) equal the host's floor arithmetic at every offset tried."""
+    import numpy as np
+
+    from torch_tpu.runtime import platform
+    from torch_tpu.tensor import strided
+
+    jax = platform.jax()
+    geometry = (refined, strides, ())
+    numel = int(np.prod(refined))
+    offsets = sorted({0, 1, strides[0] - 1, strides[0], numel // 2 + 3, numel - 1})
+    with platform.X64():
+        starts = jax.jit(lambda o: strided._box_starts(geometry, o))
+        for offset in offsets:
+            got = [int(v) for v in starts(np.int64(offset))]
+            assert got == strided._box_starts(geometry, offset), offset
+
+
 def test_reshapes_are_metadata_only():
     t = torch.randn(6, 8).to("tpu")
     _, n = programs_run(lambda: (t.view(2, 3, 8), t.reshape(48), torch.ops.aten._unsafe_view(t, [2, 3, 8]),
