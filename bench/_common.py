@@ -50,11 +50,15 @@ def environment() -> dict:
     return env
 
 
-def write(name: str, payload: dict, path: str | Path | None = None, quiet: bool = False) -> Path:
-    """``payload`` as ``bench/results/NAME.json`` (or ``path``), with the date and the environment."""
+def write(name: str, payload: dict, path: str | Path | None = None, quiet: bool = False,
+          env: dict | None = None) -> Path:
+    """``payload`` as ``bench/results/NAME.json`` (or ``path``), with the date and the environment (``env``:
+    one a child process reported; a benchmark whose children hold the device must not open it itself: on a
+    TPU host one process at a time can, and the next child would find the chip taken)."""
     path = Path(path) if path else RESULTS / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "environment": environment(), **payload}
+    payload = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
+               "environment": env if env is not None else environment(), **payload}
     path.write_text(json.dumps(payload, indent=2) + "\n")
     if not quiet:
         print(f"wrote {path}")

@@ -180,7 +180,11 @@ def _child_pipeline(args) -> dict:
         steady = [call(reset=True) for _ in range(args.steady_calls)]
     from torch_tpu.runtime import compile_pool
 
-    return {"platform": torch_tpu.platform(), "cpu_count": os.cpu_count(), "compile_threads": compile_pool.threads(),
+    sys.path.insert(0, HERE)
+    from _common import environment
+
+    return {"platform": torch_tpu.platform(), "environment": environment(), "cpu_count": os.cpu_count(),
+            "compile_threads": compile_pool.threads(),
             "first": first,
             "steady": min(steady, key=lambda r: r["wall_s"]), "steady_cpu_s": min(r["cpu_s"] for r in steady)}
 
@@ -220,7 +224,11 @@ def _child_depth(args) -> dict:
         w1 = time.perf_counter()
         model(**inputs, return_dict=False)[0].cpu()
         steady = time.perf_counter() - w1
-    return {"depth": args.depth, "compile_seconds": stats["compile_seconds"], "compiles": stats["compiles"],
+    sys.path.insert(0, HERE)
+    from _common import environment
+
+    return {"environment": environment(), "depth": args.depth, "compile_seconds": stats["compile_seconds"],
+            "compiles": stats["compiles"],
             "compile_cpu_seconds": sum(c for c, _ in compiles), "per_program_cpu_s": sorted(compiles),
             "first_wall_s": wall, "steady_wall_s": steady}
 
@@ -284,7 +292,7 @@ def _summary(cold: dict, warm: list) -> dict:
             "warm_compiled_nothing": all(w["first"]["compiles"] == 0 for w in warm)}
 
 
-def _pipeline_results(args, root: str, save) -> dict:
+def _pipeline_results(args, root: str, save, env: dict) -> dict:
     """Every mode's figures; ``save(results)`` after each mode (a run cut short keeps the modes it measured)."""
     results = {}
     extra = ["--pipeline", args.pipeline, "--size", args.size, "--resolution", str(args.resolution),
@@ -292,6 +300,7 @@ def _pipeline_results(args, root: str, save) -> dict:
     for mode in args.modes:
         cache = os.path.join(root, mode)
         cold = _run_child("pipeline", cache, extra + ["--mode", mode])
+        env.update(cold.pop("environment", {}))
         warm = [_run_child("pipeline", cache, extra + ["--mode", mode]) for _ in range(args.warm_runs)]
         if args.warm_no_prefetch:
             unfetched = _run_child("pipeline", cache, extra + ["--mode", mode, "--no-prefetch"])["first"]
@@ -347,11 +356,12 @@ def _print_table(results: dict) -> None:
               f"{s['steady_call_s']:.3f} s |")
 
 
-def _depth_results(args, root: str) -> dict:
+def _depth_results(args, root: str, env: dict) -> dict:
     runs = {}
     for depth in (1, 4):
         extra = ["--depth", str(depth), "--width", str(args.width), "--tokens", str(args.tokens)]
         runs[depth] = _run_child("depth", os.path.join(root, f"depth{depth}"), extra)
+        env.update(runs[depth].pop("environment", {}))
         print("depth", depth, runs[depth], flush=True)
     return {"width": args.width, "tokens": args.tokens, "runs": runs,
             "compile_seconds_depth4_over_depth1": runs[4]["compile_seconds"] / runs[1]["compile_seconds"],
@@ -403,15 +413,19 @@ def main() -> None:
                            "first_image_s": {"cold": 15, "warm": 5},
                            "fused_compile_after_step1_over_step1": 0.10,
                            "fused_compile_depth4_over_depth1": 1.3}}
+    # the environment as the first child saw it: this process never opens the device (a TPU opened here
+    # would be held for the whole run, and every later child would find the chip taken)
+    env = {}
+
     def save(modes: dict) -> None:
-        write("coldstart", {**payload, "modes": modes, "complete": False}, path=args.out, quiet=True)
+        write("coldstart", {**payload, "modes": modes, "complete": False}, path=args.out, quiet=True, env=env)
 
     with tempfile.TemporaryDirectory(prefix="torch_tpu-coldstart-") as root:
         if not args.depth_only:
-            payload["modes"] = _pipeline_results(args, root, save)
+            payload["modes"] = _pipeline_results(args, root, save, env)
         if not args.no_depth:
-            payload["depth"] = _depth_results(args, root)
-    write("coldstart", {**payload, "complete": True}, path=args.out)
+            payload["depth"] = _depth_results(args, root, env)
+    write("coldstart", {**payload, "complete": True}, path=args.out, env=env)
 
 
 if __name__ == "__main__":
