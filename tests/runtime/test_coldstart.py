@@ -696,9 +696,62 @@ def test_repeated_blocks_are_found():
     lins = torch.nn.Module()
     lins.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))  # leaves are not blocks
     assert module_graphs.repeated_blocks(lins) == []
-    mixed = torch.nn.Module()
-    mixed.layers = torch.nn.ModuleList([_Block(4), _Block(8), _Block(4)])  # only the two alike
-    assert module_graphs.repeated_blocks(mixed) == [mixed.layers[0], mixed.layers[2]]
+    mixed = torch.nn.Module()  # one class, other widths (a VAE's up blocks): every one is a block
+    mixed.layers = torch.nn.ModuleList([_Block(4), _Block(8), _Block(4)])
+    assert module_graphs.repeated_blocks(mixed) == list(mixed.layers)
+    lone = torch.nn.Module()  # a block alone of its class in the list is not
+    lone.layers = torch.nn.ModuleList([_Block(4), _SplittingBlock(4), _Block(4)])
+    assert module_graphs.repeated_blocks(lone) == [lone.layers[0], lone.layers[2]]
+
+
+class _WideningStack(torch.nn.Module):
+    """A decoder's stack: blocks of one class whose widths differ (each a graph of its own, the alike ones
+    sharing a program), glue between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.ups = torch.nn.ModuleList([_Block(8), _Block(8), _Widen(8, 16), _Widen(16, 4)])
+        self.out = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        for block in self.ups:
+            x = block(x, 0.5) if isinstance(block, _Block) else block(x)
+        return self.out(x)
+
+
+class _Widen(torch.nn.Module):
+    def __init__(self, a, b):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(a)
+        self.lin = torch.nn.Linear(a, b)
+
+    def forward(self, x):
+        return torch.nn.functional.silu(self.lin(self.norm(x)))
+
+
+def test_blocks_that_differ_are_graphs_of_their_own():
+    """The blocks of a stack whose shapes differ are graphs of their own, compiled side by side on a first
+    call (they were one graph with the model, a decoder's longest compile): one graph per block call and one
+    for the model's own ops, alike blocks sharing a program; values as on CPU, and a second call builds nothing."""
+    torch.manual_seed(0)
+    model = _WideningStack()
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        ref = model(x)
+    model.to("tpu")
+    torch_tpu.reset_caches()
+    with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
+        xt = x.to("tpu")
+        torch_tpu.reset_stats()
+        out = model(xt).cpu()
+        first = torch_tpu.stats()
+        again = model(xt).cpu()
+        second = torch_tpu.stats()
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(again, ref, atol=1e-5, rtol=1e-5)
+    assert first["flushes"] == first["executions"] == 5, first  # four blocks and the model's last Linear
+    assert first["cache_misses"] == 4, first  # programs: the two _Block(8) share one
+    assert second["cache_misses"] == first["cache_misses"], second  # the second call builds nothing
 
 
 class _PackedModel(torch.nn.Module):

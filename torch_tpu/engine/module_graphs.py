@@ -1,4 +1,4 @@
-"""Fused eager's graph boundaries at module calls: the outermost model call and each repeated block are
+"""Fused eager's graph boundaries at module calls: the outermost model call and each block of a stack are
 graphs of their own (module hooks installed while fused mode is on)."""
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from . import fused
 
 
 # -------------------------------------------------------------------------------------------------
-# Graph boundaries at module calls: the outermost call and repeated blocks are graphs of their own.
+# Graph boundaries at module calls: the outermost call and its blocks are graphs of their own.
 # -------------------------------------------------------------------------------------------------
 # A model call's graph starts when the call starts (the glue before it, latent preparation or a scheduler
 # step, is flushed first) and ends when it returns, so every denoising step is the same graph. Inside it,
-# each outermost repeated block (diffusers' ``_repeated_blocks`` classes, or the children of a ModuleList
-# of one class that have children of their own) is a graph of its own too: structurally identical blocks
-# have the same graph key and share one program, so compile time does not grow with depth.
+# each outermost block (diffusers' ``_repeated_blocks`` classes, or the children of a ModuleList of one
+# class that have children of their own) is a graph of its own too: structurally identical blocks have the
+# same graph key and share one program, so compile time does not grow with depth, and blocks that differ
+# compile side by side.
 _HOOKS = []   # [pre-hook id, hook id] while fused mode's global hooks are installed
 _HOOK_IDS = []  # the ids torch gave them at the first install (see install_module_hooks)
 
@@ -35,9 +36,12 @@ _BLOCKS: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def repeated_blocks(root) -> list:
-    """The repeated blocks of ``root``: modules of a class its ``_repeated_blocks`` names (diffusers),
-    and the children of a ModuleList that have children of their own and share their class and their
-    parameters' names, shapes and dtypes with another child (transformer layers, not a list of Linears)."""
+    """The blocks of ``root``: modules of a class its ``_repeated_blocks`` names (diffusers), and the
+    children of a ModuleList that have children of their own and share their class with another child
+    (transformer layers, a VAE's or a UNet's up and down blocks; not a list of Linears). Blocks alike in
+    their parameters' names, shapes and dtypes share one program; the others are graphs of their own too, so
+    that a first call compiles them side by side: a VAE decoder's last, largest up blocks (their channels
+    differ from the others') were one graph with the decoder, the longest compile of the demo's first image."""
     import torch
 
     names = set()
@@ -51,8 +55,7 @@ def repeated_blocks(root) -> list:
             groups: dict = {}
             for child in m:
                 if any(True for _ in child.children()):
-                    sig = (type(child), tuple((n, tuple(p.shape), p.dtype) for n, p in child.named_parameters()))
-                    groups.setdefault(sig, []).append(child)
+                    groups.setdefault(type(child), []).append(child)
             for members in groups.values():
                 if len(members) >= 2:
                     found.extend(members)
