@@ -128,10 +128,39 @@ def pytest_runtest_logreport(report):
                         text="" if report.passed else str(report.longrepr)[-4000:])
 
 
+_LOWERING = "TORCH_TPU_CHECK_LOWERING"
+_lowering_set_here = False
+
+
+def _check_lowering_for(item) -> None:
+    """A file marked ``check_lowering`` runs with TORCH_TPU_CHECK_LOWERING=tpu (every program it builds, in
+    this process and in its children, also lowered for a TPU) unless the variable is set already (=0 runs it
+    unchecked): CI's lowering lane, inside the main run, so each of those files runs once instead of twice
+    (unchecked, then checked). The in-memory program caches, whose keys do not hold the setting, are emptied
+    at each switch: a program built unchecked earlier in this worker (another file, collection) is built again,
+    checked, as in a process started with the variable set."""
+    global _lowering_set_here
+    wanted = item.get_closest_marker("check_lowering") is not None and (
+        _lowering_set_here or _LOWERING not in os.environ)
+    if wanted == _lowering_set_here:
+        return
+    if wanted:
+        os.environ[_LOWERING] = "tpu"
+    else:
+        os.environ.pop(_LOWERING, None)
+    _lowering_set_here = wanted
+    tpu = sys.modules.get("torch_tpu")
+    if tpu is not None:
+        tpu.reset_caches()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With TORCH_TPU_TEST_TIMES=FILE, append each test's wall seconds and the XLA compile seconds, compiles and
+    """Files marked ``check_lowering`` run with the TPU lowering check (``_check_lowering_for``).
+
+    With TORCH_TPU_TEST_TIMES=FILE, append each test's wall seconds and the XLA compile seconds, compiles and
     disk-cache loads of this process during it (children's are in TORCH_TPU_CASE_TIMES): where the time goes."""
+    _check_lowering_for(item)
     out = os.environ.get("TORCH_TPU_TEST_TIMES")
     if not out:
         yield

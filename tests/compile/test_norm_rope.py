@@ -16,6 +16,8 @@ from torch_tpu.compile import lowering, norm_rope
 from torch_tpu.ops import nn, position_embeddings, rotary_kernel, shape
 from torch_tpu.runtime import platform
 
+pytestmark = pytest.mark.check_lowering  # every program also lowered for a TPU (tests/conftest.py)
+
 
 @pytest.fixture
 def rewrites(monkeypatch):

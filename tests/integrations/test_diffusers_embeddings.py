@@ -16,6 +16,8 @@ import diffusers.models.transformers.transformer_flux as transformer_flux  # noq
 
 from torch_tpu.integrations import diffusers_embeddings, diffusers_hook
 
+pytestmark = pytest.mark.check_lowering  # every program also lowered for a TPU (tests/conftest.py)
+
 # what stopped the patch, if it failed (rather than an AttributeError below)
 assert diffusers_embeddings.installed(), diffusers_hook.failure(diffusers_embeddings.TARGET)
 ORIGINAL = embeddings.apply_rotary_emb.__torch_tpu_original__

@@ -14,6 +14,8 @@ from diffusers.models.transformers import transformer_flux  # noqa: E402  (after
 
 from torch_tpu.integrations import diffusers_flux, diffusers_hook
 
+pytestmark = pytest.mark.check_lowering  # every program also lowered for a TPU (tests/conftest.py)
+
 TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float16: dict(atol=4e-3, rtol=4e-3),
        torch.bfloat16: dict(atol=3e-2, rtol=2e-2)}  # a result's last bits, after a dozen roundings
 

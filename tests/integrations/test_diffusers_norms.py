@@ -13,6 +13,8 @@ from diffusers.models import normalization  # noqa: E402  (after torch_tpu: the 
 
 from torch_tpu.integrations import diffusers_hook, diffusers_norms
 
+pytestmark = pytest.mark.check_lowering  # every program also lowered for a TPU (tests/conftest.py)
+
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=4e-3, rtol=2e-3),
        torch.bfloat16: dict(atol=3e-2, rtol=1.6e-2)}  # a result's last bit, after up to six roundings
 

@@ -14,7 +14,7 @@ import torch
 
 from torch_tpu.testing import tiny_pipelines as tp
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.check_lowering]  # check_lowering: tests/conftest.py
 
 RES = 64
 STEPS = 2

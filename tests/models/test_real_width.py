@@ -9,14 +9,16 @@ regional (``compile_repeated_blocks``):
 * FLUX.2: heads 128 wide, 1024 image + 512 text tokens, four rotary axes (32 each), SwiGLU feed-forwards and
   shared modulation.
 
-Two heads instead of 24 (FLUX.2: 48) keep it quick on the CPU; the heads' count changes no lowering choice. CI runs this file again with TORCH_TPU_CHECK_LOWERING=tpu, so every
-program it builds is lowered for a TPU too, the kernel included."""
+Two heads instead of 24 (FLUX.2: 48) keep it quick on the CPU; the heads' count changes no lowering choice. The file runs with TORCH_TPU_CHECK_LOWERING=tpu (marked
+check_lowering), so every program it builds is lowered for a TPU too, the kernel included."""
 import copy
 
 import pytest
 import torch
 
 import torch_tpu
+
+pytestmark = pytest.mark.check_lowering  # every program also lowered for a TPU (tests/conftest.py)
 
 diffusers = pytest.importorskip("diffusers")
 

@@ -10,6 +10,8 @@ from tests.harness.differential import programs_run
 from torch_tpu.compile import lowering
 from torch_tpu.ops import attention as attention_lowering
 
+pytestmark = pytest.mark.check_lowering  # every program also lowered for a TPU (tests/conftest.py)
+
 ATOL = 1e-5
 GRAD_ATOL = 1e-4
 

@@ -2,8 +2,8 @@
 at real diffusers sizes (traced without 64-bit index arithmetic, padded to whole tiles, forward and backward),
 its numerics through Pallas' TPU interpret mode, and its fallback to XLA where it does not apply.
 
-CI runs the attention, pipeline and real-width transformer files a second time with TORCH_TPU_CHECK_LOWERING=tpu
-(.ci/run); the tests here switch it on themselves where they need it."""
+The attention, pipeline and real-width transformer files (and this one) are marked check_lowering: they run with
+TORCH_TPU_CHECK_LOWERING=tpu (tests/conftest.py); the tests here also switch it on themselves where they need it."""
 import jax
 import jax.numpy as jnp
 import pytest
@@ -13,6 +13,8 @@ import torch.nn.functional as F
 import torch_tpu
 from torch_tpu.ops import attention as attention_lowering
 from torch_tpu.runtime import platform, tpu_lowering
+
+pytestmark = pytest.mark.check_lowering  # every program also lowered for a TPU (tests/conftest.py)
 
 # the FLUX.1 transformer's attention at 1024x1024: 4096 image + 512 text tokens, 24 heads of 128; SD3's at
 # 1024x1024 with CFG: 4096 + 333 tokens (not a multiple of any tile), heads of 64
