@@ -22,6 +22,19 @@ FLUX_1024 = (1, 24, 4608, 128)
 SD3_1024_CFG = (2, 24, 4429, 64)
 
 
+def test_a_file_marked_check_lowering_builds_its_programs_checked(fresh_programs):
+    """The mark is what runs this file under the check in CI (tests/conftest.py sets the variable per file): a
+    program built here is also lowered for a TPU, unless the run turned the check off from outside (=0)."""
+    import os
+
+    if os.environ.get("TORCH_TPU_CHECK_LOWERING") == "0":
+        pytest.skip("TORCH_TPU_CHECK_LOWERING=0 was set for this run (as on a TPU host)")
+    before = torch_tpu.stats()["tpu_lowerings"]
+    x = torch.randn(5, 3)
+    torch.testing.assert_close((x.to("tpu") * 7 - 1).cpu(), x * 7 - 1)
+    assert torch_tpu.stats()["tpu_lowerings"] > before
+
+
 def _exported(fn, shape, dtype=jnp.bfloat16):
     s = jax.ShapeDtypeStruct(shape, dtype)
     with platform.Targeting("tpu"), platform.X64():  # as every program of the backend is traced
