@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..runtime import dtypes
+from ..runtime import dtypes, platform
 
 
 def jdtype(torch_dtype):
@@ -123,9 +123,44 @@ def _half_or_not_float(x) -> bool:
     return is_low_precision(x) or not jnp.issubdtype(jnp.result_type(x), jnp.inexact)
 
 
+def exact_integer_products(*operands) -> bool:
+    """Whether a product of ``operands`` (a matmul, an einsum, a convolution) is built from multiplies and
+    sums instead of XLA's dot or convolution: 64-bit integers in a program built for a TPU, where XLA cannot
+    compile either ("While rewriting computation to not contain X64 element types ... not implemented", on
+    a v5e) while it compiles 64-bit integer multiplies and sums. The result is the same integers, wrapping
+    on overflow as torch's CPU kernels do."""
+    return platform.target() == "tpu" and any(
+        jnp.issubdtype(jnp.result_type(o), jnp.integer) and jnp.result_type(o).itemsize == 8 for o in operands)
+
+
+def integer_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **_):
+    """``lax.dot_general`` of integers as a broadcast multiply summed over the contracted dimensions (XLA fuses
+    the multiply into the sum: the product of every pair is not stored). Its results are laid out as
+    dot_general's: batch dimensions, then lhs's free ones, then rhs's."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
+    rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
+    nb, nl, nr = len(lb), len(lf), len(rf)
+    left = jnp.transpose(lhs, list(lb) + lf + list(lc))
+    right = jnp.transpose(rhs, list(rb) + rf + list(rc))
+    left = left.reshape(left.shape[:nb + nl] + (1,) * nr + left.shape[nb + nl:])
+    right = right.reshape(right.shape[:nb] + (1,) * nl + right.shape[nb:])
+    dtype = preferred_element_type or jnp.result_type(lhs, rhs)
+    return jnp.sum(left * right, axis=tuple(range(nb + nl + nr, left.ndim)), dtype=dtype)
+
+
 def matmul(a, b, precision=None):
     """Matrix product with fp32 accumulation for low-precision inputs."""
     prec = precision_of(precision, a, b)
+    if exact_integer_products(a, b):
+        # torch.matmul's operand ranks: a vector is a row on the left, a column on the right, dropped after
+        left, right = (a[None] if a.ndim == 1 else a), (b[:, None] if b.ndim == 1 else b)
+        out = jnp.einsum("...mk,...kn->...mn", left, right, _dot_general=integer_dot_general)
+        if b.ndim == 1:
+            out = out[..., 0]
+        if a.ndim == 1:
+            out = out[..., 0] if b.ndim == 1 else out[..., 0, :]
+        return out
     if is_low_precision(a) or is_low_precision(b):
         out = jnp.matmul(a, b, precision=prec, preferred_element_type=jnp.float32)
         return dtypes.astype(out, jnp.result_type(a, b))

@@ -14,7 +14,8 @@ from . import elementary
 from .activations import gelu_of
 from .checks import index_in_range, require
 from .registry import aten, register
-from ._util import is_low_precision, is_value, jdtype, matmul, precision_of, upcast
+from ._util import (exact_integer_products, integer_dot_general, is_low_precision, is_value, jdtype, matmul,
+                    precision_of, upcast)
 
 
 # --- matmul family ----------------------------------------------------------------------------
@@ -72,9 +73,11 @@ def addmm(bias, a, b, beta=1, alpha=1, precision=None):
 @register(aten.addbmm.default, matmul=True, static=("beta",))
 def addbmm(bias, a, b, beta=1, alpha=1, precision=None):
     alpha, beta = _int_scalars(a, alpha, beta)
-    low = is_low_precision(a)
-    prod = jnp.sum(jnp.matmul(a, b, precision=precision_of(precision, a, b),
-                              preferred_element_type=jnp.float32 if low else None), axis=0)
+    if is_low_precision(a):
+        prod = jnp.sum(jnp.matmul(a, b, precision=precision_of(precision, a, b),
+                                  preferred_element_type=jnp.float32), axis=0)
+    else:
+        prod = jnp.sum(matmul(a, b, precision), axis=0)
     return alpha * prod if is_value(beta, 0) else beta * upcast(bias) + alpha * prod
 
 
@@ -101,7 +104,9 @@ def outer(a, b):
 @register(aten.einsum.default, matmul=True)
 def einsum(equation, operands, path=None, precision=None):
     prefer = jnp.float32 if any(is_low_precision(o) for o in operands) else None
-    out = jnp.einsum(equation, *operands, precision=precision_of(precision, *operands), preferred_element_type=prefer)
+    dot = integer_dot_general if exact_integer_products(*operands) else jax.lax.dot_general
+    out = jnp.einsum(equation, *operands, precision=precision_of(precision, *operands), preferred_element_type=prefer,
+                     _dot_general=dot)
     return out.astype(jnp.result_type(*operands)) if prefer is not None else out
 
 

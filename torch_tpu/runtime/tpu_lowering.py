@@ -11,6 +11,8 @@ built (the setting is part of their keys' environment).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .. import config
@@ -71,9 +73,29 @@ def _export(jax, jitted, specs, name) -> None:
         # platform's own lowering, which would have raised it first)
         jitted.trace(*specs)
         try:
-            jax.export.export(jitted, platforms=("tpu",))(*specs)
+            text = jax.export.export(jitted, platforms=("tpu",))(*specs).mlir_module()
         except Exception as exc:
             raise TpuLoweringError(
                 f"tpu: {name} does not lower for TPU (TORCH_TPU_CHECK_LOWERING=tpu): "
                 f"{type(exc).__name__}: {str(exc)[:2000]}") from exc
+    uncompilable = _uncompilable_on_tpu(text)
+    if uncompilable:
+        raise TpuLoweringError(
+            f"tpu: {name} lowers for TPU but XLA:TPU cannot compile it (TORCH_TPU_CHECK_LOWERING=tpu): "
+            f"{uncompilable}")
     counters.add("tpu_lowerings", 1)
+
+
+# XLA:TPU rewrites 64-bit integers into pairs of 32-bit ones when it compiles, and has no such rewrite for a dot
+# or a convolution ("While rewriting computation to not contain X64 element types ... not implemented", on a
+# v5e): a program with one lowers everywhere and fails only when the chip compiles it.
+_INTEGER_64 = re.compile(r"tensor<(?:[0-9?]+x)*u?i64>")
+_PRODUCTS = ("stablehlo.dot_general", "stablehlo.dot ", "stablehlo.convolution")
+
+
+def _uncompilable_on_tpu(text: str) -> str:
+    """What XLA:TPU is known not to compile in the exported module ``text`` (empty when nothing is)."""
+    for line in text.splitlines():
+        if any(op in line for op in _PRODUCTS) and _INTEGER_64.search(line.rpartition(" : ")[2]):
+            return f"a 64-bit integer product ({line.strip()[:300]})"
+    return ""
