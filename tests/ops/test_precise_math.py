@@ -131,6 +131,16 @@ def test_ops_equal_cpu_torch_with_the_precise_functions(precise_everywhere):
     assert platform.target() == platform.platform()  # (forced by the setting, not by a TPU target)
 
 
+def test_reductions_over_an_empty_axis_with_the_precise_functions(precise_everywhere):
+    """log_softmax and logsumexp over an axis of length 0 (an empty batch): CPU torch gives empty results and
+    -inf; the precise forms (a TPU's) failed to build their program there ("zero-size array to reduction
+    operation max"), in every mode."""
+    x = torch.zeros(0, 4)
+    for op in (lambda t: torch.log_softmax(t, 0), lambda t: torch.log_softmax(t, 1),
+               lambda t: torch.softmax(t, 0), lambda t: torch.logsumexp(t, 0), lambda t: torch.logsumexp(t, 1)):
+        torch.testing.assert_close(op(x.to("tpu")).cpu(), op(x))
+
+
 @pytest.mark.parametrize("op,prim", [(torch.ops.aten.tanh.default, "tanh"), (torch.ops.aten.exp.default, "exp"),
                                      (torch.ops.aten.log1p.default, "log1p")])
 def test_ops_with_bfloat16_results_take_xlas_functions(precise_everywhere, op, prim):

@@ -103,7 +103,7 @@ digamma = _pick(lambda x: jnp.where(x == 0, jnp.copysign(jnp.inf, -x), jax.scipy
 def logsumexp(x, axis=None, keepdims=False):
     if not precise(x):
         return jax.nn.logsumexp(x, axis=axis, keepdims=keepdims)
-    m = jnp.max(x, axis=axis, keepdims=True)
+    m = jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf)  # (an empty axis: -inf, as jax.nn's)
     m = jnp.where(jnp.isfinite(m), m, 0.0)
     out = log(jnp.sum(jnp.exp(x - m), axis=axis, keepdims=True)) + m
     return out if keepdims else jnp.squeeze(out, axis=axis)
@@ -112,5 +112,5 @@ def logsumexp(x, axis=None, keepdims=False):
 def log_softmax(x, axis=-1):
     if not precise(x):
         return jax.nn.log_softmax(x, axis=axis)
-    shifted = x - jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
+    shifted = x - jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf))
     return shifted - log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True))
