@@ -53,8 +53,9 @@ def _load(args):
 
 
 def _timed_loads() -> list:
-    """(seconds, bytes, on the main thread) of every executable this process deserialises from the disk
-    cache: where a warm process's time goes on a platform whose executables load slowly."""
+    """(seconds, bytes, on the main thread, end) of every executable this process deserialises from the disk
+    cache: where a warm process's time goes on a platform whose executables load slowly, and whether the
+    loads ahead (prefetch) were done before the first call began."""
     import threading
 
     from jax.experimental import serialize_executable
@@ -65,18 +66,23 @@ def _timed_loads() -> list:
     def timed(serialized, *a, **kw):
         t0 = time.perf_counter()
         out = load(serialized, *a, **kw)
-        loads.append((time.perf_counter() - t0, len(serialized), threading.current_thread() is threading.main_thread()))
+        end = time.perf_counter()
+        loads.append((end - t0, len(serialized), threading.current_thread() is threading.main_thread(), end))
         return out
 
     serialize_executable.deserialize_and_load = timed
     return loads
 
 
-def _loads_summary(loads: list) -> dict:
-    seconds = sorted(s for s, _, _ in loads)
-    return {"count": len(loads), "seconds": sum(seconds), "main_thread_seconds": sum(s for s, _, m in loads if m),
+def _loads_summary(loads: list, call_start: float) -> dict:
+    """``during_call``: the loads that ended after the first call began (the call may have waited for them)."""
+    seconds = sorted(s for s, *_ in loads)
+    late = [(s, end) for s, _, _, end in loads if end > call_start]
+    return {"count": len(loads), "seconds": sum(seconds), "main_thread_seconds": sum(s for s, _, m, _ in loads if m),
             "median_s": statistics.median(seconds) if seconds else None, "max_s": seconds[-1] if seconds else None,
-            "mib": sum(b for _, b, _ in loads) / 2 ** 20}
+            "mib": sum(b for _, b, _, _ in loads) / 2 ** 20,
+            "during_call": {"count": len(late), "seconds": sum(s for s, _ in late),
+                            "last_end_after_call_start_s": max((e for _, e in late), default=call_start) - call_start}}
 
 
 def _timed_compiles() -> list:
@@ -172,10 +178,11 @@ def _child_pipeline(args) -> dict:
                 "executions": st["executions"], "queued_ops": st["queued_ops"]}
 
     with torch.tpu.set_eager_mode(mode):
+        t_call = time.perf_counter()
         first = call(reset=False)  # counted from before the move
         first["first_image_epoch"] = time.time()
         first["stages_s"] = {"import": t_imported - t_start, "load": t_loaded - t_imported, "move": t_moved - t_loaded}
-        first["executable_loads"] = _loads_summary(loads)
+        first["executable_loads"] = _loads_summary(loads, t_call)
         first["xla_compiles"] = _compiles_summary(compiles, since=t_moved)
         steady = [call(reset=True) for _ in range(args.steady_calls)]
     from torch_tpu.runtime import compile_pool
