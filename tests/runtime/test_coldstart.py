@@ -463,7 +463,12 @@ if sys.argv[1] == "DEFER_AND_FUSE":
     torch.tpu.eager_mode = torch_tpu.EagerMode.DEFER_AND_FUSE
 for t in prefetch._State.threads:  # let it read everything the last run used before the first op
     t.join(60)
-out = [t.cpu() for t in work(x)]
+if sys.argv[1] == "compile":  # as a pipeline with a compiled transformer: eager ops first, then the graph
+    eager = [t.cpu() for t in work(x)]
+    fn = torch.compile(work, backend="tpu", fullgraph=True)
+else:
+    fn = work
+out = [t.cpu() for t in fn(x)]
 same = all(torch.allclose(a, b, atol=1e-5, rtol=1e-5) for a, b in zip(out, ref))
 disk_cache.flush_writes()
 print(json.dumps({"same": same, "stats": torch_tpu.stats(), "read_before_transfer": read_before_transfer}))
@@ -471,12 +476,14 @@ print(json.dumps({"same": same, "stats": torch_tpu.stats(), "read_before_transfe
 
 
 @pytest.mark.parametrize("mode,threads,start", [("DEFER_NEVER", 1, "transfer"), ("DEFER_NEVER", 3, "transfer"),
-                                                ("DEFER_AND_FUSE", 3, "is_available")])
+                                                ("DEFER_AND_FUSE", 3, "is_available"), ("compile", 3, "transfer")])
 def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode, threads, start):
     """The background threads of a warm process load the last run's programs and read its op
     descriptions; the main thread then takes them (none is read twice) and computes the same values.
     They start at the first transfer, or earlier where the program asks torch.accelerator.is_available()
-    first (the platform's start thread starts them as soon as the device is open)."""
+    first (the platform's start thread starts them as soon as the device is open). A torch.compile graph's
+    program, found by its lowered module (no structural key), is read ahead too: on the TPU host a
+    transformer's took 1.2 s to load on the calling thread."""
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=str(tmp_path), TORCH_TPU_LOG="compiles")
     results = []
 
@@ -496,7 +503,8 @@ def test_a_warm_process_reads_programs_and_op_descriptions_ahead(tmp_path, mode,
     # the compile log says where each program came from (it said "compiled in 0.000s" of read-ahead ones)
     assert warm_log and all("] loaded from cache (read ahead) " in m for m in warm_log), warm_log
     assert warm["compiles"] == 0 and warm["cache_rejects"] == 0, warm
-    assert warm["op_loads"] > 0, warm
+    assert warm["op_loads"] > 0 or mode == "compile", warm
+    assert warm["cache_loads"] > 0, warm
     # every program, op description and fused graph set the warm run read came from the background thread
     assert warm["cache_prefetched"] == warm["cache_loads"] + warm["op_loads"] + warm["graph_set_loads"], warm
     assert (warm["graph_set_loads"] > 0) == (mode == "DEFER_AND_FUSE"), warm

@@ -266,10 +266,8 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         except BaseException as exc:  # (compiled graphs trace here, outside the dispatcher)
             platform.after_interrupt(exc)
             raise
-        prog = None
         if disk:
             module_key = _module_disk_key(lowered, device, donate)
-            prog = _load_module_entry(module_key)
     # a caller that learns checks by tracing only finds a program with checks by its module (a program
     # found by key alone is never traced); the others find it by key, with the checks' messages
     alias = None
@@ -277,6 +275,16 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         alias = structural_disk_key(key, device, donate)
         if alias is not None:
             prefetch.seen(alias)  # (in the order this thread needs programs)
+    prog, how = None, "loaded"
+    if module_key is not None:
+        if alias is None:
+            # found by its module only (a compiled graph, a program holding checks): its module key goes in
+            # the sequence a warm process reads ahead (a program with an alias is read ahead by that)
+            prefetch.seen(module_key)
+            prog = prefetch.take(module_key)
+            how = "prefetched" if prog is not None else how
+        if prog is None:
+            prog = _load_module_entry(module_key)
     done = (key, module_key, alias, () if checks is None else tuple(checks), token, name, example_args)
     if prog is None and background:
         with _FLIGHT_LOCK:
@@ -288,7 +296,7 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         with platform.X64():
             prog = _compile_and_keep(lowered, done)
     else:
-        _keep(prog, done, compiled_now=False)
+        _keep(prog, done, compiled_now=False, how=how)
     _PROGRAMS[key] = prog
     return prog
 
@@ -307,7 +315,7 @@ def _compile_and_keep(lowered, done):
     return prog
 
 
-def _keep(prog, done, compiled_now: bool) -> None:
+def _keep(prog, done, compiled_now: bool, how: str = "loaded") -> None:
     key, module_key, alias, checks, token, name, example_args = done
     device_trace.remember(prog, name)  # the name a profile shows for its launches
     if module_key is not None and compiled_now:
@@ -318,7 +326,7 @@ def _keep(prog, done, compiled_now: bool) -> None:
         # serializable"), and an alias to nothing made every later process drop it and compile again
         payload = _alias_payload(module_key, checks)
         disk_cache.store(alias, lambda: payload if disk_cache.exists(module_key) else None)
-    compile_log.done(token, key, name, example_args, "compiled" if compiled_now else "loaded")
+    compile_log.done(token, key, name, example_args, "compiled" if compiled_now else how)
 
 
 _IN_FLIGHT: dict = {}  # key -> Future of a program compiling on a compile thread
@@ -372,6 +380,7 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 prefetch.set_loader("program-by-key", _load_alias)
+prefetch.set_loader("program-by-module", _load_module_entry)
 stable_keys.register_kind("zeros")
 
 
