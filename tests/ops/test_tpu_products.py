@@ -40,6 +40,8 @@ CASES = {  # x shape, weight shape, stride, padding, dilation, groups, bias
     "conv3d": ((1, 4, 5, 6, 7), (8, 2, 2, 3, 1), [1, 2, 1], [0, 1, 1], [2, 1, 1], 2, False),
     "unbatched": ((4, 9, 9), (2, 4, 3, 3), [1, 1], [1, 1], [1, 1], 1, True),
     "kernel-as-large-as-input": ((1, 3, 4, 4), (2, 3, 4, 4), [1, 1], [0, 0], [1, 1], 1, True),
+    "empty-batch": ((0, 3, 8, 8), (4, 3, 3, 3), [1, 1], [1, 1], [1, 1], 1, True),
+    "stride-past-the-input": ((1, 2, 4, 4), (2, 2, 3, 3), [5, 5], [3, 3], [1, 1], 1, False),
 }
 
 
@@ -138,6 +140,9 @@ INT_CASES = {  # name: (torch function, lowering, operand shapes)
     "linear": (torch.nn.functional.linear, nn_lowerings.linear, [(2, 4, 5), (3, 5), (3,)]),
     "einsum-batched": (lambda a, b: torch.einsum("bij,bkj->bik", a, b),
                        lambda a, b: nn_lowerings.einsum("bij,bkj->bik", [a, b]), [(2, 4, 5), (2, 3, 5)]),
+    "mm-empty-inner": (torch.mm, nn_lowerings.mm, [(3, 0), (0, 2)]),
+    "einsum-to-batch": (lambda a, b: torch.einsum("bij,bjk->b", a, b),
+                        lambda a, b: nn_lowerings.einsum("bij,bjk->b", [a, b]), [(2, 3, 4), (2, 4, 5)]),
     "einsum-three": (lambda a, b, c: torch.einsum("ij,jk,k->i", a, b, c),
                      lambda a, b, c: nn_lowerings.einsum("ij,jk,k->i", [a, b, c]), [(4, 5), (5, 3), (3,)]),
 }
@@ -154,7 +159,7 @@ def test_int64_products_for_a_tpu_are_multiplies_and_sums(case, full_range):
     assert got.dtype == np.int64
     torch.testing.assert_close(torch.from_numpy(np.array(got)), want, rtol=0, atol=0)
     _, here = _as_for("cpu", lambda *a: lowering(*a), *[o.numpy() for o in operands])
-    assert "dot_general" in here or case == "einsum-three"  # XLA:CPU keeps its integer dot
+    assert "dot_general" in here or case in ("einsum-three", "mm-empty-inner")  # XLA:CPU keeps its integer dot
 
 
 @pytest.mark.parametrize("transposed", [False, True], ids=["conv", "transposed"])
