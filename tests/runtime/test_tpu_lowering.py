@@ -281,3 +281,38 @@ def test_a_32_bit_svd_built_for_a_tpu_holds_no_64_bit_float():
     torch.testing.assert_close(torch.from_numpy(np.asarray(pinv)), torch.linalg.pinv(want), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(torch.from_numpy(np.asarray(s)), torch.linalg.svdvals(want), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(torch.from_numpy(np.asarray(s64)), torch.linalg.svdvals(want.double()))
+
+
+@pytest.mark.parametrize("shape,full", [((5, 4), False), ((5, 4), True), ((3, 6), True), ((2, 4, 4), False),
+                                        ("rank-2", False), ("rank-2", True), ("zero", False)],
+                         ids=["tall", "tall-full", "wide-full", "batched", "rank-deficient", "rank-deficient-full",
+                              "zero"])
+def test_a_64_bit_svd_built_for_a_tpu_has_no_64_bit_integer_product(shape, full):
+    """JAX's own TPU SVD multiplies float64 vectors by an int64 matrix of signs (its rank-deficiency
+    correction), a dot XLA:TPU does not compile: the lowering check refused torch.linalg.svd, pinv and the
+    other SVD-based ops of float64 in programs for a TPU. Their SVD is now a polar decomposition and an eigh
+    (ops/linalg.py): no such dot, CPU torch's singular values, orthonormal factors that rebuild the input."""
+    import numpy as np
+
+    from torch_tpu.ops import linalg as linalg_lowering
+
+    platform.jax()
+    g = torch.Generator().manual_seed(0)
+    if shape == "rank-2":
+        a = torch.randn(6, 2, generator=g, dtype=torch.float64) @ torch.randn(2, 5, generator=g, dtype=torch.float64)
+    elif shape == "zero":
+        a = torch.zeros(4, 3, dtype=torch.float64)
+    else:
+        a = torch.randn(shape, generator=g, dtype=torch.float64)
+    fn = lambda x: linalg_lowering.linalg_svd(x, full)  # noqa: E731
+    tpu_lowering.check(fn, (a.numpy(),), "float64 svd")  # raises on a 64-bit integer product
+    with platform.Targeting("tpu"), platform.X64():
+        u, s, vh = (torch.from_numpy(np.array(t)) for t in jax.jit(fn)(a.numpy()))
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    assert u.shape[-2:] == ((m, m) if full else (m, k)) and vh.shape[-2:] == ((n, n) if full else (k, n))
+    torch.testing.assert_close(s, torch.linalg.svdvals(a), atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close((u[..., :, :k] * s[..., None, :]) @ vh[..., :k, :], a, atol=1e-12, rtol=1e-12)
+    for q in (u, vh.mT):
+        torch.testing.assert_close(q.mT @ q, torch.eye(q.shape[-1], dtype=q.dtype).expand_as(q.mT @ q),
+                                   atol=1e-12, rtol=0)

@@ -316,7 +316,45 @@ def _svd(a, full_matrices=False, compute_uv=True):
             for _ in a.shape[:-2]:
                 fn = jax.vmap(fn)
             return platform.traced_without_x64(fn, a)
+    if platform.target() == "tpu" and a.size and a.dtype == jnp.float64:
+        fn = functools.partial(_svd_by_polar_decomposition, full_matrices=full_matrices, compute_uv=compute_uv)
+        for _ in a.shape[:-2]:
+            fn = jax.vmap(fn)
+        return fn(a)
     return jnp.linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
+
+
+def _svd_by_polar_decomposition(a, full_matrices, compute_uv):
+    """A float64 matrix's SVD for a TPU. JAX's own TPU algorithm multiplies the float64 vectors by an int64
+    matrix of signs when it corrects a rank-deficient result, a dot XLA:TPU does not compile (64-bit integers;
+    TORCH_TPU_CHECK_LOWERING refuses it). The same method, with the signs as float64 column scales: the polar
+    decomposition a = U_p H (QDWH), H = V S V^T (eigh), U = U_p V, the singular values in descending order;
+    where the smallest is negligible, U_p V need not be orthonormal and is re-orthonormalised by a QR that
+    keeps each column's direction. A wide matrix is the transpose's SVD; a tall one with ``full_matrices`` is
+    its R factor's, completed by the rest of Q."""
+    m, n = a.shape
+    if m < n:
+        out = _svd_by_polar_decomposition(a.T, full_matrices, compute_uv)
+        return out if not compute_uv else (out[2].T, out[1], out[0].T)
+    if full_matrices and compute_uv and m > n:
+        q, r = jnp.linalg.qr(a, mode="complete")
+        u, s, vh = _svd_by_polar_decomposition(r[:n], False, True)
+        return jnp.concatenate([jnp.matmul(q[:, :n], u, precision=_HIGHEST), q[:, n:]], axis=1), s, vh
+    u_p, h, _, _ = jax.lax.linalg.qdwh(a)
+    values, vectors = jnp.linalg.eigh((h + h.T) / 2)  # ascending
+    s = jnp.maximum(values[::-1], 0.0)  # (eigh may return tiny negatives for a singular matrix)
+    if not compute_uv:
+        return s
+    v = vectors[:, ::-1]
+    u = jnp.matmul(u_p, v, precision=_HIGHEST)
+
+    def orthonormal(u):
+        q, r = jnp.linalg.qr(u)
+        return q * jnp.where(jnp.diagonal(r) >= 0, 1.0, -1.0)[None, :]
+
+    deficient = s[-1] <= n * jnp.finfo(a.dtype).eps * s[0]
+    u = jax.lax.cond(deficient, orthonormal, lambda u: u, u)
+    return u, s, v.T
 
 
 @functools.lru_cache(maxsize=None)
