@@ -149,6 +149,12 @@ def integer_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_e
     return jnp.sum(left * right, axis=tuple(range(nb + nl + nr, left.ndim)), dtype=dtype)
 
 
+def dot_general_for(*operands):
+    """The ``dot_general`` a product of ``operands`` is built from (jnp.einsum's ``_dot_general``):
+    ``integer_dot_general`` where ``exact_integer_products``, else XLA's."""
+    return integer_dot_general if exact_integer_products(*operands) else jax.lax.dot_general
+
+
 def matmul(a, b, precision=None):
     """Matrix product with fp32 accumulation for low-precision inputs."""
     prec = precision_of(precision, a, b)

@@ -14,8 +14,7 @@ from . import elementary
 from .activations import gelu_of
 from .checks import index_in_range, require
 from .registry import aten, register
-from ._util import (exact_integer_products, integer_dot_general, is_low_precision, is_value, jdtype, matmul,
-                    precision_of, upcast)
+from ._util import dot_general_for, is_low_precision, is_value, jdtype, matmul, precision_of, upcast
 
 
 # --- matmul family ----------------------------------------------------------------------------
@@ -104,9 +103,8 @@ def outer(a, b):
 @register(aten.einsum.default, matmul=True)
 def einsum(equation, operands, path=None, precision=None):
     prefer = jnp.float32 if any(is_low_precision(o) for o in operands) else None
-    dot = integer_dot_general if exact_integer_products(*operands) else jax.lax.dot_general
     out = jnp.einsum(equation, *operands, precision=precision_of(precision, *operands), preferred_element_type=prefer,
-                     _dot_general=dot)
+                     _dot_general=dot_general_for(*operands))
     return out.astype(jnp.result_type(*operands)) if prefer is not None else out
 
 

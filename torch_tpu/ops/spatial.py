@@ -11,7 +11,7 @@ import numpy as np
 
 from ..runtime import platform
 from .registry import aten, register
-from ._util import exact_integer_products, integer_dot_general, is_float, is_low_precision, precision_of, upcast
+from ._util import dot_general_for, exact_integer_products, is_float, is_low_precision, precision_of, upcast
 
 # --- convolution --------------------------------------------------------------------------------
 def _conv_dims(nd):
@@ -39,7 +39,6 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
         padding = padding * nd
     prefer = jnp.float32 if is_low_precision(x) else None
     prec = precision_of(precision, x, weight)
-    exact = exact_integer_products(x, weight)
     if not transposed:
         w, pads, window_strides, lhs_dilation = weight, [(p, p) for p in padding], stride, [1] * nd
     else:
@@ -57,8 +56,9 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
                 for kk, p, d, op in zip(k, padding, dilation, output_padding)]
         window_strides, lhs_dilation = [1] * nd, stride
     out_size = _out_sizes(x.shape[2:], w.shape[2:], window_strides, pads, lhs_dilation, dilation)
-    if min(out_size, default=1) >= 1 and (exact or (not transposed and _as_matmul_on_tpu(x, w, out_size, prec))):
-        out = _conv_as_matmul(x, w, window_strides, pads, lhs_dilation, dilation, groups, prec, out_size, exact)
+    if min(out_size, default=1) >= 1 and (exact_integer_products(x, weight)
+                                          or (not transposed and _as_matmul_on_tpu(x, w, out_size, prec))):
+        out = _conv_as_matmul(x, w, window_strides, pads, lhs_dilation, dilation, groups, prec, out_size)
     else:
         out = jax.lax.conv_general_dilated(
             x, w, window_strides=window_strides, padding=pads, lhs_dilation=lhs_dilation, rhs_dilation=dilation,
@@ -95,11 +95,11 @@ def _as_matmul_on_tpu(x, weight, out_size, prec) -> bool:
     return x.shape[0] * x.shape[1] * math.prod(weight.shape[2:]) * math.prod(out_size) * 4 <= _UNFOLD_BYTES
 
 
-def _conv_as_matmul(x, weight, strides, pads, lhs_dilation, rhs_dilation, groups, prec, out_size, exact):
+def _conv_as_matmul(x, weight, strides, pads, lhs_dilation, rhs_dilation, groups, prec, out_size):
     """``lax.conv_general_dilated`` as one (grouped) matmul: each kernel tap's strided window of the padded
     (and, for a transposed convolution, dilated) input, stacked after the channels, times the weight
-    flattened the same way (channel, then tap). ``exact``: integer products as multiplies and sums
-    (``exact_integer_products``)."""
+    flattened the same way (channel, then tap). 64-bit integers for a TPU: multiplies and sums
+    (``dot_general_for``)."""
     n, cin = x.shape[:2]
     cout, k = weight.shape[0], weight.shape[2:]
     padded = jax.lax.pad(x, jnp.zeros((), x.dtype),
@@ -112,8 +112,7 @@ def _conv_as_matmul(x, weight, strides, pads, lhs_dilation, rhs_dilation, groups
     per_group = (cin // groups) * math.prod(k)
     cols = jnp.stack(taps, 2).reshape(n, groups, per_group, math.prod(out_size))
     w = weight.reshape(groups, cout // groups, per_group)
-    y = jnp.einsum("gok,ngkp->ngop", w, cols, precision=prec,
-                   _dot_general=integer_dot_general if exact else jax.lax.dot_general)
+    y = jnp.einsum("gok,ngkp->ngop", w, cols, precision=prec, _dot_general=dot_general_for(x, weight))
     return y.reshape((n, cout) + tuple(out_size))
 
 
