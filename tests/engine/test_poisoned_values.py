@@ -197,9 +197,13 @@ def test_a_check_the_device_finished_is_read_without_a_wait():
     torch.tpu.synchronize()
     x_cpu = torch.arange(10.0)
     x = x_cpu.to("tpu")
-    y = x[torch.tensor([1, 2], device="tpu")] + 1
-    assert poisoned._LINEAGE and deferred_errors.pending() == 1
     reads = torch_tpu.stats()["device_check_reads"]
+    y = x[torch.tensor([1, 2], device="tpu")] + 1
+    # the device may have computed the check already and the ``+ 1`` launch read it (a loaded CI machine):
+    # while it is pending, lineage is kept
+    assert deferred_errors.pending() in (0, 1)
+    if deferred_errors.pending():
+        assert poisoned._LINEAGE
     z, z_cpu, launches = y, x_cpu[torch.tensor([1, 2])] + 1, 0
     # (``poisoned.active`` also stays on while values poisoned by earlier tests are alive: lineage is what stops)
     while deferred_errors.pending() and launches < 5000:
