@@ -26,9 +26,11 @@ def _fresh(stride, padding, dilation, groups, transposed=False, precision=None):
 
 
 def _as_for(target, fn, *args):
-    """(result, jaxpr text) of ``fn`` traced as for ``target`` and run here."""
+    """(result, jaxpr text) of ``fn`` traced as for ``target``, run here when built for a TPU (on a TPU host the
+    platform here is the chip, which cannot run what was built for another platform: the result is then None)."""
     with platform.Targeting(target), platform.X64():
-        return jax.jit(fn)(*args), str(jax.make_jaxpr(fn)(*args))
+        result = jax.jit(fn)(*args) if target == "tpu" else None
+        return result, str(jax.make_jaxpr(fn)(*args))
 
 
 CASES = {  # x shape, weight shape, stride, padding, dilation, groups, bias

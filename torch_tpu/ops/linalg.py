@@ -57,9 +57,45 @@ def _lu(a):
         piv = jnp.broadcast_to(jnp.arange(1, k + 1, dtype=jnp.int32), a.shape[:-2] + (k,))
         perm = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), a.shape[:-2] + (m,))
         return a, piv, perm, jnp.zeros(a.shape[:-2], jnp.int32)
-    lu, piv, perm = _lax.lu(a)
+    lu, piv, perm = _lu_by_elimination(a) if _lu_unsupported_by_xla(a) else _lax.lu(a)
     info = _first_index(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0)
     return lu, piv.astype(jnp.int32) + 1, perm, info
+
+
+def _lu_unsupported_by_xla(a) -> bool:
+    """XLA:TPU's LU (the LuDecomposition custom call) takes float32 and complex64 only ("Only F32 and C64
+    types are implemented in LuDecomposition", on a v5e): a 64-bit matrix's LU for a TPU is ours."""
+    return platform.target() == "tpu" and a.dtype in (jnp.float64, jnp.complex128)
+
+
+def _lu_by_elimination(a):
+    """``lax.linalg.lu`` (LU, 0-based pivots, permutation) by Gaussian elimination with partial pivoting, one
+    column a step, as LAPACK's getf2: the pivot is the first row of largest magnitude (|re| + |im| for a
+    complex matrix, LAPACK's i*amax), a zero pivot column is left as it is."""
+    m, n = a.shape[-2:]
+    flat = a.reshape((-1, m, n))
+    rows, cols = jnp.arange(m), jnp.arange(n)
+    magnitude = (lambda x: jnp.abs(x.real) + jnp.abs(x.imag)) if jnp.iscomplexobj(a) else jnp.abs
+
+    def factor(x):
+        def step(j, state):
+            x, pivots, perm = state
+            p = jnp.argmax(jnp.where(rows >= j, magnitude(x[:, j]), -1)).astype(jnp.int32)
+            x = x.at[jnp.stack([j, p])].set(x[jnp.stack([p, j])])
+            perm = perm.at[jnp.stack([j, p])].set(perm[jnp.stack([p, j])])
+            d = x[j, j]
+            below = (rows > j) & (d != 0)
+            lower = jnp.where(below, x[:, j] / jnp.where(d != 0, d, 1), 0)
+            upper = jnp.where(cols > j, x[j], 0)
+            x = (x - lower[:, None] * upper[None, :]).at[:, j].set(jnp.where(below, lower, x[:, j]))
+            return x, pivots.at[j].set(p), perm
+
+        state = (x, jnp.zeros((min(m, n),), jnp.int32), jnp.arange(m, dtype=jnp.int32))
+        return jax.lax.fori_loop(0, min(m, n), step, state)
+
+    lu, pivots, perm = jax.vmap(factor)(flat)
+    batch = a.shape[:-2]
+    return lu.reshape(a.shape), pivots.reshape(batch + pivots.shape[-1:]), perm.reshape(batch + (m,))
 
 
 def _perm_from_pivots(piv, m):
@@ -484,5 +520,35 @@ def matrix_exp(a):
 
     x = a.astype(jnp.float32) if a.dtype in (jnp.bfloat16, jnp.float16) else a
     flat = x.reshape((-1,) + x.shape[-2:])
+    if _lu_unsupported_by_xla(x) and _jax_expm_steps() is not None:
+        expm = _expm_with_our_lu
     out = jax.vmap(expm)(flat) if flat.shape[0] else flat
     return out.reshape(x.shape).astype(a.dtype)
+
+
+_MAX_SQUARINGS = 16  # jax.scipy.linalg.expm's default
+
+
+@functools.lru_cache(maxsize=None)
+def _jax_expm_steps():
+    """(Pade approximant P, Q and the number of squarings; the squaring) of JAX's expm, private functions of
+    ``jax._src.scipy.linalg``, or None where this JAX lays them out otherwise (then JAX's expm is used, and
+    tests/ops/test_tpu_products.py's float64 matrix_exp case, which checks that no XLA LU is left, fails on
+    the CPU)."""
+    try:
+        from jax._src.scipy import linalg as jax_scipy_linalg
+
+        return jax_scipy_linalg._calc_P_Q, jax_scipy_linalg._squaring
+    except (ImportError, AttributeError):
+        return None
+
+
+def _expm_with_our_lu(a):
+    """JAX's expm of one 64-bit matrix for a TPU, its Pade step's solve Q^-1 P on ``_lu_by_elimination``
+    (JAX's solves with XLA's LU, which XLA:TPU has for 32-bit types only)."""
+    calc_p_q, squaring = _jax_expm_steps()
+    p, q, n_squarings = calc_p_q(a)
+    lu, pivots, _ = _lu_by_elimination(q)
+    r = _lu_solve_left(lu, pivots.astype(jnp.int32) + 1, p, adjoint=False)
+    r = squaring(r, n_squarings, _MAX_SQUARINGS)
+    return jnp.where(n_squarings > _MAX_SQUARINGS, jnp.full_like(r, jnp.nan), r)

@@ -286,6 +286,8 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         if prog is None:
             prog = _load_module_entry(module_key)
     done = (key, module_key, alias, () if checks is None else tuple(checks), token, name, example_args)
+    if prog is None and platform.platform() == "tpu":
+        tpu_lowering.refuse_uncompilable(lowered.as_text(), name)
     if prog is None and background:
         with _FLIGHT_LOCK:
             future = compile_pool.submit(_compile_and_keep, lowered, done)

@@ -78,11 +78,7 @@ def _export(jax, jitted, specs, name) -> None:
             raise TpuLoweringError(
                 f"tpu: {name} does not lower for TPU (TORCH_TPU_CHECK_LOWERING=tpu): "
                 f"{type(exc).__name__}: {str(exc)[:2000]}") from exc
-    uncompilable = _uncompilable_on_tpu(text)
-    if uncompilable:
-        raise TpuLoweringError(
-            f"tpu: {name} lowers for TPU but XLA:TPU cannot compile it (TORCH_TPU_CHECK_LOWERING=tpu): "
-            f"{uncompilable}")
+    refuse_uncompilable(text, name, "lowers for TPU but ")
     counters.add("tpu_lowerings", 1)
 
 
@@ -91,11 +87,36 @@ def _export(jax, jitted, specs, name) -> None:
 # v5e): a program with one lowers everywhere and fails only when the chip compiles it.
 _INTEGER_64 = re.compile(r"tensor<(?:[0-9?]+x)*u?i64>")
 _PRODUCTS = ("stablehlo.dot_general", "stablehlo.dot ", "stablehlo.convolution")
+# XLA:TPU's own decompositions, by custom-call target, and the operand types they lack (on a v5e: "Only F32 and
+# C64 types are implemented in LuDecomposition; got shape f64[...]")
+_FLOAT_64 = re.compile(r"tensor<(?:[0-9?]+x)*(?:f64|complex<f64>)>")
+_DECOMPOSITIONS_WITHOUT_FLOAT_64 = ("@LuDecomposition",)
+# complex128: on a v5e XLA:TPU's compiler aborted the whole process (a failed CHECK, "Unsupported CVT X{64|128}
+# expansion ... to c128") on every converted value, select, exp and abs of complex128 tried and on its Cholesky,
+# eigh, QR, triangular solve, and refused its FFT ("Unexpected operand type for FFT: c128"); only its dot, sum,
+# cumsum and sort compiled. A program holding complex128 is refused before XLA:TPU sees it.
+_COMPLEX_128 = "complex<f64>"
 
 
 def _uncompilable_on_tpu(text: str) -> str:
-    """What XLA:TPU is known not to compile in the exported module ``text`` (empty when nothing is)."""
+    """What XLA:TPU is known not to compile in the module ``text`` lowered for a TPU (empty when nothing is)."""
     for line in text.splitlines():
-        if any(op in line for op in _PRODUCTS) and _INTEGER_64.search(line.rpartition(" : ")[2]):
+        operand_types = line.rpartition(" : ")[2]
+        if any(op in line for op in _PRODUCTS) and _INTEGER_64.search(operand_types):
             return f"a 64-bit integer product ({line.strip()[:300]})"
+        if any(call in line for call in _DECOMPOSITIONS_WITHOUT_FLOAT_64) and _FLOAT_64.search(operand_types):
+            return f"a 64-bit float decomposition XLA:TPU has for 32-bit types only ({line.strip()[:300]})"
+        if _COMPLEX_128 in line and not line.lstrip().startswith("#loc"):
+            return ("complex128 values, which XLA:TPU's compiler aborts the process on (converts, selects, exp, "
+                    f"abs, decompositions) or refuses (FFT): use complex64 ({line.strip()[:300]})")
     return ""
+
+
+def refuse_uncompilable(text: str, name: str, how: str = "") -> None:
+    """Raise ``TpuLoweringError`` naming ``name`` if the module ``text`` lowered for a TPU holds what XLA:TPU is
+    known not to compile: the check's last step, and on a TPU the step before XLA compiles a program (where the
+    failure was an error deep in XLA, or the process aborting)."""
+    uncompilable = _uncompilable_on_tpu(text)
+    if uncompilable:
+        check = " (TORCH_TPU_CHECK_LOWERING=tpu)" if how else ""
+        raise TpuLoweringError(f"tpu: {name} {how}XLA:TPU cannot compile it{check}: {uncompilable}")

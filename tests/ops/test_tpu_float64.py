@@ -1,0 +1,120 @@
+"""64-bit floats and complex128 in programs built for a TPU, checked without a TPU.
+
+On a TPU v5e (bench/tpu_dtype_probe.py, bench/results/tpu/tpu_dtype_probe.json):
+- XLA:TPU's LU (the LuDecomposition custom call) takes float32 and complex64 only, so torch.linalg.det, slogdet,
+  solve, inv, lu_factor, lu and matrix_exp of float64 failed to compile; their LU for a TPU is now ours
+  (ops/linalg.py), traced here as for a TPU and run against CPU torch;
+- complex128 made XLA:TPU's compiler abort the whole process (converts, selects, exp/abs, decompositions) or
+  refuse it (FFT): a program holding complex128 is refused before XLA:TPU compiles it, with an error naming the
+  op, both by the TPU lowering check (how CI finds one) and on a TPU itself."""
+import jax
+import numpy as np
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.ops import linalg as linalg_lowering
+from torch_tpu.runtime import platform, program_cache, tpu_lowering
+
+
+def _for_tpu(fn, *args):
+    """``fn`` traced as for a TPU and run here, and the module it lowers to for a TPU."""
+    with platform.Targeting("tpu"), platform.X64():
+        out = jax.jit(fn)(*args)
+        specs = [jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype) for a in args]
+        text = jax.export.export(jax.jit(fn), platforms=("tpu",))(*specs).mlir_module()
+    return out, text
+
+
+def _matrix(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(shape, generator=g, dtype=torch.float64)
+    return torch.complex(a, torch.randn(shape, generator=g, dtype=torch.float64)) if dtype.is_complex else a
+
+
+LU_CASES = {"square": (5, 5), "batched-wide": (3, 4, 6), "tall": (6, 3), "singular": "singular", "zero": "zero",
+            "one": (1, 1)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=["float64", "complex128"])
+@pytest.mark.parametrize("case", list(LU_CASES), ids=list(LU_CASES))
+def test_64_bit_lu_for_a_tpu_is_not_xlas_and_matches_cpu(case, dtype):
+    shape = LU_CASES[case]
+    if case == "singular":  # a zero column: a zero pivot, LAPACK's info, the elimination going on past it
+        a = _matrix((4, 4), dtype)
+        a[:, 1] = 0
+    elif case == "zero":
+        a = torch.zeros(3, 3, dtype=dtype)
+    else:
+        a = _matrix(shape, dtype)
+    (lu, piv, _, info), text = _for_tpu(linalg_lowering._lu, a.numpy())
+    assert "LuDecomposition" not in text
+    want_lu, want_piv, want_info = torch.linalg.lu_factor_ex(a)
+    torch.testing.assert_close(torch.from_numpy(np.array(lu)), want_lu, atol=1e-13, rtol=1e-13)
+    assert np.array_equal(np.array(piv), want_piv.numpy()) and np.array_equal(np.array(info), want_info.numpy())
+
+
+def test_32_bit_lu_for_a_tpu_stays_xlas():
+    _, text = _for_tpu(linalg_lowering._lu, np.eye(3, dtype=np.float32))
+    assert "LuDecomposition" in text
+
+
+OPS_ON_LU = {  # torch op, its lowering, operands
+    "det": (torch.linalg.det, lambda a: linalg_lowering.linalg_det(a)[0], 1),
+    "slogdet": (lambda a: torch.linalg.slogdet(a)[1], lambda a: linalg_lowering.linalg_slogdet(a)[1], 1),
+    "solve": (torch.linalg.solve, lambda a, b: linalg_lowering.linalg_solve_ex(a, b)[0], 2),
+    "inv": (torch.linalg.inv, lambda a: linalg_lowering.linalg_inv_ex(a)[0], 1),
+    "matrix_exp": (torch.linalg.matrix_exp, linalg_lowering.matrix_exp, 1),
+}
+
+
+@pytest.mark.parametrize("op", list(OPS_ON_LU), ids=list(OPS_ON_LU))
+def test_float64_ops_on_lu_lower_for_a_tpu_and_match_cpu(op):
+    torch_fn, lowering, arity = OPS_ON_LU[op]
+    operands = [_matrix((2, 4, 4), torch.float64, seed=i) for i in range(arity)]
+    got, text = _for_tpu(lowering, *[o.numpy() for o in operands])
+    tpu_lowering.refuse_uncompilable(text, op)  # no LU XLA:TPU lacks
+    torch.testing.assert_close(torch.from_numpy(np.array(got)), torch_fn(*operands), atol=1e-11, rtol=1e-11)
+
+
+def test_lowering_check_refuses_a_64_bit_lu_and_complex128():
+    platform.jax()
+    lu = lambda a: jax.lax.linalg.lu(a)  # noqa: E731
+    for dtype, what in ((np.float64, "LuDecomposition"), (np.complex128, "complex128")):
+        with pytest.raises(tpu_lowering.TpuLoweringError, match=what):
+            tpu_lowering.check(lu, (jax.ShapeDtypeStruct((4, 4), dtype),), f"{dtype.__name__} lu")
+    tpu_lowering.check(lu, (jax.ShapeDtypeStruct((4, 4), np.float32),), "float32 lu")
+    exp = lambda a: jax.numpy.exp(a)  # noqa: E731
+    with pytest.raises(tpu_lowering.TpuLoweringError, match="complex128.*use complex64"):
+        tpu_lowering.check(exp, (jax.ShapeDtypeStruct((3,), np.complex128),), "complex128 exp")
+    tpu_lowering.check(exp, (jax.ShapeDtypeStruct((3,), np.complex64),), "complex64 exp")
+    tpu_lowering.check(exp, (jax.ShapeDtypeStruct((3,), np.float64),), "float64 exp")
+
+
+def test_complex128_on_the_device_is_refused_by_the_check_naming_the_op(monkeypatch, fresh_programs):
+    monkeypatch.setenv("TORCH_TPU_CHECK_LOWERING", "tpu")
+    z = torch.complex(torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64))
+    for mode in (torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE):
+        with torch.tpu.set_eager_mode(mode):
+            # (fused: the graph's error, naming the op that failed and where it was created)
+            with pytest.raises(RuntimeError, match=r"aten\.exp.*XLA:TPU cannot compile it.*complex128"):
+                torch.exp(z.to("tpu")).cpu()
+            torch.testing.assert_close(torch.exp(z.to(torch.complex64).to("tpu")).cpu(),
+                                       torch.exp(z.to(torch.complex64)))
+
+
+def test_on_a_tpu_complex128_is_refused_before_xla_compiles(monkeypatch, fresh_programs):
+    """On a TPU, every program XLA is about to compile is scanned first (the check's last step): complex128
+    is an error naming the op, not the process aborting inside XLA:TPU. Here the platform is made to say
+    'tpu' for that step only (the program itself is this platform's)."""
+    compiled = []
+    real_compile = program_cache._compile_and_keep
+    monkeypatch.setattr(program_cache, "_compile_and_keep", lambda lowered, done: compiled.append(done[5]) or
+                        real_compile(lowered, done))
+    monkeypatch.setattr(program_cache.platform, "platform", lambda: "tpu")
+    z = torch.complex(torch.randn(3, dtype=torch.float64), torch.randn(3, dtype=torch.float64))
+    with pytest.raises(tpu_lowering.TpuLoweringError, match=r"aten\.exp.*XLA:TPU cannot compile it.*complex128"):
+        torch.exp(z.to("tpu")).cpu()
+    assert not any("exp" in name for name in compiled)
+    x = torch.randn(3, dtype=torch.float64)
+    torch.testing.assert_close(torch.exp(x.to("tpu")).cpu(), torch.exp(x))
