@@ -107,11 +107,11 @@ def structural_disk_key(key, device=None, donate: tuple = ()) -> str | None:
     return "program-by-key\n" + text + _where(device, donate) + "\n" + stable_keys.environment(True)
 
 
-def _module_disk_key(lowered, device, donate: tuple) -> str:
-    """The module's text does not say everything: JAX drops unused arguments from it, so two programs
-    with one module can take different argument lists. Their avals, weak types, donation and pytree
-    structure (``args_info``, ``out_tree``) are part of the key."""
-    h = hashlib.sha256(lowered.as_text().encode())
+def _module_disk_key(lowered, text: str, device, donate: tuple) -> str:
+    """The key of ``lowered``, whose module is ``text``. The module's text does not say everything: JAX drops
+    unused arguments from it, so two programs with one module can take different argument lists. Their
+    avals, weak types, donation and pytree structure (``args_info``, ``out_tree``) are part of the key."""
+    h = hashlib.sha256(text.encode())
     h.update(f"\nargs={lowered.args_info!r}\nout={lowered.out_tree!r}".encode())
     return "program-by-module\n" + h.hexdigest() + _where(device, donate) + "\n" + stable_keys.environment(False)
 
@@ -266,8 +266,11 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         except BaseException as exc:  # (compiled graphs trace here, outside the dispatcher)
             platform.after_interrupt(exc)
             raise
+        # the module's text: its disk key, and on a TPU what is scanned before XLA:TPU compiles it
+        on_tpu = platform.platform() == "tpu"
+        text = lowered.as_text() if disk or on_tpu else None
         if disk:
-            module_key = _module_disk_key(lowered, device, donate)
+            module_key = _module_disk_key(lowered, text, device, donate)
     # a caller that learns checks by tracing only finds a program with checks by its module (a program
     # found by key alone is never traced); the others find it by key, with the checks' messages
     alias = None
@@ -286,8 +289,8 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
         if prog is None:
             prog = _load_module_entry(module_key)
     done = (key, module_key, alias, () if checks is None else tuple(checks), token, name, example_args)
-    if prog is None and platform.platform() == "tpu":
-        tpu_lowering.refuse_uncompilable(lowered.as_text(), name)
+    if prog is None and on_tpu:
+        tpu_lowering.refuse_uncompilable(text, name)
     if prog is None and background:
         with _FLIGHT_LOCK:
             future = compile_pool.submit(_compile_and_keep, lowered, done)

@@ -232,7 +232,10 @@ def compile_program(key, fn, example_args: tuple, device_ids: tuple, out_ndims=N
         tpu_lowering.check_spmd(body, example_args, len(device_ids), AXIS, in_specs, out_specs, what)
     mapped = jax.shard_map(body, mesh=the_mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
     prog = jax.jit(mapped, donate_argnums=donate) if donate else jax.jit(mapped)
-    prog.lower(*[_abstract_global(a, device_ids) for a in example_args]).compile()
+    lowered = prog.lower(*[_abstract_global(a, device_ids) for a in example_args])
+    if platform.platform() == "tpu":  # what XLA:TPU cannot compile is an error naming the program, not a crash
+        tpu_lowering.refuse_uncompilable(lowered.as_text(), what)
+    lowered.compile()
     runner = _Runner(prog, device_ids, what, collectives)
     program_cache.store(key, runner)
     return runner
