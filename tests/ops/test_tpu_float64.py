@@ -118,3 +118,25 @@ def test_on_a_tpu_complex128_is_refused_before_xla_compiles(monkeypatch, fresh_p
     assert not any("exp" in name for name in compiled)
     x = torch.randn(3, dtype=torch.float64)
     torch.testing.assert_close(torch.exp(x.to("tpu")).cpu(), torch.exp(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.float32, torch.bfloat16, torch.int64],
+                         ids=["complex64", "float32", "bfloat16", "int64"])
+def test_a_complex_scalar_with_narrower_tensors_holds_no_complex128(monkeypatch, fresh_programs, dtype):
+    """A Python complex Scalar reached strict mode's programs as JAX's complex128 (a dynamic input), so
+    ``z * 1j`` of a complex64 ``z`` held complex128 and is refused for a TPU. Where the result is complex64
+    anyway (no float64/complex128 tensor, float32 default dtype) the Scalar is a complex64 input: CPU's
+    values, in every mode, under the TPU lowering check; a float64 tensor's product keeps its precision
+    (complex128, refused for a TPU)."""
+    monkeypatch.setenv("TORCH_TPU_CHECK_LOWERING", "tpu")
+    x = torch.arange(-3, 5).to(dtype) if dtype == torch.int64 else (torch.randn(8) * 3).to(dtype)
+    calls = [lambda t: t * (1 / 3 + 1j), lambda t: t + (2.1 - 3j), lambda t: (1 + 1j) - t,
+             lambda t: torch.add(t.to(torch.complex64), t.to(torch.complex64), alpha=0.5 - 1j)]
+    for mode in (torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE):
+        with torch.tpu.set_eager_mode(mode):
+            for call in calls:
+                want, got = call(x), call(x.to("tpu")).cpu()
+                assert got.dtype == want.dtype == torch.complex64
+                torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(tpu_lowering.TpuLoweringError, match="complex128"):
+        (torch.randn(3, dtype=torch.float64).to("tpu") * (1 / 3 + 1j)).cpu()

@@ -112,6 +112,9 @@ def _scalar(x, sig, arrays, args):
     t = type(x)
     if t is bool:
         sig.append(static_key(x))
+    elif t is complex and _complex64_suffices(args):
+        sig.append(_COMPLEX64_SCALAR)
+        arrays.append(np.complex64(x))
     else:
         if t is int:
             if x >= 2 ** 63:
@@ -124,6 +127,18 @@ def _scalar(x, sig, arrays, args):
 
 
 _EXACT_IN_FLOAT = 2 ** 53  # every int up to this is a double exactly: converting it rounds nothing
+_COMPLEX64_SCALAR = ("scalar", "complex64")
+_64_BIT_INEXACT = (torch.float64, torch.complex128)
+
+
+def _complex64_suffices(args) -> bool:
+    """Whether a complex Scalar can be a complex64 input: no float64 or complex128 tensor among ``args`` and a
+    default dtype other than float64, so the result is complex64 (or narrower) and torch rounds the Scalar to
+    complex64 anyway. JAX would take the Python complex as complex128, which a TPU cannot compile
+    (``runtime/tpu_lowering``): ``z * 1j`` of a complex64 ``z`` would be refused there."""
+    if _get_default_dtype() is torch.float64:
+        return False
+    return not any(isinstance(a, torch.Tensor) and a.dtype in _64_BIT_INEXACT for a in args)
 
 
 def _has_inexact_tensor(args) -> bool:
