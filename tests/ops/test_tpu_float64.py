@@ -140,3 +140,28 @@ def test_a_complex_scalar_with_narrower_tensors_holds_no_complex128(monkeypatch,
                 torch.testing.assert_close(got, want, rtol=0, atol=0)
     with pytest.raises(tpu_lowering.TpuLoweringError, match="complex128"):
         (torch.randn(3, dtype=torch.float64).to("tpu") * (1 / 3 + 1j)).cpu()
+
+
+def test_a_0d_complex128_cpu_tensor_beside_narrower_tensors_holds_no_complex128(monkeypatch, fresh_programs):
+    """Autograd's wrapped numbers are 0-d complex128 CPU tensors (``fft(x * 1j)``'s backward multiplies by
+    one); beside a tensor with dimensions they promote to complex64 only, so they reach the program as
+    complex64: CPU's values and dtypes in both eager modes under the TPU lowering check, FFT gradients
+    included. Beside a float64 tensor the result is complex128, refused for a TPU."""
+    monkeypatch.setenv("TORCH_TPU_CHECK_LOWERING", "tpu")
+    c = torch.tensor(1 / 3 + 1j, dtype=torch.complex128)
+    z, f = torch.randn(6, dtype=torch.complex64), torch.randn(6)
+
+    def fft_grad(x):
+        x = x.clone().requires_grad_()
+        (torch.fft.rfft(x).abs().sum() + torch.fft.fft(x * 1j).real.sum()).backward()
+        return x.grad
+
+    for mode in (torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE):
+        with torch.tpu.set_eager_mode(mode):
+            for call, x in ((lambda t: t * c, z), (lambda t: t * c, f), (lambda t: torch.add(c, t), z),
+                            (fft_grad, f)):
+                want, got = call(x), call(x.to("tpu")).cpu()
+                assert got.dtype == want.dtype
+                torch.testing.assert_close(got, want)
+    with pytest.raises(tpu_lowering.TpuLoweringError, match="complex128"):
+        (torch.randn(3, dtype=torch.float64).to("tpu") * c).cpu()

@@ -131,6 +131,18 @@ _COMPLEX64_SCALAR = ("scalar", "complex64")
 _64_BIT_INEXACT = (torch.float64, torch.complex128)
 
 
+def _rounded_to_complex64(args) -> bool:
+    """Whether a 0-d complex128 CPU tensor among ``args`` (autograd's wrapped numbers: ``fft(x * 1j)``'s
+    backward multiplies by one) computes as complex64: beside a tensor with dimensions, a 0-d one promotes
+    only to the default dtype's complex type (``ones(3) * tensor(1j, dtype=complex128)`` is complex64), so
+    with a float32 default and no float64/complex128 tensor with dimensions torch rounds it to complex64
+    anyway. Its key keeps its dtype: CPU's checks ran on the call as it was."""
+    if _get_default_dtype() is torch.float64:
+        return False
+    dimensioned = [a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0]
+    return bool(dimensioned) and not any(a.dtype in _64_BIT_INEXACT for a in dimensioned)
+
+
 def _complex64_suffices(args) -> bool:
     """Whether a complex Scalar can be a complex64 input: no float64 or complex128 tensor among ``args`` and a
     default dtype other than float64, so the result is complex64 (or narrower) and torch rounds the Scalar to
@@ -273,7 +285,9 @@ def _stride_order(shape, stride):
     return None if order == real else tuple(order)
 
 
-def _walk(func, x, sig, arrays, allow_cpu):
+def _walk(func, x, sig, arrays, allow_cpu, args=None):
+    """``x``'s key parts into ``sig`` and its arrays into ``arrays``; ``args``, the call's arguments where ``x``
+    is one of them (a 0-d CPU tensor among them may go to the device narrowed: ``_rounded_to_complex64``)."""
     if isinstance(x, TpuTensor):
         if x._tpu_full:
             sig.append((x.shape, x.dtype))
@@ -301,7 +315,11 @@ def _walk(func, x, sig, arrays, allow_cpu):
             raise RuntimeError(f"{func}: cannot mix meta and tpu tensors")
         if x.dim() != 0 and not allow_cpu:
             raise device_mismatch(func, x)
-        sig.append(("cpu", x.shape, x.dtype))
+        if args is not None and x.dtype is torch.complex128 and x.dim() == 0 and _rounded_to_complex64(args):
+            sig.append(("cpu", x.shape, x.dtype, _COMPLEX64_SCALAR))
+            x = x.to(torch.complex64)
+        else:
+            sig.append(("cpu", x.shape, x.dtype))
         arrays.append(dtypes.host_to_device(x, platform.jax_device()))
     elif type(x) in (list, tuple):
         sig.append((type(x), len(x)))
@@ -359,7 +377,7 @@ def key_and_inputs(func, args, kwargs):
             else:
                 sig.append(static_key(a))
         else:
-            _walk(func, a, sig, arrays, allow_cpu or cpu_scalars_at == i)
+            _walk(func, a, sig, arrays, allow_cpu or cpu_scalars_at == i, args)
     if kwargs:
         for k, v in kwargs.items():
             sig.append(k)
