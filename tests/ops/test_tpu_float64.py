@@ -165,3 +165,16 @@ def test_a_0d_complex128_cpu_tensor_beside_narrower_tensors_holds_no_complex128(
                 torch.testing.assert_close(got, want)
     with pytest.raises(tpu_lowering.TpuLoweringError, match="complex128"):
         (torch.randn(3, dtype=torch.float64).to("tpu") * c).cpu()
+
+
+def test_a_complex_scalar_beside_complex128_tensors_in_a_list_keeps_its_precision(fresh_programs):
+    """A foreach op's tensors come in a list, which the test for a complex64 Scalar looks into
+    (``arguments._tensors``): beside complex128 tensors the Scalar keeps complex128's precision (a complex64
+    one would round the products). (The foreach op runs as one ``mul`` per tensor today, each with its tensor
+    at the top level; this guards the list case should it become one program.)"""
+    xs = [torch.randn(3, dtype=torch.complex128) for _ in range(2)]
+    s = 1 / 3 + 1j / 7
+    got = [t.cpu() for t in torch._foreach_mul([x.to("tpu") for x in xs], s)]
+    for g, want in zip(got, torch._foreach_mul(xs, s)):
+        assert g.dtype == torch.complex128
+        torch.testing.assert_close(g, want, rtol=1e-15, atol=0)

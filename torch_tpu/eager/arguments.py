@@ -107,12 +107,12 @@ def keep_scalars_static(func) -> None:
     _SCALAR_SLOTS.pop(id(func), None)
 
 
-def _scalar(x, sig, arrays, args):
+def _scalar(x, sig, arrays, args, kwargs=None):
     """A number in a Scalar slot: dynamic (its type in the key, its value an input) unless a bool."""
     t = type(x)
     if t is bool:
         sig.append(static_key(x))
-    elif t is complex and _complex64_suffices(args):
+    elif t is complex and _complex64_suffices(args, kwargs):
         sig.append(_COMPLEX64_SCALAR)
         arrays.append(np.complex64(x))
     else:
@@ -131,6 +131,15 @@ _COMPLEX64_SCALAR = ("scalar", "complex64")
 _64_BIT_INEXACT = (torch.float64, torch.complex128)
 
 
+def _tensors(values):
+    """The tensors among ``values``, in lists and tuples too (a foreach op's operands)."""
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif type(v) in (list, tuple):
+            yield from _tensors(v)
+
+
 def _rounded_to_complex64(args) -> bool:
     """Whether a 0-d complex128 CPU tensor among ``args`` (autograd's wrapped numbers: ``fft(x * 1j)``'s
     backward multiplies by one) computes as complex64: beside a tensor with dimensions, a 0-d one promotes
@@ -139,18 +148,19 @@ def _rounded_to_complex64(args) -> bool:
     anyway. Its key keeps its dtype: CPU's checks ran on the call as it was."""
     if _get_default_dtype() is torch.float64:
         return False
-    dimensioned = [a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0]
+    dimensioned = [a for a in _tensors(args) if a.dim() > 0]
     return bool(dimensioned) and not any(a.dtype in _64_BIT_INEXACT for a in dimensioned)
 
 
-def _complex64_suffices(args) -> bool:
-    """Whether a complex Scalar can be a complex64 input: no float64 or complex128 tensor among ``args`` and a
-    default dtype other than float64, so the result is complex64 (or narrower) and torch rounds the Scalar to
-    complex64 anyway. JAX would take the Python complex as complex128, which a TPU cannot compile
-    (``runtime/tpu_lowering``): ``z * 1j`` of a complex64 ``z`` would be refused there."""
+def _complex64_suffices(args, kwargs=None) -> bool:
+    """Whether a complex Scalar can be a complex64 input: no float64 or complex128 tensor among the call's
+    arguments and a default dtype other than float64, so the result is complex64 (or narrower) and torch
+    rounds the Scalar to complex64 anyway. JAX would take the Python complex as complex128, which a TPU
+    cannot compile (``runtime/tpu_lowering``): ``z * 1j`` of a complex64 ``z`` would be refused there."""
     if _get_default_dtype() is torch.float64:
         return False
-    return not any(isinstance(a, torch.Tensor) and a.dtype in _64_BIT_INEXACT for a in args)
+    values = list(args) + (list(kwargs.values()) if kwargs else [])
+    return not any(a.dtype in _64_BIT_INEXACT for a in _tensors(values))
 
 
 def _has_inexact_tensor(args) -> bool:
@@ -382,7 +392,7 @@ def key_and_inputs(func, args, kwargs):
         for k, v in kwargs.items():
             sig.append(k)
             if type(v) in _NUMBERS and _dynamic_name(_scalar_slots(func), k, v):
-                _scalar(v, sig, arrays, args)
+                _scalar(v, sig, arrays, args, kwargs)
             else:
                 _walk(func, v, sig, arrays, allow_cpu or (k == "scalars" and cpu_scalars_at is not None))
     default = _get_default_dtype()

@@ -533,8 +533,8 @@ _MAX_SQUARINGS = 16  # jax.scipy.linalg.expm's default
 def _jax_expm_steps():
     """(Pade approximant P, Q and the number of squarings; the squaring) of JAX's expm, private functions of
     ``jax._src.scipy.linalg``, or None where this JAX lays them out otherwise (then JAX's expm is used, and
-    tests/ops/test_tpu_products.py's float64 matrix_exp case, which checks that no XLA LU is left, fails on
-    the CPU)."""
+    tests/ops/test_tpu_float64.py's float64 matrix_exp case, which refuses an XLA LU of float64, fails on the
+    CPU)."""
     try:
         from jax._src.scipy import linalg as jax_scipy_linalg
 

@@ -114,9 +114,10 @@ def _uncompilable_on_tpu(text: str) -> str:
 
 def refuse_uncompilable(text: str, name: str, how: str = "") -> None:
     """Raise ``TpuLoweringError`` naming ``name`` if the module ``text`` lowered for a TPU holds what XLA:TPU is
-    known not to compile: the check's last step, and on a TPU the step before XLA compiles a program (where the
-    failure was an error deep in XLA, or the process aborting)."""
+    known not to compile: the check's last step (``how`` says so in the message), and on a TPU the step before
+    XLA compiles a program (where the failure was an error deep in XLA, or the process aborting)."""
     uncompilable = _uncompilable_on_tpu(text)
     if uncompilable:
-        check = " (TORCH_TPU_CHECK_LOWERING=tpu)" if how else ""
-        raise TpuLoweringError(f"tpu: {name} {how}XLA:TPU cannot compile it{check}: {uncompilable}")
+        what = f"{name} {how}XLA:TPU cannot compile it (TORCH_TPU_CHECK_LOWERING=tpu)" if how else \
+            f"{name}: XLA:TPU cannot compile it"
+        raise TpuLoweringError(f"tpu: {what}: {uncompilable}")
