@@ -128,6 +128,8 @@ def _scalar(x, sig, arrays, args, kwargs=None):
 
 _EXACT_IN_FLOAT = 2 ** 53  # every int up to this is a double exactly: converting it rounds nothing
 _COMPLEX64_SCALAR = ("scalar", "complex64")
+# the types of the values of dynamic Scalars among a call's program inputs (a complex one may be a complex64)
+SCALAR_INPUTS = (int, float, complex, np.complex64)
 _64_BIT_INEXACT = (torch.float64, torch.complex128)
 
 

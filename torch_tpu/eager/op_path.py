@@ -17,7 +17,7 @@ from ..ops import calling, registry
 from ..runtime import caches, counters, program_cache, rng, stable_keys
 from ..runtime.stable_keys import ProcessLocal
 from . import op_store
-from .arguments import keep_scalars_static, key_and_inputs, templates, to_meta
+from .arguments import SCALAR_INPUTS, keep_scalars_static, key_and_inputs, templates, to_meta
 from .entries import LoweredEntry, scalar_meta
 from .fallbacks import data_dependent_entry, python_entry
 from .plans import StaticScalarsNeeded, branches_on_a_value, plan, write_orders
@@ -113,13 +113,12 @@ def _per_call_check(func, target_func, check_meta, args, kwargs, arrays):
     this one: it reads the values of dynamic Scalars only, so an entry whose key has none (``x + y``, its
     alpha the default) runs it here, once, not on every call."""
     check = parity.per_call_check(func, target_func, check_meta)
-    if check is not None and not any(type(a) in _NUMBERS for a in arrays):
+    if check is not None and not any(type(a) in SCALAR_INPUTS for a in arrays):
         check(args, kwargs)
         return None
     return check
 
 
-_NUMBERS = (int, float, complex)
 
 
 def run_op(func, args, kwargs):
