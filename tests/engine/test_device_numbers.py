@@ -3,6 +3,7 @@
 value, type or tensor dtype came before it (the cache is keyed by value and type only)."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -146,11 +147,34 @@ def test_a_place_keeps_values_apart():
     for _ in range(2):
         c = device_numbers.scalar_for(other, 2.5 + 1j)
     assert str(c.dtype) == "complex128"
+    # a complex Scalar passed as complex64 (beside narrower tensors: eager/arguments.py): strongly typed, as
+    # the program was traced, its zeros' signs apart
+    for v in (np.complex64(0j), np.complex64(complex(-0.0, -0.0))) * 2:
+        last = device_numbers.scalar_for(other, v)
+    zero64 = device_numbers.scalar_for(other, np.complex64(0j))
+    assert str(last.dtype) == "complex64" and not last.weak_type
+    assert math.copysign(1.0, float(np.real(np.asarray(last)))) == -1.0
+    assert math.copysign(1.0, float(np.real(np.asarray(zero64)))) == 1.0
     for v in (float("nan"), 2 ** 64):
         assert device_numbers.scalar_for(other, v) is None and device_numbers.scalar_for(other, v) is None
     for i in range(10):
         device_numbers.scalar_for(other, float(i))
     assert len(other) == device_numbers._PER_PLACE
+
+
+def test_a_complex_scalar_seen_before_is_a_complex64_device_scalar_and_computes_as_itself():
+    """``z * s`` of a complex64 ``z``: the Scalar is a complex64 input, kept as a device scalar from its second
+    sighting; every value, zeros of either sign included, equals CPU bit for bit whichever came before."""
+    z = torch.tensor([1.5 - 0.0j, complex(-0.0, 2.0), 0j, complex(3.0, -0.0)], dtype=torch.complex64)
+    zt = z.to("tpu")
+    values = [0.5 + 1j, complex(-0.0, -0.0), 0j, complex(0.0, -0.0), 0.5 + 1j]
+    for _ in range(3):
+        for s in values:
+            for fn in (lambda t: t * s, lambda t: t + s, lambda t: torch.add(t, t, alpha=s)):
+                assert torch.equal(_bits(fn(zt)), _bits(fn(z))), s
+    held = [slot[1] for _, _, places in list(device_numbers.PLACES.values()) for kept in places
+            for slot in kept if slot[1] is not None and hasattr(slot[1], "dtype")]
+    assert any(str(d.dtype) == "complex64" and not d.weak_type for d in held)
 
 
 def test_a_changing_number_reuses_the_program_keeps_nothing_more_and_stays_right():

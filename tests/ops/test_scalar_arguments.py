@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_tpu
 from tests.harness import differential as D
 
 pytestmark = pytest.mark.usefixtures("watchdog")
@@ -449,3 +450,29 @@ SCALAR_CORNERS = {
 def test_scalar_corners(eager_mode, case):
     fn, x = SCALAR_CORNERS[case]
     D.check(fn, x, signed_zeros=True)
+
+
+_SIGNED = [complex(-0.0, 2.0), complex(-0.0, -0.0), 0j, complex(3.0, -0.0), complex(float("inf"), 1.0),
+           complex(1.0, float("nan")), complex(-0.0, float("inf"))]
+
+
+def _same_bits(got, want) -> bool:
+    got, want = torch.view_as_real(got.cpu()), torch.view_as_real(want)
+    nan = want.isnan()
+    return bool(((got == want) | (nan & got.isnan())).all() and ((torch.signbit(got) == torch.signbit(want)) | nan).all())
+
+
+def test_complex_add_and_sub_follow_cpus_unit_alpha_product():
+    """CPU torch's complex add and sub multiply ``other`` by alpha = +-1 + 0j even for the default alpha, so
+    zeros' signs (and infinities' NaNs) follow that product: ``z + (-0 - 0j)`` of -0 + 2j is +0 + 2j, where
+    IEEE's -0 + -0 is -0. Strict mode with complex Scalars and tensors, fused mode with complex operands."""
+    z = torch.tensor(_SIGNED, dtype=torch.complex64)
+    calls = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "rsub": lambda a, b: b - a}
+    for mode, others in ((torch_tpu.EagerMode.DEFER_NEVER, _SIGNED + [-0.0, 0.0]),
+                         (torch_tpu.EagerMode.DEFER_AND_FUSE, _SIGNED)):
+        with torch.tpu.set_eager_mode(mode):
+            for s in others:
+                for name, call in calls.items():
+                    assert _same_bits(call(z.to("tpu"), s), call(z, s)), (mode, name, s)
+                    w = torch.full_like(z, s)
+                    assert _same_bits(call(z.to("tpu"), w.to("tpu")), call(z, w)), (mode, name, "tensor", s)

@@ -20,11 +20,13 @@ import numpy as np
 from ..runtime import caches, platform, program_cache
 from .graph_sets import value_key
 
-# Python numbers, and the storage offsets of view inputs (numpy int64, ``eager/arguments.py``,
-# ``strided.read``: a slice or a chunk at the same place at every step, converted at every call as well)
-_NUMBERS = (int, float, complex, np.int64)
+# Python numbers, complex Scalars passed as complex64 (``eager/arguments.py``) and the storage offsets of view
+# inputs (numpy int64, ``strided.read``: a slice or a chunk at the same place at every step, converted at every
+# call as well); the numpy ones are strongly typed
+_NUMBERS = (int, float, complex, np.int64, np.complex64)
+_STRONG = (np.int64, np.complex64)
 _PER_PLACE = 4  # values kept per number an op entry takes
-_DTYPES = {int: "int64", float: "float64", complex: "complex128", np.int64: "int64"}
+_DTYPES = {int: "int64", float: "float64", complex: "complex128", np.int64: "int64", np.complex64: "complex64"}
 _NEVER = object()  # a value JAX would not make a 64-bit weakly typed scalar of: passed as it is
 
 # id(op entry) -> (its program key, the positions of its program inputs that are Python numbers, for each
@@ -102,15 +104,15 @@ def kept() -> int:
 
 
 def _make(value):
-    """The array JAX makes of ``value`` as a program argument: 64-bit, on the device; weakly typed for a
-    Python number (an offset is a numpy int64: strongly typed)."""
+    """The array JAX makes of ``value`` as a program argument, on the device: 64-bit and weakly typed for a
+    Python number, strongly typed for a numpy one (an offset's int64, a complex Scalar's complex64)."""
     jax = platform.jax()
     prev = platform.X64.swap(True)
     try:
         arr = jax.device_put(value, platform.jax_device())
     finally:
         platform.X64.restore(prev)
-    weak = type(value) is not np.int64
+    weak = type(value) not in _STRONG
     if arr.weak_type != weak or str(arr.dtype) != _DTYPES[type(value)]:  # (not what the program was traced with)
         return _NEVER
     return arr

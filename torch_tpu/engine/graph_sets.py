@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
+
 from ..runtime import caches, counters, disk_cache, prefetch, program_cache, stable_keys
 
 # graph key less its outputs -> the outputs its program returns (see outputs_for)
@@ -98,6 +100,7 @@ def number_key(value) -> tuple:
 
 _NAN = ("f", float("nan"))  # one NaN object: equal to itself as a tuple item (tuples compare items by identity first)
 _ZERO, _NEG_ZERO = ("f", 0.0), ("f-0",)
+_COMPLEX64 = np.complex64
 
 
 def value_key(v) -> tuple:
@@ -112,6 +115,8 @@ def value_key(v) -> tuple:
         return ("f", v)
     if t is complex:
         return ("c", v.real.hex(), v.imag.hex())
+    if t is _COMPLEX64:  # (a complex Scalar passed as complex64: eager/arguments.py)
+        return ("c64", float(v.real).hex(), float(v.imag).hex())
     return ("b" if t is bool else "i", v)
 
 

@@ -40,7 +40,7 @@ def _plus_scaled(x, y, alpha):
     machines, one ulp off where it is not exact (1.0004e-3 - 3 * 1.0004e-3). bfloat16 keeps XLA's form, which
     is CPU torch's there."""
     if alpha is None or is_value(alpha, 1):
-        return x + y
+        return x + _times_unit(x, y, 1)
     dtype = jnp.result_type(x, y)
     if dtype != jnp.float16:
         return x + y * alpha
@@ -49,6 +49,19 @@ def _plus_scaled(x, y, alpha):
         return v.astype(jnp.float32) if getattr(v, "dtype", None) == dtype else v
 
     return (wide(x) + wide(y) * alpha).astype(dtype)
+
+
+def _times_unit(x, y, sign: int):
+    """``sign * y`` as CPU torch computes ``alpha * y`` for the default alpha. For a complex result its kernel
+    multiplies by alpha = +-1 + 0j even then: the real part is +-c - 0 * d, the imaginary part +-d + 0 * c, so a
+    zero's sign (and an infinity's NaN) follows the complex product, not ``y``'s own value (``z + (-0 - 0j)``
+    gives +0 where -0 + -0 is -0). A real result is ``y`` or ``-y``."""
+    dtype = jnp.result_type(x, y)
+    if not jnp.issubdtype(dtype, jnp.complexfloating):
+        return y if sign == 1 else -y
+    y = jnp.asarray(y).astype(dtype)
+    c, d = jnp.real(y), jnp.imag(y)
+    return jax.lax.complex(sign * c - d * 0, sign * d + c * 0)
 
 
 def _static_zero_added(x, y, alpha, sign: float) -> bool:
@@ -81,7 +94,8 @@ def _minus(x, y, alpha):
     keeps its sign, where x - 0 * y would not)."""
     x, y = _u64(x, y)
     if alpha is None or is_value(alpha, 1):
-        return x - y
+        complex_result = jnp.issubdtype(jnp.result_type(x, y), jnp.complexfloating)
+        return x + _times_unit(x, y, -1) if complex_result else x - y
     return _plus_scaled(x, y, -alpha)
 
 
