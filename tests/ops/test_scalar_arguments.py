@@ -465,14 +465,21 @@ def _same_bits(got, want) -> bool:
 def test_complex_add_and_sub_follow_cpus_unit_alpha_product():
     """CPU torch's complex add and sub multiply ``other`` by alpha = +-1 + 0j even for the default alpha, so
     zeros' signs (and infinities' NaNs) follow that product: ``z + (-0 - 0j)`` of -0 + 2j is +0 + 2j, where
-    IEEE's -0 + -0 is -0. Strict mode with complex Scalars and tensors, fused mode with complex operands."""
+    IEEE's -0 + -0 is -0. Graph constants too (fused and compiled): XLA folds ``v + 0`` into ``v``, which
+    kept -0.0 (``z + (-0.0)``, ``0.0 - z``)."""
     z = torch.tensor(_SIGNED, dtype=torch.complex64)
     calls = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "rsub": lambda a, b: b - a}
-    for mode, others in ((torch_tpu.EagerMode.DEFER_NEVER, _SIGNED + [-0.0, 0.0]),
-                         (torch_tpu.EagerMode.DEFER_AND_FUSE, _SIGNED)):
+    for mode in (torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE):
         with torch.tpu.set_eager_mode(mode):
-            for s in others:
+            for s in _SIGNED + [-0.0, 0.0, 2.5]:
                 for name, call in calls.items():
                     assert _same_bits(call(z.to("tpu"), s), call(z, s)), (mode, name, s)
                     w = torch.full_like(z, s)
                     assert _same_bits(call(z.to("tpu"), w.to("tpu")), call(z, w)), (mode, name, "tensor", s)
+
+    def constants(t):
+        return t + (-0.0), t - 0.0, t + complex(-0.0, -0.0), 0.0 - t, t + 0, 1j - t, t - complex(0.0, -0.0)
+
+    compiled = torch.compile(constants, backend="tpu")
+    for got, want in zip(compiled(z.to("tpu")), constants(z)):
+        assert _same_bits(got, want), (got, want)

@@ -40,7 +40,7 @@ def _plus_scaled(x, y, alpha):
     machines, one ulp off where it is not exact (1.0004e-3 - 3 * 1.0004e-3). bfloat16 keeps XLA's form, which
     is CPU torch's there."""
     if alpha is None or is_value(alpha, 1):
-        return x + _times_unit(x, y, 1)
+        return _sum(x, _times_unit(x, y, 1))
     dtype = jnp.result_type(x, y)
     if dtype != jnp.float16:
         return x + y * alpha
@@ -59,9 +59,34 @@ def _times_unit(x, y, sign: int):
     dtype = jnp.result_type(x, y)
     if not jnp.issubdtype(dtype, jnp.complexfloating):
         return y if sign == 1 else -y
+    if type(y) in _STATIC_NUMBERS:  # a compiled or fused graph's constant: the product in Python (IEEE, as C)
+        c, d = complex(y).real, complex(y).imag
+        return complex(sign * c - d * 0.0, sign * d + c * 0.0)
     y = jnp.asarray(y).astype(dtype)
     c, d = jnp.real(y), jnp.imag(y)
     return jax.lax.complex(sign * c - d * 0, sign * d + c * 0)
+
+
+_STATIC_NUMBERS = (int, float, complex, bool)
+
+
+def _sum(x, p):
+    """``x + p`` where a complex sum's static operand (a graph's constant) has a zero part: XLA folds ``v + 0``
+    into ``v``, which keeps -0.0 where IEEE gives +0.0, so a +0.0 part is added in a form it does not fold
+    (``_plus_zero``); a -0.0 part adds nothing in IEEE either."""
+    static, traced = (p, x) if type(p) in _STATIC_NUMBERS else (x, p) if type(x) in _STATIC_NUMBERS else (None, None)
+    if static is None or not jnp.issubdtype(jnp.result_type(traced, static), jnp.complexfloating):
+        return x + p
+    static = complex(static)
+
+    def part(v, c):
+        if c != 0:
+            return v + c
+        return _plus_zero(v) if math.copysign(1.0, c) > 0 else v
+
+    dtype = jnp.result_type(traced, static)
+    traced = jnp.asarray(traced).astype(dtype)
+    return jax.lax.complex(part(jnp.real(traced), static.real), part(jnp.imag(traced), static.imag))
 
 
 def _static_zero_added(x, y, alpha, sign: float) -> bool:
@@ -95,7 +120,7 @@ def _minus(x, y, alpha):
     x, y = _u64(x, y)
     if alpha is None or is_value(alpha, 1):
         complex_result = jnp.issubdtype(jnp.result_type(x, y), jnp.complexfloating)
-        return x + _times_unit(x, y, -1) if complex_result else x - y
+        return _sum(x, _times_unit(x, y, -1)) if complex_result else x - y
     return _plus_scaled(x, y, -alpha)
 
 
