@@ -148,10 +148,8 @@ def _rounded_to_complex64(args) -> bool:
     only to the default dtype's complex type (``ones(3) * tensor(1j, dtype=complex128)`` is complex64), so
     with a float32 default and no float64/complex128 tensor with dimensions torch rounds it to complex64
     anyway. Its key keeps its dtype: CPU's checks ran on the call as it was."""
-    if _get_default_dtype() is torch.float64:
-        return False
     dimensioned = [a for a in _tensors(args) if a.dim() > 0]
-    return bool(dimensioned) and not any(a.dtype in _64_BIT_INEXACT for a in dimensioned)
+    return bool(dimensioned) and _complex64_suffices(dimensioned)
 
 
 def _complex64_suffices(args, kwargs=None) -> bool:
