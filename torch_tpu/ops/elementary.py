@@ -25,6 +25,7 @@ keeps them (its 11 bits see XLA:TPU's log error near 1). float64 and complex val
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 import jax
@@ -114,3 +115,56 @@ def log_softmax(x, axis=-1):
         return jax.nn.log_softmax(x, axis=axis)
     shifted = x - jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True, initial=-jnp.inf))
     return shifted - log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True))
+
+
+# XLA:TPU's results at special values where they are not CPU's, in every floating dtype (bench/tpu_semantics_probe.py
+# on a v5e: bench/results/tpu/tpu_semantics_probe.json). The forms below give CPU's results there; they are used
+# where the program is built for a TPU, as XLA's own results elsewhere are CPU's already. (Subnormal operands and
+# results are zero on a TPU: a difference of the hardware, not corrected.)
+_HUGE, _UNHUGE = 2.0 ** 64, 2.0 ** -64
+
+
+def _for_tpu() -> bool:
+    return platform.target() == "tpu"
+
+
+def true_divide(x, y):
+    """x / y of floating operands. On a TPU, inf / y is NaN for a finite |y| past 2**126 (the divisor's reciprocal
+    is flushed to zero): there it is inf with the quotient's sign, as on CPU."""
+    q = jnp.true_divide(x, y)
+    if not _for_tpu() or (type(y) in (int, float) and abs(y) < 2.0 ** 126):
+        return q
+    inf_by_finite = jnp.isinf(x) & jnp.isfinite(y)
+    return jnp.where(inf_by_finite, (x * jnp.copysign(jnp.ones_like(q), y)).astype(q.dtype), q)
+
+
+def _scaled_down(*xs):
+    """``xs`` (one dtype) times 2**-64 where the largest magnitude among them is finite and past 2**64, and that
+    factor's inverse: XLA:TPU's atan2 and hypot divide one operand by the other inside, where a quotient of
+    huge values flushes to zero (atan2(3e38, -3e38) was pi, CPU 3pi/4; hypot(3e38, 3e38) 3e38, CPU inf)."""
+    m = functools.reduce(jnp.maximum, [jnp.abs(x) for x in xs])
+    big = jnp.isfinite(m) & (m > _HUGE)
+    down = jnp.where(big, _UNHUGE, 1.0).astype(m.dtype)
+    return [x * down for x in xs], jnp.where(big, _HUGE, 1.0).astype(m.dtype)
+
+
+def arctan2(y, x):
+    if not _for_tpu() or jnp.finfo(jnp.result_type(y, x)).maxexp < 128:  # (float16 never reaches 2**64)
+        return jnp.arctan2(y, x)
+    y, x = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(y, x)) for v in (y, x)))
+    (y, x), _ = _scaled_down(y, x)
+    return jnp.arctan2(y, x)
+
+
+def hypot(x, y):
+    if not _for_tpu() or jnp.finfo(jnp.result_type(x, y)).maxexp < 128:
+        return jnp.hypot(x, y)
+    x, y = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(x, y)) for v in (x, y)))
+    (x, y), up = _scaled_down(x, y)
+    return jnp.hypot(x, y) * up
+
+
+def sinh(x):
+    """sinh; XLA:TPU's is +0.0 at -0.0 (CPU: -0.0), and sinh has its argument's sign everywhere."""
+    r = jnp.sinh(x)
+    return jnp.copysign(r, x) if _for_tpu() else r

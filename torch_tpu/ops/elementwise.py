@@ -189,14 +189,14 @@ def div(x, y):
     dt = jnp.result_type(x, y)
     if jnp.issubdtype(dt, jnp.complexfloating):
         return _complex_div(x, y, dt)
-    by_number = _opmath_by_number(x, y, jnp.true_divide)
+    by_number = _opmath_by_number(x, y, elementary.true_divide)
     if by_number is not None:
         return by_number
     x, y = no_pred(x, y)
     if not is_float(x) and not is_float(y):  # integer and bool division is float division (x / 0 is inf/nan)
         x = to_float(x)
         y = float(y) if type(y) in (bool, int) else to_float(y)
-    return jnp.true_divide(x, y)
+    return elementary.true_divide(x, y)
 
 
 def _integer_divisor(x, y) -> None:
@@ -262,7 +262,7 @@ def _floor_divide_floating(x, y):
     x, y = (to_float(a) if hasattr(a, "dtype") and not is_float(a) else a for a in (x, y))
     dt = jnp.result_type(x, y)
     x, y = jnp.broadcast_arrays(jnp.asarray(x, dt), jnp.asarray(y, dt))
-    mod = jnp.fmod(x, y)
+    mod = _float_rem(x, y)
     q = (x - mod) / y
     q = jnp.where((mod != 0) & ((y < 0) != (mod < 0)), q - 1, q)
     fq = jnp.floor(q)
@@ -271,18 +271,42 @@ def _floor_divide_floating(x, y):
     return jnp.where(y == 0, x / y, fq)
 
 
+def _promoted(x, y):
+    """Both operands broadcast, as their result dtype (a Python number weakly typed): what jnp's binary functions
+    do before they call lax."""
+    dt = jnp.result_type(x, y)
+    return jnp.broadcast_arrays(jnp.asarray(x, dt), jnp.asarray(y, dt))
+
+
+def _float_rem(x, y):
+    """C's fmod of floating operands as every platform computes it: the sign of x (a zero remainder too), and
+    x itself for a finite x over an infinite y. XLA:TPU's remainder gives NaN for x over +-inf and +0.0 for
+    -0.0 over y (bench/results/tpu/tpu_semantics_probe.json); XLA:CPU's gives C's answers, so this costs it
+    two selects' worth of nothing and keeps one program for both."""
+    r = jax.lax.rem(x, y)
+    r = jnp.where(jnp.isinf(y) & jnp.isfinite(x), x, r)
+    return jnp.copysign(r, x)
+
+
 @register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
 def remainder(x, y):
     x, y = torch_operands(x, y)
     _integer_divisor(x, y)
-    return jnp.remainder(x, y)
+    if not (is_float(x) or is_float(y)):
+        return jnp.remainder(x, y)
+    x, y = _promoted(x, y)
+    mod = _float_rem(x, y)
+    # torch's python-style remainder: the fmod moved by y when its sign is not y's
+    return jnp.where((mod != 0) & ((mod < 0) != (y < 0)), mod + y, mod)
 
 
 @register(aten.fmod.Tensor, aten.fmod.Scalar)
 def fmod(x, y):
     x, y = torch_operands(x, y)
     _integer_divisor(x, y)
-    return jnp.fmod(x, y)
+    if not (is_float(x) or is_float(y)):
+        return jnp.fmod(x, y)
+    return _float_rem(*_promoted(x, y))
 
 
 # the exponent's value picks the computation (x * x for 2: exact and cheap, where a traced exponent would
@@ -406,8 +430,8 @@ register(aten.maximum.default)(_cmp(jnp.maximum))
 register(aten.minimum.default)(_cmp(jnp.minimum))
 register(aten.fmax.default)(_cmp(jnp.fmax))
 register(aten.fmin.default)(_cmp(jnp.fmin))
-register(aten.atan2.default)(_cmp(lambda x, y: jnp.arctan2(to_float(x), to_float(y)), common=False))
-register(aten.hypot.default)(_cmp(jnp.hypot))
+register(aten.atan2.default)(_cmp(lambda x, y: elementary.arctan2(to_float(x), to_float(y)), common=False))
+register(aten.hypot.default)(_cmp(elementary.hypot))
 register(aten.copysign.Tensor, aten.copysign.Scalar)(_cmp(lambda x, y: jnp.copysign(to_float(x), y), False))
 register(aten.nextafter.default)(_cmp(jnp.nextafter))
 register(aten.logical_and.default)(_cmp(lambda x, y: jnp.logical_and(x != 0, y != 0)))
@@ -520,7 +544,7 @@ _FLOAT_UNARY = {
     aten.exp: elementary.exp, aten.exp2: elementary.exp2, aten.expm1: elementary.expm1, aten.log: elementary.log,
     aten.log2: elementary.log2, aten.log10: elementary.log10, aten.log1p: elementary.log1p, aten.sqrt: jnp.sqrt,
     aten.rsqrt: jax.lax.rsqrt, aten.sin: jnp.sin, aten.cos: jnp.cos, aten.tan: jnp.tan,
-    aten.asin: jnp.arcsin, aten.acos: jnp.arccos, aten.atan: jnp.arctan, aten.sinh: jnp.sinh,
+    aten.asin: jnp.arcsin, aten.acos: jnp.arccos, aten.atan: jnp.arctan, aten.sinh: elementary.sinh,
     aten.cosh: jnp.cosh, aten.tanh: elementary.tanh, aten.asinh: elementary.arcsinh, aten.acosh: elementary.arccosh,
     aten.atanh: elementary.arctanh, aten.sigmoid: jax.nn.sigmoid, aten.erf: jax.scipy.special.erf,
     aten.erfc: jax.scipy.special.erfc, aten.erfinv: elementary.erfinv,

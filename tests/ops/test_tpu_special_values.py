@@ -1,0 +1,163 @@
+"""Special values (signed zeros, infinities, NaN, huge values) in programs built for a TPU, checked without a TPU.
+
+On a TPU v5e (bench/tpu_semantics_probe.py, bench/results/tpu/tpu_semantics_probe.json) XLA:TPU's results differ
+from CPU's: its remainder is NaN for x over +-inf (C's fmod gives x) and +0.0 for -0.0 over y, so torch.fmod,
+remainder and floor_divide by an infinity were NaN there (tests/ops/test_scalar_arguments.py caught it on the
+chip); inf / y is NaN for |y| past 2**126; atan2 and hypot of huge operands are wrong (atan2(3e38, -3e38) pi,
+hypot(3e38, 3e38) finite); sinh(-0.0) is +0.0. The lowerings are traced here as for a TPU and compared with CPU
+torch; the remainder and the division also with XLA:TPU's behaviour put in place of XLA:CPU's."""
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from torch_tpu.ops import elementary, elementwise
+from torch_tpu.runtime import platform
+
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, -7.0, 0.5, 250.0, float("inf"), float("-inf"), float("nan"),
+           1e-30, -1e-30, 3.0e38, -3.0e38, 1e20, -1e20]  # (no subnormals: a TPU has none)
+DTYPES = {"float32": (torch.float32, jnp.float32), "bfloat16": (torch.bfloat16, jnp.bfloat16)}
+
+
+def _pairs(dtype, max_quotient=float("inf")):
+    """Every pair of SPECIAL values but those of a finite quotient past ``max_quotient`` or float32's range:
+    CPU torch's own fmod is NaN for 3e38 over 0.5 in its vectorised loop and 0.0 in its scalar one."""
+    pairs = [(x, y) for x, y in itertools.product(SPECIAL, SPECIAL)
+             if not (np.isfinite(x) and np.isfinite(y) and y != 0 and abs(x / y) > min(max_quotient, 3.4e38))]
+    xs, ys = zip(*pairs)
+    return torch.tensor(xs, dtype=dtype), torch.tensor(ys, dtype=dtype)
+
+
+def _as_jax(t, jdtype):
+    return jnp.asarray(t.float().numpy()).astype(jdtype)
+
+
+def _for_tpu(fn, *args):
+    with platform.Targeting("tpu"), platform.X64():
+        return jax.jit(lambda *a: fn(*a))(*args)  # (a new function: traced again, never a cached trace)
+
+
+@pytest.fixture
+def as_on_a_tpu(monkeypatch):
+    """Puts XLA:TPU's behaviour of a lax/jnp function in place of XLA:CPU's: ``as_on_a_tpu(module, name, fn)``.
+    JAX's trace caches are cleared before and after, so that no trace holds the other behaviour (jnp's own
+    functions are jitted and cached)."""
+    def put(module, name, fn):
+        monkeypatch.setattr(module, name, fn)
+        jax.clear_caches()
+
+    yield put
+    monkeypatch.undo()
+    jax.clear_caches()
+
+
+def _flushed(t):
+    """Subnormal values as zeros of their sign: a TPU has none (nor do XLA:CPU's results, where CPU torch's do)."""
+    return torch.where(t.float().abs() < torch.finfo(torch.float32).tiny, t * 0, t)
+
+
+def _assert_as_cpu(got, want, rtol=0.0):
+    """Equal to CPU torch: NaN where it is NaN, the same infinities and zero signs, values within rtol."""
+    got = _flushed(torch.from_numpy(np.array(got.astype(jnp.float32))).to(want.dtype))
+    want = _flushed(want)
+    torch.testing.assert_close(got, want, rtol=rtol, atol=0.0, equal_nan=True)
+    zeros = want == 0
+    assert torch.equal(got[zeros].signbit(), want[zeros].signbit()), "signs of zeros differ from CPU"
+
+
+def _tpu_rem(x, y):
+    """XLA:TPU's remainder as the probe found it: x - trunc(x / y) * y (NaN over an infinity), zeros +0.0."""
+    r = x - jnp.trunc(x / y) * y
+    return jnp.where(r == 0, jnp.zeros_like(r), r)
+
+
+def _tpu_true_divide(x, y):
+    """XLA:TPU's division as the probe found it: x times the divisor's reciprocal, flushed to zero past 2**126."""
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    recip = 1 / y
+    return x * jnp.where(jnp.abs(y) > 2.0 ** 126, jnp.zeros_like(recip) * jnp.sign(recip), recip)
+
+
+REM_OPS = {"fmod": (elementwise.fmod, torch.fmod), "remainder": (elementwise.remainder, torch.remainder),
+           "floor_divide": (elementwise.floor_divide, torch.floor_divide)}
+
+
+@pytest.mark.parametrize("tpu_rem", [False, True], ids=["xla_cpu_rem", "xla_tpu_rem"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", list(REM_OPS))
+def test_remainders_by_infinities_and_of_negative_zero_as_cpu(op, dtype, tpu_rem, as_on_a_tpu):
+    if tpu_rem:  # (jax.lax's name for our lowerings, jax._src.lax.lax's for jnp's)
+        import jax._src.lax.lax as lax_internal
+
+        as_on_a_tpu(jax.lax, "rem", _tpu_rem)
+        as_on_a_tpu(lax_internal, "rem", _tpu_rem)
+    ours, theirs = REM_OPS[op]
+    tdt, jdt = DTYPES[dtype]
+    # (XLA:TPU's remainder is x - trunc(x / y) * y, inexact for quotients past 2**24: not corrected)
+    limit = 2.0 ** 24 if tpu_rem else 3.4e38
+    x, y = _pairs(tdt, max_quotient=limit)
+    _assert_as_cpu(_for_tpu(ours, _as_jax(x, jdt), _as_jax(y, jdt)), theirs(x, y))
+    for scalar in (float("inf"), float("-inf"), 2.5, -0.5):  # a Scalar divisor, weakly typed as torch's
+        x = torch.tensor([v for v in SPECIAL if not (np.isfinite(v) and abs(v / scalar) > limit)], dtype=tdt)
+        _assert_as_cpu(_for_tpu(lambda a: ours(a, scalar), _as_jax(x, jdt)), theirs(x, scalar))
+
+
+def test_the_emulated_tpu_remainder_is_what_the_chip_gave():
+    """The emulation above against the chip's results recorded by the probe (so the test stays honest)."""
+    import json
+    from pathlib import Path
+
+    probe = json.loads((Path(__file__).parents[2] / "bench/results/tpu/tpu_semantics_probe.json").read_text())
+    rows = [r for r in probe["differences"]["float32.rem"] if r["why"] != "subnormal"]
+    assert rows, "the probe recorded no remainder difference"
+    for r in rows:
+        x, y = (np.float32(float(a)) for a in r["args"])
+        x64, y64 = float(x), float(y)
+        if any(abs(v) < 1.2e-38 and v != 0 for v in (x, y)) or (np.isfinite(y64) and y64 != 0 and abs(x64 / y64) > 2.0 ** 24):
+            continue
+        got = float(_tpu_rem(jnp.float32(x), jnp.float32(y)))
+        chip = float(r["tpu"])
+        assert (np.isnan(got) and np.isnan(chip)) or (got == chip and np.signbit(got) == np.signbit(chip)), r
+
+
+@pytest.mark.parametrize("tpu_divide", [False, True], ids=["xla_cpu_divide", "xla_tpu_divide"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_division_of_infinities_by_huge_values_as_cpu(dtype, tpu_divide, as_on_a_tpu):
+    if tpu_divide:
+        as_on_a_tpu(jnp, "true_divide", _tpu_true_divide)
+    tdt, jdt = DTYPES[dtype]
+    x, y = _pairs(tdt)
+    keep = (y.float().abs() < 1e30) | x.float().isinf() | y.float().isinf() | x.float().isnan()  # (no quotient
+    x, y = x[keep], y[keep]  # rounding to a subnormal: a TPU flushes those, CPU keeps them)
+    # (x times 1 / y rounds twice: within 2 ulps)
+    ulp = 2.0 ** -23 if dtype == "float32" else 2.0 ** -7
+    _assert_as_cpu(_for_tpu(elementwise.div, _as_jax(x, jdt), _as_jax(y, jdt)), torch.div(x, y),
+                   rtol=2 * ulp if tpu_divide else 0.0)
+    if tpu_divide:  # the emulation gives the chip's NaN for inf / 3e38 when the correction is off
+        assert np.isnan(float(jax.jit(_tpu_true_divide)(jnp.float32(np.inf), jnp.float32(3e38))))
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", ["atan2", "hypot"])
+def test_atan2_and_hypot_of_huge_values_as_cpu(op, dtype):
+    ours = {"atan2": elementary.arctan2, "hypot": elementary.hypot}[op]
+    tdt, jdt = DTYPES[dtype]
+    x, y = _pairs(tdt)
+    got = _for_tpu(ours, _as_jax(x, jdt), _as_jax(y, jdt))
+    _assert_as_cpu(got, getattr(torch, op)(x, y), rtol=1e-6 if dtype == "float32" else 1e-2)
+    # the operands really were scaled: 3e38 and -3e38 at 3pi/4 and hypot's overflow to inf
+    huge = jnp.asarray([3e38], jdt)
+    want = {"atan2": 3 * np.pi / 4, "hypot": np.inf}[op]
+    assert np.allclose(np.asarray(_for_tpu(ours, huge, -huge).astype(jnp.float32)), want, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_sinh_keeps_its_arguments_sign(dtype):
+    tdt, jdt = DTYPES[dtype]
+    x = torch.tensor(SPECIAL, dtype=tdt)
+    lowering = elementwise._float_unary(elementary.sinh)
+    got = _for_tpu(lambda a: lowering(a).astype(jdt), _as_jax(x, jdt))
+    _assert_as_cpu(got, torch.sinh(x), rtol=1e-6 if dtype == "float32" else 1e-2)
