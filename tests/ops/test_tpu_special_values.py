@@ -155,9 +155,17 @@ def test_atan2_and_hypot_of_huge_values_as_cpu(op, dtype):
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_sinh_keeps_its_arguments_sign(dtype):
+@pytest.mark.parametrize("op", ["sinh", "expm1"])
+def test_sinh_and_expm1_keep_their_arguments_sign(op, dtype):
     tdt, jdt = DTYPES[dtype]
     x = torch.tensor(SPECIAL, dtype=tdt)
-    lowering = elementwise._float_unary(elementary.sinh)
+    lowering = elementwise._float_unary(getattr(elementary, op))
     got = _for_tpu(lambda a: lowering(a).astype(jdt), _as_jax(x, jdt))
-    _assert_as_cpu(got, torch.sinh(x), rtol=1e-6 if dtype == "float32" else 1e-2)
+    _assert_as_cpu(got, getattr(torch, op)(x), rtol=1e-6 if dtype == "float32" else 1e-2)
+
+
+def test_complex_sinh_and_expm1_for_a_tpu():
+    z = torch.tensor([-0.0 + 1j, 0.5 - 2j, -1 + 0j], dtype=torch.complex64)
+    for op in ("sinh", "expm1"):
+        got = _for_tpu(elementwise._float_unary(getattr(elementary, op)), jnp.asarray(z.numpy()))
+        torch.testing.assert_close(torch.from_numpy(np.array(got)), getattr(torch, op)(z), rtol=1e-6, atol=1e-6)

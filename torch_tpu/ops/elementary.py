@@ -70,6 +70,21 @@ def coarse_for_bfloat16(*xs) -> bool:
     return getattr(_OP_RESULTS, "bfloat16", False) and _coarse_target(xs)
 
 
+def _for_tpu() -> bool:
+    return platform.target() == "tpu"
+
+
+def _with_arguments_sign(fn):
+    """``fn`` (a real function with its argument's sign everywhere: sinh, expm1) given the argument's sign on a
+    TPU, where XLA's are +0.0 at -0.0 (CPU: -0.0). Complex values are left as they are."""
+    def call(x):
+        r = fn(x)
+        return jnp.copysign(r, x) if _for_tpu() and not jnp.iscomplexobj(r) else r
+
+    call.__name__, call.__doc__ = fn.__name__, fn.__doc__
+    return call
+
+
 def _pick(native, name):
     fn = precise_f32.FUNCTIONS[name]
 
@@ -83,7 +98,7 @@ def _pick(native, name):
 
 exp = _pick(jnp.exp, "exp")
 exp2 = _pick(jnp.exp2, "exp2")
-expm1 = _pick(jnp.expm1, "expm1")
+expm1 = _with_arguments_sign(_pick(jnp.expm1, "expm1"))
 log = _pick(jnp.log, "log")
 log1p = _pick(jnp.log1p, "log1p")
 log2 = _pick(jnp.log2, "log2")
@@ -124,9 +139,6 @@ def log_softmax(x, axis=-1):
 _HUGE, _UNHUGE = 2.0 ** 64, 2.0 ** -64
 
 
-def _for_tpu() -> bool:
-    return platform.target() == "tpu"
-
 
 def true_divide(x, y):
     """x / y of floating operands. On a TPU, inf / y is NaN for a finite |y| past 2**126 (the divisor's reciprocal
@@ -164,7 +176,4 @@ def hypot(x, y):
     return jnp.hypot(x, y) * up
 
 
-def sinh(x):
-    """sinh; XLA:TPU's is +0.0 at -0.0 (CPU: -0.0), and sinh has its argument's sign everywhere."""
-    r = jnp.sinh(x)
-    return jnp.copysign(r, x) if _for_tpu() else r
+sinh = _with_arguments_sign(jnp.sinh)
