@@ -54,18 +54,58 @@ def _int_binary(jnp, lax):
             "shift_right_logical": lax.shift_right_logical, "pow": lax.integer_pow_like}
 
 
-def _classify(a, b, np):
+def _reductions(jnp, lax):
+    """Functions of the whole SPECIAL vector (NaN propagation, orderings of -0.0/+0.0/NaN, inf - inf)."""
+    return {
+        "max": jnp.max, "min": jnp.min, "argmax": jnp.argmax, "argmin": jnp.argmin, "sum": jnp.sum,
+        "prod_of_ordinary": lambda x: jnp.prod(x[2:10]), "cumsum": jnp.cumsum, "cummax": lax.cummax,
+        "cumprod_of_ordinary": lambda x: jnp.cumprod(x[2:10]), "sort": jnp.sort, "argsort_stable":
+        lambda x: jnp.argsort(x, stable=True), "top_k": lambda x: lax.top_k(x, 5)[0],
+        "top_k_indices": lambda x: lax.top_k(x, 5)[1], "max_without_nan": lambda x: jnp.max(x[:12]),
+        "argmax_without_nan": lambda x: jnp.argmax(x[:12]), "logsumexp": jax_logsumexp,
+        "softmax_without_nan": lambda x: jax_softmax(x[:12]), "clamp": lambda x: jnp.clip(x, -1.0, 2.0),
+        "clamp_nan_bounds": lambda x: jnp.clip(x, x[::-1], None), "mean_of_ordinary": lambda x: jnp.mean(x[2:10]),
+        "var_of_ordinary": lambda x: jnp.var(x[2:10]), "where_nan": lambda x: jnp.where(x > 0, x, -x),
+    }
+
+
+def _small_ints(jnp, lax):
+    """Integer arithmetic at its limits (wrapping, shifts by the width, the most negative value)."""
+    return {
+        "int8_add_wraps": lambda a: (a.astype(jnp.int8) + jnp.int8(100)),
+        "int8_mul_wraps": lambda a: (a.astype(jnp.int8) * jnp.int8(77)),
+        "uint8_sub_wraps": lambda a: (a.astype(jnp.uint8) - jnp.uint8(200)),
+        "int16_mul_wraps": lambda a: a.astype(jnp.int16) * jnp.int16(3000),
+        "int32_mul_wraps": lambda a: a * jnp.int32(65537),
+        "int32_abs_neg": lambda a: jnp.stack([jnp.abs(a), -a]),
+        "int32_to_float32": lambda a: a.astype(jnp.float32),
+        "int32_to_int8": lambda a: a.astype(jnp.int8),
+        "int64_mul": lambda a: a.astype(jnp.int64) * jnp.int64(2 ** 33 + 1),
+        "int64_floor_divide": lambda a: jnp.floor_divide(a.astype(jnp.int64) * 2 ** 33, jnp.int64(-7)),
+        "int64_to_float32": lambda a: (a.astype(jnp.int64) * (2 ** 31 + 3)).astype(jnp.float32),
+    }
+
+
+def _float_to_int(jnp, lax):
+    return {"to_int64": lambda x: x.astype(jnp.int64), "to_int8": lambda x: x.astype(jnp.int8),
+            "to_bool": lambda x: x.astype(bool), "round_to_int32": lambda x: jnp.round(x).astype(jnp.int32)}
+
+
+def _classify(a, b, np, precise=False):
     """Why two results differ ("" when they agree for torch's purposes)."""
     if a.dtype.kind in "biu":
         return "" if a == b else "value"
     a, b = float(a), float(b)
+    if precise:  # float64 on ordinary values: how far XLA:TPU's emulated float64 is from XLA:CPU's
+        return "" if abs(a - b) <= 1e-13 * max(abs(a), abs(b), 1e-300) or (np.isnan(a) and np.isnan(b)) else \
+            "float64_precision"
     if np.isnan(a) or np.isnan(b):
         return "" if np.isnan(a) and np.isnan(b) else "nan"
     if np.isinf(a) or np.isinf(b):
         return "" if a == b else "inf"
     if a == 0 and b == 0:
         return "" if np.signbit(a) == np.signbit(b) else "signed_zero"
-    tiny = np.finfo(np.float32).tiny
+    tiny = float(np.finfo(np.float32).tiny)
     if (abs(a) < tiny) != (abs(b) < tiny) and (a == 0 or b == 0):
         return "subnormal"
     return "" if abs(a - b) <= 1e-3 * max(abs(a), abs(b)) else "value"
@@ -81,6 +121,9 @@ def main() -> None:
     from jax import lax
 
     jax.config.update("jax_enable_x64", True)
+    global jax_logsumexp, jax_softmax
+    jax_logsumexp, jax_softmax = jax.nn.logsumexp, jax.nn.softmax
+    rng = np.random.default_rng(0)
     lax.integer_pow_like = lambda x, y: jnp.power(x, jnp.abs(y) % 5)  # an integer power that cannot raise
     accel, cpu = jax.devices()[0], jax.devices("cpu")[0]
     x = np.array(SPECIALS, np.float32)
@@ -94,6 +137,20 @@ def main() -> None:
     cases += [(f"bfloat16.{n}", f, (xs.astype(jnp.bfloat16), ys.astype(jnp.bfloat16)))
               for n, f in _binary(jnp, lax).items() if n != "nextafter"]
     cases += [(f"int32.{n}", f, (ixs, iys)) for n, f in _int_binary(jnp, lax).items()]
+    x64 = x.astype(np.float64)
+    x64s, y64s = xs.astype(np.float64), ys.astype(np.float64)
+    cases += [(f"float64.{n}", f, (x64,)) for n, f in _unary(jnp, lax).items()]  # (XLA:TPU emulates float64)
+    cases += [(f"float64.{n}", f, (x64s, y64s)) for n, f in _binary(jnp, lax).items()]
+    ordinary = rng.standard_normal(4096) * np.exp(rng.uniform(-20, 20, 4096))
+    cases += [("float64.precision_ordinary_" + n, fn, (ordinary,)) for n, fn in (
+        ("exp_scaled", lambda v: jnp.exp(v / jnp.max(jnp.abs(v)) * 50)), ("log", lambda v: jnp.log(jnp.abs(v))),
+        ("sqrt", lambda v: jnp.sqrt(jnp.abs(v))), ("div", lambda v: v / v[::-1]), ("sin", lambda v: jnp.sin(v[:64])),
+        ("tanh", jnp.tanh), ("pow", lambda v: jnp.abs(v) ** 0.37), ("sum", jnp.sum), ("cumsum", jnp.cumsum),
+        ("matmul", lambda v: v[:4096].reshape(64, 64) @ v[::-1].reshape(64, 64)))]
+    cases += [(f"float32.whole_{n}", f, (x,)) for n, f in _reductions(jnp, lax).items()]
+    cases += [(f"bfloat16.whole_{n}", f, (x.astype(jnp.bfloat16),)) for n, f in _reductions(jnp, lax).items()]
+    cases += [(f"float32.{n}", f, (x,)) for n, f in _float_to_int(jnp, lax).items()]
+    cases += [(n, f, (ints,)) for n, f in _small_ints(jnp, lax).items()]
     report = {"platform": accel.platform, "device_kind": accel.device_kind, "jax": jax.__version__,
               "inputs": [repr(v) for v in SPECIALS], "differences": {}, "errors": {}, "agree": []}
     start = time.perf_counter()
@@ -106,19 +163,21 @@ def main() -> None:
             continue
         rows = []
         for i in range(on_cpu.size):
-            why = _classify(on_accel.ravel()[i], on_cpu.ravel()[i], np)
+            why = _classify(on_accel.ravel()[i], on_cpu.ravel()[i], np, precise="precision_ordinary" in name)
             if why:
-                args_i = [repr(o.ravel()[i].item()) for o in operands]
+                args_i = ([repr(o.ravel()[i].item()) for o in operands] if on_cpu.size == operands[0].size
+                          else [f"output {i}"])
                 rows.append({"args": args_i, "tpu": repr(on_accel.ravel()[i].item()),
                              "cpu": repr(on_cpu.ravel()[i].item()), "why": why})
         if rows:
-            report["differences"][name] = rows
+            report["differences"][name] = rows[:40] + ([{"more": len(rows) - 40}] if len(rows) > 40 else [])
         else:
             report["agree"].append(name)
     report["seconds"] = round(time.perf_counter() - start, 1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1))
     for name, rows in report["differences"].items():
+        rows = [r for r in rows if "why" in r]
         kinds = sorted({r["why"] for r in rows})
         print(f"{name}: {len(rows)} differ ({', '.join(kinds)}); e.g. {rows[0]['args']} tpu {rows[0]['tpu']} "
               f"cpu {rows[0]['cpu']}")
