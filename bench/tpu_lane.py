@@ -3,7 +3,7 @@
 Run on a TPU host once torch and the packages are installed there (the project's TPU host scripts carry
 them as wheels; see "On a TPU" in the README), from the repository root:
 
-    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,host,tests,tests_diffusers,tests_linear,tests_tpu_forms,opinfo,eager,coldstart,probe,dtypes,launch,layouts] [--budget S]
+    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,host,tests,tests_diffusers,tests_linear,tests_tpu_forms,tests_linalg,opinfo,eager,coldstart,probe,dtypes,semantics,launch,layouts] [--budget S]
 
 Steps (each in its own processes, one at a time: a TPU is held by one process):
   demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
@@ -23,13 +23,16 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
   tests_diffusers  the pipeline, position-embedding and adaptive-norm test files on the chip
   tests_linear     the whole-linear test file on the chip
   tests_tpu_forms  the files of what programs built for a TPU compute their own way (64-bit integer products, small
-             float32 convolutions as matmuls, 64-bit LU, complex Scalars as complex64) and the linear algebra file
+             float32 convolutions as matmuls, 64-bit LU, complex Scalars as complex64, special values)
+  tests_linalg     the linear algebra file (its own call: it took over 500 s on the chip)
   opinfo     tests/ops/test_op_consistency.py on the chip (its own step: long; --shard i/n runs a part,
              --opinfo-tests FILE::TEST one of its tests)
   eager      bench/bench_eager_cost.py (per-op cost, fused chains, against JAX's own)
   coldstart  bench/bench_coldstart.py (first image per mode, cold and warm)
   probe      bench/tpu_probe.py (kernel tiles, float32 functions' error)
   dtypes     bench/tpu_dtype_probe.py (JAX alone: which 64-bit and complex ops XLA compiles, a process per abort)
+  semantics  bench/tpu_semantics_probe.py (JAX alone: special values, float64 precision, NaN in reductions, against
+             XLA:CPU on the same host; ~30 s)
   launch     bench/launch_overlap_probe.py (JAX alone: a launch's cost, and whether a launcher thread hides it)
   layouts    bench/attention_layouts.py (JAX alone: the sequence-major attention and rotary kernels of
              torch_tpu/ops/attention_kernel.py and rotary_kernel.py in a FLUX block's attention piece)
@@ -51,7 +54,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("demo", "demo_step", "flux", "device_ops", "host", "tests", "tests_diffusers", "tests_linear", "opinfo",
-         "tests_tpu_forms", "eager", "coldstart", "probe", "dtypes", "launch", "layouts")
+         "tests_tpu_forms", "tests_linalg", "eager", "coldstart", "probe", "dtypes", "semantics", "launch", "layouts")
 # each group fits one device call (the first took ~5 min on the chip, where every small program compiles in ~0.3 s)
 TEST_GROUPS = {
     "tests": ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
@@ -60,7 +63,9 @@ TEST_GROUPS = {
                         "tests/integrations/test_diffusers_norms.py", "tests/integrations/test_diffusers_flux_attention.py",
                         "tests/integrations/test_diffusers_flux_blocks.py"],
     "tests_linear": ["tests/ops/test_linear_whole.py"],
-    "tests_tpu_forms": ["tests/ops/test_tpu_products.py", "tests/ops/test_tpu_float64.py", "tests/ops/test_linalg.py"],
+    "tests_tpu_forms": ["tests/ops/test_tpu_products.py", "tests/ops/test_tpu_float64.py",
+                        "tests/ops/test_tpu_special_values.py"],
+    "tests_linalg": ["tests/ops/test_linalg.py"],
 }
 
 
@@ -284,6 +289,18 @@ def step_dtypes(args, left):
     rc, text, wall = _run([sys.executable, "bench/tpu_dtype_probe.py", "--out", str(path)], min(500, left()),
                           log=Path(args.out) / "dtypes.log")
     return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-1500:]}
+
+
+def step_tests_linalg(args, left):
+    return _pytest(TEST_GROUPS["tests_linalg"], args, left, "tests_linalg")
+
+
+def step_semantics(args, left):
+    """JAX alone: where XLA:TPU's elementwise, float64 and reduction results differ from XLA:CPU's."""
+    path = Path(args.out) / "tpu_semantics_probe.json"
+    rc, text, wall = _run([sys.executable, "bench/tpu_semantics_probe.py", "--out", str(path)], min(300, left()),
+                          log=Path(args.out) / "semantics.log")
+    return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-3000:]}
 
 
 def main():
