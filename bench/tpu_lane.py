@@ -3,7 +3,7 @@
 Run on a TPU host once torch and the packages are installed there (the project's TPU host scripts carry
 them as wheels; see "On a TPU" in the README), from the repository root:
 
-    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,host,tests,tests_diffusers,tests_linear,tests_tpu_forms,tests_linalg,opinfo,eager,coldstart,probe,dtypes,semantics,launch,layouts] [--budget S]
+    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,host,tests,tests_diffusers,tests_linear,tests_tpu_forms,tests_linalg,opinfo,eager,coldstart,probe,dtypes,semantics,linalg_probe,launch,layouts] [--budget S]
 
 Steps (each in its own processes, one at a time: a TPU is held by one process):
   demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
@@ -31,6 +31,7 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
   coldstart  bench/bench_coldstart.py (first image per mode, cold and warm)
   probe      bench/tpu_probe.py (kernel tiles, float32 functions' error)
   dtypes     bench/tpu_dtype_probe.py (JAX alone: which 64-bit and complex ops XLA compiles, a process per abort)
+  linalg_probe  bench/tpu_linalg_probe.py (each op of test_linalg.py's chip failures alone, strict and fused)
   semantics  bench/tpu_semantics_probe.py (JAX alone: special values, float64 precision, NaN in reductions, against
              XLA:CPU on the same host; ~30 s)
   launch     bench/launch_overlap_probe.py (JAX alone: a launch's cost, and whether a launcher thread hides it)
@@ -54,7 +55,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("demo", "demo_step", "flux", "device_ops", "host", "tests", "tests_diffusers", "tests_linear", "opinfo",
-         "tests_tpu_forms", "tests_linalg", "eager", "coldstart", "probe", "dtypes", "semantics", "launch", "layouts")
+         "tests_tpu_forms", "tests_linalg", "eager", "coldstart", "probe", "dtypes", "semantics", "linalg_probe", "launch", "layouts")
 # each group fits one device call (the first took ~5 min on the chip, where every small program compiles in ~0.3 s)
 TEST_GROUPS = {
     "tests": ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
@@ -301,6 +302,14 @@ def step_semantics(args, left):
     rc, text, wall = _run([sys.executable, "bench/tpu_semantics_probe.py", "--out", str(path)], min(300, left()),
                           log=Path(args.out) / "semantics.log")
     return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-3000:]}
+
+
+def step_linalg_probe(args, left):
+    """Each op of test_linalg.py's chip failures alone, strict and fused, against CPU torch."""
+    path = Path(args.out) / "linalg_probe.json"
+    rc, text, wall = _run([sys.executable, "bench/tpu_linalg_probe.py", "--out", str(path)], min(400, left()),
+                          log=Path(args.out) / "linalg_probe.log")
+    return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-4000:]}
 
 
 def main():
