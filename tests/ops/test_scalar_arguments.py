@@ -483,3 +483,16 @@ def test_complex_add_and_sub_follow_cpus_unit_alpha_product():
     compiled = torch.compile(constants, backend="tpu")
     for got, want in zip(compiled(z.to("tpu")), constants(z)):
         assert _same_bits(got, want), (got, want)
+
+
+def test_complex_add_and_sub_with_an_alpha_match_cpus_bits():
+    """``torch.add(z, w, alpha=a)``: other times alpha first, CPU's product, for real, complex, signed-zero and
+    zero alphas, with signed zeros, infinities and NaNs in both operands."""
+    z = torch.tensor(_SIGNED, dtype=torch.complex64)
+    w = z.flip(0)
+    for mode in (torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE):
+        with torch.tpu.set_eager_mode(mode):
+            for alpha in (2, -1.5, 1j, 2 - 1j, -0.0, 0):
+                for op in (torch.add, torch.sub):
+                    got = op(z.to("tpu"), w.to("tpu"), alpha=alpha)
+                    assert _same_bits(got, op(z, w, alpha=alpha)), (mode, op.__name__, alpha)
