@@ -6,8 +6,9 @@
 
 The pipeline is the demo model shipped in the package (``--pipeline demo``, default: its own call, 64x64,
 20 steps; what ``python -m torch_tpu generate`` runs) or the tiny offline Flux pipeline (``tiny``: 4 steps).
-Modes: strict eager, fused eager, and compile (the transformer under ``torch.compile(backend="tpu")``, the
-rest strict, as ``generate --mode compile``). Every measurement runs in a fresh process with its own cache
+Modes: strict eager, fused eager, compile (the transformer under ``torch.compile(backend="tpu")``, the
+rest strict, as ``generate --mode compile``) and compile_blocks (diffusers' regional compilation,
+``compile_repeated_blocks(backend="tpu")``: the rest of the transformer strict). Every measurement runs in a fresh process with its own cache
 folder (TORCH_TPU_CACHE_DIR): "cold" is an empty cache, "warm" the cache the cold process filled. Per
 process: the first image's time from the interpreter's start (import, load, move, first call), the first
 call's wall and CPU seconds, the distinct programs it built or loaded (compiled, loaded from disk, compile
@@ -30,7 +31,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = ("strict", "fused", "compile")
+MODES = ("strict", "fused", "compile", "compile_blocks")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -150,6 +151,8 @@ def _child_pipeline(args) -> dict:
     t_moved = time.perf_counter()
     if args.mode == "compile":
         pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+    elif args.mode == "compile_blocks":  # regional: dynamo traces each repeated block class once
+        pipe.transformer.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
     mode = torch_tpu.EagerMode.DEFER_AND_FUSE if args.mode == "fused" else torch_tpu.EagerMode.DEFER_NEVER
 
     def call(reset: bool):
@@ -416,7 +419,7 @@ def main() -> None:
 
     payload = {"pipeline": "demo" if args.pipeline == "demo" else f"flux-{args.size}",
                "resolution": 64 if args.pipeline == "demo" else args.resolution, "steps": args.steps or None,
-               "targets": {"warm_first_over_steady": {"strict": 2, "fused": 2, "compile": 2},
+               "targets": {"warm_first_over_steady": {"strict": 2, "fused": 2, "compile": 2, "compile_blocks": 2},
                            "first_image_s": {"cold": 15, "warm": 5},
                            "fused_compile_after_step1_over_step1": 0.10,
                            "fused_compile_depth4_over_depth1": 1.3}}
