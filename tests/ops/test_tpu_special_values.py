@@ -136,6 +136,8 @@ def test_division_of_infinities_by_huge_values_as_cpu(dtype, tpu_divide, as_on_a
     ulp = 2.0 ** -23 if dtype == "float32" else 2.0 ** -7
     _assert_as_cpu(_for_tpu(elementwise.div, _as_jax(x, jdt), _as_jax(y, jdt)), torch.div(x, y),
                    rtol=2 * ulp if tpu_divide else 0.0)
+    trunc = _for_tpu(lambda a, b: elementwise.div_mode(a, b, rounding_mode="trunc"), _as_jax(x, jdt), _as_jax(y, jdt))
+    _assert_as_cpu(trunc, torch.div(x, y, rounding_mode="trunc"), rtol=2 * ulp if tpu_divide else 0.0)
     if tpu_divide:  # the emulation gives the chip's NaN for inf / 3e38 when the correction is off
         assert np.isnan(float(jax.jit(_tpu_true_divide)(jnp.float32(np.inf), jnp.float32(3e38))))
 
