@@ -268,28 +268,27 @@ def step_launch(args, left):
     return {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / "launch_overlap.json").exists()}
 
 
+def _probe(args, left, script, json_name, log_name, limit_s, tail_chars=1500):
+    """A bench script run with ``--out DIR/json_name`` for at most ``limit_s`` (and the lane's time left)."""
+    path = Path(args.out) / json_name
+    rc, text, wall = _run([sys.executable, script, "--out", str(path)], min(limit_s, left()),
+                          log=Path(args.out) / log_name)
+    return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-tail_chars:]}
+
+
 def step_layouts(args, left):
     """JAX alone: attention in diffusers' sequence-major layout against JAX's heads-major kernel, with three
     rotary-embedding formulations (bench/attention_layouts.py)."""
-    path = Path(args.out) / "attention_layouts.json"
-    rc, text, wall = _run([sys.executable, "bench/attention_layouts.py", "--out", str(path)], min(300, left()),
-                          log=Path(args.out) / "layouts.log")
-    return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-1500:]}
+    return _probe(args, left, "bench/attention_layouts.py", "attention_layouts.json", "layouts.log", 300)
 
 
 def step_probe(args, left):
-    path = Path(args.out) / "probe.json"
-    rc, text, wall = _run([sys.executable, "bench/tpu_probe.py", "--out", str(path)], left(),
-                          log=Path(args.out) / "probe.log")
-    return {"rc": rc, "process_s": wall, "wrote": path.exists()}
+    return _probe(args, left, "bench/tpu_probe.py", "probe.json", "probe.log", float("inf"))
 
 
 def step_dtypes(args, left):
     """JAX alone: which 64-bit float and complex operations XLA compiles and runs here (bench/tpu_dtype_probe.py)."""
-    path = Path(args.out) / "tpu_dtype_probe.json"
-    rc, text, wall = _run([sys.executable, "bench/tpu_dtype_probe.py", "--out", str(path)], min(500, left()),
-                          log=Path(args.out) / "dtypes.log")
-    return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-1500:]}
+    return _probe(args, left, "bench/tpu_dtype_probe.py", "tpu_dtype_probe.json", "dtypes.log", 500)
 
 
 def step_tests_linalg(args, left):
@@ -298,18 +297,14 @@ def step_tests_linalg(args, left):
 
 def step_semantics(args, left):
     """JAX alone: where XLA:TPU's elementwise, float64 and reduction results differ from XLA:CPU's."""
-    path = Path(args.out) / "tpu_semantics_probe.json"
-    rc, text, wall = _run([sys.executable, "bench/tpu_semantics_probe.py", "--out", str(path)], min(300, left()),
-                          log=Path(args.out) / "semantics.log")
-    return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-3000:]}
+    return _probe(args, left, "bench/tpu_semantics_probe.py", "tpu_semantics_probe.json", "semantics.log", 300,
+                  tail_chars=3000)
 
 
 def step_linalg_probe(args, left):
     """Each op of test_linalg.py's chip failures alone, strict and fused, against CPU torch."""
-    path = Path(args.out) / "linalg_probe.json"
-    rc, text, wall = _run([sys.executable, "bench/tpu_linalg_probe.py", "--out", str(path)], min(400, left()),
-                          log=Path(args.out) / "linalg_probe.log")
-    return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-4000:]}
+    return _probe(args, left, "bench/tpu_linalg_probe.py", "linalg_probe.json", "linalg_probe.log", 400,
+                  tail_chars=4000)
 
 
 def main():
