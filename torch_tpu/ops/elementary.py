@@ -1,5 +1,6 @@
 """The logarithms, tanh and what is built from them, as every lowering calls them: XLA's own, or the float32
-versions of ``precise_f32`` where the target platform's are coarser than CPU torch's.
+versions of ``precise_f32`` where the target platform's are coarser than CPU torch's; and division, atan2, hypot,
+sinh and expm1 in forms that give CPU's special values where the target's do not (the end of this module).
 
 Measured on a TPU v5e (``bench/tpu_probe.py``, ``bench/results/tpu/probe.json``): XLA:TPU's float32 ``log``
 is off by up to ~4000 ulps (1.2e-4 absolute near 0.75), ``tanh`` by ~1400, and everything computed from them
@@ -137,7 +138,6 @@ def log_softmax(x, axis=-1):
 # where the program is built for a TPU, as XLA's own results elsewhere are CPU's already. (Subnormal operands and
 # results are zero on a TPU: a difference of the hardware, not corrected.)
 _HUGE, _UNHUGE = 2.0 ** 64, 2.0 ** -64
-
 
 
 def true_divide(x, y):

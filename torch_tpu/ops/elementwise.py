@@ -281,8 +281,8 @@ def _promoted(x, y):
 def _float_rem(x, y):
     """C's fmod of floating operands as every platform computes it: the sign of x (a zero remainder too), and
     x itself for a finite x over an infinite y. XLA:TPU's remainder gives NaN for x over +-inf and +0.0 for
-    -0.0 over y (bench/results/tpu/tpu_semantics_probe.json); XLA:CPU's gives C's answers, so this costs it
-    two selects' worth of nothing and keeps one program for both."""
+    -0.0 over y (bench/results/tpu/tpu_semantics_probe.json). XLA:CPU's is C's already: there this adds a select
+    and a copysign to a memory-bound op, and every platform builds the same program."""
     r = jax.lax.rem(x, y)
     r = jnp.where(jnp.isinf(y) & jnp.isfinite(x), x, r)
     return jnp.copysign(r, x)
