@@ -128,39 +128,44 @@ def pytest_runtest_logreport(report):
                         text="" if report.passed else str(report.longrepr)[-4000:])
 
 
-_LOWERING = "TORCH_TPU_CHECK_LOWERING"
-_lowering_set_here = False
+# marker -> the variable a file so marked runs with (set to "tpu" unless the environment sets it already)
+_FILE_SETTINGS = {"check_lowering": "TORCH_TPU_CHECK_LOWERING", "build_for_tpu": "TORCH_TPU_BUILD_FOR"}
+_set_here: set = set()
 
 
-def _check_lowering_for(item) -> None:
+def _file_settings_for(item) -> None:
     """A file marked ``check_lowering`` runs with TORCH_TPU_CHECK_LOWERING=tpu (every program it builds, in
-    this process and in its children, also lowered for a TPU) unless the variable is set already (=0 runs it
-    unchecked): CI's lowering lane, inside the main run, so each of those files runs once instead of twice
-    (unchecked, then checked). The in-memory program caches, whose keys do not hold the setting, are emptied
-    at each switch: a program built unchecked earlier in this worker (another file, collection) is built again,
-    checked, as in a process started with the variable set."""
-    global _lowering_set_here
-    wanted = item.get_closest_marker("check_lowering") is not None and (
-        _lowering_set_here or _LOWERING not in os.environ)
-    if wanted == _lowering_set_here:
-        return
-    if wanted:
-        os.environ[_LOWERING] = "tpu"
-    else:
-        os.environ.pop(_LOWERING, None)
-    _lowering_set_here = wanted
+    this process and in its children, also lowered for a TPU), one marked ``build_for_tpu`` with
+    TORCH_TPU_BUILD_FOR=tpu (every program built as for a TPU and run here, Pallas kernels interpreted), unless
+    the variable is set already (=0 runs it without): CI's TPU lanes, inside the main run, so each of those
+    files runs once instead of twice. The in-memory program caches, whose keys do not hold these settings, are
+    emptied at each switch: a program built without the setting earlier in this worker (another file,
+    collection) is built again with it, as in a process started with the variable set."""
+    changed = False
+    for marker, variable in _FILE_SETTINGS.items():
+        wanted = item.get_closest_marker(marker) is not None and (
+            variable in _set_here or variable not in os.environ)
+        if wanted == (variable in _set_here):
+            continue
+        if wanted:
+            os.environ[variable] = "tpu"
+            _set_here.add(variable)
+        else:
+            os.environ.pop(variable, None)
+            _set_here.discard(variable)
+        changed = True
     tpu = sys.modules.get("torch_tpu")
-    if tpu is not None:
+    if changed and tpu is not None:
         tpu.reset_caches()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Files marked ``check_lowering`` run with the TPU lowering check (``_check_lowering_for``).
+    """Files marked ``check_lowering`` or ``build_for_tpu`` run with that TPU setting (``_file_settings_for``).
 
     With TORCH_TPU_TEST_TIMES=FILE, append each test's wall seconds and the XLA compile seconds, compiles and
     disk-cache loads of this process during it (children's are in TORCH_TPU_CASE_TIMES): where the time goes."""
-    _check_lowering_for(item)
+    _file_settings_for(item)
     out = os.environ.get("TORCH_TPU_TEST_TIMES")
     if not out:
         yield

@@ -142,6 +142,10 @@ VARIABLES = (
     Variable("TORCH_TPU_CHECK_LOWERING", "check_lowering", _lowering_check, None,
              "'tpu': every program built is also lowered for a TPU (jax.export, the choices made for a TPU, "
              "Pallas kernels included) on whatever platform runs; a failure raises naming the op or graph"),
+    Variable("TORCH_TPU_BUILD_FOR", "build_for", _lowering_check, None,
+             "'tpu': every program is built as for a TPU (the TPU's choices of lowering; Pallas kernels in JAX's "
+             "TPU interpret mode) and run on whatever platform runs: how CI executes the TPU's lowerings and "
+             "compares them with CPU torch without a TPU"),
     Variable("TORCH_TPU_F32_MATH", "f32_math", _f32_math, "auto",
              "float32 log/tanh and the ops built from them: auto (precise versions where XLA's are coarser "
              "than CPU torch's: TPU), precise (everywhere), native (XLA's own)"),
@@ -192,6 +196,7 @@ class Settings:
     max_cached_programs: int
     checks: bool
     check_lowering: str | None
+    build_for: str | None
     f32_math: str
     sequence_major_kernels: frozenset
     cpu_fallback: bool

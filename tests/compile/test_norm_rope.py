@@ -328,6 +328,7 @@ def test_fused_eager_flux_attention_checked_for_a_tpu_takes_the_norm_into_the_ke
         with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE):
             got = attn(h.to("tpu"), e.to("tpu"), image_rotary_emb=(cos.to("tpu"), sin.to("tpu")))
             got = [t.cpu() for t in got]
-    assert calls == [True, True]
+    # (q's and k's kernels, traced for the check; under TORCH_TPU_BUILD_FOR=tpu the programs themselves too)
+    assert len(calls) >= 2 and all(calls), calls
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)

@@ -120,7 +120,12 @@ def check_program_shapes(prog, key, donate, out_sig, live) -> None:
 
 
 def _check_program_shapes(prog, key, donate, out_sig, live) -> None:
-    info = getattr(prog, "out_info", None)
+    try:
+        info = getattr(prog, "out_info", None)
+    except AssertionError:
+        # JAX asserts on output layouts it does not know: a program holding Pallas kernels in JAX's TPU interpret
+        # mode (TORCH_TPU_BUILD_FOR=tpu off a TPU), whose host callbacks have none. Such a program is not checked.
+        info = None
     if info is None:
         return
     shapes = [tuple(s.shape) for s in info] if isinstance(info, (tuple, list)) else None

@@ -284,7 +284,8 @@ def _kernel_lowers(q, k, kv_len, is_causal, scale, tiles, heads=None) -> bool:
             return out, pull(out)
 
         try:
-            jax.export.export(jax.jit(fwd_bwd), platforms=("tpu",))(s_q, s_k, s_k)
+            with platform.Targeting("tpu"):  # (the Mosaic kernel, never an interpreted one: see platform)
+                jax.export.export(jax.jit(fwd_bwd), platforms=("tpu",))(s_q, s_k, s_k)
             ok = True
         except Exception as exc:  # noqa: BLE001 - any refusal means: not this kernel here
             ok = False

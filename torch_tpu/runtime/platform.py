@@ -4,6 +4,7 @@ JAX is imported lazily so that ``import torch`` (which autoloads this backend) s
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -81,10 +82,12 @@ class X64:
 def traced_without_x64(fn, *args):
     """``fn(*args)`` traced with JAX's 64-bit mode off, inside a program traced with it on: for what XLA:TPU
     or Mosaic cannot compile with 64-bit index arithmetic (the Pallas kernels, whose int64 indices Mosaic
-    rejects; the SVD's Jacobi sweeps). Arguments and results must not be 64-bit."""
+    rejects; the SVD's Jacobi sweeps). Arguments and results must not be 64-bit. Pallas kernels traced here are
+    interpreted where ``_pallas_interpreted`` says so."""
     prev = X64.swap(False)
     try:
-        return fn(*args)
+        with _pallas_interpreted():
+            return fn(*args)
     finally:
         X64.restore(prev)
 
@@ -220,10 +223,22 @@ _TARGET = threading.local()
 
 
 def target() -> str:
-    """The platform the program being traced is built for: ``platform()``, or 'tpu' while a TPU lowering
-    check (TORCH_TPU_CHECK_LOWERING=tpu) traces it again on another platform. Lowerings that choose by
-    platform (attention kernels, precise float32 functions) read this, never ``platform()``."""
-    return getattr(_TARGET, "name", None) or platform()
+    """The platform the program being traced is built for: ``platform()``; 'tpu' while a TPU lowering check
+    (TORCH_TPU_CHECK_LOWERING=tpu) traces it again on another platform, and for every program under
+    TORCH_TPU_BUILD_FOR=tpu. Lowerings that choose by platform (attention kernels, precise float32 functions)
+    read this, never ``platform()``."""
+    return getattr(_TARGET, "name", None) or config.settings().build_for or platform()
+
+
+def _pallas_interpreted():
+    """Where Pallas TPU kernels traced now run in JAX's TPU interpret mode: programs built for a TPU
+    (TORCH_TPU_BUILD_FOR=tpu) on another platform, but not a TPU lowering check's trace (``Targeting``), which
+    must see the Mosaic kernels a TPU compiles."""
+    if getattr(_TARGET, "name", None) is None and config.settings().build_for == "tpu" and platform() != "tpu":
+        from jax.experimental.pallas import tpu as pltpu
+
+        return pltpu.force_tpu_interpret_mode()
+    return contextlib.nullcontext()
 
 
 class Targeting:

@@ -224,10 +224,12 @@ def environment(with_source: bool = True) -> str:
     device-side checks setting is read on every call: it can change inside a process (with
     ``reset_caches``), and a program built without checks must never be found by a process that checks;
     so are the float32 math mode, the TPU lowering check (a program found by key was checked when
-    it was built, in a process that checked) and the sequence-major kernels chosen."""
+    it was built, in a process that checked), programs built for a TPU elsewhere (TORCH_TPU_BUILD_FOR) and the
+    sequence-major kernels chosen."""
     s = config.settings()
     return (_environment(with_source) + ("\nchecks" if s.checks else "\nno-checks") +
             f"\nf32-math:{s.f32_math}" + ("\ntpu-lowering-checked" if s.check_lowering else "") +
+            ("\nbuilt-for-tpu" if s.build_for else "") +
             "".join(f"\nsequence-major-{name}" for name in sorted(s.sequence_major_kernels)))
 
 
