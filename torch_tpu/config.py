@@ -60,12 +60,12 @@ def _platform(text: str) -> str | None:
     return _PLATFORMS[value]
 
 
-def _lowering_check(text: str) -> str | None:
+def _tpu_or_off(text: str) -> str | None:
     value = text.strip().lower()
     if value in ("", "0", "off", "no", "false"):
         return None
     if value != "tpu":
-        raise ValueError("expected tpu (or empty/0: no check)")
+        raise ValueError("expected tpu (or empty/0: off)")
     return value
 
 
@@ -139,10 +139,10 @@ VARIABLES = (
     Variable("TORCH_TPU_CHECKS", "checks", _flag, True,
              "compute validity checks on the device (indices in range ...) and raise at the next wait; "
              "0 turns them off (out-of-range indices are then clamped or dropped by XLA)"),
-    Variable("TORCH_TPU_CHECK_LOWERING", "check_lowering", _lowering_check, None,
+    Variable("TORCH_TPU_CHECK_LOWERING", "check_lowering", _tpu_or_off, None,
              "'tpu': every program built is also lowered for a TPU (jax.export, the choices made for a TPU, "
              "Pallas kernels included) on whatever platform runs; a failure raises naming the op or graph"),
-    Variable("TORCH_TPU_BUILD_FOR", "build_for", _lowering_check, None,
+    Variable("TORCH_TPU_BUILD_FOR", "build_for", _tpu_or_off, None,
              "'tpu': every program is built as for a TPU (the TPU's choices of lowering; Pallas kernels in JAX's "
              "TPU interpret mode) and run on whatever platform runs: how CI executes the TPU's lowerings and "
              "compares them with CPU torch without a TPU"),
