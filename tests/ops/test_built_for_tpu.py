@@ -105,3 +105,15 @@ def test_attention_through_the_pallas_kernels(layout, monkeypatch):
 
     D.check(fn, q, k, v, modes=ALL, atol=2e-2, rtol=2e-2)
     assert ("_flash_sequence_major" if layout == "sequence_major" else "_flash") in used, used
+
+
+@pytest.mark.parametrize("name", ["acts_jacfwd", "acts_dual", "acts_vmap_grad", "acts_backward_broadcast",
+                                  "hessian_acts"])
+def test_activation_derivatives_and_transforms(name):
+    """gelu, silu, softplus, mish, elu, tanh and leaky_relu under jacfwd, dual numbers, vmap(grad), their backward
+    ops and a hessian: built for a TPU, softplus and mish take the precise float32 functions, whose derivatives
+    JAX computed wrong (their backward is the VJP of the forward: softplus's gradient was 0.5 off)."""
+    from tests.ops.test_dtypes_formats import FUNC_CASES
+
+    fn, args = FUNC_CASES[name]
+    D.check(fn, *args, modes=["strict", "fused"], atol=1e-5, rtol=1e-4)

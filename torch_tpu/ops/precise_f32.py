@@ -11,6 +11,8 @@ Only JAX is imported here: the TPU lane's probe loads this file alone, on a host
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -329,8 +331,56 @@ def erfinv(x):
     return jnp.where(jnp.abs(x) > 1, jnp.nan, out)
 
 
-FUNCTIONS = {"exp": exp, "exp2": exp2, "expm1": expm1, "log": log, "log2": log2, "log10": log10, "log1p": log1p,
-             "tanh": tanh, "atanh": atanh,
-             "asinh": asinh, "acosh": acosh, "logaddexp": logaddexp, "logaddexp2": logaddexp2,
-             "softplus": softplus, "log_sigmoid": log_sigmoid, "lgamma": lgamma, "digamma": digamma,
-             "erfinv": erfinv}
+def _differentiable(fn, *partials):
+    """``fn`` with its derivative given: ``partials[i](*args, out)`` is d out / d args[i]. JAX's own
+    differentiation of these functions is wrong: the exponent taken from the bits (``_split``) has no
+    derivative, so d log(x) / dx came out as 1 / (m x) for the mantissa m alone (0.71 off at some x), and the
+    gradients of everything built on log (softplus, mish, log_sigmoid, logaddexp, lgamma, ...) with it, on a
+    TPU, where the lowerings use these (softplus_backward is the VJP of softplus)."""
+    differentiable = jax.custom_jvp(fn)
+
+    @differentiable.defjvp
+    def jvp(primals, tangents):
+        out = differentiable(*primals)  # (itself, so that the partials built on it differentiate again)
+        return out, sum(p(*primals, out) * t for p, t in zip(partials, tangents))
+
+    functools.update_wrapper(differentiable, fn)
+    return differentiable
+
+
+def _sigmoid(x):
+    return _F32(1.0) / (_F32(1.0) + exp(-x))
+
+
+def _difference(a, b):
+    """a - b, 0 where both are the same infinity (logaddexp's derivative there is 1/2 each, as JAX's)."""
+    d = a - b
+    return jnp.where(jnp.isnan(d) & (a == b), _F32(0.0), d)
+
+
+_LN10 = _F32(2.302585092994046)
+_SQRT_PI_2 = _F32(0.886226925452758)  # sqrt(pi) / 2
+
+
+FUNCTIONS = {
+    "exp": _differentiable(exp, lambda x, y: y),
+    "exp2": _differentiable(exp2, lambda x, y: y * _F32(0.6931471805599453)),
+    "expm1": _differentiable(expm1, lambda x, y: y + _F32(1.0)),
+    "log": _differentiable(log, lambda x, y: _F32(1.0) / x),
+    "log2": _differentiable(log2, lambda x, y: _INV_LN2 / x),
+    "log10": _differentiable(log10, lambda x, y: _INV_LN10 / x),
+    "log1p": _differentiable(log1p, lambda x, y: _F32(1.0) / (_F32(1.0) + x)),
+    "tanh": _differentiable(tanh, lambda x, y: _F32(1.0) - y * y),
+    "atanh": _differentiable(atanh, lambda x, y: _F32(1.0) / ((_F32(1.0) - x) * (_F32(1.0) + x))),
+    "asinh": _differentiable(asinh, lambda x, y: jax.lax.rsqrt(x * x + _F32(1.0))),
+    "acosh": _differentiable(acosh, lambda x, y: jax.lax.rsqrt(x - _F32(1.0)) * jax.lax.rsqrt(x + _F32(1.0))),
+    "logaddexp": _differentiable(logaddexp, lambda a, b, y: _sigmoid(_difference(a, b)),
+                                 lambda a, b, y: _sigmoid(_difference(b, a))),
+    "logaddexp2": _differentiable(logaddexp2, lambda a, b, y: _sigmoid(_difference(a, b) * _LN2_HI),
+                                  lambda a, b, y: _sigmoid(_difference(b, a) * _LN2_HI)),
+    "softplus": _differentiable(softplus, lambda x, y: _sigmoid(x)),
+    "log_sigmoid": _differentiable(log_sigmoid, lambda x, y: _sigmoid(-x)),
+    "lgamma": _differentiable(lgamma, lambda x, y: FUNCTIONS["digamma"](x)),
+    "digamma": _differentiable(digamma, lambda x, y: jax.scipy.special.polygamma(1, x)),
+    "erfinv": _differentiable(erfinv, lambda x, y: _SQRT_PI_2 * FUNCTIONS["exp"](y * y)),
+}
