@@ -358,13 +358,13 @@ def _difference(a, b):
     return jnp.where(jnp.isnan(d) & (a == b), _F32(0.0), d)
 
 
-_LN10 = _F32(2.302585092994046)
+_LN2 = _F32(0.6931471805599453)
 _SQRT_PI_2 = _F32(0.886226925452758)  # sqrt(pi) / 2
 
 
 FUNCTIONS = {
     "exp": _differentiable(exp, lambda x, y: y),
-    "exp2": _differentiable(exp2, lambda x, y: y * _F32(0.6931471805599453)),
+    "exp2": _differentiable(exp2, lambda x, y: y * _LN2),
     "expm1": _differentiable(expm1, lambda x, y: y + _F32(1.0)),
     "log": _differentiable(log, lambda x, y: _F32(1.0) / x),
     "log2": _differentiable(log2, lambda x, y: _INV_LN2 / x),
@@ -376,8 +376,8 @@ FUNCTIONS = {
     "acosh": _differentiable(acosh, lambda x, y: jax.lax.rsqrt(x - _F32(1.0)) * jax.lax.rsqrt(x + _F32(1.0))),
     "logaddexp": _differentiable(logaddexp, lambda a, b, y: _sigmoid(_difference(a, b)),
                                  lambda a, b, y: _sigmoid(_difference(b, a))),
-    "logaddexp2": _differentiable(logaddexp2, lambda a, b, y: _sigmoid(_difference(a, b) * _LN2_HI),
-                                  lambda a, b, y: _sigmoid(_difference(b, a) * _LN2_HI)),
+    "logaddexp2": _differentiable(logaddexp2, lambda a, b, y: _sigmoid(_difference(a, b) * _LN2),
+                                  lambda a, b, y: _sigmoid(_difference(b, a) * _LN2)),
     "softplus": _differentiable(softplus, lambda x, y: _sigmoid(x)),
     "log_sigmoid": _differentiable(log_sigmoid, lambda x, y: _sigmoid(-x)),
     "lgamma": _differentiable(lgamma, lambda x, y: FUNCTIONS["digamma"](x)),
