@@ -173,10 +173,17 @@ def matmul(a, b, precision=None):
     return jnp.matmul(a, b, precision=prec)
 
 
+def promoted(x, y):
+    """Both operands as their result dtype (a Python number weakly typed) and broadcast: what jnp's binary
+    functions do before they call lax."""
+    dt = jnp.result_type(x, y)
+    return jnp.broadcast_arrays(jnp.asarray(x, dt), jnp.asarray(y, dt))
+
+
 def complex_logaddexp(x, y):
     """torch's CPU formula (LogAddExp.h): log1p(exp(min - max)) + max, min/max by real part, so the
     imaginary part is not wrapped into (-pi, pi] (jnp.logaddexp's principal log differed by 2 pi)."""
-    x, y = jnp.broadcast_arrays(*[jnp.asarray(v, jnp.result_type(x, y)) for v in (x, y)])
+    x, y = promoted(x, y)
     x_lower = jnp.real(x) < jnp.real(y)  # torch: (x < y) ? (x, y) : (y, x)
     lo, hi = jnp.where(x_lower, x, y), jnp.where(x_lower, y, x)
     lo_r, hi_r = jnp.real(lo), jnp.real(hi)

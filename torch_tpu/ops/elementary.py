@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from .. import config
 from ..runtime import platform
 from . import precise_f32
+from ._util import promoted
 
 
 _OP_RESULTS = threading.local()  # .bfloat16: the lowering traced on this thread rounds its results to bf16
@@ -160,20 +161,23 @@ def _scaled_down(*xs):
     return [x * down for x in xs], jnp.where(big, _HUGE, 1.0).astype(m.dtype)
 
 
-def arctan2(y, x):
-    if not _for_tpu() or jnp.finfo(jnp.result_type(y, x)).maxexp < 128:  # (float16 never reaches 2**64)
-        return jnp.arctan2(y, x)
-    y, x = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(y, x)) for v in (y, x)))
-    (y, x), _ = _scaled_down(y, x)
-    return jnp.arctan2(y, x)
+def _with_huge_operands_scaled(fn, rescale: bool):
+    """``fn(a, b)`` (atan2, hypot) of float operands past 2**64 scaled down first on a TPU (``_scaled_down``); the
+    result scaled back up where ``fn`` is homogeneous (hypot), not where it is scale-free (atan2). float16
+    never reaches 2**64."""
+    def call(a, b):
+        dt = jnp.result_type(a, b)
+        if not _for_tpu() or not jnp.issubdtype(dt, jnp.floating) or jnp.finfo(dt).maxexp < 128:
+            return fn(a, b)
+        (a, b), up = _scaled_down(*promoted(a, b))
+        return fn(a, b) * up if rescale else fn(a, b)
+
+    call.__name__ = fn.__name__
+    return call
 
 
-def hypot(x, y):
-    if not _for_tpu() or jnp.finfo(jnp.result_type(x, y)).maxexp < 128:
-        return jnp.hypot(x, y)
-    x, y = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(x, y)) for v in (x, y)))
-    (x, y), up = _scaled_down(x, y)
-    return jnp.hypot(x, y) * up
+arctan2 = _with_huge_operands_scaled(jnp.arctan2, rescale=False)
+hypot = _with_huge_operands_scaled(jnp.hypot, rescale=True)
 
 
 sinh = _with_arguments_sign(jnp.sinh)

@@ -10,7 +10,8 @@ from ..runtime import dtypes
 from . import elementary
 from .checks import require
 from .registry import aten, prims, register
-from ._util import _weak, is_float, is_low_precision, is_value, jdtype, no_pred, to_float, torch_operands, upcast
+from ._util import (_weak, is_float, is_low_precision, is_value, jdtype, no_pred, promoted, to_float, torch_operands,
+                    upcast)
 
 
 def _up(x):
@@ -260,22 +261,14 @@ def _floor_divide_floating(x, y):
     # integer/bool operands as float32 (through uint8: XLA rewrites a converted bool into a select);
     # the dtype before asarray, so a Python float stays weak (float32 with a float32 x)
     x, y = (to_float(a) if hasattr(a, "dtype") and not is_float(a) else a for a in (x, y))
-    dt = jnp.result_type(x, y)
-    x, y = jnp.broadcast_arrays(jnp.asarray(x, dt), jnp.asarray(y, dt))
+    x, y = promoted(x, y)
     mod = _float_rem(x, y)
     q = (x - mod) / y
-    q = jnp.where((mod != 0) & ((y < 0) != (mod < 0)), q - 1, q)
+    q = jnp.where(_sign_not_divisors(mod, y), q - 1, q)
     fq = jnp.floor(q)
     fq = jnp.where(q - fq > 0.5, fq + 1, fq)
     fq = jnp.where(q == 0, jnp.copysign(jnp.zeros_like(q), x / y), fq)
     return jnp.where(y == 0, x / y, fq)
-
-
-def _promoted(x, y):
-    """Both operands broadcast, as their result dtype (a Python number weakly typed): what jnp's binary functions
-    do before they call lax."""
-    dt = jnp.result_type(x, y)
-    return jnp.broadcast_arrays(jnp.asarray(x, dt), jnp.asarray(y, dt))
 
 
 def _float_rem(x, y):
@@ -288,16 +281,20 @@ def _float_rem(x, y):
     return jnp.copysign(r, x)
 
 
+def _sign_not_divisors(mod, y):
+    """Where a nonzero fmod's sign is not the divisor's: python-style remainder and floor division move by y."""
+    return (mod != 0) & ((mod < 0) != (y < 0))
+
+
 @register(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)
 def remainder(x, y):
     x, y = torch_operands(x, y)
     _integer_divisor(x, y)
     if not (is_float(x) or is_float(y)):
         return jnp.remainder(x, y)
-    x, y = _promoted(x, y)
+    x, y = promoted(x, y)
     mod = _float_rem(x, y)
-    # torch's python-style remainder: the fmod moved by y when its sign is not y's
-    return jnp.where((mod != 0) & ((mod < 0) != (y < 0)), mod + y, mod)
+    return jnp.where(_sign_not_divisors(mod, y), mod + y, mod)
 
 
 @register(aten.fmod.Tensor, aten.fmod.Scalar)
@@ -306,7 +303,7 @@ def fmod(x, y):
     _integer_divisor(x, y)
     if not (is_float(x) or is_float(y)):
         return jnp.fmod(x, y)
-    return _float_rem(*_promoted(x, y))
+    return _float_rem(*promoted(x, y))
 
 
 # the exponent's value picks the computation (x * x for 2: exact and cheap, where a traced exponent would
