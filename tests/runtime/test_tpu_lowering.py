@@ -316,3 +316,28 @@ def test_a_64_bit_svd_built_for_a_tpu_has_no_64_bit_integer_product(shape, full)
     for q in (u, vh.mT):
         torch.testing.assert_close(q.mT @ q, torch.eye(q.shape[-1], dtype=q.dtype).expand_as(q.mT @ q),
                                    atol=1e-12, rtol=0)
+
+
+def test_a_shift_of_float64_bits_is_refused_and_the_ops_that_did_one_no_longer_do():
+    """On a v5e XLA:TPU failed to compile jnp.signbit and jnp.copysign of float64 (a shift of the float's bits read
+    as an int64: "Binary op shift-right-arithmetic with different element types"), so torch.copysign, torch.signbit,
+    fmod, remainder and a division by a 0-dim tensor of float64, and ``uint8 % 0.7`` (then computed in float64),
+    failed there; any other 64-bit integer shift compiled. The check refuses the pattern, and the ops no longer
+    build it."""
+    import numpy as np
+
+    f64 = np.ones(4, np.float64)  # (numpy's: a jnp array made outside the checks' 64-bit mode would be float32)
+    for name, fn in (("signbit", jnp.signbit), ("copysign", lambda x: jnp.copysign(1.0, x)),
+                     ("reshaped bits", lambda x: jax.lax.bitcast_convert_type(x, jnp.int64).reshape(2, 2) >> 63)):
+        with pytest.raises(tpu_lowering.TpuLoweringError, match="a shift of a float64's bits"):
+            tpu_lowering.check(fn, (f64,), name)
+    tpu_lowering.check(lambda x: x.astype(jnp.int64) >> 3, (f64,), "an int64 shift")
+    tpu_lowering.check(jnp.signbit, (f64.astype(np.float32),), "a float32 signbit")
+    x = torch.tensor([-0.0, 0.0, 1.5, -2.25, float("inf"), float("nan")], dtype=torch.float64)
+    u8 = torch.arange(0, 256, 3, dtype=torch.uint8)
+    for fn, arg in ((lambda t: torch.copysign(t, -t), x), (torch.signbit, x), (lambda t: torch.fmod(t, 0.7), x),
+                    (lambda t: torch.remainder(t, -0.7), x), (lambda t: t / torch.tensor(4.0, dtype=t.dtype), x),
+                    (lambda t: torch.fmod(t, 0.7), u8)):
+        torch.testing.assert_close(fn(arg.to("tpu")).cpu(), fn(arg), rtol=0, atol=0, equal_nan=True)
+    for fn in (torch.sinh, torch.expm1):  # (XLA's and C's functions: an ulp apart)
+        torch.testing.assert_close(fn(x.to("tpu")).cpu(), fn(x), equal_nan=True)

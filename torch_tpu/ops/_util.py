@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import torch
 
 from ..runtime import dtypes, platform
 
@@ -44,6 +45,30 @@ def no_pred(*xs):
                  for x in xs)
 
 
+_SAME_WIDTH_INT = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64, 1: jnp.int8}
+
+
+def signbit(x):
+    """Whether ``x``'s sign bit is set (-0.0 and a negative NaN included), as a comparison of its bits read as
+    a signed integer. jnp.signbit shifts those bits instead, and XLA:TPU does not compile a shift of a float64's
+    bits ("shift-right-arithmetic with different element types: s32 and u32"; its 64-bit integers are pairs
+    of 32-bit words): this form compiles there for every float dtype
+    (bench/results/tpu/tpu_signbit_probe.json)."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return x < 0
+    return jax.lax.bitcast_convert_type(x, _SAME_WIDTH_INT[x.dtype.itemsize]) < 0
+
+
+def copysign(x, y):
+    """|x| with ``y``'s sign bit (``signbit``'s form: a float64 ``y`` compiles on a TPU too). Complex operands are
+    refused as jnp.copysign refuses them (CPU torch has no complex copysign either)."""
+    x, y = promoted(x, y)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"copysign does not accept dtype {x.dtype}")
+    return jnp.where(signbit(y), -jnp.abs(x), jnp.abs(x))
+
+
 def _category(dt) -> int:
     if dt == jnp.bool_:
         return 0
@@ -57,13 +82,40 @@ def _weak(x) -> bool:
     return bool(getattr(x, "weak_type", False) or getattr(getattr(x, "aval", None), "weak_type", False))
 
 
+def _inexact_number(v) -> bool:
+    """A Python float or complex, static or traced (a weakly typed dynamic Scalar)."""
+    if type(v) in (float, complex):
+        return True
+    return _weak(v) and jnp.issubdtype(jnp.result_type(v), jnp.inexact)
+
+
+def ints_as_default_float(*xs):
+    """``xs`` with its integer and bool tensors in torch's default dtype (its complex counterpart with a complex
+    number) where a Python float or complex meets only integer and bool tensors: torch computes
+    ``int_tensor * 0.1`` in float32 with 0.1 rounded to float32. JAX, with 64-bit types on, takes the number
+    as float64 there: the program computed in float64 (emulated on a TPU) and rounded, one ulp off CPU in a
+    fifth of ``int * 0.1`` and wrong by much more in ``fmod(int, 0.7)``."""
+    if not any(_inexact_number(v) for v in xs):
+        return xs
+    tensors = [v for v in xs if hasattr(v, "dtype") and not _weak(v)]
+    if not tensors or any(jnp.issubdtype(v.dtype, jnp.inexact) for v in tensors):
+        return xs
+    dt = dtypes.to_jax_dtype(torch.get_default_dtype())
+    if any(jnp.iscomplexobj(v) for v in xs if _inexact_number(v)):
+        dt = jnp.result_type(dt, jnp.complex64)
+    return tuple((v.astype(jnp.uint8) if v.dtype == jnp.bool_ else v).astype(dt)
+                 if any(v is t for t in tensors) else v for v in xs)
+
+
 def torch_operands(*xs):
     """``xs`` with torch's operand promotion where it differs from JAX's: a 0-dim tensor does not
     widen the dimensioned operands of its own category (or of a higher one), it is cast to their
     dtype first, as torch's kernels do (an int8 tensor against a 0-dim int64 tensor holding 1000
     computes in int8, the 1000 becoming -24; a float16 tensor against a float64 0-dim threshold
-    compares in float16). Python numbers (weakly typed) and None pass through. For ops that compute
-    in their operands' common dtype (comparisons, min/max, clamp, integer division)."""
+    compares in float16). Python numbers (weakly typed) and None pass through, a float one with integer
+    tensors as ``ints_as_default_float`` says. For ops that compute in their operands' common dtype
+    (comparisons, min/max, clamp, integer division)."""
+    xs = ints_as_default_float(*xs)
     arrays = [x for x in xs if hasattr(x, "ndim") and hasattr(x, "dtype") and not _weak(x)]
     dimmed = [x for x in arrays if x.ndim > 0]
     zero = [x for x in arrays if x.ndim == 0]

@@ -10,8 +10,8 @@ from ..runtime import dtypes
 from . import elementary
 from .checks import require
 from .registry import aten, prims, register
-from ._util import (_weak, is_float, is_low_precision, is_value, jdtype, no_pred, promoted, to_float, torch_operands,
-                    upcast)
+from ._util import (_weak, copysign, ints_as_default_float, is_float, is_low_precision, is_value, jdtype, no_pred,
+                    promoted, signbit, to_float, torch_operands, upcast)
 
 
 def _up(x):
@@ -40,6 +40,7 @@ def _plus_scaled(x, y, alpha):
     (CUDA, and CPUs without AVX512-FP16): left to XLA:CPU the product was rounded to float16 first on some
     machines, one ulp off where it is not exact (1.0004e-3 - 3 * 1.0004e-3). bfloat16 keeps XLA's form, which
     is CPU torch's there."""
+    x, y = ints_as_default_float(x, y)
     if alpha is None or is_value(alpha, 1):
         return _sum(x, _times_unit(x, y, 1))
     dtype = jnp.result_type(x, y)
@@ -118,7 +119,7 @@ def add(x, y, alpha=1):
 def _minus(x, y, alpha):
     """torch's sub: x + (-alpha) * y, alpha negated as its own type (an int 0 stays 0, so -0.0 - 0 * y
     keeps its sign, where x - 0 * y would not)."""
-    x, y = _u64(x, y)
+    x, y = ints_as_default_float(*_u64(x, y))
     if alpha is None or is_value(alpha, 1):
         complex_result = jnp.issubdtype(jnp.result_type(x, y), jnp.complexfloating)
         return _sum(x, _times_unit(x, y, -1)) if complex_result else x - y
@@ -160,7 +161,7 @@ def mul(x, y):
         by_number = _opmath_by_number(y, x, jnp.multiply)
     if by_number is not None:
         return by_number
-    x, y = no_pred(*_u64(x, y))
+    x, y = no_pred(*ints_as_default_float(*_u64(x, y)))
     return x * y
 
 
@@ -187,6 +188,7 @@ def _complex_div(x, y, dt):
 
 @register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 def div(x, y):
+    x, y = ints_as_default_float(x, y)
     dt = jnp.result_type(x, y)
     if jnp.issubdtype(dt, jnp.complexfloating):
         return _complex_div(x, y, dt)
@@ -267,7 +269,7 @@ def _floor_divide_floating(x, y):
     q = jnp.where(_sign_not_divisors(mod, y), q - 1, q)
     fq = jnp.floor(q)
     fq = jnp.where(q - fq > 0.5, fq + 1, fq)
-    fq = jnp.where(q == 0, jnp.copysign(jnp.zeros_like(q), x / y), fq)
+    fq = jnp.where(q == 0, copysign(jnp.zeros_like(q), x / y), fq)
     return jnp.where(y == 0, x / y, fq)
 
 
@@ -276,9 +278,9 @@ def _float_rem(x, y):
     x itself for a finite x over an infinite y. XLA:TPU's remainder gives NaN for x over +-inf and +0.0 for
     -0.0 over y (bench/results/tpu/tpu_semantics_probe.json). XLA:CPU's is C's already: there this adds a select
     and a copysign to a memory-bound op, and every platform builds the same program."""
-    r = jax.lax.rem(x, y)
+    r = elementary.rem(x, y)
     r = jnp.where(jnp.isinf(y) & jnp.isfinite(x), x, r)
-    return jnp.copysign(r, x)
+    return copysign(r, x)
 
 
 def _sign_not_divisors(mod, y):
@@ -342,6 +344,7 @@ def _pow_result_type(x, kind):
           static_when=_pow_static)
 def pow_(x, y):
     """x*x for 2, integer_pow for small ints (static exponents), else XLA's pow in torch's result dtype."""
+    x, y = ints_as_default_float(x, y)
     x_int = not is_float(x) and not jnp.iscomplexobj(x)
     y_int = not is_float(y) and not jnp.iscomplexobj(y)
     kind = _scalar_kind(y) if hasattr(x, "dtype") else None
@@ -429,7 +432,7 @@ register(aten.fmax.default)(_cmp(jnp.fmax))
 register(aten.fmin.default)(_cmp(jnp.fmin))
 register(aten.atan2.default)(_cmp(lambda x, y: elementary.arctan2(to_float(x), to_float(y)), common=False))
 register(aten.hypot.default)(_cmp(elementary.hypot))
-register(aten.copysign.Tensor, aten.copysign.Scalar)(_cmp(lambda x, y: jnp.copysign(to_float(x), y), False))
+register(aten.copysign.Tensor, aten.copysign.Scalar)(_cmp(lambda x, y: copysign(to_float(x), y), False))
 register(aten.nextafter.default)(_cmp(jnp.nextafter))
 register(aten.logical_and.default)(_cmp(lambda x, y: jnp.logical_and(x != 0, y != 0)))
 register(aten.logical_or.default)(_cmp(lambda x, y: jnp.logical_or(x != 0, y != 0)))
@@ -478,7 +481,7 @@ def logical_not(x):
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def where(cond, x, y):
-    return jnp.where(cond, x, y)
+    return jnp.where(cond, *ints_as_default_float(x, y))
 
 
 @register(aten.clamp.default, aten.clamp.Tensor)
@@ -582,7 +585,7 @@ register(aten.floor.default)(_same_unary(lambda x: jnp.floor(x) if is_float(x) e
 register(aten.ceil.default)(_same_unary(lambda x: jnp.ceil(x) if is_float(x) else x))
 register(aten.trunc.default)(_same_unary(lambda x: jnp.trunc(x) if is_float(x) else x))
 register(aten.frac.default)(_same_unary(lambda x: x - jnp.trunc(x)))
-register(aten.signbit.default)(_same_unary(jnp.signbit))
+register(aten.signbit.default)(_same_unary(signbit))
 register(aten.isnan.default)(_same_unary(jnp.isnan))
 register(aten.isinf.default)(_same_unary(jnp.isinf))
 register(aten.isfinite.default)(_same_unary(jnp.isfinite))

@@ -16,7 +16,7 @@ import torch
 from . import elementary
 from .registry import aten, prims, register
 from .shape import _pad_mode
-from ._util import complex_logaddexp, is_float, to_float, upcast
+from ._util import complex_logaddexp, copysign, is_float, to_float, upcast
 
 _PRIMS = torch.ops.prims
 
@@ -32,7 +32,7 @@ def _float(fn):
 def polygamma(n, x):
     x = upcast(to_float(jnp.asarray(x)))
     if n == 0:  # digamma(±0) is ∓inf on CPU (JAX: NaN)
-        return jnp.where(x == 0, jnp.copysign(jnp.inf, -x), jax.scipy.special.digamma(x))
+        return jnp.where(x == 0, copysign(jnp.inf, -x), jax.scipy.special.digamma(x))
     direct = jax.scipy.special.polygamma(n, x)  # JAX's series holds for x > 0 only
     # x < 0 by reflection: psi_n(x) = (-1)^n psi_n(1 - x) - d^n/dx^n [pi cot(pi x)]
     d = lambda t: jnp.pi * jnp.cos(jnp.pi * t) / jnp.sin(jnp.pi * t)  # noqa: E731

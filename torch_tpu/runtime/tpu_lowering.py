@@ -98,9 +98,34 @@ _DECOMPOSITIONS_WITHOUT_FLOAT_64 = ("@LuDecomposition",)
 _COMPLEX_128 = "complex<f64>"
 
 
+# A shift of a float64's bits read as a 64-bit integer: XLA:TPU fails to compile it ("Binary op
+# shift-right-arithmetic with different element types: s32[] and u32[]", on a v5e: jnp.signbit and jnp.copysign
+# of float64 do this), where a shift of any other 64-bit integer compiles
+# (bench/results/tpu/tpu_signbit_probe.json, regression_probe.json). Followed through reshapes, broadcasts and
+# slices of those bits within one function.
+_FLOAT_64_BITS = re.compile(r"(%[\w#.]+) = stablehlo\.bitcast_convert %[\w#.]+ : \(tensor<(?:[0-9?]+x)*f64>\) -> "
+                            r"tensor<(?:[0-9?]+x)*u?i64>")
+_SAME_BITS = re.compile(r"(%[\w#.]+) = stablehlo\.(?:reshape|broadcast_in_dim|slice|transpose|dynamic_slice) "
+                        r"(%[\w#.]+)")
+_SHIFT = re.compile(r"stablehlo\.shift_(?:left|right_arithmetic|right_logical) (%[\w#.]+), (%[\w#.]+)")
+
+
 def _uncompilable_on_tpu(text: str) -> str:
     """What XLA:TPU is known not to compile in the module ``text`` lowered for a TPU (empty when nothing is)."""
+    float_64_bits: set = set()  # SSA values of the current function holding a float64's bits
     for line in text.splitlines():
+        if "func.func" in line:
+            float_64_bits.clear()
+        bits = _FLOAT_64_BITS.search(line)
+        if bits:
+            float_64_bits.add(bits.group(1))
+        same = _SAME_BITS.search(line)
+        if same and same.group(2) in float_64_bits:
+            float_64_bits.add(same.group(1))
+        shift = _SHIFT.search(line)
+        if shift and float_64_bits.intersection(shift.groups()):
+            return ("a shift of a float64's bits, which XLA:TPU does not compile (jnp.signbit or jnp.copysign of "
+                    f"float64: use torch_tpu.ops._util.signbit) ({line.strip()[:300]})")
         operand_types = line.rpartition(" : ")[2]
         if any(op in line for op in _PRODUCTS) and _INTEGER_64.search(operand_types):
             return f"a 64-bit integer product ({line.strip()[:300]})"

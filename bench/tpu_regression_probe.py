@@ -1,0 +1,101 @@
+"""On the chip: the fixes of this session against CPU torch. Prints one line per check; writes JSON to argv[1]."""
+import json, math, sys, time, traceback
+t0 = time.time()
+import numpy as np
+res = {}
+# 1. pure JAX: plain 64-bit integer shifts (is every s64 shift broken on XLA:TPU, or only a float64's bits?)
+import jax, jax.numpy as jnp
+from jax import lax
+jax.config.update("jax_enable_x64", True)
+i = np.array([-(2 ** 40) - 5, -3, 0, 7, 2 ** 50 + 9], np.int64)
+for name, fn, want in [("i64.shr_arith", lambda a: a >> 3, i >> 3), ("i64.shl", lambda a: a << 3, i << 3),
+                       ("i64.shr_logical", lambda a: lax.shift_right_logical(a, jnp.int64(3)), (i.view(np.uint64) >> np.uint64(3)).view(np.int64)),
+                       ("u64.shr", lambda a: a.view(jnp.uint64) >> jnp.uint64(3), i.view(np.uint64) >> np.uint64(3))]:
+    try:
+        got = np.asarray(jax.jit(fn)(i)); res[name] = "ok" if np.array_equal(got, want) else f"WRONG {got.tolist()}"
+    except Exception as e:
+        res[name] = "FAIL " + str(e).splitlines()[0][:160]
+import torch, torch_tpu
+from torch_tpu import EagerMode
+def cmp(name, fn, *args, exact=True):
+    try:
+        want = fn(*args)
+        got = fn(*[a.to("tpu") for a in args])
+        got = [g.cpu() for g in got] if isinstance(got, (tuple, list)) else [got.cpu()]
+        want = list(want) if isinstance(want, (tuple, list)) else [want]
+        bad = []
+        for g, w in zip(got, want):
+            if g.dtype != w.dtype:
+                bad.append(f"dtype {g.dtype} vs {w.dtype}"); continue
+            try:
+                torch.testing.assert_close(g, w, rtol=0 if exact else None, atol=0 if exact else None, equal_nan=True)
+                if w.is_floating_point():
+                    z = w == 0
+                    if not torch.equal(g[z].signbit(), w[z].signbit()): bad.append("zero signs")
+            except AssertionError as e:
+                bad.append(" ".join(str(e).split())[:200])
+        res[name] = "ok" if not bad else "WRONG " + "; ".join(bad)
+    except Exception as e:
+        res[name] = "FAIL " + " ".join(str(e).split())[:200]
+    print(name, res[name], round(time.time() - t0, 1), flush=True)
+d = torch.tensor([-0.0, 0.0, 1.5, -2.25, math.inf, -math.inf, 5.5, 1e30], dtype=torch.float64)
+ints = torch.cat([torch.arange(-1000, 1000, 7), torch.tensor([16777217, -16777219])]).int()
+u8 = torch.arange(0, 256, 3, dtype=torch.uint8)
+for mode in ("DEFER_NEVER", "DEFER_AND_FUSE"):
+    with torch.tpu.set_eager_mode(EagerMode[mode]):
+        m = mode[6:].lower()
+        cmp(f"{m}.f64.copysign", lambda a: torch.copysign(a, -a), d)
+        cmp(f"{m}.f64.signbit", torch.signbit, d)
+        cmp(f"{m}.f64.div_by_0dim", lambda a, b: a / b, d, torch.tensor(4.0, dtype=torch.float64))
+        cmp(f"{m}.f64.fmod", lambda a: torch.fmod(a, 0.7), d[:-1])
+        cmp(f"{m}.f64.sinh_expm1", lambda a: (torch.sinh(a[:4]), torch.expm1(a[:4])), d, exact=False)
+        cmp(f"{m}.f64.matrix_exp", lambda a: torch.linalg.matrix_exp(a * 0.5 / 4),
+            torch.eye(4, dtype=torch.float64) + 0.1 * torch.arange(16, dtype=torch.float64).reshape(4, 4) / 16, exact=False)
+        cmp(f"{m}.int.fmod_0.7", lambda a: torch.fmod(a, 0.7), ints)
+        cmp(f"{m}.int.mul_0.1", lambda a: a * 0.1, ints)
+        cmp(f"{m}.int.remainder_0.7", lambda a: torch.remainder(a, 0.7), ints)
+        cmp(f"{m}.uint8.fmod_1.0", lambda a: torch.fmod(a, 1.0), u8)
+        cmp(f"{m}.uint8.fmod_inf", lambda a: torch.fmod(a, math.inf), u8)
+        cmp(f"{m}.bool.remainder_-3.0", lambda a: torch.remainder(a, -3.0), u8 > 100)
+        cmp(f"{m}.int64.floor_divide_inf", lambda a: torch.floor_divide(a, -math.inf), ints.long())
+        cmp(f"{m}.int.gt_16777216.5", lambda a: a > 16777216.5, ints)
+# 3. special values in float32 on the chip (tests/ops/test_tpu_special_values.py's cases, on the chip itself)
+S = [0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, -7.0, 0.5, 250.0, math.inf, -math.inf, math.nan, 1e-30, -1e-30, 3.0e38, -3.0e38, 1e20, -1e20]
+pairs = [(x, y) for x in S for y in S if not (math.isfinite(x) and math.isfinite(y) and y != 0 and abs(x / y) > 2.0 ** 24)]
+px = torch.tensor([p[0] for p in pairs]); py = torch.tensor([p[1] for p in pairs])
+for op in ("fmod", "remainder", "floor_divide"):
+    cmp(f"special.{op}", getattr(torch, op), px, py)
+keep = (py.abs() < 1e30) | px.isinf() | py.isinf() | px.isnan()
+cmp("special.div", torch.div, px[keep], py[keep], exact=False)
+cmp("special.atan2", torch.atan2, px, py, exact=False)
+cmp("special.hypot", torch.hypot, px, py, exact=False)
+cmp("special.sinh", torch.sinh, torch.tensor(S), exact=False)
+cmp("special.expm1", torch.expm1, torch.tensor(S), exact=False)
+res["seconds"] = round(time.time() - t0, 1)
+json.dump(res, open(sys.argv[1], "w"), indent=1)
+for k, v in res.items(): print(k, v)
+# 4. test_gradients[float32]'s wrong gradient in fused mode (0.68 on the chip): which pair of ops
+def spd(n=4, batch=2):
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(batch, n, n, generator=g, dtype=torch.float64) * 2 - 1
+    return (a @ a.mT + n * torch.eye(n, dtype=torch.float64)).float()
+def grads(fns, sync=False):
+    def run(s):
+        s = s.clone().requires_grad_()
+        outs = [f(s) for f in fns]
+        if sync and s.device.type == "tpu":
+            torch.tpu.synchronize()
+        loss = sum((o * torch.linspace(-1, 1, o.numel(), dtype=o.dtype, device=o.device).reshape(o.shape)).sum() for o in outs)
+        return torch.autograd.grad(loss, s)[0]
+    return run
+with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
+    s = spd()
+    cmp("fused.grad.cholesky+eigvalsh", grads([torch.linalg.cholesky, torch.linalg.eigvalsh]), s, exact=False)
+    cmp("fused.grad.cholesky+eigvalsh.sync", grads([torch.linalg.cholesky, torch.linalg.eigvalsh], sync=True), s, exact=False)
+    cmp("fused.grad.eigvalsh+eigvalsh", grads([torch.linalg.eigvalsh, lambda x: torch.linalg.eigvalsh(x) * 2]), s, exact=False)
+    cmp("fused.grad.cholesky+cholesky", grads([torch.linalg.cholesky, lambda x: torch.linalg.cholesky(x * 2)]), s, exact=False)
+with torch.tpu.set_eager_mode(EagerMode.DEFER_NEVER):
+    cmp("strict.grad.cholesky+eigvalsh", grads([torch.linalg.cholesky, torch.linalg.eigvalsh]), s, exact=False)
+res["seconds"] = round(time.time() - t0, 1)
+json.dump(res, open(sys.argv[1], "w"), indent=1)
+for k, v in list(res.items())[-6:]: print(k, v)
