@@ -55,7 +55,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("demo", "demo_step", "flux", "device_ops", "host", "tests", "tests_diffusers", "tests_linear", "opinfo",
-         "tests_tpu_forms", "tests_linalg", "eager", "coldstart", "probe", "dtypes", "semantics", "linalg_probe", "launch", "layouts")
+         "tests_tpu_forms", "tests_linalg", "eager", "coldstart", "probe", "dtypes", "semantics", "linalg_probe",
+         "regressions", "launch", "layouts")
 # each group fits one device call (the first took ~5 min on the chip, where every small program compiles in ~0.3 s)
 TEST_GROUPS = {
     "tests": ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
@@ -305,6 +306,12 @@ def step_linalg_probe(args, left):
     """Each op of test_linalg.py's chip failures alone, strict and fused, against CPU torch."""
     return _probe(args, left, "bench/tpu_linalg_probe.py", "linalg_probe.json", "linalg_probe.log", 400,
                   tail_chars=4000)
+
+
+def step_regressions(args, left):
+    """The cases the chip got wrong before (bench/tpu_regression_probe.py), each against CPU torch."""
+    return _probe(args, left, "bench/tpu_regression_probe.py", "regression_probe.json", "regressions.log", 300,
+                  tail_chars=3000)
 
 
 def main():
