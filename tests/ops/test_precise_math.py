@@ -33,6 +33,7 @@ def _max_ulps(got, ref):
 UNARY = {"exp": (np.exp, -87, 88.7), "exp2": (np.exp2, -126, 127.9), "expm1": (np.expm1, -87, 88.7),
          "log": (np.log, 0, 3e38), "log2": (np.log2, 0, 3e38), "log10": (np.log10, 0, 3e38),
          "log1p": (np.log1p, -1, 3e38), "tanh": (np.tanh, -30, 30), "atanh": (np.arctanh, -1, 1),
+         "sinh": (np.sinh, -89.4, 89.4), "cosh": (np.cosh, -89.4, 89.4),
          "asinh": (np.arcsinh, -3e38, 3e38), "acosh": (np.arccosh, 1, 3e38),
          "softplus": (lambda x: np.logaddexp(0, x), -100, 100),
          "log_sigmoid": (lambda x: -np.logaddexp(0, -x), -100, 100)}
@@ -77,7 +78,7 @@ SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, np.inf, -np.inf, np.nan, 1e3
 
 
 @pytest.mark.parametrize("name", ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "atanh", "asinh", "acosh", "lgamma",
-                                  "digamma", "erfinv"])
+                                  "digamma", "erfinv", "sinh", "cosh"])
 def test_special_values_as_cpu_torch(name):
     x = SPECIAL.clip(-1, 1) if name == "erfinv" else SPECIAL
     got = torch.from_numpy(np.array(jax.jit(precise_f32.FUNCTIONS[name])(x)))
@@ -243,7 +244,8 @@ def test_a_graphs_gelu_between_matmuls_follows_its_results_dtype(precise_everywh
 
 _DERIVATIVE_REFERENCES = {
     "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log10": "log10",
-    "log1p": "log1p", "tanh": "tanh", "atanh": "arctanh", "asinh": "arcsinh", "acosh": "arccosh",
+    "log1p": "log1p", "tanh": "tanh", "atanh": "arctanh", "asinh": "arcsinh", "acosh": "arccosh", "sinh": "sinh",
+    "cosh": "cosh",
     "logaddexp": "logaddexp", "logaddexp2": "logaddexp2"}
 
 

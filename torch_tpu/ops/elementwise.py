@@ -545,7 +545,7 @@ _FLOAT_UNARY = {
     aten.log2: elementary.log2, aten.log10: elementary.log10, aten.log1p: elementary.log1p, aten.sqrt: jnp.sqrt,
     aten.rsqrt: jax.lax.rsqrt, aten.sin: jnp.sin, aten.cos: jnp.cos, aten.tan: jnp.tan,
     aten.asin: jnp.arcsin, aten.acos: jnp.arccos, aten.atan: jnp.arctan, aten.sinh: elementary.sinh,
-    aten.cosh: jnp.cosh, aten.tanh: elementary.tanh, aten.asinh: elementary.arcsinh, aten.acosh: elementary.arccosh,
+    aten.cosh: elementary.cosh, aten.tanh: elementary.tanh, aten.asinh: elementary.arcsinh, aten.acosh: elementary.arccosh,
     aten.atanh: elementary.arctanh, aten.sigmoid: jax.nn.sigmoid, aten.erf: jax.scipy.special.erf,
     aten.erfc: jax.scipy.special.erfc, aten.erfinv: elementary.erfinv,
     aten.reciprocal: jnp.reciprocal, aten.lgamma: elementary.lgamma,

@@ -172,6 +172,29 @@ def expm1(x):
     return jnp.where(jnp.isnan(x) | (x == 0), x, out)  # (-0.0 stays -0.0)
 
 
+_HYPERBOLIC_SPLIT = _F32(88.0)  # past it exp(a) overflows before sinh(a) and cosh(a) do (at 89.4)
+
+
+def _exp_halves(a):
+    """exp(a) / 2 as (exp(a / 2) / 2) exp(a / 2): finite up to a = 89.4, two roundings more than exp."""
+    w = exp(_F32(0.5) * a)
+    return (_F32(0.5) * w) * w
+
+
+def sinh(x):
+    """(e - 1/e) / 2 as (m + m / (m + 1)) / 2 with m = expm1(|x|): no cancellation near 0."""
+    a = jnp.abs(x)
+    m = expm1(jnp.minimum(a, _HYPERBOLIC_SPLIT))
+    out = jnp.where(a <= _HYPERBOLIC_SPLIT, _F32(0.5) * (m + m / (m + _F32(1.0))), _exp_halves(a))
+    return jnp.where(jnp.isnan(x) | (x == 0), x, jnp.copysign(out, x))  # (-0.0 stays -0.0)
+
+
+def cosh(x):
+    a = jnp.abs(x)
+    e = exp(jnp.minimum(a, _HYPERBOLIC_SPLIT))
+    return jnp.where(a <= _HYPERBOLIC_SPLIT, _F32(0.5) * e + _F32(0.5) / e, _exp_halves(a))
+
+
 _TANH_SERIES = (-1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925, 21844 / 6081075, -929569 / 638512875)
 _TANH_SMALL = _F32(0.25)
 
@@ -371,6 +394,8 @@ FUNCTIONS = {
     "log10": _differentiable(log10, lambda x, y: _INV_LN10 / x),
     "log1p": _differentiable(log1p, lambda x, y: _F32(1.0) / (_F32(1.0) + x)),
     "tanh": _differentiable(tanh, lambda x, y: _F32(1.0) - y * y),
+    "sinh": _differentiable(sinh, lambda x, y: FUNCTIONS["cosh"](x)),
+    "cosh": _differentiable(cosh, lambda x, y: FUNCTIONS["sinh"](x)),
     "atanh": _differentiable(atanh, lambda x, y: _F32(1.0) / ((_F32(1.0) - x) * (_F32(1.0) + x))),
     "asinh": _differentiable(asinh, lambda x, y: jax.lax.rsqrt(x * x + _F32(1.0))),
     "acosh": _differentiable(acosh, lambda x, y: jax.lax.rsqrt(x - _F32(1.0)) * jax.lax.rsqrt(x + _F32(1.0))),
