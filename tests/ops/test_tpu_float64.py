@@ -82,6 +82,34 @@ def test_float64_ops_on_lu_lower_for_a_tpu_and_match_cpu(op):
     torch.testing.assert_close(torch.from_numpy(np.array(got)), torch_fn(*operands), atol=1e-11, rtol=1e-11)
 
 
+def test_float64_matrix_exp_of_zero_for_a_tpu_is_the_identity(monkeypatch):
+    """On the chip torch.nn.utils.parametrizations.orthogonal of a float64 Linear was NaN in both eager modes: its
+    first call is matrix_exp of a zero matrix, whose number of squarings JAX takes from log2 of the norm. Here
+    log2 gives NaN at zero (what a float64 log of 0 giving NaN on the chip would do): exp(0) is still I, and
+    nonzero matrices are untouched."""
+    import jax.numpy as jnp
+    from jax._src.scipy import linalg as jax_scipy_linalg  # (its expm's own numpy module, which it calls)
+
+    real_log2 = jnp.log2
+    monkeypatch.setattr(jax_scipy_linalg.jnp, "log2", lambda v: jnp.where(v == 0, jnp.nan, real_log2(v)))
+    jax.clear_caches()
+    try:
+        for a in (torch.zeros(2, 4, 4, dtype=torch.float64), _matrix((2, 4, 4), torch.float64)):
+            got, _ = _for_tpu(linalg_lowering.matrix_exp, a.numpy())
+            torch.testing.assert_close(torch.from_numpy(np.array(got)), torch.linalg.matrix_exp(a), atol=1e-11,
+                                       rtol=1e-11)
+        torch.manual_seed(0)
+        m = torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(4, 4, dtype=torch.float64))
+        x = _matrix((3, 4), torch.float64)
+        want = m(x)
+        with platform.Targeting("tpu"), torch.no_grad():
+            got = m.to("tpu")(x.to("tpu")).cpu()
+        torch.testing.assert_close(got, want)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+
+
 def test_lowering_check_refuses_a_64_bit_lu_and_complex128():
     platform.jax()
     lu = lambda a: jax.lax.linalg.lu(a)  # noqa: E731

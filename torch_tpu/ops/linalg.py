@@ -547,8 +547,13 @@ def _expm_with_our_lu(a):
     """JAX's expm of one 64-bit matrix for a TPU, its Pade step's solve Q^-1 P on ``_lu_by_elimination``
     (JAX's solves with XLA's LU, which XLA:TPU has for 32-bit types only)."""
     calc_p_q, squaring = _jax_expm_steps()
-    p, q, n_squarings = calc_p_q(a)
+    # A zero matrix (the orthogonal parametrization's first call: exp(X - X^T) of X = -I) is I, given here: JAX
+    # takes its number of squarings from log2 of the norm, which on the chip came out NaN for a float64 zero
+    # (exp(0) was NaN there; log2(0) is -inf on the CPU). The steps below run on I instead, their result unused.
+    zero = jnp.all(a == 0)
+    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
+    p, q, n_squarings = calc_p_q(jnp.where(zero, eye, a))
     lu, pivots, _ = _lu_by_elimination(q)
     r = _lu_solve_left(lu, pivots.astype(jnp.int32) + 1, p, adjoint=False)
     r = squaring(r, n_squarings, _MAX_SQUARINGS)
-    return jnp.where(n_squarings > _MAX_SQUARINGS, jnp.full_like(r, jnp.nan), r)
+    return jnp.where(zero, eye, jnp.where(n_squarings > _MAX_SQUARINGS, jnp.full_like(r, jnp.nan), r))
