@@ -77,6 +77,18 @@ for mode in ("DEFER_NEVER", "DEFER_AND_FUSE"):
         cmp(f"{m}.bool.remainder_-3.0", lambda a: torch.remainder(a, -3.0), u8 > 100)
         cmp(f"{m}.int64.floor_divide_inf", lambda a: torch.floor_divide(a, -math.inf), ints.long())
         cmp(f"{m}.int.gt_16777216.5", lambda a: a > 16777216.5, ints)
+        # the float64 NaN of the orthogonal parametrization: matrix_exp of zero, and the log of zero it suspects
+        cmp(f"{m}.f64.matrix_exp_of_zero", torch.linalg.matrix_exp, torch.zeros(2, 4, 4, dtype=torch.float64))
+        cmp(f"{m}.f64.log_log2_of_zero", lambda a: (torch.log(a), torch.log2(a)), torch.zeros(3, dtype=torch.float64))
+
+        def orthogonal(x):
+            torch.manual_seed(0)
+            lin = torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(4, 4, dtype=torch.float64))
+            return lin.to(x.device)(x).detach()
+
+        cmp(f"{m}.f64.orthogonal_parametrization", orthogonal, torch.eye(4, dtype=torch.float64)[:3], exact=False)
+        cmp(f"{m}.f32.fmod_exact", lambda a: (torch.fmod(a, 0.7), torch.remainder(a, -0.1)),
+            torch.linspace(-1e4, 1e4, 1001))
 # 3. special values in float32 on the chip (tests/ops/test_tpu_special_values.py's cases, on the chip itself)
 S = [0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, -7.0, 0.5, 250.0, math.inf, -math.inf, math.nan, 1e-30, -1e-30, 3.0e38, -3.0e38, 1e20, -1e20]
 pairs = [(x, y) for x in S for y in S if not (math.isfinite(x) and math.isfinite(y) and y != 0 and abs(x / y) > 2.0 ** 24)]
@@ -89,6 +101,7 @@ cmp("special.atan2", torch.atan2, px, py, exact=False)
 cmp("special.hypot", torch.hypot, px, py, exact=False)
 cmp("special.sinh", torch.sinh, torch.tensor(S), exact=False)
 cmp("special.expm1", torch.expm1, torch.tensor(S), exact=False)
+cmp("special.cosh", torch.cosh, torch.tensor(S), exact=False)
 res["seconds"] = round(time.time() - t0, 1)
 json.dump(res, open(OUT, "w"), indent=1)
 for k, v in res.items(): print(k, v)
