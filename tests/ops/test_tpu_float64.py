@@ -110,6 +110,22 @@ def test_float64_matrix_exp_of_zero_for_a_tpu_is_the_identity(monkeypatch):
         jax.clear_caches()
 
 
+def test_float64_frexp_for_a_tpu_shifts_no_64_bit_word():
+    """jnp.frexp of float64 shifts the float's 64 bits, which XLA:TPU does not compile (the lowering check found it
+    in torch.frexp): for a TPU the exponent comes from the high 32-bit word. CPU torch's results, normal values
+    across float64's range (subnormals are zeros on a TPU)."""
+    from torch_tpu.ops import special
+
+    x = torch.tensor([0.0, -0.0, 1.0, -3.5, 0.75, 1e300, -1e-300, 2.0 ** -1022, 1.7976931348623157e308,
+                      float("inf"), float("-inf"), float("nan")], dtype=torch.float64)
+    x = torch.cat([x, _matrix((50,), torch.float64) * 10.0 ** torch.arange(-150, 150, 6, dtype=torch.float64)])
+    (mantissa, exponent), text = _for_tpu(special.frexp, x.numpy())
+    tpu_lowering.refuse_uncompilable(text, "frexp")
+    want_m, want_e = torch.frexp(x)
+    torch.testing.assert_close(torch.from_numpy(np.array(mantissa)), want_m, rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(torch.from_numpy(np.array(exponent)), want_e)
+
+
 def test_lowering_check_refuses_a_64_bit_lu_and_complex128():
     platform.jax()
     lu = lambda a: jax.lax.linalg.lu(a)  # noqa: E731

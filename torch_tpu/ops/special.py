@@ -198,5 +198,23 @@ def zeta(x, q):
 
 @register(aten.frexp.Tensor, _PRIMS.frexp.default)
 def frexp(x):
+    if x.dtype == jnp.float64 and elementary._for_tpu():
+        return _frexp_float64_by_words(x)
     mantissa, exponent = jnp.frexp(x)
     return mantissa, exponent.astype(jnp.int32)
+
+
+def _frexp_float64_by_words(x):
+    """jnp.frexp of float64 without shifting the float's 64 bits, which XLA:TPU does not compile (the lowering
+    check refuses it): the exponent from the high 32-bit word of its bits, the mantissa x times 2**-e in nine
+    exact power-of-two factors (each a normal float32). Zeros, infinities and NaN give (x, 0), as jnp.frexp and
+    CPU torch; so do subnormals, which a TPU holds as zeros (its float64 has float32's exponent range)."""
+    high_word = jax.lax.bitcast_convert_type(x, jnp.uint32)[..., 1]
+    e = ((high_word >> 20) & 0x7FF).astype(jnp.int32) - 1022
+    special = ~jnp.isfinite(x) | (jnp.abs(x) < jnp.finfo(jnp.float64).tiny)
+    e = jnp.where(special, 0, e)
+    mantissa = x
+    step = e // 9  # |step| <= 120 and |e - 8 step| <= 126 for e in [-1074, 1024]
+    for part in [step] * 8 + [e - 8 * step]:
+        mantissa = mantissa * jax.lax.bitcast_convert_type((127 - part) << 23, jnp.float32).astype(jnp.float64)
+    return jnp.where(special, x, mantissa), e
