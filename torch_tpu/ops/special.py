@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from ..runtime import platform
 from . import elementary
 from .registry import aten, prims, register
 from .shape import _pad_mode
@@ -198,7 +199,7 @@ def zeta(x, q):
 
 @register(aten.frexp.Tensor, _PRIMS.frexp.default)
 def frexp(x):
-    if x.dtype == jnp.float64 and elementary._for_tpu():
+    if x.dtype == jnp.float64 and platform.target() == "tpu":
         return _frexp_float64_by_words(x)
     mantissa, exponent = jnp.frexp(x)
     return mantissa, exponent.astype(jnp.int32)
