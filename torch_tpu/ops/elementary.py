@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from .. import config
 from ..runtime import platform
 from . import precise_f32
-from ._util import copysign, promoted
+from ._util import copysign, promoted, signbit
 
 
 _OP_RESULTS = threading.local()  # .bfloat16: the lowering traced on this thread rounds its results to bf16
@@ -150,6 +150,47 @@ def true_divide(x, y):
         return q
     inf_by_finite = jnp.isinf(x) & jnp.isfinite(y)
     return jnp.where(inf_by_finite, (x * copysign(jnp.ones_like(q), y)).astype(q.dtype), q)
+
+
+def truncated_quotient(x, y):
+    """trunc(x / y) of floating operands as CPU torch computes it: the quotient rounded correctly, then truncated.
+    XLA:CPU divides by a broadcast scalar as a product with its reciprocal (an ulp off in 12% of ``x / 0.3``), which
+    truncation turned into an off-by-one (3 / 0.3 on one side of 10): there the divisor goes through an optimization
+    barrier, so the division stays one. On a TPU every division is a reciprocal's product (within 2 ulps): there
+    the truncated quotient comes from the exact remainder instead (``_rounded_up_quotient``)."""
+    x, y = promoted(x, y)
+    if not _for_tpu():
+        return jnp.trunc(x / jax.lax.optimization_barrier(y))
+    q = jnp.trunc(true_divide(x, y))
+    if jnp.finfo(x.dtype).bits > 32:
+        return q
+    return _rounded_up_quotient(x, y, q)
+
+
+def _rounded_up_quotient(x, y, approximate):
+    """trunc(x / y) for float32-or-narrower x and y on a TPU, where |x / y| < 2**20: n = trunc of the exact
+    quotient, from the exact remainder r (n y = x - r exactly), and n + 1 where the exact quotient n + r / y
+    rounds up to n + 1 in float32 (y - r at most half the spacing below n + 1 times y, a tie to the even one).
+    Elsewhere (non-finite operands, a zero divisor, larger quotients) ``approximate``."""
+    dt = x.dtype
+    x32, y32 = x.astype(jnp.float32), y.astype(jnp.float32)
+    r = _exact_rem(x32, y32)
+    a, b = jnp.abs(r), jnp.abs(y32)
+    n = jnp.round(jnp.abs(x32 - r) / b)  # an integer below 2**20: the division's 2 ulps (< 1/4) round away
+    m = n + 1
+    # the spacing of float32 just below m (a power of two: half its spacing above)
+    exponent = jax.lax.bitcast_convert_type(m, jnp.int32) & _EXPONENT_BITS
+    spacing_above = jax.lax.bitcast_convert_type(exponent - (23 << 23), jnp.float32)
+    power_of_two = (jax.lax.bitcast_convert_type(m, jnp.int32) & _MANTISSA_BITS) == 0
+    half_below = jnp.where(power_of_two, spacing_above * 0.25, spacing_above * 0.5) * b
+    gap = b - a  # exact where it matters (a >= b / 2)
+    m_even = (jax.lax.bitcast_convert_type(m, jnp.int32) & 1) == 0
+    up = (gap < half_below) | ((gap == half_below) & m_even)
+    magnitude = jnp.where(up, m, n)
+    exact = magnitude * jnp.where(signbit(x32) != signbit(y32), -1.0, 1.0).astype(jnp.float32)
+    usable = (jnp.isfinite(x32) & jnp.isfinite(y32) & (b >= jnp.finfo(jnp.float32).tiny)
+              & (jnp.abs(approximate.astype(jnp.float32)) < 2.0 ** 20))
+    return jnp.where(usable, exact.astype(dt), approximate)
 
 
 def rem(x, y):

@@ -237,7 +237,7 @@ def div_mode(x, y, rounding_mode=None):
         if is_float(x) or is_float(y):
             # (a bool operand through to_float: XLA folded False / 0.0 of a converted bool to 0, not nan)
             x, y = (to_float(v) if hasattr(v, "dtype") and not is_float(v) else v for v in (x, y))
-            return jnp.trunc(elementary.true_divide(_up(x), _up(y)))
+            return elementary.truncated_quotient(_up(x), _up(y))
         # both integral: in their result dtype (uint8 // -1 divides by 255, as torch converts the scalar)
         dt = jnp.result_type(x, y)
         x_, y_ = jnp.asarray(x).astype(dt), jnp.asarray(y).astype(dt)
