@@ -179,13 +179,12 @@ def _rounded_up_quotient(x, y, approximate):
     n = jnp.round(jnp.abs(x32 - r) / b)  # an integer below 2**20: the division's 2 ulps (< 1/4) round away
     m = n + 1
     # the spacing of float32 just below m (a power of two: half its spacing above)
-    exponent = jax.lax.bitcast_convert_type(m, jnp.int32) & _EXPONENT_BITS
-    spacing_above = jax.lax.bitcast_convert_type(exponent - (23 << 23), jnp.float32)
-    power_of_two = (jax.lax.bitcast_convert_type(m, jnp.int32) & _MANTISSA_BITS) == 0
+    m_bits = precise_f32._bits(m)
+    spacing_above = precise_f32._from_bits((m_bits & _EXPONENT_BITS) - (23 << 23))
+    power_of_two = (m_bits & _MANTISSA_BITS) == 0
     half_below = jnp.where(power_of_two, spacing_above * 0.25, spacing_above * 0.5) * b
     gap = b - a  # exact where it matters (a >= b / 2)
-    m_even = (jax.lax.bitcast_convert_type(m, jnp.int32) & 1) == 0
-    up = (gap < half_below) | ((gap == half_below) & m_even)
+    up = (gap < half_below) | ((gap == half_below) & ((m_bits & 1) == 0))
     magnitude = jnp.where(up, m, n)
     exact = magnitude * jnp.where(signbit(x32) != signbit(y32), -1.0, 1.0).astype(jnp.float32)
     usable = (jnp.isfinite(x32) & jnp.isfinite(y32) & (b >= jnp.finfo(jnp.float32).tiny)
@@ -219,11 +218,10 @@ def _exact_rem(x, y):
     finite = jnp.isfinite(a) & jnp.isfinite(b) & (b >= jnp.finfo(jnp.float32).tiny)
     a = jnp.where(finite, a, jnp.float32(0))
     b = jnp.where(finite, b, jnp.float32(1))
-    as_int = functools.partial(jax.lax.bitcast_convert_type, new_dtype=jnp.int32)
-    mantissa = as_int(b) & _MANTISSA_BITS
+    mantissa = precise_f32._bits(b) & _MANTISSA_BITS
 
     def step(r):
-        t = jax.lax.bitcast_convert_type((as_int(r) & _EXPONENT_BITS) | mantissa, jnp.float32)
+        t = precise_f32._from_bits((precise_f32._bits(r) & _EXPONENT_BITS) | mantissa)
         t = jnp.where(t > r, t * jnp.float32(0.5), t)
         return jnp.where(r >= b, r - t, r)
 

@@ -40,7 +40,6 @@ def _plus_scaled(x, y, alpha):
     (CUDA, and CPUs without AVX512-FP16): left to XLA:CPU the product was rounded to float16 first on some
     machines, one ulp off where it is not exact (1.0004e-3 - 3 * 1.0004e-3). bfloat16 keeps XLA's form, which
     is CPU torch's there."""
-    x, y = ints_as_default_float(x, y)
     if alpha is None or is_value(alpha, 1):
         return _sum(x, _times_unit(x, y, 1))
     dtype = jnp.result_type(x, y)
@@ -112,7 +111,7 @@ def add(x, y, alpha=1):
         return jnp.logical_or(x, y)
     if _static_zero_added(x, y, alpha, 1.0):  # (a static False is the constant 0 too)
         return _plus_zero(x)
-    x, y = _u64(x, y)
+    x, y = ints_as_default_float(*_u64(x, y))
     return _plus_scaled(x, y, alpha)
 
 

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import torch
 
 from ..runtime import platform
-from . import elementary
+from . import elementary, precise_f32
 from .registry import aten, prims, register
 from .shape import _pad_mode
 from ._util import complex_logaddexp, copysign, is_float, to_float, upcast
@@ -217,5 +217,5 @@ def _frexp_float64_by_words(x):
     mantissa = x
     step = e // 9  # |step| <= 120 and |e - 8 step| <= 126 for e in [-1074, 1024]
     for part in [step] * 8 + [e - 8 * step]:
-        mantissa = mantissa * jax.lax.bitcast_convert_type((127 - part) << 23, jnp.float32).astype(jnp.float64)
+        mantissa = mantissa * precise_f32._pow2(-part).astype(jnp.float64)
     return jnp.where(special, x, mantissa), e

@@ -16,6 +16,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from . import precise_f32
 from .registry import aten, register
 from ._util import dims_tuple, is_low_precision, to_float
 
@@ -101,7 +102,7 @@ def _times_pow2(x, e):
     float32's normal range: 2**-128 alone is subnormal, which XLA flushes to zero)."""
     out = x
     for part in (e // 3, e // 3, e - 2 * (e // 3)):
-        out = out * jax.lax.bitcast_convert_type((part + 127) << 23, jnp.float32)
+        out = out * precise_f32._pow2(part)
     return out
 
 
