@@ -85,6 +85,21 @@ def test_special_values_as_cpu(dtype):
             rtol=1e-6 if dtype == torch.float32 else 1e-2)
 
 
+def _inexact_divisor_ops(x, i):
+    r = torch.fmod(x, 0.7)
+    return [r, torch.remainder(x, -0.1), torch.floor_divide(x, 0.7), torch.div(x, 0.3, rounding_mode="trunc"),
+            torch.fmod(r * 10, 0.3), i % 0.7, i * 0.1, torch.where(r > 0.35, i, 0.1)]
+
+
+def test_remainders_and_truncation_by_inexact_divisors_in_one_graph():
+    """The TPU's exact remainder (a loop) and trunc division, one feeding the next and beside an int tensor with
+    Python floats, in one fused or compiled graph: bit for bit as CPU torch (XLA:TPU's own remainder rounds, and
+    its division is a reciprocal's product; tests/ops/test_tpu_special_values.py emulates both)."""
+    x = torch.linspace(-1e4, 1e4, 1001)
+    i = torch.arange(-500, 501, dtype=torch.int32) * 7
+    D.check(_inexact_divisor_ops, x, i, modes=ALL, signed_zeros=True, atol=0, rtol=0)
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # (a fused graph failing as a whole warns and runs op by op)
 @pytest.mark.parametrize("layout", ["heads_major", "sequence_major"])
 def test_attention_through_the_pallas_kernels(layout, monkeypatch):

@@ -121,3 +121,18 @@ def test_compiled_graphs_promote_as_torch():
 
     for got, want in zip(torch.compile(f, backend="tpu", fullgraph=True)(x.to("tpu")), f(x)):
         _assert_equal(got.cpu(), want)
+
+
+def test_promoted_ops_feeding_each_other(eager_mode):
+    """Several int-with-float ops in one graph (fused mode defers them into one), each result feeding the next:
+    every one in float32, as torch."""
+    x = _ints(torch.int32)
+
+    def chain(t):
+        y = t * 0.1
+        z = torch.fmod(t, 0.7)
+        above = y > z
+        return [y, z, above, torch.where(above, t, 0.1), torch.floor_divide(t, 0.7), above * 0.3, (t > 0) + 0.1]
+
+    for got, want in zip(chain(x.to("tpu")), chain(x)):
+        _assert_equal(got.cpu(), want)
