@@ -9,6 +9,7 @@ torch; the remainder and the division also with XLA:TPU's behaviour put in place
 import itertools
 
 import jax
+import jax._src.lax.lax as lax_internal  # (jax.lax's functions are this module's: jnp's call them here)
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -77,40 +78,69 @@ def _assert_as_cpu(got, want, rtol=0.0):
     assert torch.equal(got[zeros].signbit(), want[zeros].signbit()), "signs of zeros differ from CPU"
 
 
+def _assert_floor_quotients_as_cpu(got, want, exact_below=2.0 ** 22):
+    """floor_divide's results with XLA:TPU's division: exact below ``exact_below`` (the quotient of the exact
+    x - fmod(x, y) by y, within 2 ulps, rounds to the integer it is), within 2 ulps beyond it."""
+    got = torch.from_numpy(np.array(got.astype(jnp.float32))).to(want.dtype)
+    inexact = want.float().abs() >= exact_below
+    for part, rtol in ((inexact, 2 * 2.0 ** -23), (~inexact, 0.0)):
+        _assert_as_cpu(jnp.asarray(got[part].float().numpy()), want[part], rtol=rtol)
+
+
 def _tpu_rem(x, y):
     """XLA:TPU's remainder as the probe found it: x - trunc(x / y) * y (NaN over an infinity), zeros +0.0."""
     r = x - jnp.trunc(x / y) * y
     return jnp.where(r == 0, jnp.zeros_like(r), r)
 
 
-def _tpu_true_divide(x, y):
-    """XLA:TPU's division as the probe found it: x times the divisor's reciprocal, flushed to zero past 2**126."""
+_XLA_DIV = lax_internal.div
+
+
+def _tpu_div(x, y):
+    """XLA:TPU's division of floating operands as the probe found it: x times the divisor's reciprocal, flushed to
+    zero past 2**126 (3e38 / 3e38 is 0, inf / 3e38 NaN); XLA's own for other dtypes."""
     x, y = jnp.asarray(x), jnp.asarray(y)
-    recip = 1 / y
-    return x * jnp.where(jnp.abs(y) > 2.0 ** 126, jnp.zeros_like(recip) * jnp.sign(recip), recip)
+    if not jnp.issubdtype(jnp.result_type(x, y), jnp.floating):
+        return _XLA_DIV(x, y)
+    recip = _XLA_DIV(jnp.ones_like(y), y)
+    return x * jnp.where(jnp.abs(y) > 2.0 ** 126, jnp.copysign(jnp.zeros_like(recip), recip), recip)
+
+
+def _emulate_tpu_division(as_on_a_tpu):
+    """Every floating division traced from here on as XLA:TPU computes it (``/`` of arrays, jnp.true_divide and
+    lax.div all reach ``lax.div``), with the remainder XLA:TPU builds from it."""
+    for module in (jax.lax, lax_internal):
+        as_on_a_tpu(module, "div", _tpu_div)
+        as_on_a_tpu(module, "rem", _tpu_rem)
 
 
 REM_OPS = {"fmod": (elementwise.fmod, torch.fmod), "remainder": (elementwise.remainder, torch.remainder),
            "floor_divide": (elementwise.floor_divide, torch.floor_divide)}
 
 
-@pytest.mark.parametrize("tpu_rem", [False, True], ids=["xla_cpu_rem", "xla_tpu_rem"])
+@pytest.mark.parametrize("tpu_arithmetic", [False, True], ids=["xla_cpu", "xla_tpu"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("op", list(REM_OPS))
-def test_remainders_by_infinities_and_of_negative_zero_as_cpu(op, dtype, tpu_rem, as_on_a_tpu):
-    if tpu_rem:  # (jax.lax's name for our lowerings, jax._src.lax.lax's for jnp's)
-        import jax._src.lax.lax as lax_internal
-
-        as_on_a_tpu(jax.lax, "rem", _tpu_rem)
-        as_on_a_tpu(lax_internal, "rem", _tpu_rem)
+def test_remainders_by_infinities_and_of_negative_zero_as_cpu(op, dtype, tpu_arithmetic, as_on_a_tpu):
+    """Every pair of special values, huge ones too: floor_divide(3e38, 3e38) was 0 on the chip (its quotient's
+    division by a reciprocal flushed to zero), CPU 1."""
+    if tpu_arithmetic:
+        _emulate_tpu_division(as_on_a_tpu)
     ours, theirs = REM_OPS[op]
     tdt, jdt = DTYPES[dtype]
+
+    def check(got, want):
+        if op == "floor_divide" and tpu_arithmetic:
+            _assert_floor_quotients_as_cpu(got, want)
+        else:
+            _assert_as_cpu(got, want)
+
     limit = 3.4e38  # (float32's range: past it CPU torch's own fmod is NaN in its vectorised loop)
     x, y = _pairs(tdt, max_quotient=limit)
-    _assert_as_cpu(_for_tpu(ours, _as_jax(x, jdt), _as_jax(y, jdt)), theirs(x, y))
+    check(_for_tpu(ours, _as_jax(x, jdt), _as_jax(y, jdt)), theirs(x, y))
     for scalar in (float("inf"), float("-inf"), 2.5, -0.5):  # a Scalar divisor, weakly typed as torch's
         x = torch.tensor([v for v in SPECIAL if not (np.isfinite(v) and abs(v / scalar) > limit)], dtype=tdt)
-        _assert_as_cpu(_for_tpu(lambda a: ours(a, scalar), _as_jax(x, jdt)), theirs(x, scalar))
+        check(_for_tpu(lambda a: ours(a, scalar), _as_jax(x, jdt)), theirs(x, scalar))
 
 
 @pytest.mark.parametrize("op", list(REM_OPS))
@@ -119,7 +149,7 @@ def test_remainders_by_inexact_divisors_are_exact_for_a_tpu(op, as_on_a_tpu):
     285 of 288 ``int % 0.7`` results differed from CPU. For a TPU the lowerings compute it exactly
     (elementary._exact_rem); with XLA:TPU's rounding remainder emulated in place of XLA:CPU's they still equal
     CPU torch bit for bit, up to quotients of 2**40."""
-    as_on_a_tpu(jax.lax, "rem", _tpu_rem)
+    _emulate_tpu_division(as_on_a_tpu)
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.uniform(-1e4, 1e4, 3000), rng.uniform(-1, 1, 500) * 2.0 ** 40,
                         rng.standard_normal(500) * 1e-30]).astype(np.float32)
@@ -127,12 +157,11 @@ def test_remainders_by_inexact_divisors_are_exact_for_a_tpu(op, as_on_a_tpu):
                         rng.choice([1.0, 0.7, -3.3], 500), rng.standard_normal(500) * 1e-33]).astype(np.float32)
     x, y = torch.from_numpy(x), torch.from_numpy(y)
     ours, theirs = REM_OPS[op]
-    # (a floor quotient past 2**24 is itself rounded: CPU torch's vectorised loop and its scalar formula, ours,
-    # differ there by an ulp of the quotient)
-    rtol = 2.0 ** -23 if op == "floor_divide" else 0.0
-    _assert_as_cpu(_for_tpu(ours, _as_jax(x, jnp.float32), _as_jax(y, jnp.float32)), theirs(x, y), rtol=rtol)
+    # (floor quotients: exact below 2**22, within the TPU's division's 2 ulps beyond)
+    check = _assert_floor_quotients_as_cpu if op == "floor_divide" else _assert_as_cpu
+    check(_for_tpu(ours, _as_jax(x, jnp.float32), _as_jax(y, jnp.float32)), theirs(x, y))
     for scalar in (0.7, -0.1):  # a Scalar divisor, and bfloat16 (computed in float32, rounded once)
-        _assert_as_cpu(_for_tpu(lambda a: ours(a, scalar), _as_jax(x, jnp.float32)), theirs(x, scalar), rtol=rtol)
+        check(_for_tpu(lambda a: ours(a, scalar), _as_jax(x, jnp.float32)), theirs(x, scalar))
     xb = x[:3000].to(torch.bfloat16)
     _assert_as_cpu(_for_tpu(lambda a: ours(a, 0.7), _as_jax(xb, jnp.bfloat16)), theirs(xb, 0.7))
 
@@ -147,7 +176,7 @@ def test_truncated_division_as_cpu(tpu_divide, as_on_a_tpu):
     import functools
 
     if tpu_divide:
-        as_on_a_tpu(jnp, "true_divide", _tpu_true_divide)
+        _emulate_tpu_division(as_on_a_tpu)
     rng = np.random.default_rng(1)
     x = np.concatenate([np.arange(-1000, 1000, 7), rng.uniform(-1e5, 1e5, 2000), rng.uniform(-1, 1, 500) * 1e-3,
                         rng.integers(-3000, 3000, 2000) * np.float32(0.1)]).astype(np.float32)
@@ -187,21 +216,23 @@ def test_the_emulated_tpu_remainder_is_what_the_chip_gave():
 
 @pytest.mark.parametrize("tpu_divide", [False, True], ids=["xla_cpu_divide", "xla_tpu_divide"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
-def test_division_of_infinities_by_huge_values_as_cpu(dtype, tpu_divide, as_on_a_tpu):
+def test_division_by_huge_values_as_cpu(dtype, tpu_divide, as_on_a_tpu):
+    """Every pair of special values: on the chip 3e38 / 3e38 was 0 and inf / 3e38 NaN (the reciprocal of a divisor
+    past 2**126 flushed to zero). Quotients below float32's normal range compare as zeros (a TPU has none)."""
     if tpu_divide:
-        as_on_a_tpu(jnp, "true_divide", _tpu_true_divide)
+        _emulate_tpu_division(as_on_a_tpu)
     tdt, jdt = DTYPES[dtype]
     x, y = _pairs(tdt)
-    keep = (y.float().abs() < 1e30) | x.float().isinf() | y.float().isinf() | x.float().isnan()  # (no quotient
-    x, y = x[keep], y[keep]  # rounding to a subnormal: a TPU flushes those, CPU keeps them)
     # (x times 1 / y rounds twice: within 2 ulps)
     ulp = 2.0 ** -23 if dtype == "float32" else 2.0 ** -7
     _assert_as_cpu(_for_tpu(elementwise.div, _as_jax(x, jdt), _as_jax(y, jdt)), torch.div(x, y),
                    rtol=2 * ulp if tpu_divide else 0.0)
     trunc = _for_tpu(lambda a, b: elementwise.div_mode(a, b, rounding_mode="trunc"), _as_jax(x, jdt), _as_jax(y, jdt))
     _assert_as_cpu(trunc, torch.div(x, y, rounding_mode="trunc"), rtol=2 * ulp if tpu_divide else 0.0)
-    if tpu_divide:  # the emulation gives the chip's NaN for inf / 3e38 when the correction is off
-        assert np.isnan(float(jax.jit(_tpu_true_divide)(jnp.float32(np.inf), jnp.float32(3e38))))
+    if tpu_divide:  # the emulation gives the chip's results when the correction is off
+        huge = jnp.float32(3e38)
+        assert np.isnan(float(jax.jit(_tpu_div)(jnp.float32(np.inf), huge)))
+        assert float(jax.jit(lambda a, b: a / b)(huge, huge)) == 0.0
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))

@@ -5,6 +5,7 @@ its numerics through Pallas' TPU interpret mode, and its fallback to XLA where i
 The attention, pipeline and real-width transformer files (and this one) are marked check_lowering: they run with
 TORCH_TPU_CHECK_LOWERING=tpu (tests/conftest.py); the tests here also switch it on themselves where they need it."""
 import jax
+import numpy as np
 import jax.numpy as jnp
 import pytest
 import torch
@@ -344,3 +345,72 @@ def test_a_shift_of_float64_bits_is_refused_and_the_ops_that_did_one_no_longer_d
         torch.testing.assert_close(fn(arg.to("tpu")).cpu(), fn(arg), rtol=0, atol=0, equal_nan=True)
     for fn in (torch.sinh, torch.expm1):  # (XLA's and C's functions: an ulp apart)
         torch.testing.assert_close(fn(x.to("tpu")).cpu(), fn(x), equal_nan=True)
+
+
+def test_eigh_asking_xla_tpu_to_sort_beside_an_unsorted_one_is_refused_and_the_ops_no_longer_ask():
+    """On a v5e, XLA:TPU's Jacobi eigh returned a sorted call's eigenvalues unsorted in a program that also held an
+    unsorted call, as XLA:TPU's own SVD algorithm makes: ``eigvalsh(s)`` beside ``svdvals(a)`` in one fused graph gave
+    permuted eigenvalues and a gradient 0.68 off (bench/results/tpu/eigh_sort_probe.json). The check refuses the
+    mix; every eigh built for a TPU asks for unsorted values and sorts them, so the pair passes the check and equals
+    CPU torch in every mode."""
+    from torch_tpu.ops import linalg as linalg_lowering
+
+    s = jnp.eye(4, dtype=jnp.float32)[None].repeat(2, 0)
+
+    def raw_pair(s, a):  # jax's own eigh (sorted by XLA) beside XLA:TPU's SVD algorithm (unsorted inside)
+        return jax.lax.linalg.eigh(s, symmetrize_input=False), linalg_lowering._svd(a, compute_uv=False)
+
+    with pytest.raises(tpu_lowering.TpuLoweringError, match="sorted and for unsorted eigenvalues"):
+        tpu_lowering.check(raw_pair, (s, s), "eigh beside svd")
+    tpu_lowering.check(lambda s, a: (linalg_lowering._eigh(s), linalg_lowering._svd(a, compute_uv=False)), (s, s),
+                       "our eigh beside svd")
+
+    g = torch.Generator().manual_seed(0)
+    raw = torch.rand(2, 4, 4, generator=g) * 2 - 1
+    a, spd = raw + 4 * torch.eye(4), raw @ raw.mT + 4 * torch.eye(4)
+
+    def run(a, spd):
+        a, spd = a.clone().requires_grad_(), spd.clone().requires_grad_()
+        outs = [torch.linalg.eigvalsh(spd), torch.linalg.svdvals(a), torch.linalg.eigh(spd)[1].abs()]
+        loss = sum((o * torch.linspace(-1, 1, o.numel()).to(o.device).reshape(o.shape)).sum() for o in outs)
+        return [o.detach() for o in outs] + list(torch.autograd.grad(loss, (a, spd)))
+
+    want = run(a, spd)
+    for mode in (torch_tpu.EagerMode.DEFER_NEVER, torch_tpu.EagerMode.DEFER_AND_FUSE):
+        with torch.tpu.set_eager_mode(mode), platform.Targeting("tpu"):
+            got = run(a.to("tpu"), spd.to("tpu"))
+        for g_, w in zip(got, want):
+            torch.testing.assert_close(g_.cpu(), w, rtol=1e-4, atol=1e-4)
+
+
+def test_eigh_for_a_tpu_sorts_what_xla_returns_unsorted(monkeypatch):
+    """With XLA:TPU's behaviour in a mixed program emulated (eigenvalues in no order whatever was asked), the eigh
+    family built for a TPU still returns them ascending, with their vectors, as CPU torch."""
+    from torch_tpu.ops import linalg as linalg_lowering
+
+    xla_eigh = jax.lax.linalg.eigh
+
+    def unsorted_eigh(x, **kwargs):
+        kwargs["sort_eigenvalues"] = True
+        vecs, vals = xla_eigh(x, **kwargs)
+        order = jnp.array([2, 0, 3, 1])  # (4x4 inputs here)
+        return vecs[..., order], vals[..., order]
+
+    monkeypatch.setattr(jax.lax.linalg, "eigh", unsorted_eigh)
+    jax.clear_caches()
+    try:
+        g = torch.Generator().manual_seed(1)
+        raw = torch.rand(3, 4, 4, generator=g, dtype=torch.float64) * 2 - 1
+        spd = (raw @ raw.mT + 4 * torch.eye(4, dtype=torch.float64)).float()
+        with platform.Targeting("tpu"), platform.X64():
+            vecs, vals = jax.jit(linalg_lowering._eigh)(jnp.asarray(spd.numpy()))
+            _, pinv = jax.jit(lambda m: (0, linalg_lowering._pinv(m, None, None, True, jnp.float32)))(
+                jnp.asarray(spd.numpy()))
+        want_vals, want_vecs = torch.linalg.eigh(spd)
+        torch.testing.assert_close(torch.from_numpy(np.array(vals)), want_vals, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.from_numpy(np.array(vecs)).abs(), want_vecs.abs(), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(torch.from_numpy(np.array(pinv)), torch.linalg.pinv(spd, hermitian=True),
+                                   rtol=1e-4, atol=1e-4)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()

@@ -264,11 +264,11 @@ def _floor_divide_floating(x, y):
     x, y = (to_float(a) if hasattr(a, "dtype") and not is_float(a) else a for a in (x, y))
     x, y = promoted(x, y)
     mod = _float_rem(x, y)
-    q = (x - mod) / y
+    q = elementary.true_divide(x - mod, y)
     q = jnp.where(_sign_not_divisors(mod, y), q - 1, q)
     fq = jnp.floor(q)
     fq = jnp.where(q - fq > 0.5, fq + 1, fq)
-    fq = jnp.where(q == 0, copysign(jnp.zeros_like(q), x / y), fq)
+    fq = jnp.where(q == 0, copysign(jnp.zeros_like(q), elementary.true_divide(x, y)), fq)
     return jnp.where(y == 0, x / y, fq)
 
 

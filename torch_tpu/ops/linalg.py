@@ -335,8 +335,22 @@ def linalg_eigh(a, UPLO="L", compute_v=True):
     if a.size == 0:
         return jnp.zeros(a.shape[:-1], jnp.real(a).dtype), a
     # the triangle UPLO names, made Hermitian explicitly (what LAPACK reads, on every backend)
-    vecs, vals = _lax.eigh(_hermitian_from(a, UPLO == "U"), symmetrize_input=False)
+    vecs, vals = _eigh(_hermitian_from(a, UPLO == "U"))
     return vals, (vecs if compute_v else jnp.zeros((0,), a.dtype))
+
+
+def _eigh(h):
+    """(eigenvectors, eigenvalues ascending) of the Hermitian ``h``. For a TPU XLA is asked for them unsorted and
+    they are sorted here: XLA:TPU's Jacobi eigh (the ``Eigh`` custom call, whose configuration carries the sort
+    flag) returned a sorted one's values unsorted in a program that also held an unsorted one, which XLA:TPU's
+    own SVD algorithm asks for (eigvalsh beside svdvals in one fused graph: eigenvalues permuted, their gradient
+    0.68 off, on a v5e; bench/results/tpu/eigh_sort_probe.json). Every eigh of a program built for a TPU then
+    asks for the same."""
+    if platform.target() != "tpu":
+        return _lax.eigh(h, symmetrize_input=False)
+    vecs, vals = _lax.eigh(h, symmetrize_input=False, sort_eigenvalues=False)
+    order = jnp.argsort(vals, axis=-1, stable=True)
+    return jnp.take_along_axis(vecs, order[..., None, :], axis=-1), jnp.take_along_axis(vals, order, axis=-1)
 
 
 def _svd(a, full_matrices=False, compute_uv=True):
@@ -377,7 +391,7 @@ def _svd_by_polar_decomposition(a, full_matrices, compute_uv):
         u, s, vh = _svd_by_polar_decomposition(r[:n], False, True)
         return jnp.concatenate([jnp.matmul(q[:, :n], u, precision=_HIGHEST), q[:, n:]], axis=1), s, vh
     u_p, h, _, _ = jax.lax.linalg.qdwh(a)
-    values, vectors = jnp.linalg.eigh((h + h.T) / 2)  # ascending
+    vectors, values = _eigh((h + h.T) / 2)  # ascending
     s = jnp.maximum(values[::-1], 0.0)  # (eigh may return tiny negatives for a singular matrix)
     if not compute_uv:
         return s
@@ -476,7 +490,7 @@ def _pinv(a, atol, rtol, hermitian, tol_dtype):
         default = jnp.asarray(jnp.finfo(real).eps * max(m, n), tol_dtype)
         rtol_ = default if atol is None else jnp.where(atol_ > 0, 0.0, default).astype(tol_dtype)
     if hermitian:
-        vecs, vals = _lax.eigh(_hermitian_from(a, False), symmetrize_input=False)
+        vecs, vals = _eigh(_hermitian_from(a, False))
         mag = jnp.abs(vals)
         tol = jnp.maximum(atol_[..., None], rtol_[..., None] * jnp.max(mag, axis=-1, keepdims=True))
         inv = jnp.where(mag > tol, 1 / jnp.where(mag == 0, 1, vals), 0).astype(a.dtype)
