@@ -8,7 +8,9 @@ parametrization 6e-8 from CPU (test_matrix_exp_and_orthogonal_parametrization), 
 symmetric input wrong by 0.5 in fused mode (test_gradients: cholesky and eigvalsh). JAX's own float64 eigh and
 matmul are exact on that chip, so the difference is in what torch_tpu builds around them. This runs each op
 (and its gradient) on its own in strict and fused mode and records the largest difference from CPU torch, so one
-chip call says which op and which mode.
+chip call says which op and which mode. The ``grad_combined_without_*`` cases leave one op out of the combined
+float32 gradient each: they showed it needed eigvalsh and svdvals together (XLA:TPU's eigh returning sorted values
+unsorted beside its SVD's unsorted one; bench/results/tpu/eigh_sort_probe.json, fixed 2026-12-07).
 """
 from __future__ import annotations
 
