@@ -148,13 +148,13 @@ def true_divide(x, y):
     bench/results/tpu/regression_probe.json). For a TPU both operands are divided by 4 where |y| is past 2**126,
     which is exact but where x / 4 falls below float32's normal range, and then the quotient by such a y is
     below it too (zero, as a TPU holds it)."""
-    q = jnp.true_divide(x, y)
-    if not _for_tpu() or not jnp.issubdtype(q.dtype, jnp.floating) or jnp.finfo(q.dtype).maxexp < 128 \
-            or (type(y) in (int, float) and abs(y) < 2.0 ** 126):
-        return q
-    huge = jnp.abs(y) > 2.0 ** 126
-    quarter = jnp.asarray(0.25, q.dtype)
-    return jnp.where(huge, jnp.true_divide(x * quarter, y * quarter), q)
+    if not _for_tpu() or (type(y) in (int, float) and abs(y) < 2.0 ** 126):
+        return jnp.true_divide(x, y)
+    dt = jnp.result_type(x, y)
+    if not jnp.issubdtype(dt, jnp.floating) or jnp.finfo(dt).maxexp < 128:
+        return jnp.true_divide(x, y)
+    scale = jnp.where(jnp.abs(y) > 2.0 ** 126, 0.25, 1.0).astype(dt)  # (one division, of the operands scaled)
+    return jnp.true_divide(x * scale, y * scale)
 
 
 def truncated_quotient(x, y):

@@ -268,8 +268,9 @@ def _floor_divide_floating(x, y):
     q = jnp.where(_sign_not_divisors(mod, y), q - 1, q)
     fq = jnp.floor(q)
     fq = jnp.where(q - fq > 0.5, fq + 1, fq)
-    fq = jnp.where(q == 0, copysign(jnp.zeros_like(q), elementary.true_divide(x, y)), fq)
-    return jnp.where(y == 0, x / y, fq)
+    quotient = elementary.true_divide(x, y)  # (the sign of a zero result, and the result of a zero divisor)
+    fq = jnp.where(q == 0, copysign(jnp.zeros_like(q), quotient), fq)
+    return jnp.where(y == 0, quotient, fq)
 
 
 def _float_rem(x, y):
