@@ -2,7 +2,7 @@
 
     python bench/profile_device_ops.py --mode fused --out DIR      # DIR/device_ops_fused.json
 
-Builds the transformer of ``bench/bench_flux_width.py`` (width 3072, 24 heads x 128, 4096 image + 512 text
+Builds the transformer of ``bench/bench_model_width.py`` (width 3072, 24 heads x 128, 4096 image + 512 text
 tokens, bf16; here 1 double + 1 single block by default: the blocks repeat), runs it until its programs are
 compiled, then records two calls with JAX's profiler and sums the device's events by name for each line of
 the device's planes ("XLA Modules": programs, "XLA Ops": the ops inside them). The totals say which fusions,
@@ -85,11 +85,12 @@ def main():
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    args.kind = "flux"  # bench_model_width's FLUX.1-width transformer
 
     import jax
     import torch
 
-    import bench_flux_width as flux
+    import bench_model_width as flux
     import torch_tpu
 
     model = flux._model(args).to("tpu")

@@ -5,7 +5,7 @@ wrapper subclass, JAX's jitted call), each against the same primitive's cost her
     python bench/profile_host.py --out DIR     # DIR/profile_host.json
     python bench/profile_host.py --out DIR --flux fused,strict,compiled [--small]   # and a FLUX.1-width call per mode
 
-With ``--flux``, also the FLUX.1-width transformer of ``bench/bench_flux_width.py`` (2 double + 4 single blocks;
+With ``--flux``, also the FLUX.1-width transformer of ``bench/bench_model_width.py`` (2 double + 4 single blocks;
 ``--small``: width 128 and 24 tokens, the same ops at a size a CPU runs at once) in each mode: the call
 and the time until it returned (the host's share), with Python's collector running and with the loaded heap
 frozen (``gc.freeze()``, as ``python -m torch_tpu generate`` does), collections per call, and a cProfile of
@@ -163,9 +163,9 @@ def _profile_flux(torch, torch_tpu, mode, small: bool, calls: int = 10) -> dict:
     import statistics
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_flux_width as flux
+    import bench_model_width as flux
 
-    shape = dict(layers=2, single_layers=4, heads=1 if small else 24, image_tokens=16 if small else 4096,
+    shape = dict(kind="flux", layers=2, single_layers=4, heads=1 if small else 24, image_tokens=16 if small else 4096,
                  text_tokens=8 if small else 512)
     args = argparse.Namespace(**shape)
     model = flux._model(args).to("tpu")

@@ -12,7 +12,7 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
              bytecode is on disk)
   demo_step  bench/profile_demo_step.py: the main job's steady denoising step in strict and fused mode,
              launches and recorded ops per step, and a profile of its host time
-  flux       bench/bench_flux_width.py: a FLUX.1-width transformer (2+4 blocks, 4608 tokens, bf16) in the
+  flux       bench/bench_model_width.py: a FLUX.1-width transformer (2+4 blocks, 4608 tokens, bf16) in the
              four modes beside the floor (its GEMMs and attention kernel alone, in JAX)
   device_ops bench/profile_device_ops.py in compiled and fused mode (1 double + 1 single FLUX.1-width block):
              the device's time per XLA op, and the compiled program's optimized HLO (DIR/hlo), where a fusion
@@ -129,7 +129,7 @@ def step_demo(args, left):
 
 def step_flux(args, left):
     path = Path(args.out) / "flux_width.json"
-    rc, text, wall = _run([sys.executable, "bench/bench_flux_width.py", "--out", str(path)], left(),
+    rc, text, wall = _run([sys.executable, "bench/bench_model_width.py", "--out", str(path)], left(),
                           log=Path(args.out) / "flux_width.log")
     result = json.loads(path.read_text()) if path.exists() else {}
     return {"rc": rc, "process_s": wall, **result, "tail": text[-2000:]}

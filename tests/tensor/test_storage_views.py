@@ -478,6 +478,33 @@ def test_permuted_whole_storage_write_keeps_its_storage_shape(eager_mode):
             f"[wrong shape] {make.__name__}: storage of shape {st.shape} holds an array of {st.value().shape}"
 
 
+def _transposed_casts(x):
+    y = x.reshape(2, 3, 4).transpose(0, 2).to(torch.float64)  # empty_like(preserve_format), then written whole
+    z = x.reshape(2, 3, 4).permute(1, 2, 0).to(torch.bfloat16)
+    return y, z, y * 2, z.float() + 1
+
+
+def test_a_whole_storage_written_in_another_order_launches_no_zeros(eager_mode):
+    """A cast of a transposed tensor keeps its layout: an empty storage in that order, written whole. The write
+    read the empty storage's zeros first, a program launched on its own (outside fused graphs too) at every
+    such cast: 8 extra programs per SD3.5 block call. The same values as CPU, and no zeros program."""
+    import torch_tpu
+    from torch_tpu.runtime import program_cache
+
+    D.check(_transposed_casts, torch.randn(24))
+    x = torch.randn(24).to(D.DEV)
+    D.sync()
+    zeros = []
+    original = program_cache.zeros
+    program_cache.zeros = lambda *a: zeros.append(a) or original(*a)
+    try:
+        _transposed_casts(x)
+        torch_tpu.sync()
+    finally:
+        program_cache.zeros = original
+    assert zeros == [], f"zeros programs launched for whole writes: {zeros}"
+
+
 # ---------------------------------------------------------------------------------------------------
 # view keys made before the first math bit (tensor/views.py keys conj/neg as False until MATH_BITS_SEEN)
 

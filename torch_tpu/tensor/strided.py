@@ -291,6 +291,7 @@ def _write_fn(storage_shape, storage_dtype, size, stride, view_dtype, placement)
 
 stable_keys.register_kind("view-read")  # every part of the layout is in the key
 stable_keys.register_kind("view-write")
+stable_keys.register_kind("view-write-whole")
 _FNS: dict = caches.register("view programs", caches.Bounded(program_cache.max_programs))  # program functions by key (traced again only when a fused graph needs them)
 
 
@@ -477,6 +478,18 @@ def write(storage, t, value):
     size = tuple(t.shape)
     stride = tuple(t.stride())
     offset = t.storage_offset()
+    if offset == 0 and t.dtype == storage.dtype and math.prod(size) == math.prod(storage.shape):
+        order = memory_order(size, stride)
+        if order is not None:
+            # the view is its whole storage in another order (``empty_like`` of a transposed tensor, then
+            # written): the new value is the written one in memory order, the old one is not read (an empty
+            # storage's zeros were a program of their own, launched at every such write)
+            key = ("view-write-whole", storage.shape, storage.dtype, size, order)
+            fn = _FNS.get(key)
+            if fn is None:
+                shape = storage.shape
+                fn = _FNS[key] = lambda v: to_memory_order(v, order, shape)
+            return launch(key, fn, (value,), (storage.shape, dtypes.to_jax_dtype(storage.dtype)), "view write")
     where = placement(size, stride, offset, storage.shape, storage.dtype, t.dtype)
     key = ("view-write", storage.shape, storage.dtype, t.dtype, size, stride, where)
     fn = _FNS.get(key)

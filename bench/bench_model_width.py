@@ -1,27 +1,34 @@
-"""A FLUX.1-width transformer call in each execution mode, beside the floor measured in the same run.
+"""A diffusers denoiser at its real width in each execution mode, beside compiled mode (and, for FLUX.1, the
+floor) measured in the same run.
 
-Model: diffusers FluxTransformer2DModel at FLUX.1's width (24 heads x 128 = 3072, joint_attention_dim 4096,
-pooled 768, axes_dims_rope (16, 56, 56)) with 2 double-stream + 4 single-stream blocks (1.3 B parameters),
-bf16, random weights (seeded, 1/sqrt(fan-in)), batch 1, 4096 image + 512 text tokens (a 1024x1024 image).
+Models (``--kind``; random weights, seeded, 1/sqrt(fan-in); bf16; batch 1; a 1024x1024 image):
+  flux   FluxTransformer2DModel at FLUX.1's width (24 heads x 128 = 3072), 2 double + 4 single blocks (1.3 B
+         parameters), 4096 image + 512 text tokens
+  flux2  Flux2Transformer2DModel at FLUX.2's width (48 heads x 128 = 6144), 1 double + 2 single blocks, 4096 image +
+         512 text tokens
+  sd3    SD3Transformer2DModel at SD3.5-large's width (38 heads x 64 = 2432, RMS q/k norms), 4 joint blocks, 4096
+         image + 333 text tokens
+  sdxl   SDXL's whole UNet2DConditionModel (2.6 B parameters), 128x128 latents, 77 text tokens
 
 Each mode runs in its own process (a TPU is held by one process at a time):
   strict    EagerMode.DEFER_NEVER          fused     EagerMode.DEFER_AND_FUSE
   compiled  m.compile(backend="tpu", fullgraph=True, dynamic=False)
   regional  m.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False), strict glue
   regional_fused  the same with the glue between blocks in fused eager
-  floor     JAX alone: the model's GEMMs (same shapes, one program) + the attention kernel (same shapes)
+  floor     (flux only) JAX alone: the model's GEMMs (same shapes, one program) + the attention kernel
 Per mode: the first call (compiles included), the median of ``--reps`` steady calls (each followed by
 ``torch.tpu.synchronize()``) and of the time until the call returned before that wait (the host's share:
 near the whole call when the device waits on the host), ``--reps`` calls back to back with one wait at the
 end, per call (``pipelined_ms``: how a denoising loop runs, the host preparing the next call while the device
-runs this one), programs launched per call, and the largest
-difference from CPU torch (float32 from the same bf16 weights, computed once by the parent process),
-relative to the output's scale.
+runs this one), programs launched per call, and the largest difference from CPU torch (float32 from the same
+bf16 weights, computed once by the parent process), relative to the output's scale. ``--profile`` adds the
+device's timeline of two steady calls (JAX's profiler): how long the device was busy and how long it waited
+for the host between programs.
 
-    python bench/bench_flux_width.py [--modes strict,fused,compiled,regional,floor] [--reps 5] [--out F]
-    python bench/bench_flux_width.py --layers 1 --single-layers 1 --image-tokens 1024 --text-tokens 512  # smaller
+    python bench/bench_model_width.py [--kind flux] [--modes strict,fused,compiled] [--reps 5] [--out F]
+    python bench/bench_model_width.py --layers 1 --single-layers 1 --image-tokens 1024 --text-tokens 512  # smaller
 
-Writes bench/results/tpu/flux_width.json by default (ratios against the floor and against compiled mode).
+Writes bench/results/tpu/<kind>_width.json by default (ratios against compiled mode, and the floor's).
 """
 from __future__ import annotations
 
@@ -38,16 +45,39 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 _INHERITED = {k: os.environ[k] for k in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "JAX_PLATFORMS") if k in os.environ}
 MODES = ("strict", "fused", "compiled", "regional", "regional_fused", "floor")
+KINDS = ("flux", "flux2", "sd3", "sdxl")
 
 
 def _config(args):
-    return dict(patch_size=1, in_channels=64, num_layers=args.layers, num_single_layers=args.single_layers,
-                attention_head_dim=128, num_attention_heads=args.heads, joint_attention_dim=4096,
-                pooled_projection_dim=768, guidance_embeds=False, axes_dims_rope=(16, 56, 56))
+    if args.kind == "flux":
+        return dict(patch_size=1, in_channels=64, num_layers=args.layers, num_single_layers=args.single_layers,
+                    attention_head_dim=128, num_attention_heads=args.heads, joint_attention_dim=4096,
+                    pooled_projection_dim=768, guidance_embeds=False, axes_dims_rope=(16, 56, 56))
+    if args.kind == "flux2":
+        return dict(patch_size=1, in_channels=128, num_layers=args.layers, num_single_layers=args.single_layers,
+                    attention_head_dim=128, num_attention_heads=args.heads, joint_attention_dim=15360,
+                    timestep_guidance_channels=256, axes_dims_rope=(32, 32, 32, 32), guidance_embeds=True)
+    if args.kind == "sd3":
+        return dict(sample_size=128, patch_size=2, in_channels=16, out_channels=16, num_layers=args.layers,
+                    attention_head_dim=64, num_attention_heads=args.heads, joint_attention_dim=4096,
+                    caption_projection_dim=64 * args.heads, pooled_projection_dim=2048, pos_embed_max_size=192,
+                    qk_norm="rms_norm")
+    return dict(sample_size=128, in_channels=4, out_channels=4, layers_per_block=2,
+                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"),
+                up_block_types=("CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"),
+                block_out_channels=(320, 640, 1280), transformer_layers_per_block=(1, 2, 10),
+                attention_head_dim=(5, 10, 20), cross_attention_dim=2048, addition_embed_type="text_time",
+                addition_time_embed_dim=256, projection_class_embeddings_input_dim=2816, use_linear_projection=True)
+
+
+# (layers, single layers, heads) by default per kind
+_SIZES = {"flux": (2, 4, 24), "flux2": (1, 2, 48), "sd3": (4, 0, 38), "sdxl": (0, 0, 0)}
 
 
 def _model(args):
     """The model on the CPU in bf16 with seeded weights (the same in every process)."""
+    import math
+
     import torch
 
     model = _empty_model(args).to_empty(device="cpu").to(torch.bfloat16)
@@ -55,7 +85,7 @@ def _model(args):
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) * p.shape[1] ** -0.5)
+                p.copy_(torch.randn(p.shape, generator=g) * math.prod(p.shape[1:]) ** -0.5)
             elif "norm" in name and name.endswith("weight"):
                 p.fill_(1.0)
             else:
@@ -63,27 +93,68 @@ def _model(args):
     return model.eval()
 
 
+def _ids(side, text, axes):
+    import torch
+
+    img_ids = torch.zeros(side, side, axes)
+    img_ids[..., 1] = torch.arange(side)[:, None]
+    img_ids[..., 2] = torch.arange(side)[None, :]
+    txt_ids = torch.zeros(text, axes)
+    if axes == 4:
+        txt_ids[:, 3] = torch.arange(text)
+    return img_ids.reshape(-1, axes), txt_ids
+
+
 def _inputs(args):
     import torch
 
     g = torch.Generator().manual_seed(1)
     side = int(args.image_tokens ** 0.5)
-    img_ids = torch.zeros(side, side, 3)
-    img_ids[..., 1] = torch.arange(side)[:, None]
-    img_ids[..., 2] = torch.arange(side)[None, :]
-    return dict(hidden_states=torch.randn(1, side * side, 64, generator=g).bfloat16(),
-                encoder_hidden_states=torch.randn(1, args.text_tokens, 4096, generator=g).bfloat16(),
-                pooled_projections=torch.randn(1, 768, generator=g).bfloat16(),
-                timestep=torch.tensor([0.5]).bfloat16(), img_ids=img_ids.reshape(-1, 3),
-                txt_ids=torch.zeros(args.text_tokens, 3), return_dict=False)
+    if args.kind == "flux":
+        img_ids, txt_ids = _ids(side, args.text_tokens, 3)
+        return dict(hidden_states=torch.randn(1, side * side, 64, generator=g).bfloat16(),
+                    encoder_hidden_states=torch.randn(1, args.text_tokens, 4096, generator=g).bfloat16(),
+                    pooled_projections=torch.randn(1, 768, generator=g).bfloat16(),
+                    timestep=torch.tensor([0.5]).bfloat16(), img_ids=img_ids, txt_ids=txt_ids, return_dict=False)
+    if args.kind == "flux2":
+        img_ids, txt_ids = _ids(side, args.text_tokens, 4)
+        return dict(hidden_states=torch.randn(1, side * side, 128, generator=g).bfloat16(),
+                    encoder_hidden_states=torch.randn(1, args.text_tokens, 15360, generator=g).bfloat16(),
+                    timestep=torch.tensor([0.5]).bfloat16(), img_ids=img_ids, txt_ids=txt_ids,
+                    guidance=torch.tensor([4.0]).bfloat16(), return_dict=False)
+    latent = 2 * side  # patches of 2x2 latents (SD3); SDXL's UNet takes the latents whole
+    if args.kind == "sd3":
+        return dict(hidden_states=torch.randn(1, 16, latent, latent, generator=g).bfloat16(),
+                    encoder_hidden_states=torch.randn(1, args.text_tokens, 4096, generator=g).bfloat16(),
+                    pooled_projections=torch.randn(1, 2048, generator=g).bfloat16(),
+                    timestep=torch.tensor([500.0]).bfloat16(), return_dict=False)
+    return dict(sample=torch.randn(1, 4, latent, latent, generator=g).bfloat16(), timestep=torch.tensor([500.0]),
+                encoder_hidden_states=torch.randn(1, args.text_tokens, 2048, generator=g).bfloat16(),
+                added_cond_kwargs={"text_embeds": torch.randn(1, 1280, generator=g).bfloat16(),
+                                   "time_ids": torch.tensor([[1024.0, 1024.0, 0.0, 0.0, 1024.0, 1024.0]]).bfloat16()},
+                return_dict=False)
+
+
+def _on(device, value):
+    """``value`` (tensors, dicts of them, anything else) with its tensors moved to ``device`` (float32 on the CPU
+    for the reference)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.float() if device == "cpu-float" else value.to(device)
+    if isinstance(value, dict):
+        return {k: _on(device, v) for k, v in value.items()}
+    return value
 
 
 def _empty_model(args):
+    import diffusers
     from accelerate import init_empty_weights
-    from diffusers import FluxTransformer2DModel
 
+    cls = {"flux": diffusers.FluxTransformer2DModel, "flux2": diffusers.Flux2Transformer2DModel,
+           "sd3": diffusers.SD3Transformer2DModel, "sdxl": diffusers.UNet2DConditionModel}[args.kind]
     with init_empty_weights():
-        return FluxTransformer2DModel(**_config(args))
+        return cls(**_config(args))
 
 
 def _load_model(args):
@@ -102,7 +173,7 @@ def _reference(args, path):
     model = _model(args)
     save_file(model.state_dict(), args.weights)
     model = model.float()
-    kwargs = {k: (v.float() if isinstance(v, torch.Tensor) else v) for k, v in _inputs(args).items()}
+    kwargs = _on("cpu-float", _inputs(args))
     t0 = time.perf_counter()
     with torch.no_grad():
         out = model(**kwargs)[0]
@@ -118,7 +189,7 @@ def _worker_torch(args, mode):
     model = _load_model(args)
     t0 = time.perf_counter()
     model = model.to("tpu")
-    kwargs = {k: (v.to("tpu") if isinstance(v, torch.Tensor) else v) for k, v in _inputs(args).items()}
+    kwargs = _on("tpu", _inputs(args))
     torch.tpu.synchronize()
     result = {"move_s": time.perf_counter() - t0}
     if mode == "compiled":
@@ -159,6 +230,8 @@ def _worker_torch(args, mode):
             model(**kwargs)
     torch.tpu.synchronize()
     result["pipelined_ms"] = 1e3 * (time.perf_counter() - t0) / args.reps
+    if args.profile:
+        result["device_timeline"] = _profile(call, args)
     result.update(first_call_s=firsts[0], second_call_s=firsts[1], call_ms=1e3 * statistics.median(times),
                   call_ms_all=[1e3 * t for t in times], dispatch_ms=1e3 * statistics.median(dispatched),
                   programs_per_call=(stats1["executions"] - stats0["executions"]) / args.reps,
@@ -171,6 +244,24 @@ def _worker_torch(args, mode):
         result["ref_scale"] = float(ref.abs().max())
         result["rel_err"] = result["max_abs_err"] / max(result["ref_scale"], 1e-30)
     return result
+
+
+def _profile(call, args) -> dict:
+    """The device's timeline over two steady calls: busy and idle per call, the longest waits for the host."""
+    import jax
+
+    sys.path.insert(0, str(HERE))
+    from profile_device_ops import _summarise
+
+    logdir = tempfile.mkdtemp(prefix="width-profile-")
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0  # the host at its own speed
+    jax.profiler.start_trace(logdir, profiler_options=options)
+    for _ in range(2):
+        call()
+    jax.profiler.stop_trace()
+    lines = _summarise(logdir, 2, 12)
+    return {name: value for name, value in lines.items() if name.endswith("timeline") or "XLA Modules" in name}
 
 
 def _gemms(args):
@@ -227,15 +318,17 @@ def _worker_floor(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--kind", choices=KINDS, default="flux")
+    parser.add_argument("--modes", default=None, help="default: strict,fused,compiled (flux: every mode)")
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--single-layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=24)
+    parser.add_argument("--layers", type=int, default=None, help="double-stream (sd3: joint) blocks")
+    parser.add_argument("--single-layers", type=int, default=None)
+    parser.add_argument("--heads", type=int, default=None)
     parser.add_argument("--image-tokens", type=int, default=4096)
-    parser.add_argument("--text-tokens", type=int, default=512)
+    parser.add_argument("--text-tokens", type=int, default=None, help="default 512 (sd3: 333, sdxl: 77)")
     parser.add_argument("--no-reference", action="store_true", help="skip CPU torch's output")
-    parser.add_argument("--out", default=str(HERE / "results/tpu/flux_width.json"))
+    parser.add_argument("--profile", action="store_true", help="record the device's timeline of two calls")
+    parser.add_argument("--out", default=None, help="default: bench/results/tpu/<kind>_width.json")
     parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--reference", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--weights", default=None, help=argparse.SUPPRESS)
@@ -244,6 +337,16 @@ def main():
                         help="write each mode's stderr there as MODE.log, with its compile log "
                              "(TORCH_TPU_LOG=compiles)")
     args = parser.parse_args()
+    layers, single, heads = _SIZES[args.kind]
+    args.layers = layers if args.layers is None else args.layers
+    args.single_layers = single if args.single_layers is None else args.single_layers
+    args.heads = heads if args.heads is None else args.heads
+    if args.text_tokens is None:
+        args.text_tokens = {"sd3": 333, "sdxl": 77}.get(args.kind, 512)
+    if args.modes is None:
+        args.modes = ",".join(MODES) if args.kind == "flux" else "strict,fused,compiled"
+    if args.out is None:
+        args.out = str(HERE / f"results/tpu/{args.kind}_width.json")
     if not args.worker:
         # the parent computes on CPU torch only: the backend stays out of it, so it never opens the TPU
         # (one process at a time can hold it; the workers need it)
@@ -253,10 +356,10 @@ def main():
         result = _worker_floor(args) if args.worker == "floor" else _worker_torch(args, args.worker)
         print("RESULT " + json.dumps(result), flush=True)
         return
-    shape_args = ["--layers", str(args.layers), "--single-layers", str(args.single_layers), "--heads",
+    shape_args = ["--kind", args.kind, *(["--profile"] if args.profile else []), "--layers", str(args.layers), "--single-layers", str(args.single_layers), "--heads",
                   str(args.heads), "--image-tokens", str(args.image_tokens), "--text-tokens", str(args.text_tokens),
                   "--reps", str(args.reps)]
-    summary = {"model": {**_config(args), "image_tokens": args.image_tokens, "text_tokens": args.text_tokens,
+    summary = {"kind": args.kind, "model": {**_config(args), "image_tokens": args.image_tokens, "text_tokens": args.text_tokens,
                          "dtype": "bfloat16"}, "date": time.strftime("%Y-%m-%d %H:%M"), "modes": {}}
     work = tempfile.mkdtemp()
     ref_path = os.path.join(work, "reference.pt")
