@@ -16,12 +16,12 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .integrations import diffusers_flux, diffusers_embeddings, diffusers_norms
+from .integrations import diffusers_embeddings
 from .integrations import tokenizers as _tokenizers  # noqa: F401  (diffusers finds pipeline components only in imported modules)
 from .compile import default_backend
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
                     whole_ops)
-from .engine import events, modes
+from .engine import events, modes, module_graphs
 from .runtime import dynamo_frames, generators
 from .tensor import interop, kernels, module_moves, serialization, untyped
 
@@ -77,8 +77,6 @@ def register() -> None:
     _register_log()
     attention.define()  # scaled_dot_product_attention as one op (tpu::attention)
     diffusers_embeddings.install()  # diffusers' position embeddings as one op each (tpu::rotary_embedding ...)
-    diffusers_norms.install()  # diffusers' adaptive layer norms as one op (tpu::ada_layer_norm)
-    diffusers_flux.install()  # diffusers' FLUX attention processor and blocks as one op each (tpu::flux_block ...)
     router.install()
     backward_errors.install()  # user hooks raising on autograd's tpu thread must not abort
     derived_backward.register()
@@ -88,6 +86,7 @@ def register() -> None:
     _register_autocast()
     serialization.install()
     module_moves.install()  # module.to("tpu") keeps tied parameters tied
+    module_graphs.set_block_installer(_install_replayers)  # repeated blocks replay their recorded calls
     untyped.install()
     interop.install()
     events.install()  # torch.Event("tpu") records, synchronizes and times (torch's asks C++ hooks)
@@ -99,6 +98,12 @@ def register() -> None:
         modes.init_from_settings()
     except config.ConfigError as exc:
         warnings.warn(f"torch_tpu: {exc}; the tpu device will refuse to start until it is fixed")
+
+
+def _install_replayers(root) -> None:
+    from .eager import module_replay  # (the first model moved to the device loads it, not ``import torch``)
+
+    module_replay.install(root)
 
 
 def _keep_callbacks_out_of_dynamo() -> None:

@@ -125,6 +125,12 @@ VARIABLES = (
              "start in DEFER_NEVER_AND_LAUNCH_BLOCKING: wait after every op"),
     Variable("TORCH_TPU_DEFER_AND_FUSE", "defer_and_fuse", _flag, False,
              "start in DEFER_AND_FUSE (fused eager)"),
+    Variable("TORCH_TPU_MODULE_REPLAY", "module_replay", _flag, True,
+             "eager modes record a repeated block's call once as one program and run that program on later "
+             "calls while what the call depended on holds (0: every call runs its Python)"),
+    Variable("TORCH_TPU_REPLAY_VERIFY", "replay_verify", _flag, False,
+             "each replayed module call also runs its Python and raises ReplayMismatch where the two differ "
+             "(for tests and debugging)"),
     Variable("TORCH_TPU_FUSED_MAX_NODES", "fused_max_nodes", _int_at_least(1), 2000,
              "flush a fused graph once it holds this many ops"),
     Variable("TORCH_TPU_FUSED_DONATE_INPLACE", "fused_donate_inplace", _flag, False,
@@ -190,6 +196,8 @@ class Settings:
     device_index: int | None
     launch_blocking: bool
     defer_and_fuse: bool
+    module_replay: bool
+    replay_verify: bool
     fused_max_nodes: int
     fused_donate_inplace: bool
     compile_threads: int | None

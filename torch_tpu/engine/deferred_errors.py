@@ -195,6 +195,7 @@ def read_scalar(a):
     """The Python number a program returned (a point that waits): pending checks are read first."""
     verify()
     check_read(a, "a Python number an op returned")
+    counters.counters["device_to_host_reads"] += 1
     return a.item()
 
 

@@ -321,6 +321,8 @@ def _run(g: _Graph) -> None:
         parts.append((node.key, node.inputs, node.out_sig))
     _STATE.last_flush = (len(g.nodes), len(live))
     if not live:
+        if _CAPTURE[0] is not None:
+            _CAPTURE[0].flushed(g, None)
         return
     if g.mesh is not None:  # an SPMD program over several processes: no background compile
         while _LAUNCHES:
@@ -356,8 +358,14 @@ def _run(g: _Graph) -> None:
     # the program's parameters: the inputs less its constants (None: all of them)
     params = tuple(i for i in range(len(inputs)) if i not in constants) if constants else None
     live_sig = tuple((i, j) for i, j, _ in live)
-    donate = _donation_for(("fused", structure, in_sig, g.mesh),
-                           _donatable(inputs, [la for _, _, la in live], g.writes))
+    capture = _CAPTURE[0]
+    if capture is not None and capture.graph is g:
+        # a module call being recorded (eager/module_replay.py): its program runs again on later calls,
+        # whose inputs are held by their callers, so it donates nothing
+        donate = ()
+    else:
+        donate = _donation_for(("fused", structure, in_sig, g.mesh),
+                               _donatable(inputs, [la for _, _, la in live], g.writes))
     for i in donate:
         _counters["donated_bytes"] += _nbytes(inputs[i])
     if params is not None:  # (numbers are never donated) as positions among the program's parameters
@@ -380,6 +388,8 @@ def _run(g: _Graph) -> None:
 
     graph_fn.__name__ = graph_fn.__qualname__ = _graph_name()  # in traces and the compile log
     launch = _Launch(key, inputs, params, live, out_sig, live_sig, nodes, g.writes, donate, g.mesh)
+    if capture is not None:
+        capture.flushed(g, launch)
     prog_inputs = inputs if params is None else [inputs[i] for i in params]
     prog = program_cache.lookup(key)
     if prog is None and g.mesh is None:
@@ -424,6 +434,23 @@ def _constant(number):
 
 
 _LAUNCHES: "collections.deque" = collections.deque()  # flushed graphs waiting to launch, in record order
+
+# the recording of a module call (``eager/module_replay.py``), told of every graph flushed while it records:
+# an object with ``graph`` (the graph it records) and ``flushed(graph, launch)``; None when none records
+_CAPTURE: list = [None]
+
+
+def capture(recording) -> None:
+    """Tell ``recording`` (or nobody, with None) of every graph flushed from now on (see ``_CAPTURE``); its
+    ``graph`` is the pending graph now, which donates no input (its program runs again on other inputs)."""
+    if recording is not None:
+        recording.graph = _STATE.graph
+    _CAPTURE[0] = recording
+
+
+def pending_graph():
+    """The graph recording now (an opaque object: ``pending_nodes`` counts its ops)."""
+    return _STATE.graph
 
 
 _MAX_WAITING = 64  # graphs in line at most (each holds its inputs): then the oldest is waited for

@@ -174,6 +174,12 @@ def _queue(taken, held, key, prog, inputs, avals, entry=None, what: str = ""):
     return outs
 
 
+def queue_program(key, prog, inputs, avals, what: str) -> tuple:
+    """Launch a compiled program (or the Future of one compiling) behind the launches waiting in line, in any
+    eager mode (a recorded module call's, ``eager/module_replay.py``); its values, pending."""
+    return _queue(None, inputs, key, prog, inputs, avals, None, what)
+
+
 def _line_empty() -> bool:
     """Launch the ops at the head of the line whose programs are ready; whether the line is empty now
     (then ``STRICT`` is the current launcher again)."""

@@ -62,9 +62,35 @@ def repeated_blocks(root) -> list:
     return found
 
 
+_BLOCK_INSTALLER = [None]  # eager's: gives a model's repeated blocks their replayers (eager/module_replay.py)
+
+
+def set_block_installer(fn) -> None:
+    _BLOCK_INSTALLER[0] = fn
+
+
+def blocks_found(root) -> None:
+    """A model moved to the device or called in fused mode: its repeated blocks get their replayers."""
+    if _BLOCK_INSTALLER[0] is not None:
+        _BLOCK_INSTALLER[0](root)
+
+
+def start_block(args, kwargs) -> None:
+    """Fused mode, before a block's graph starts (its pre-hook, or its recorded program): the views among its
+    arguments are read and the glue recorded before it is a graph of its own."""
+    _read_views((args, kwargs))
+    _cut()
+
+
+def is_own_hook(hook) -> bool:
+    """Whether a module's forward pre-hook is fused mode's own block boundary."""
+    return hook is _block_pre_hook
+
+
 def _enter_root(module) -> None:
     if module not in _SCANNED:
         _SCANNED.add(module)
+        blocks_found(module)
         for block in repeated_blocks(module):
             if block not in _BLOCKS:
                 _BLOCKS.add(block)

@@ -14,7 +14,6 @@ modules import on attribute access).
 from __future__ import annotations
 
 import importlib.abc
-import inspect
 import sys
 import types
 from importlib.machinery import PathFinder
@@ -46,36 +45,6 @@ def patch_each(names, patch_one) -> None:
             errors.append(f"{name}: {type(error).__name__}: {error}")
     if errors:
         raise RuntimeError("; ".join(errors))
-
-
-def patch_methods(module, served) -> None:
-    """For each ``name: (method, parameters, make)`` of ``served``: class ``name`` of ``module`` gets
-    ``make(original)`` as its ``method``, marked with ``__torch_tpu_original__``, where the original takes exactly
-    ``parameters``; a class that is missing, already patched, or whose method takes others keeps its own (each
-    class on its own: ``patch_each``)."""
-
-    def patch_one(name):
-        method, parameters, make = served[name]
-        cls = getattr(module, name, None)
-        original = getattr(cls, method, None)
-        if original is None or hasattr(original, "__torch_tpu_original__"):
-            return
-        if tuple(inspect.signature(original).parameters) != parameters:
-            return
-        serving = make(original)
-        serving.__torch_tpu_original__ = original
-        setattr(cls, method, serving)
-
-    patch_each(served, patch_one)
-
-
-def methods_patched(module_name: str, served) -> bool:
-    """Whether every class of ``served`` (as ``patch_methods`` takes it) in loaded module ``module_name`` has its
-    serving method now."""
-    module = sys.modules.get(module_name)
-    return module is not None and all(
-        hasattr(getattr(getattr(module, name, None), method, None), "__torch_tpu_original__")
-        for name, (method, _, _) in served.items())
 
 
 def modules_holding(attribute: str, value) -> list:

@@ -29,6 +29,11 @@ _FIELDS = {
     "cpu_fallbacks": 0,       # ops run on the CPU under TORCH_TPU_CPU_FALLBACK=1
     "host_to_device_bytes": 0,
     "device_to_host_bytes": 0,
+    "device_to_host_reads": 0,  # values read by the host (.cpu(), .item(), a Python number an op returned)
+    "random_draws": 0,        # keys drawn by random ops (the device's RNG or a torch.Generator("tpu"))
+    "module_recordings": 0,   # module calls recorded as one program to replay (eager/module_replay.py)
+    "module_replays": 0,      # module calls that ran their recorded program instead of their Python
+    "module_replay_refusals": 0,  # recordings refused: the call did something a replay would not repeat
     "dist_xla_collectives": 0,  # tpu_dist collectives run (or recorded) as XLA programs over a mesh
     "dist_host_fallbacks": 0,   # tpu_dist collectives on tpu tensors staged through the host (gloo)
     "dist_host_bytes": 0,       # bytes of tpu tensors those fallbacks copied to and from the host

@@ -152,6 +152,7 @@ def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:
                               "(dispatch is asynchronous: TORCH_TPU_LAUNCH_BLOCKING=1 names the op)")
         raise err from exc
     counters.counters["device_to_host_bytes"] += host.nbytes
+    counters.counters["device_to_host_reads"] += 1
     view = _tables()[2].get(dtype)
     if view is not None:
         host = host.view(np.dtype(f"i{host.dtype.itemsize}"))

@@ -23,7 +23,7 @@ import weakref
 
 import torch
 
-from . import rng
+from . import counters, rng
 
 __all__ = ["TpuGenerator", "install", "next_key_data", "tpu_generator"]
 
@@ -112,6 +112,7 @@ def next_key_data(gen: TpuGenerator):
     with _LOCK:
         seed, offset = gen._tpu_seed, gen._tpu_offset
         gen._tpu_offset = offset + 1
+    counters.counters["random_draws"] += 1
     return rng.key_data(seed, offset)
 
 

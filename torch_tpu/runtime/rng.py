@@ -11,6 +11,8 @@ import threading
 import numpy as np
 import torch
 
+from . import counters
+
 DEFAULT_SEED = 67280421310721  # torch's default CPU seed, so runs are reproducible by default
 
 
@@ -50,6 +52,7 @@ def next_key_data() -> np.ndarray:
     with _LOCK:
         seed, offset = _State.seed, _State.offset
         _State.offset = offset + 1
+    counters.counters["random_draws"] += 1
     return key_data(seed, offset)
 
 

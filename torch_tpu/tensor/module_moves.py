@@ -18,6 +18,9 @@ import threading
 
 import torch
 
+from ..engine import module_graphs
+from .tensor import TpuTensor
+
 _ORIGINAL = None
 _STATE = threading.local()
 
@@ -68,6 +71,8 @@ def _apply(self, fn, recurse=True):
             if kept is None:
                 kept = old if _swap_in(old, new) else new
             m._parameters[name] = kept
+    if any(type(p) is TpuTensor for p in self.parameters()):
+        module_graphs.blocks_found(self)  # its repeated blocks replay their recorded calls (eager/module_replay)
     return out
 
 

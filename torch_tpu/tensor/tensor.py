@@ -418,8 +418,14 @@ def _read_view(x) -> None:
 module_graphs.set_view_reader(_read_view)
 
 
+# bumped whenever a tensor's own sizes or strides change in place: a check of many tensors' layouts (a recorded
+# module call's, eager/replay_guards.py) compares them only after it moved
+LAYOUT_EPOCH = [0]
+
+
 def refresh_layout(t: TpuTensor) -> None:
     """After t's own sizes/strides changed in place (as_strided_, squeeze_, t_ ...)."""
+    LAYOUT_EPOCH[0] += 1
     t._tpu_full = t._tpu_is_full()
     t._tpu_cache = None
     t._tpu_cache_version = -1

@@ -1,0 +1,375 @@
+"""What a recorded module call depended on, and the checks that it still holds before the call's program
+runs in place of its Python (``module_replay.py``).
+
+A recording depends on, and a replay checks:
+- the call's arguments (``signature``): their structure, each tpu tensor's type, shape, strides, storage offset,
+  dtype, ``requires_grad``, which of them share a storage and which of their values are computed already (a
+  view's cached value); every other argument by value (numbers, strings, None, dtypes) or by identity;
+- the module tree (``ModuleTree``): every submodule's attributes (its ``__dict__``: which objects it holds, and
+  the contents of the dicts, lists, sets and plain objects among them: parameters, buffers, children, hooks, a
+  processor's own attributes), and every tensor it holds (its storage and layout);
+- global state (``global_state``): grad and inference mode, autocast, the default dtype, float32 matmul
+  precision, deterministic algorithms, torch function and dispatch modes, the eager launcher;
+- the code that ran (``CodeWatch``): for each Python function the recording executed outside torch_tpu, the
+  globals its code names (and, for a module or a class, the attributes of it the code names: ``F.gelu``,
+  ``torch.nn.functional.scaled_dot_product_attention``) and the class attributes it reads through ``self``
+  (a method patched on its class); small dicts and lists among those by their contents (global hooks).
+
+A check compares objects by identity (a value set again, even an equal one, is a change: the call records
+again) and is conservative: what it cannot see (a global that is not named by the code that reads it, a C
+function's state) is what ``TORCH_TPU_REPLAY_VERIFY=1`` exists to catch.
+"""
+from __future__ import annotations
+
+import builtins
+import functools
+import os
+import sys
+import types
+
+import torch
+
+from ..engine import launchers
+from ..tensor import tensor as tensor_module
+from ..tensor.tensor import TpuTensor
+
+_MISSING = object()
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # torch_tpu/
+_SMALL = 64          # dicts and lists up to this many entries are watched by content, larger ones by identity
+_MAX_DEPTH = 3       # how deep plain objects and containers held by a module are looked into
+
+
+class Refused(Exception):
+    """Why a call cannot be recorded (its message is kept for ``explain``)."""
+
+
+# --- global state ------------------------------------------------------------------------------------------
+def global_state() -> tuple:
+    """What every op's result depends on beyond its inputs, as one comparable tuple (the eager mode's launcher
+    too: strict eager with ops waiting in line is strict eager)."""
+    launcher = launchers.current
+    if launcher is launchers.LINE:
+        launcher = launchers.STRICT
+    return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.is_autocast_enabled("tpu"),
+            torch.get_autocast_dtype("tpu"), torch.is_autocast_enabled("cpu"), torch.get_default_dtype(),
+            torch.get_float32_matmul_precision(), torch.are_deterministic_algorithms_enabled(),
+            torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack(), launcher)
+
+
+# --- arguments ---------------------------------------------------------------------------------------------
+_IMMUTABLE = (int, bool, str, bytes, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def _flatten(value, leaves: list, parts: list) -> None:
+    t = type(value)
+    if t is tuple or t is list:
+        parts.append((t, len(value)))
+        for v in value:
+            _flatten(v, leaves, parts)
+    elif t is dict:
+        parts.append((dict, tuple(value)))
+        for v in value.values():
+            _flatten(v, leaves, parts)
+    else:
+        leaves.append(value)
+
+
+def tensor_layout(t: TpuTensor) -> tuple:
+    """Everything of a tpu tensor a program built for it depends on (its values aside)."""
+    storage = t._tpu_storage
+    return (t.shape, t.stride(), t.storage_offset(), t.dtype, t.requires_grad, storage.shape, storage.dtype)
+
+
+def _computed(t: TpuTensor) -> tuple:
+    """Which of a view's values are computed already (fused mode reads a block's views first)."""
+    storage = t._tpu_storage
+    reshaped = storage.reshaped
+    return (t._tpu_cache_version == storage.version,
+            reshaped is not None and reshaped[0] == storage.version)
+
+
+def signature(args: tuple, kwargs: dict):
+    """(signature, leaves) of a call's arguments: a hashable description of everything a recording of the
+    call depends on in its arguments, and the arguments' leaves (tensors and other values, in order). The
+    signature is None for a call no recording can serve (a tensor of another device among its arguments)."""
+    leaves: list = []
+    parts: list = []
+    _flatten((args, kwargs), leaves, parts)
+    storages: dict = {}
+    for i, leaf in enumerate(leaves):
+        t = type(leaf)
+        if t is TpuTensor:
+            storage = leaf._tpu_storage
+            first = storages.setdefault(id(storage), i)
+            parts.append((tensor_layout(leaf), _computed(leaf), first))
+        elif t is float:
+            parts.append((float, leaf.hex()))  # -0.0 and NaN told apart
+        elif t is complex:
+            parts.append((complex, leaf.real.hex(), leaf.imag.hex()))
+        elif isinstance(leaf, torch.Tensor):
+            return None, leaves  # a CPU or meta tensor: its values would be constants of the program
+        elif t in _IMMUTABLE:
+            parts.append((t, leaf))
+        else:
+            parts.append((t, id(leaf)))  # an object: by identity (its state is the recording's to check)
+    return tuple(parts), leaves
+
+
+# --- the module tree ---------------------------------------------------------------------------------------
+def _fingerprint(obj):
+    """What a container or plain object holds, by identity: compared again before every replay (a dict's keys
+    are as many as its values, and a key renamed while its value stays in place is not a change a forward
+    sees)."""
+    t = type(obj)
+    if t is dict or isinstance(obj, dict):
+        return tuple(map(id, obj.values()))
+    if t is list or t is tuple:
+        return tuple(map(id, obj))
+    if t is set or t is frozenset:
+        return frozenset(map(id, obj))
+    return tuple(map(id, obj.__dict__.values()))
+
+
+def _plain_object(value) -> bool:
+    """An object whose attributes a forward may read (a processor, a config): not a class, a function, a
+    module, a tensor, a number."""
+    return (hasattr(value, "__dict__") and not isinstance(value, (type, types.FunctionType, types.MethodType,
+            types.BuiltinFunctionType, types.ModuleType, torch.nn.Module, torch.Tensor, functools.partial)))
+
+
+# a module's dicts of hooks that run when it is called (those of state dicts, or the bookkeeping beside
+# these, do not change what a call computes)
+_CALL_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_NOT_CALLED = frozenset(("_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+                         "_forward_pre_hooks_with_kwargs", "_is_full_backward_hook", "_state_dict_hooks",
+                         "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+                         "_non_persistent_buffers_set"))
+
+
+class ModuleTree:
+    """The state of a module and its submodules a recording depends on: the containers to fingerprint, the
+    number of hooks of each submodule (torch_tpu's own block pre-hook at most) and the tensors it holds (with
+    their storages and layouts). ``tensors`` lists (tensor, where) pairs."""
+
+    __slots__ = ("containers", "fingerprints", "hooks", "hook_counts", "tensors", "storages", "layouts",
+                 "layout_epoch")
+
+    def __init__(self, root: torch.nn.Module):
+        self.containers: list = []
+        self.hooks: list = []
+        self.tensors: list = []
+        seen: set = set()
+        for name, module in root.named_modules(remove_duplicate=True):
+            if not _own_hooks_only(module):
+                raise Refused(f"{name or type(root).__name__} has hooks or a forward of its own")
+            d = module.__dict__
+            seen.add(id(d))
+            self.containers.append(d)
+            for key, value in d.items():
+                if key in _CALL_HOOKS:
+                    self.hooks.append(value)
+                elif key not in _NOT_CALLED:
+                    self._value(value, name, seen, 0)
+        self.fingerprints = [_fingerprint(c) for c in self.containers]
+        self.hook_counts = [len(h) for h in self.hooks]
+        self.storages = [t._tpu_storage for t, _ in self.tensors]
+        self.layouts = [tensor_layout(t) for t, _ in self.tensors]
+        self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
+
+    def _value(self, value, where: str, seen: set, depth: int) -> None:
+        t = type(value)
+        if t is TpuTensor:
+            if id(value) not in seen:
+                seen.add(id(value))
+                self.tensors.append((value, where))
+        elif isinstance(value, torch.Tensor):
+            if value.device.type == "meta" or value.numel() == 0:
+                return
+            raise Refused(f"{where or 'the module'} holds a {value.device} tensor: its values would be "
+                          "constants of the program")
+        elif isinstance(value, torch.nn.Module):
+            return  # its own entry
+        elif depth < _MAX_DEPTH and (t in (dict, list, tuple, set, frozenset) or isinstance(value, dict)
+                                     or _plain_object(value)):
+            if id(value) in seen:
+                return
+            seen.add(id(value))
+            self.containers.append(value)
+            if isinstance(value, (dict, list, tuple)) and len(value) > 4 * _SMALL:
+                return  # a large container (a cache, a table): by its own fingerprint only
+            values = (value.values() if isinstance(value, dict) else
+                      value if isinstance(value, (list, tuple, set, frozenset)) else value.__dict__.values())
+            for v in values:
+                self._value(v, where, seen, depth + 1)
+
+    def holds(self) -> bool:
+        """Whether the tree is as it was recorded."""
+        if list(map(len, self.hooks)) != self.hook_counts:
+            return False
+        if list(map(_fingerprint, self.containers)) != self.fingerprints:
+            return False
+        tensors = self.tensors
+        for (t, _), storage in zip(tensors, self.storages):
+            if t._tpu_storage is not storage:
+                return False
+        if tensor_module.LAYOUT_EPOCH[0] != self.layout_epoch:  # a layout changed in place somewhere
+            if [tensor_layout(t) for t, _ in tensors] != self.layouts:
+                return False
+            self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
+        return True
+
+    def difference(self) -> str:
+        """What changed (for ``ReplayMismatch`` and the log); empty when nothing did."""
+        if list(map(len, self.hooks)) != self.hook_counts:
+            return "a hook was added to a submodule"
+        for c, fp in zip(self.containers, self.fingerprints):
+            if _fingerprint(c) != fp:
+                return f"an attribute of {type(c).__name__} {_short(c)} changed"
+        for (t, where), storage, layout in zip(self.tensors, self.storages, self.layouts):
+            if t._tpu_storage is not storage or tensor_layout(t) != layout:
+                return f"a tensor of {where or 'the module'} was replaced"
+        return ""
+
+
+def _short(obj) -> str:
+    text = repr(obj) if not isinstance(obj, dict) else f"with keys {list(obj)[:6]}"
+    return text if len(text) < 80 else text[:77] + "..."
+
+
+_OWN_HOOKS: list = []  # predicates naming torch_tpu's own module hooks (fused mode's block pre-hook)
+
+
+def own_hook(predicate) -> None:
+    _OWN_HOOKS.append(predicate)
+
+
+def _own_hooks_only(module) -> bool:
+    if module._forward_hooks or module._backward_hooks or module._backward_pre_hooks or \
+            "forward" in module.__dict__:
+        return False
+    return all(any(p(h) for p in _OWN_HOOKS) for h in module._forward_pre_hooks.values())
+
+
+# --- the code that ran -------------------------------------------------------------------------------------
+def _resolve(cls: type, name: str):
+    """(mapping, key, value) watches that say where ``cls`` finds attribute ``name``: the class of its MRO that
+    defines it, and every class before that one (which must not start to define it)."""
+    found = []
+    for klass in cls.__mro__:
+        d = klass.__dict__
+        value = d.get(name, _MISSING)
+        found.append((d, name, value))
+        if value is not _MISSING:
+            return found
+    return found
+
+
+class CodeWatch:
+    """Records, while a call runs, what its Python code looked up: ``watches`` lists (mapping, key, value)
+    triples, ``contents`` (container, fingerprint) pairs, both checked by ``holds``. Also refuses a call that
+    prints or logs (a replay would not)."""
+
+    def __init__(self):
+        self.watches: list = []
+        self.contents: list = []
+        self.refusal = None
+        self._seen_code: set = set()
+        self._seen_watch: set = set()
+        self._own_depth = 0
+        self._previous = None
+
+    # (sys.setprofile callback: runs for every Python call and return of the recording thread)
+    def _event(self, frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            if code.co_filename.startswith(_OWN_DIR):
+                self._own_depth += 1
+            elif not self._own_depth:
+                self._called(frame, code)
+        elif event == "return":
+            if self._own_depth and frame.f_code.co_filename.startswith(_OWN_DIR):
+                self._own_depth -= 1
+        elif event == "c_call" and not self._own_depth and arg is builtins.print:
+            self.refusal = "it prints"
+
+    def start(self) -> None:
+        self._previous = sys.getprofile()
+        if self._previous is not None:
+            raise Refused("a profiler is active (sys.setprofile)")
+        sys.setprofile(self._event)
+
+    def stop(self) -> None:
+        sys.setprofile(None)
+
+    def _watch(self, mapping, key, value) -> None:
+        k = (id(mapping), key)
+        if k in self._seen_watch:
+            return
+        self._seen_watch.add(k)
+        self.watches.append((mapping, key, value))
+        t = type(value)
+        if (t is dict or t is list) and len(value) <= _SMALL:
+            self.contents.append((value, _fingerprint(value)))
+
+    def _called(self, frame, code) -> None:
+        if code.co_name == "_log" and code.co_filename.endswith(os.path.join("logging", "__init__.py")):
+            self.refusal = "it logs a message"
+        names = code.co_names
+        this = None
+        if code.co_argcount and code.co_varnames[0] in ("self", "cls"):
+            this = frame.f_locals.get(code.co_varnames[0])
+        cls = this if isinstance(this, type) else (type(this) if this is not None else None)
+        key = (code, cls)
+        if key in self._seen_code:
+            return
+        self._seen_code.add(key)
+        g = frame.f_globals
+        for name in names:
+            value = g.get(name, _MISSING)
+            if value is _MISSING:
+                continue
+            self._watch(g, name, value)
+            self._attributes(value, names, 0)
+        if cls is not None:
+            instance = this.__dict__ if this is not cls and hasattr(this, "__dict__") else {}
+            for name in (code.co_name,) + names:
+                if name in instance:
+                    continue  # an instance attribute: the module tree's fingerprints hold it
+                for mapping, k, value in _resolve(cls, name):
+                    self._watch(mapping, k, value)
+
+    def _attributes(self, value, names, depth: int) -> None:
+        """The attributes of a module or class the code names (``torch.nn.functional.gelu``)."""
+        if depth > 3:
+            return
+        if isinstance(value, types.ModuleType):
+            d = value.__dict__
+            for name in names:
+                attr = d.get(name, _MISSING)
+                if attr is not _MISSING:
+                    self._watch(d, name, attr)
+                    if isinstance(attr, (types.ModuleType, type)):
+                        self._attributes(attr, names, depth + 1)
+        elif isinstance(value, type):
+            for name in names:
+                for mapping, k, attr in _resolve(value, name):
+                    if attr is not _MISSING:
+                        self._watch(mapping, k, attr)
+
+    def holds(self) -> bool:
+        for mapping, key, value in self.watches:
+            if mapping.get(key, _MISSING) is not value:
+                return False
+        for container, fp in self.contents:
+            if _fingerprint(container) != fp:
+                return False
+        return True
+
+    def difference(self) -> str:
+        for mapping, key, value in self.watches:
+            if mapping.get(key, _MISSING) is not value:
+                return f"{key!r} now names another object than when the call was recorded"
+        for container, fp in self.contents:
+            if _fingerprint(container) != fp:
+                return f"the contents of {_short(container)} changed"
+        return ""
