@@ -78,6 +78,12 @@ def _cached(x, dtype):
     return out
 
 
+def cached_values() -> set:
+    """ids of the values the cast cache holds (a recorded module call may leave its casts there: torch's cache
+    is an optimisation, and a replay that does not refill it computes the same values)."""
+    return {id(out._tpu_storage.array) for _, out in _cache().values() if hasattr(out, "_tpu_storage")}
+
+
 def _clear_cache(original):
     def clear_autocast_cache():
         _cache().clear()

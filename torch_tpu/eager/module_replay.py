@@ -45,7 +45,7 @@ from ..engine import fused, graph_keys, launchers, module_graphs, poisoned, stri
 from ..engine.fused import LazyArray
 from ..runtime import counters, platform, program_cache
 from ..tensor.tensor import TpuStorage, TpuTensor, new_view
-from . import replay_guards
+from . import autocast, replay_guards
 from .replay_guards import Refused
 
 _counters = counters.counters
@@ -528,9 +528,10 @@ def _output_targets(replay, launch, result, leaves, tree, tensors) -> None:
         array = t._tpu_storage.array
         if type(array) is LazyArray and id(array) in lazy_index:
             claim(array, lambda k, kind=kind, index=index: ("write", k, kind, index))
+    casts = autocast.cached_values()
     for i, j, la in launch.live:
         k = position[(i, j)]
-        if k not in targets:
+        if k not in targets and id(la) not in casts:
             raise Refused("it keeps a value it computed outside its result (in a cache, a list or an attribute)")
     replay.outputs = [a for k, a in sorted(targets.items()) if a[0] != "storage"]
     replay.storages = storages

@@ -224,7 +224,7 @@ class ModuleTree:
             return "a hook was added to a submodule"
         for c, fp in zip(self.containers, self.fingerprints):
             if _fingerprint(c) != fp:
-                return f"an attribute of {type(c).__name__} {_short(c)} changed"
+                return f"an attribute of {_short(c)} changed"
         for (t, where), storage, layout in zip(self.tensors, self.storages, self.layouts):
             if t._tpu_storage is not storage or tensor_layout(t) != layout:
                 return f"a tensor of {where or 'the module'} was replaced"
@@ -232,8 +232,12 @@ class ModuleTree:
 
 
 def _short(obj) -> str:
-    text = repr(obj) if not isinstance(obj, dict) else f"with keys {list(obj)[:6]}"
-    return text if len(text) < 80 else text[:77] + "..."
+    """A container or object, named without reading its contents (a tensor's repr reads its values)."""
+    if isinstance(obj, dict):
+        return f"a {type(obj).__name__} with keys {list(obj)[:6]}"
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return f"a {type(obj).__name__} of {len(obj)} items"
+    return f"a {type(obj).__name__} object"
 
 
 _OWN_HOOKS: list = []  # predicates naming torch_tpu's own module hooks (fused mode's block pre-hook)
