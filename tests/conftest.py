@@ -6,6 +6,9 @@ import sys
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# every module call the eager modes replay (eager/module_replay.py) also runs its Python, and the two must agree
+# (ReplayMismatch otherwise): a guard that misses a change fails the test that made it
+os.environ.setdefault("TORCH_TPU_REPLAY_VERIFY", "1")
 
 # XLA:CPU spends most of a cold suite compiling thousands of tiny programs. Leaving XNNPACK out (Eigen runs
 # the dots and convolutions) changes how XLA builds a program, not what it computes, and cuts a tiny

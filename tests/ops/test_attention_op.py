@@ -247,3 +247,31 @@ def test_compiled_dropout_keeps_decomposition():
     out = fn(q, k, v)
     plain = F.scaled_dot_product_attention(q, k, v)
     assert out.shape == plain.shape and not torch.equal(out.cpu(), plain.cpu())
+
+
+@pytest.mark.parametrize("poison", ["inf key", "nan query", "nan key", "inf value", "masked rows"])
+def test_overflowed_inputs_give_cpu_nans_and_masked_rows_zeros(eager_mode, poison):
+    """An overflowed input (a float16 block whose stream overflowed) makes its rows NaN on CPU, where a row of
+    scores that are all NaN is 0 as a fully masked row is: a row with a NaN or +inf score beside numbers
+    became 0 here (its max was not finite), as if it were masked."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 16, generator=g) for _ in range(3))
+    mask = None
+    if poison == "inf key":
+        k[0, 0, 3, :] = float("inf")
+    elif poison == "nan query":
+        q[0, 1, 2, 4] = float("nan")
+    elif poison == "nan key":
+        k[0, 1, 4, 0] = float("nan")
+    elif poison == "inf value":
+        v[0, 1, 2, 5] = float("inf")
+    else:
+        mask = torch.ones(1, 1, 6, 6, dtype=torch.bool)
+        mask[..., 3:, :] = False
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    with torch.no_grad():
+        got = F.scaled_dot_product_attention(q.to("tpu"), k.to("tpu"), v.to("tpu"),
+                                             attn_mask=None if mask is None else mask.to("tpu")).cpu()
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    finite = torch.isfinite(want)
+    torch.testing.assert_close(got[finite], want[finite], atol=1e-5, rtol=1e-5)

@@ -129,13 +129,16 @@ def _core(q, k, v, mask, is_causal, scale, prec, q_offset=0):
         s = jnp.where(cols <= rows, s, -jnp.inf)
     if mask is not None:
         s = jnp.where(mask, s, -jnp.inf) if mask.dtype == jnp.bool_ else s + mask.astype(f32)
-    m = jnp.max(s, axis=-1, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, 0.0)  # a fully masked row: exp(-inf) = 0 everywhere, no NaN
-    p = jnp.exp(s - m)
+    # the row's max over its scores that are numbers, as torch's CPU kernel finds it (a NaN compares false): a
+    # row with none (fully masked, or all NaN) is 0, as torch's; a NaN or +inf score among numbers (an
+    # overflowed input) makes its row NaN, as torch's
+    m = jnp.max(jnp.where(jnp.isnan(s), -jnp.inf, s), axis=-1, keepdims=True)
+    masked = m == -jnp.inf
+    p = jnp.exp(s - jnp.where(masked, 0.0, m))
     denom = jnp.sum(p, axis=-1, keepdims=True)
     pv = jnp.einsum("...qk,...kd->...qd", p.astype(v.dtype) if is_low_precision(v) else p, v,
                     precision=prec, preferred_element_type=f32)
-    return jnp.where(denom > 0, pv / jnp.where(denom > 0, denom, 1.0), 0.0)
+    return jnp.where(masked, 0.0, pv / jnp.where(masked, 1.0, denom))
 
 
 def _row_chunks(q, k, v, mask, is_causal, scale, prec):
