@@ -45,6 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 _INHERITED = {k: os.environ[k] for k in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "JAX_PLATFORMS") if k in os.environ}
 MODES = ("strict", "fused", "compiled", "regional", "regional_fused", "floor")
+# (with "_noreplay" appended, an eager mode runs with TORCH_TPU_MODULE_REPLAY=0: every module call its Python)
 KINDS = ("flux", "flux2", "sd3", "sdxl")
 
 
@@ -181,19 +182,34 @@ def _reference(args, path):
     return time.perf_counter() - t0
 
 
-def _worker_torch(args, mode):
+def _worker_torch(args, modes):
+    """Each of ``modes`` on one model moved to the device once, one after the other; yields (mode, result)."""
     import torch
-
-    import torch_tpu
 
     model = _load_model(args)
     t0 = time.perf_counter()
     model = model.to("tpu")
     kwargs = _on("tpu", _inputs(args))
     torch.tpu.synchronize()
-    result = {"move_s": time.perf_counter() - t0}
+    move_s = time.perf_counter() - t0
+    for mode in modes:
+        result = {"move_s": move_s}
+        replay = "0" if mode.endswith("_noreplay") else "1"
+        os.environ["TORCH_TPU_MODULE_REPLAY"] = replay  # (read at every call)
+        result.update(_mode_run(args, model, kwargs, mode.replace("_noreplay", "")))
+        result["module_replay"] = replay == "1"
+        yield mode, result
+
+
+def _mode_run(args, model, kwargs, mode) -> dict:
+    import torch
+
+    import torch_tpu
+
+    result = {}
+    fn = model
     if mode == "compiled":
-        model.compile(backend="tpu", fullgraph=True, dynamic=False)
+        fn = torch.compile(model, backend="tpu", fullgraph=True, dynamic=False)
     elif mode in ("regional", "regional_fused"):
         model.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
     eager = torch_tpu.EagerMode.DEFER_AND_FUSE if mode in ("fused", "regional_fused") else torch_tpu.EagerMode.DEFER_NEVER
@@ -203,12 +219,13 @@ def _worker_torch(args, mode):
     def call():
         t0 = time.perf_counter()
         with torch.tpu.set_eager_mode(eager), torch.no_grad():
-            out = model(**kwargs)[0]
+            out = fn(**kwargs)[0]
             # inside the block: leaving it synchronizes (the mode's block waits for its work)
             dispatched.append(time.perf_counter() - t0)
         torch.tpu.synchronize()
         return out
 
+    stats_start = torch_tpu.stats()
     firsts = []
     for _ in range(2):  # the first call compiles; a fused second call may compile the glue once more
         t0 = time.perf_counter()
@@ -227,7 +244,7 @@ def _worker_torch(args, mode):
     t0 = time.perf_counter()
     with torch.tpu.set_eager_mode(eager), torch.no_grad():
         for _ in range(args.reps):
-            model(**kwargs)
+            fn(**kwargs)
     torch.tpu.synchronize()
     result["pipelined_ms"] = 1e3 * (time.perf_counter() - t0) / args.reps
     if args.profile:
@@ -235,8 +252,11 @@ def _worker_torch(args, mode):
     result.update(first_call_s=firsts[0], second_call_s=firsts[1], call_ms=1e3 * statistics.median(times),
                   call_ms_all=[1e3 * t for t in times], dispatch_ms=1e3 * statistics.median(dispatched),
                   programs_per_call=(stats1["executions"] - stats0["executions"]) / args.reps,
-                  compiles=stats1["compiles"], compile_seconds=stats1["compile_seconds"],
-                  cache_loads=stats1["cache_loads"], peak_mib=torch.tpu.max_memory_allocated() / 2 ** 20)
+                  replays_per_call=(stats1["module_replays"] - stats0["module_replays"]) / args.reps,
+                  compiles=stats1["compiles"] - stats_start["compiles"],
+                  compile_seconds=stats1["compile_seconds"] - stats_start["compile_seconds"],
+                  cache_loads=stats1["cache_loads"] - stats_start["cache_loads"],
+                  peak_mib=torch.tpu.max_memory_allocated() / 2 ** 20)
     if args.reference and os.path.exists(args.reference):
         ref = torch.load(args.reference)
         got = out.cpu().float()
@@ -329,7 +349,10 @@ def main():
     parser.add_argument("--no-reference", action="store_true", help="skip CPU torch's output")
     parser.add_argument("--profile", action="store_true", help="record the device's timeline of two calls")
     parser.add_argument("--out", default=None, help="default: bench/results/tpu/<kind>_width.json")
-    parser.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--one-process", action="store_true",
+                        help="run the modes one after the other in one process (imports and the move paid once; "
+                             "programs a mode shares with an earlier one come from memory)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--reference", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--weights", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per mode")
@@ -353,8 +376,11 @@ def main():
         os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         os.environ["JAX_PLATFORMS"] = "cpu"
     if args.worker:
-        result = _worker_floor(args) if args.worker == "floor" else _worker_torch(args, args.worker)
-        print("RESULT " + json.dumps(result), flush=True)
+        if args.worker == "floor":
+            print("RESULT floor " + json.dumps(_worker_floor(args)), flush=True)
+            return
+        for mode, result in _worker_torch(args, args.worker.split(",")):
+            print(f"RESULT {mode} " + json.dumps(result), flush=True)
         return
     shape_args = ["--kind", args.kind, *(["--profile"] if args.profile else []), "--layers", str(args.layers), "--single-layers", str(args.single_layers), "--heads",
                   str(args.heads), "--image-tokens", str(args.image_tokens), "--text-tokens", str(args.text_tokens),
@@ -371,34 +397,45 @@ def main():
     else:
         summary["reference_cpu_s"] = _reference(args, ref_path)
         print(f"CPU torch reference (float32): {summary['reference_cpu_s']:.1f} s", flush=True)
-    for mode in args.modes.split(","):
-        cmd = [sys.executable, __file__, "--worker", mode, "--reference", ref_path, "--weights", args.weights,
-               *shape_args]
+    modes = args.modes.split(",")
+    groups = ([[m for m in modes if m != "floor"]] + ([["floor"]] if "floor" in modes else [])
+              if args.one_process else [[m] for m in modes])
+    for group in groups:
+        name = "+".join(group)
+        cmd = [sys.executable, __file__, "--worker", ",".join(group), "--reference", ref_path, "--weights",
+               args.weights, *shape_args]
         t0 = time.perf_counter()
+        results = {}
         try:
-            env = dict(os.environ, TORCH_TPU_CACHE_DIR=tempfile.mkdtemp())  # every mode compiles cold
+            env = dict(os.environ, TORCH_TPU_CACHE_DIR=tempfile.mkdtemp())  # every process compiles cold
             if args.log_dir:
                 env["TORCH_TPU_LOG"] = "compiles"
-            for name in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "JAX_PLATFORMS"):
-                env.pop(name, None)
-                if name in _INHERITED:
-                    env[name] = _INHERITED[name]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
-            lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
-            result = json.loads(lines[-1][7:]) if lines else {"error": (proc.stderr or proc.stdout)[-3000:]}
+            for var in ("TORCH_DEVICE_BACKEND_AUTOLOAD", "JAX_PLATFORMS"):
+                env.pop(var, None)
+                if var in _INHERITED:
+                    env[var] = _INHERITED[var]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout * len(group), env=env)
+            for line in proc.stdout.splitlines():
+                if line.startswith("RESULT "):
+                    mode, text = line[7:].split(" ", 1)
+                    results[mode] = json.loads(text)
+            for mode in group:
+                results.setdefault(mode, {"error": (proc.stderr or proc.stdout)[-3000:]})
             if args.log_dir:
                 Path(args.log_dir).mkdir(parents=True, exist_ok=True)
-                Path(args.log_dir, f"{mode}.log").write_text(proc.stderr)
+                Path(args.log_dir, f"{name}.log").write_text(proc.stderr)
         except subprocess.TimeoutExpired as timeout:
-            result = {"error": f"timed out after {args.timeout} s"}
+            for mode in group:
+                results.setdefault(mode, {"error": f"timed out after {args.timeout * len(group)} s"})
             if args.log_dir:
                 Path(args.log_dir).mkdir(parents=True, exist_ok=True)
                 err = timeout.stderr or b""  # bytes even in text mode on some Pythons
                 text = err.decode(errors="replace") if isinstance(err, bytes) else err
-                Path(args.log_dir, f"{mode}.log").write_text(text)
-        result["process_s"] = time.perf_counter() - t0
-        summary["modes"][mode] = result
-        print(mode, json.dumps(result)[:600], flush=True)
+                Path(args.log_dir, f"{name}.log").write_text(text)
+        for mode in group:
+            results[mode]["process_s"] = time.perf_counter() - t0
+            summary["modes"][mode] = results[mode]
+            print(mode, json.dumps(results[mode])[:600], flush=True)
     modes = summary["modes"]
     floor = modes.get("floor", {}).get("call_ms")
     compiled = modes.get("compiled", {}).get("call_ms")
