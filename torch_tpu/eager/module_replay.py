@@ -77,9 +77,7 @@ class Replayer:
 
     def __init__(self, module, glue: bool):
         self.module = weakref.ref(module)
-        # a model's child around its blocks (an embedding, a projection): replayed in strict eager only, where
-        # it is one program instead of several; fused eager joins it with the rest of the glue into one graph
-        self.glue = glue
+        self.glue = glue  # a model's child around its blocks (an embedding), not a block: see ``candidates``
         self.replays: dict = {}   # call signature -> Replay
         self.refusals = 0
         self.reason = ""          # why the latest recording was refused
@@ -100,9 +98,11 @@ def _no_replayer():
 
 def candidates(root) -> list:
     """(module, glue) of the modules of ``root`` whose calls are recorded and replayed: its repeated blocks
-    (glue False), and its direct children that hold no block (glue True: a model's embeddings, its input and
-    output projections and norms, around the blocks: one program each in strict eager rather than one op at a
-    time)."""
+    (glue False), and its direct children that hold no block (glue True: a model's embeddings and the norms
+    around its blocks, one program each rather than one op at a time in strict eager, or ops recorded at every
+    call in fused eager). A layer with parameters and no submodule (a Linear, a norm: one op or two) is left to
+    run as it is: a replay's checks would cost more than its one op, and in fused eager it joins its neighbours'
+    graph."""
     blocks = module_graphs.repeated_blocks(root)
     inside = {id(m) for b in blocks for m in b.modules()}
     found = [(b, False) for b in blocks]
@@ -111,6 +111,8 @@ def candidates(root) -> list:
             continue
         if any(id(m) in inside for m in child.modules()):
             continue  # it holds blocks: those are recorded, and its own glue runs op by op
+        if next(child.children(), None) is None and next(child.parameters(), None) is not None:
+            continue  # a layer
         found.append((child, True))
     return found
 
@@ -157,7 +159,7 @@ def _serves(m) -> bool:
 
 
 def _call(m, replayer: Replayer, args, kwargs):
-    if not _serves(m) or (replayer.glue and launchers.current is launchers.FUSED):
+    if not _serves(m):
         return m._call_impl(*args, **kwargs)
     sig, leaves = replay_guards.signature(args, kwargs)
     if sig is None:
@@ -391,6 +393,7 @@ def _record(m, args, kwargs, leaves, least: int = 1):
                 launchers.current = _restored(previous)
         raise
     watch.stop()
+    watch.freeze()
     _THREAD.recording -= 1
     try:
         if fused.pending_graph() is recording.graph and fused.pending_nodes():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import itertools
 import os
 import sys
 import types
@@ -35,6 +36,7 @@ from ..tensor.tensor import TpuTensor
 
 _MISSING = object()
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # torch_tpu/
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _SMALL = 64          # dicts and lists up to this many entries are watched by content, larger ones by identity
 _MAX_DEPTH = 3       # how deep plain objects and containers held by a module are looked into
 
@@ -152,7 +154,7 @@ class ModuleTree:
     their storages and layouts). ``tensors`` lists (tensor, where) pairs."""
 
     __slots__ = ("containers", "fingerprints", "hooks", "hook_counts", "tensors", "storages", "layouts",
-                 "layout_epoch")
+                 "layout_epoch", "_dicts", "_sequences", "_sets", "_recorded")
 
     def __init__(self, root: torch.nn.Module):
         self.containers: list = []
@@ -170,7 +172,9 @@ class ModuleTree:
                     self.hooks.append(value)
                 elif key not in _NOT_CALLED:
                     self._value(value, name, seen, 0)
-        self.fingerprints = [_fingerprint(c) for c in self.containers]
+        self._group()
+        self.fingerprints = self._now()
+        self._recorded = {id(c): _fingerprint(c) for c in self.containers}  # (for ``difference``)
         self.hook_counts = [len(h) for h in self.hooks]
         self.storages = [t._tpu_storage for t, _ in self.tensors]
         self.layouts = [tensor_layout(t) for t, _ in self.tensors]
@@ -202,11 +206,32 @@ class ModuleTree:
             for v in values:
                 self._value(v, where, seen, depth + 1)
 
+    def _group(self) -> None:
+        """The containers by kind, so that ``_now`` reads them all in a few C loops (a replay's check of a FLUX
+        block's 160 containers took 120 us one Python call each, 10 us so)."""
+        dicts, sequences, sets = [], [], []
+        for c in self.containers:
+            if isinstance(c, dict):
+                dicts.append(c)
+            elif isinstance(c, (list, tuple)):
+                sequences.append(c)
+            elif isinstance(c, (set, frozenset)):
+                sets.append(c)
+            else:
+                dicts.append(c.__dict__)  # a plain object: its attributes (replacing its __dict__ is not seen)
+        self._dicts, self._sequences, self._sets = dicts, sequences, sets
+
+    def _now(self) -> tuple:
+        chain = itertools.chain.from_iterable
+        return (tuple(map(len, self._dicts)), tuple(map(id, chain(map(dict.values, self._dicts)))),
+                tuple(map(len, self._sequences)), tuple(map(id, chain(self._sequences))),
+                tuple(map(_fingerprint, self._sets)))
+
     def holds(self) -> bool:
         """Whether the tree is as it was recorded."""
         if list(map(len, self.hooks)) != self.hook_counts:
             return False
-        if list(map(_fingerprint, self.containers)) != self.fingerprints:
+        if self._now() != self.fingerprints:
             return False
         tensors = self.tensors
         for (t, _), storage in zip(tensors, self.storages):
@@ -222,9 +247,11 @@ class ModuleTree:
         """What changed (for ``ReplayMismatch`` and the log); empty when nothing did."""
         if list(map(len, self.hooks)) != self.hook_counts:
             return "a hook was added to a submodule"
-        for c, fp in zip(self.containers, self.fingerprints):
-            if _fingerprint(c) != fp:
-                return f"an attribute of {_short(c)} changed"
+        if self._now() != self.fingerprints:
+            for c in self.containers:
+                if _fingerprint(c) != self._recorded.get(id(c)):
+                    return f"an attribute of {_short(c)} changed"
+            return "an attribute of a submodule changed"
         for (t, where), storage, layout in zip(self.tensors, self.storages, self.layouts):
             if t._tpu_storage is not storage or tensor_layout(t) != layout:
                 return f"a tensor of {where or 'the module'} was replaced"
@@ -255,17 +282,24 @@ def _own_hooks_only(module) -> bool:
 
 
 # --- the code that ran -------------------------------------------------------------------------------------
+_CLASS_DICTS: dict = {}  # class -> one mappingproxy of its __dict__ (each ``cls.__dict__`` makes a new proxy)
+
+
+def _class_dict(klass):
+    d = _CLASS_DICTS.get(klass)
+    if d is None:
+        d = _CLASS_DICTS[klass] = klass.__dict__
+    return d
+
+
 def _resolve(cls: type, name: str):
-    """(mapping, key, value) watches that say where ``cls`` finds attribute ``name``: the class of its MRO that
-    defines it, and every class before that one (which must not start to define it)."""
-    found = []
+    """(class dict, value) of the class of ``cls``'s MRO that defines ``name``, else None."""
     for klass in cls.__mro__:
-        d = klass.__dict__
+        d = _class_dict(klass)
         value = d.get(name, _MISSING)
-        found.append((d, name, value))
         if value is not _MISSING:
-            return found
-    return found
+            return d, value
+    return None
 
 
 class CodeWatch:
@@ -275,6 +309,7 @@ class CodeWatch:
 
     def __init__(self):
         self.watches: list = []
+        self._groups: list = []
         self.contents: list = []
         self.refusal = None
         self._seen_code: set = set()
@@ -318,7 +353,6 @@ class CodeWatch:
     def _called(self, frame, code) -> None:
         if code.co_name == "_log" and code.co_filename.endswith(os.path.join("logging", "__init__.py")):
             self.refusal = "it logs a message"
-        names = code.co_names
         this = None
         if code.co_argcount and code.co_varnames[0] in ("self", "cls"):
             this = frame.f_locals.get(code.co_varnames[0])
@@ -327,6 +361,13 @@ class CodeWatch:
         if key in self._seen_code:
             return
         self._seen_code.add(key)
+        if cls is not None:  # the method running: where its class finds it (a method patched on its class)
+            self._method(cls, code.co_name)
+        if code.co_filename.startswith(_TORCH_DIR):
+            # torch's own code (nn.Module's call, a layer's forward, functional's wrappers): what it looks up
+            # is torch's (a user patches torch's functions where their code names them, which is watched there)
+            return
+        names = code.co_names
         g = frame.f_globals
         for name in names:
             value = g.get(name, _MISSING)
@@ -336,11 +377,20 @@ class CodeWatch:
             self._attributes(value, names, 0)
         if cls is not None:
             instance = this.__dict__ if this is not cls and hasattr(this, "__dict__") else {}
-            for name in (code.co_name,) + names:
-                if name in instance:
-                    continue  # an instance attribute: the module tree's fingerprints hold it
-                for mapping, k, value in _resolve(cls, name):
-                    self._watch(mapping, k, value)
+            for name in names:
+                if name not in instance:  # (an instance attribute: the module tree's fingerprints hold it)
+                    self._method(cls, name)
+
+    def _method(self, cls, name) -> None:
+        """Watch where ``cls`` finds ``name``: the class of its MRO that defines it (nothing when none does: a
+        module's parameter or submodule, found by ``__getattr__``), and ``cls`` itself when that is a base."""
+        found = _resolve(cls, name)
+        if found is not None:
+            mapping, value = found
+            self._watch(mapping, name, value)
+            own = _class_dict(cls)
+            if mapping is not own:
+                self._watch(own, name, _MISSING)  # (a patch on the class itself would hide it)
 
     def _attributes(self, value, names, depth: int) -> None:
         """The attributes of a module or class the code names (``torch.nn.functional.gelu``)."""
@@ -356,13 +406,23 @@ class CodeWatch:
                         self._attributes(attr, names, depth + 1)
         elif isinstance(value, type):
             for name in names:
-                for mapping, k, attr in _resolve(value, name):
-                    if attr is not _MISSING:
-                        self._watch(mapping, k, attr)
+                found = _resolve(value, name)
+                if found is not None:
+                    self._watch(found[0], name, found[1])
+
+    def freeze(self) -> None:
+        """After the recording: the watches grouped by mapping, for ``holds``'s C loops."""
+        groups: dict = {}
+        for mapping, key, value in self.watches:
+            group = groups.setdefault(id(mapping), (mapping, [], []))
+            group[1].append(key)
+            group[2].append(value)
+        self._groups = [(m.get, keys, tuple(map(id, values)), [_MISSING] * len(keys))
+                        for m, keys, values in groups.values()]
 
     def holds(self) -> bool:
-        for mapping, key, value in self.watches:
-            if mapping.get(key, _MISSING) is not value:
+        for get, keys, ids, missing in self._groups:
+            if tuple(map(id, map(get, keys, missing))) != ids:
                 return False
         for container, fp in self.contents:
             if _fingerprint(container) != fp:
