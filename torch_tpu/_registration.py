@@ -16,14 +16,14 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .integrations import diffusers_flux, diffusers_embeddings, diffusers_norms
+from .integrations import diffusers_flux, diffusers_embeddings, diffusers_norms, safetensors_devices
 from .integrations import tokenizers as _tokenizers  # noqa: F401  (diffusers finds pipeline components only in imported modules)
 from .compile import default_backend
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
                     whole_ops)
 from .engine import events, modes
 from .runtime import dynamo_frames, generators
-from .tensor import interop, kernels, module_moves, serialization, untyped
+from .tensor import data_moves, interop, kernels, module_moves, serialization, untyped
 
 _DONE = False
 _LIB = None
@@ -88,6 +88,8 @@ def register() -> None:
     _register_autocast()
     serialization.install()
     module_moves.install()  # module.to("tpu") keeps tied parameters tied
+    data_moves.install()  # t.data = other between the CPU and the tpu, as between the CPU and CUDA
+    safetensors_devices.install()  # safetensors.torch.load_file(path, device="tpu")
     untyped.install()
     interop.install()
     events.install()  # torch.Event("tpu") records, synchronizes and times (torch's asks C++ hooks)

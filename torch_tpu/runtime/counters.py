@@ -29,6 +29,7 @@ _FIELDS = {
     "cpu_fallbacks": 0,       # ops run on the CPU under TORCH_TPU_CPU_FALLBACK=1
     "host_to_device_bytes": 0,
     "device_to_host_bytes": 0,
+    "host_copy_bytes_reused": 0,  # reads of unchanged uploads answered by their host tensor (tensor/host_copies.py)
     "dist_xla_collectives": 0,  # tpu_dist collectives run (or recorded) as XLA programs over a mesh
     "dist_host_fallbacks": 0,   # tpu_dist collectives on tpu tensors staged through the host (gloo)
     "dist_host_bytes": 0,       # bytes of tpu tensors those fallbacks copied to and from the host

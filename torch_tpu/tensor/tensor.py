@@ -243,22 +243,7 @@ class TpuTensor(torch.Tensor):
             body = "Parameter containing:\n" + body
         return body
 
-    # ``p.data = w`` must also move the payload, which lives on the Python object.
-    @property
-    def data(self):
-        return torch._C.TensorBase.data.__get__(self)
-
-    @data.setter
-    def data(self, new):
-        if not isinstance(new, TpuTensor):
-            raise RuntimeError(
-                f"cannot assign a {new.device} tensor to .data of a {self.device} tensor; "
-                f"move it first with .to('{self.device}')")
-        torch._C.TensorBase.data.__set__(self, new)
-        self._tpu_storage = new._tpu_storage
-        self._tpu_full = new._tpu_full
-        self._tpu_cache = new._tpu_cache
-        self._tpu_cache_version = new._tpu_cache_version
+    # ``p.data = w`` (which must also move the payload, kept on the Python object): tensor/data_moves.py
 
     def __deepcopy__(self, memo):
         """A copy sharing nothing with self, but as much with other copies as self does with their
