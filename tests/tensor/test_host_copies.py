@@ -142,3 +142,34 @@ def test_setting_off_reads_back(eager_mode, monkeypatch):
     del x
     z, read, reused = _reads(y.cpu)
     assert read == 28 and reused == 0 and torch.equal(z, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e5m2, torch.bool])
+def test_a_fresh_transfer_becomes_the_tensor_without_another_copy(monkeypatch, dtype):
+    """On a TPU or GPU JAX's transfer is a fresh host array nobody else holds (read-only to numpy): it becomes
+    the CPU tensor as it is (bfloat16/float8 through their bits as integers), no second copy, no warning. The
+    CPU platform's is a view of the device buffer, which is copied (the other tests run that path)."""
+    import warnings
+
+    import numpy as np
+
+    from torch_tpu.runtime import dtypes
+
+    made = []
+
+    def fresh(array):
+        host = np.array(array)  # a copy, as a TPU's transfer is
+        host.flags.writeable = False  # as JAX marks it
+        made.append(host)
+        return host, True
+
+    monkeypatch.setattr(dtypes, "_host_array", fresh)
+    x = (torch.arange(12) - 4).reshape(3, 4).to(dtype)
+    y = (x.to("tpu").clone() if dtype != torch.bool else x.to("tpu") & True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        z = y.cpu()
+    assert z.dtype == dtype and torch.equal(z.view(torch.uint8) if dtype.itemsize == 1 and dtype.is_floating_point
+                                            else z, x.view(torch.uint8) if dtype.itemsize == 1 and
+                                            dtype.is_floating_point else x)
+    assert z.untyped_storage().data_ptr() == made[-1].ctypes.data  # the transfer's memory itself

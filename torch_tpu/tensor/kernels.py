@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from ..engine import deferred_errors
+from ..engine import deferred_errors, streams
 from ..engine.launchers import launch
 from ..errors import device_mismatch
 from ..runtime import caches, dtypes, platform, program_cache, stable_keys
@@ -116,8 +116,12 @@ def copy_into(dst: TpuTensor, src: torch.Tensor) -> TpuTensor:
 
 
 def _upload(src: torch.Tensor, device_index: int):
-    """``src`` (CPU) uploaded (asynchronously: PJRT's copy runs beside the program queue)."""
-    return dtypes.host_to_device(src, platform.jax_device(device_index))
+    """``src`` (CPU) uploaded (asynchronously: PJRT's copy runs beside the program queue), and noted on the
+    current side stream if there is one (``engine/streams.py``: waiting for that stream waits for it)."""
+    arr = dtypes.host_to_device(src, platform.jax_device(device_index))
+    if streams.side_stream() is not None:
+        streams.note_upload(arr)
+    return arr
 
 
 def _uploaded_as_is(src: torch.Tensor, dst: TpuTensor) -> bool:
