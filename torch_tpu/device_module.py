@@ -9,6 +9,7 @@ from .engine import modes as _modes
 from .engine import streams as _streams
 from .engine.events import TpuEvent as Event  # noqa: F401  (torch.tpu.Event, as torch.cuda.Event)
 from .engine.modes import EagerMode
+from .errors import OutOfMemoryError  # noqa: F401  (torch.tpu.OutOfMemoryError, a torch.OutOfMemoryError)
 from .engine.sync import sync as _sync
 from .runtime import dynamo_frames as _dynamo_frames
 from .runtime import memory as _memory
@@ -56,7 +57,11 @@ def _is_in_bad_fork() -> bool:
 
 
 def device_count() -> int:
-    return _platform.device_count()
+    """The devices this process can use: 1. torch_tpu binds one device per process (``tpu:0``; under torchrun,
+    the one its local rank names), as the design says, so ``tpu:N`` for N > 0 is refused: a host's other
+    devices (a TPU host's other chips, ``--xla_force_host_platform_device_count``) are other processes'. 0
+    when no device starts. ``python -m torch_tpu info`` lists the host's devices."""
+    return 1 if _platform.device_count() > 0 else 0
 
 
 def current_device() -> int:
@@ -135,7 +140,8 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def get_device_name(device=None) -> str:
-    return _platform.device_name(_index(device))
+    _existing(device)
+    return _platform.device_name(0)
 
 
 class _DeviceProperties:
@@ -153,7 +159,8 @@ class _DeviceProperties:
 
 
 def get_device_properties(device=None):
-    return _DeviceProperties(_index(device))
+    _existing(device)
+    return _DeviceProperties(0)
 
 
 def get_device_capability(device=None):

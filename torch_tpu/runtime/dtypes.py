@@ -129,7 +129,13 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
         # later in-place change of the CPU tensor would silently change the tpu tensor
         arr = arr.copy()
     with platform.X64():  # else JAX truncates int64/float64 host data to 32 bits
-        return jax.device_put(arr, device)
+        try:
+            return jax.device_put(arr, device)
+        except Exception as exc:
+            oom = out_of_memory(exc, f"uploading a {list(t.shape)} {t.dtype} tensor to the device")
+            if oom is None:
+                raise
+            raise oom from exc
 
 
 def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:
