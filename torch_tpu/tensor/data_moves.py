@@ -11,37 +11,28 @@ parameter see the move. A tensor some C++ object still holds (a view of it, an a
 saved it) cannot be swapped: the holder would keep the old data, so that is a clear error instead.
 Weak references to the tensor (torch.compile's guards) do not matter: they follow the Python object.
 
-The property is installed on ``torch.Tensor`` (``install``); between two tensors of one kind it is torch's
-own setter (CPU, CUDA) or the tpu tensor's payload move (tpu to tpu), as before.
+The property is installed on ``torch.Tensor`` (``install``) for tensors of other devices, whose own setter
+stays torch's; a tpu tensor's is its class's (``TpuTensor.data``: the payload moves with the metadata), which
+calls ``swap`` for a tensor of another device.
 """
 from __future__ import annotations
 
 import torch
 
-from .tensor import TpuTensor
+from ..runtime import dynamo_frames
+from .tensor import TpuTensor, set_cross_device_data
 
 _BASE_DATA = torch._C.TensorBase.data
 _PARAMETER_CLASS = "_tpu_parameter_class"  # a Parameter subclass a CPU parameter had, restored when it leaves
 
 
-def _set_within_tpu(t: TpuTensor, new: TpuTensor) -> None:
-    """``t.data = new`` between two tpu tensors: torch's setter for the wrapper's metadata, and the payload,
-    which lives on the Python object."""
-    _BASE_DATA.__set__(t, new)
-    t._tpu_storage = new._tpu_storage
-    t._tpu_full = new._tpu_full
-    t._tpu_cache = new._tpu_cache
-    t._tpu_cache_version = new._tpu_cache_version
-
-
 def _set(t, new) -> None:
-    t_tpu, new_tpu = isinstance(t, TpuTensor), isinstance(new, TpuTensor)
-    if t_tpu and new_tpu:
-        _set_within_tpu(t, new)
-    elif t_tpu == new_tpu or not isinstance(new, torch.Tensor):
-        _BASE_DATA.__set__(t, new)  # torch's own setter (and its errors)
-    else:
+    """``torch.Tensor.data``'s setter for every tensor but the tpu's (``TpuTensor.data``, which sends a CPU
+    ``new`` to ``swap``)."""
+    if isinstance(new, TpuTensor) and not isinstance(t, TpuTensor):
         swap(t, new)
+    else:
+        _BASE_DATA.__set__(t, new)  # torch's own setter (and its errors)
 
 
 def _is_parameter(t) -> bool:
@@ -127,3 +118,10 @@ def swap(t, new) -> None:
 
 def install() -> None:
     torch.Tensor.data = property(_BASE_DATA.__get__, _set, doc=_BASE_DATA.__doc__)
+    set_cross_device_data(swap)
+    # torch.compile tracing ``p.data = w`` of a tpu tensor (diffusers' layerwise casting hook calls
+    # ``module.to(dtype)`` inside the compiled forward) inlined the tpu tensor's setter with fake tensors, which
+    # took a fake for a tensor of another device: it breaks the graph there and runs the setter as plain Python
+    setter = TpuTensor.data.fset
+    setter._torchdynamo_disable = True  # (what torch._dynamo.skip marks: dynamo does not inline it)
+    dynamo_frames.keep_out(setter)
