@@ -13,7 +13,11 @@ Paths (``--paths``; each in a process of its own, one after the other: a TPU is 
   flux_int8_resident       the 8-bit transformer resident on the chip; T5 group-offloaded (block level, streams);
                            CLIP and the VAE resident
   flux_bf16_group_offload  bfloat16; the transformer and T5 group-offloaded (block level, one block a group,
-                           ``use_stream=True, record_stream=True``: the next block uploads while this one computes)
+                           ``use_stream=True, record_stream=True``: the next block uploads while this one computes;
+                           ``low_cpu_mem_usage=True``: diffusers' pinned copies of every weight would need 2x the
+                           host memory, so each group is "pinned", a host copy for the tpu, as it goes up)
+  flux_bf16_group_offload_nostream  the same without streams (uploads are asynchronous anyway: the host issues
+                           the next group's while the device computes this one, unless something waits)
   flux_bf16_model_offload  the seed's line as written: bfloat16 and ``enable_model_cpu_offload()``; the 23.8 GB
                            transformer cannot fit a 15.7 GiB chip: the out-of-memory error is the result
   sd3_whole                SD3.5-Medium whole on the chip (``pipe.to("tpu")``), its transformer compiled
@@ -42,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import zlib
 import subprocess
 import sys
 import tempfile
@@ -50,8 +55,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-PATHS = ("flux_int8_model_offload", "flux_int8_resident", "flux_bf16_group_offload", "flux_bf16_model_offload",
-         "sd3_whole", "sd3_model_offload", "blocks", "transfers")
+PATHS = ("flux_int8_model_offload", "flux_int8_resident", "flux_bf16_group_offload", "flux_bf16_group_offload_nostream",
+         "flux_bf16_model_offload", "sd3_whole", "sd3_model_offload", "blocks", "transfers")
 H2D_GIB_S = 6.4  # host->device on the v5e, measured (torch_tpu and JAX alike)
 PROMPT = "a golden retriever surfing a wave at sunset, highly detailed"
 
@@ -137,7 +142,7 @@ def _fill(module, seed: int) -> None:
             if t.dim() == 1:
                 flat.fill_(1.0 if "norm" in name else 0.0)
                 continue
-            offset = (hash(name) % 997) * 4099 % block.numel()  # another start per tensor
+            offset = zlib.crc32(name.encode()) % block.numel()  # another start per tensor, the same every run
             for start in range(0, flat.numel(), block.numel()):
                 n = min(block.numel(), flat.numel() - start)
                 src = torch.roll(block, -offset)[:n] if start == 0 else block[:n]
@@ -254,7 +259,8 @@ def _group_offload(model, streams: bool = True) -> None:
     from diffusers.hooks import apply_group_offloading
 
     apply_group_offloading(model, onload_device="tpu", offload_device="cpu", offload_type="block_level",
-                           num_blocks_per_group=1, use_stream=streams, record_stream=streams)
+                           num_blocks_per_group=1, use_stream=streams, record_stream=streams,
+                           low_cpu_mem_usage=streams)
 
 
 def _compile_flux(pipe, mode: str, offloaded: bool) -> None:
@@ -311,13 +317,15 @@ def run_pipeline_path(path: str, args) -> dict:
         pipe.transformer.to("tpu")
         pipe.text_encoder.to("tpu")
         pipe.vae.to("tpu")
+        pipe.vae.enable_tiling()  # (the decoder's activations at 1024x1024 beside the resident 12 GB)
         _group_offload(pipe.text_encoder_2)
         _compile_flux(pipe, mode, offloaded=False)
-    elif path == "flux_bf16_group_offload":
+    elif path.startswith("flux_bf16_group_offload"):
+        streams = not path.endswith("nostream")
         pipe.text_encoder.to("tpu")
         pipe.vae.to("tpu")
-        _group_offload(pipe.transformer)
-        _group_offload(pipe.text_encoder_2)
+        _group_offload(pipe.transformer, streams)
+        _group_offload(pipe.text_encoder_2, streams)
         _compile_flux(pipe, mode, offloaded=True)
     elif path == "sd3_whole":
         pipe.to("tpu")
