@@ -173,3 +173,23 @@ def test_a_fresh_transfer_becomes_the_tensor_without_another_copy(monkeypatch, d
                                             else z, x.view(torch.uint8) if dtype.itemsize == 1 and
                                             dtype.is_floating_point else x)
     assert z.untyped_storage().data_ptr() == made[-1].ctypes.data  # the transfer's memory itself
+
+
+def test_a_written_weight_lets_its_host_tensor_go(eager_mode, monkeypatch):
+    """A weight written on the device (a training step after load_state_dict) does not hold its old host tensor
+    for its life: the records are purged as uploads go on."""
+    import weakref
+
+    from torch_tpu.tensor import host_copies
+
+    monkeypatch.setattr(host_copies, "_PURGE_EVERY", 4)
+    src = torch.randn(1000)
+    expected = src + 1
+    gone = weakref.ref(src.untyped_storage())  # (the host memory, through its storage object)
+    w = src.to("tpu")
+    del src
+    w.add_(1)  # written: the host copy no longer is its value
+    for _ in range(8):
+        torch.ones(2).to("tpu")  # more uploads
+    assert gone() is None
+    assert torch.equal(w.cpu(), expected)  # and w reads from the device

@@ -30,6 +30,8 @@ from ..runtime import counters
 # storage -> (storage version, host tensor, host tensor's version); dies with the storage
 _COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _use_count = torch._C._storage_Use_Count
+_REMEMBERED = [0]
+_PURGE_EVERY = 256
 
 
 def remember(storage, host: torch.Tensor) -> None:
@@ -38,6 +40,20 @@ def remember(storage, host: torch.Tensor) -> None:
     if not config.settings().keep_host_copies:
         return
     _COPIES[storage] = (storage.version, _alias(host), host._version)
+    _REMEMBERED[0] += 1
+    if _REMEMBERED[0] % _PURGE_EVERY == 0:
+        purge()
+
+
+def purge() -> int:
+    """Forget the records whose storage or host tensor changed since (their host memory is of no further use);
+    the number forgotten. Run every ``_PURGE_EVERY`` uploads: a weight written on the device (a training step
+    after ``load_state_dict``) holds its old host tensor until then, not for its life."""
+    stale = [s for s, (version, host, host_version) in list(_COPIES.items())
+             if version != s.version or host._version != host_version]
+    for s in stale:
+        _COPIES.pop(s, None)
+    return len(stale)
 
 
 def _alias(t: torch.Tensor) -> torch.Tensor:
