@@ -70,6 +70,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--res", type=int, default=None, help="image side (default 1024; --tiny: 64)")
     p.add_argument("--steps", type=int, default=None, help="denoising steps (default 4; --tiny: 2)")
     p.add_argument("--blocks", default="4,8", help="double,single FLUX blocks of the 'blocks' path")
+    p.add_argument("--path-timeout", type=float, default=None,
+                   help="seconds a path may take (its process is stopped, and the path records that); default none")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     return p
@@ -491,7 +493,12 @@ def main(argv=None) -> int:
         if args.tiny:
             cmd.append("--tiny")
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+                                  timeout=args.path_timeout)
+        except subprocess.TimeoutExpired as exc:
+            proc = subprocess.CompletedProcess(cmd, -9, "", f"stopped after --path-timeout {args.path_timeout} s: "
+                                               f"{(exc.stderr or b'')[-2000:]!r}")
         text = Path(child_out).read_text() if os.path.getsize(child_out) else "{}"
         os.unlink(child_out)
         result = json.loads(text) if text.strip() else {}
