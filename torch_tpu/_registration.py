@@ -16,14 +16,14 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .integrations import diffusers_embeddings
+from .integrations import diffusers_embeddings, gguf_weights, safetensors_devices
 from .integrations import tokenizers as _tokenizers  # noqa: F401  (diffusers finds pipeline components only in imported modules)
 from .compile import default_backend
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
                     whole_ops)
-from .engine import events, modes, module_graphs
+from .engine import events, modes, module_graphs, streams
 from .runtime import dynamo_frames, generators
-from .tensor import interop, kernels, module_moves, serialization, untyped
+from .tensor import data_moves, interop, kernels, module_moves, pinned_memory, serialization, untyped
 
 _DONE = False
 _LIB = None
@@ -73,7 +73,7 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     device_module.install_accelerator_api()
     _register_factories()
-    _register_pinned_memory()
+    pinned_memory.install()  # x.pin_memory() for the tpu: a copy is_pinned() knows
     _register_log()
     attention.define()  # scaled_dot_product_attention as one op (tpu::attention)
     diffusers_embeddings.install()  # diffusers' position embeddings as one op each (tpu::rotary_embedding ...)
@@ -87,9 +87,15 @@ def register() -> None:
     serialization.install()
     module_moves.install()  # module.to("tpu") keeps tied parameters tied
     module_graphs.set_block_installer(_install_replayers)  # repeated blocks replay their recorded calls
+    data_moves.install()  # t.data = other between the CPU and the tpu, as between the CPU and CUDA
+    safetensors_devices.install()  # safetensors.torch.load_file(path, device="tpu")
+    gguf_weights.install()  # diffusers' GGUFParameter on the tpu
     untyped.install()
     interop.install()
     events.install()  # torch.Event("tpu") records, synchronizes and times (torch's asks C++ hooks)
+    streams.install()  # torch.Stream("tpu"): the compute queue, or a queue of uploads (engine/streams.py)
+    device_module.install_accelerator_streams()
+    router.add_handlers({torch.ops.aten.record_stream.default: streams.record_stream})
     generators.install()  # torch.Generator(device="tpu") (torch asks C++ hooks for it)
     _register_distributed()
     default_backend.install()  # torch.compile(model) on tpu tensors: backend "tpu" (inductor cannot)
@@ -136,29 +142,6 @@ def _register_factories() -> None:
     scalar = with_x64(_local_scalar_dense)
     _FACTORY_KERNELS.append(scalar)
     _LIB.impl("_local_scalar_dense", scalar, "PrivateUse1")
-
-
-_PIN_LIB = None
-
-
-def _register_pinned_memory() -> None:
-    # With "tpu" as the accelerator, pinning a CPU tensor asks PrivateUse1's hooks for a pinned-memory
-    # allocator, which Python hooks cannot provide: x.pin_memory() and DataLoader(pin_memory=True) (in
-    # every training script) raised "register PrivateUse1HooksInterface", even in CPU-only code. Host to
-    # device copies go through PJRT, which gains nothing from page-locked memory: pinning for the tpu
-    # is a copy in ordinary memory (is_pinned() stays False, as for any CPU tensor). Pinning for another
-    # device keeps torch's kernel.
-    global _PIN_LIB
-    _PIN_LIB = torch.library.Library("aten", "IMPL")
-    composite = torch._C.DispatchKey.CompositeExplicitAutograd
-    op = torch.ops.aten._pin_memory.default
-
-    def pin_memory(self, device=None):
-        if device is None or torch.device(device).type == "tpu":
-            return self.clone()
-        return op._op_dk(composite, self, device)
-
-    _PIN_LIB.impl("_pin_memory", dynamo_frames.keep_out(pin_memory), "CPU")
 
 
 def _local_scalar_dense(x):

@@ -128,8 +128,9 @@ def cmd_info(args) -> int:
     from .runtime import platform
 
     print(f"platform: {torch_tpu.platform()}")
-    n = torch.tpu.device_count()
-    print(f"devices: {n} (this process uses tpu:0)")
+    n = len(platform.devices())
+    print(f"devices: {n} on this host (a process uses one, as tpu:0: torch.tpu.device_count() is "
+          f"{torch.tpu.device_count()})")
     for i, dev in enumerate(platform.devices()):
         print(f"  [{i}] {dev}  name: {platform.device_name(i)}")
     free, total = torch.tpu.mem_get_info()

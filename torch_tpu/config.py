@@ -164,6 +164,10 @@ VARIABLES = (
              "compiled call 67.0 -> 61.4 ms on a v5e), none/0 for XLA's layouts and JAX's heads-major kernel"),
     Variable("TORCH_TPU_CPU_FALLBACK", "cpu_fallback", _flag, False,
              "run ops without a tpu lowering on the CPU (warns once per op, counted) instead of raising"),
+    Variable("TORCH_TPU_KEEP_HOST_COPIES", "keep_host_copies", _flag, True,
+             "a device tensor uploaded whole from a CPU tensor keeps that tensor while neither changes, so "
+             "moving it back to the host (model and group offload, .to('cpu')) reads nothing from the device; 0 "
+             "frees the host memory at the upload and reads every weight back"),
     Variable("TORCH_TPU_CACHE_DIR", "cache_dir", _text, None,
              "persistent compile cache folder (default ~/.cache/torch_tpu/xla-cache; empty: no disk cache)"),
     Variable("TORCH_TPU_CACHE_MAX_MB", "cache_max_mb", _int_at_least(1), 4096,
@@ -208,6 +212,7 @@ class Settings:
     f32_math: str
     sequence_major_kernels: frozenset
     cpu_fallback: bool
+    keep_host_copies: bool
     cache_dir: str | None
     cache_max_mb: int
     dist_timeout_s: float

@@ -6,8 +6,10 @@ import sys
 import torch
 
 from .engine import modes as _modes
+from .engine import streams as _streams
 from .engine.events import TpuEvent as Event  # noqa: F401  (torch.tpu.Event, as torch.cuda.Event)
 from .engine.modes import EagerMode
+from .errors import OutOfMemoryError  # noqa: F401  (torch.tpu.OutOfMemoryError, a torch.OutOfMemoryError)
 from .engine.sync import sync as _sync
 from .runtime import dynamo_frames as _dynamo_frames
 from .runtime import memory as _memory
@@ -55,7 +57,11 @@ def _is_in_bad_fork() -> bool:
 
 
 def device_count() -> int:
-    return _platform.device_count()
+    """The devices this process can use: 1. torch_tpu binds one device per process (``tpu:0``; under torchrun,
+    the one its local rank names), as the design says, so ``tpu:N`` for N > 0 is refused: a host's other
+    devices (a TPU host's other chips, ``--xla_force_host_platform_device_count``) are other processes'. 0
+    when no device starts. ``python -m torch_tpu info`` lists the host's devices."""
+    return 1 if _platform.device_count() > 0 else 0
 
 
 def current_device() -> int:
@@ -134,7 +140,8 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def get_device_name(device=None) -> str:
-    return _platform.device_name(_index(device))
+    _existing(device)
+    return _platform.device_name(0)
 
 
 class _DeviceProperties:
@@ -152,7 +159,8 @@ class _DeviceProperties:
 
 
 def get_device_properties(device=None):
-    return _DeviceProperties(_index(device))
+    _existing(device)
+    return _DeviceProperties(0)
 
 
 def get_device_capability(device=None):
@@ -320,9 +328,59 @@ def _is_compiled() -> bool:
     return True
 
 
+# --- streams (engine/streams.py: the compute queue, and side streams of uploads) ---------------------
+Stream = _streams.TpuStream
+StreamContext = _streams.StreamContext
+
+
+@_dynamo_frames.keep_out
+def current_stream(device=None) -> Stream:
+    _existing(device)
+    return _streams.current()
+
+
+@_dynamo_frames.keep_out
+def default_stream(device=None) -> Stream:
+    _existing(device)
+    return _streams.default_stream()
+
+
+@_dynamo_frames.keep_out
+def set_stream(stream) -> None:
+    _streams.set_current(stream)
+
+
+@_dynamo_frames.keep_out
+def stream(stream) -> StreamContext:
+    """``with torch.tpu.stream(s): ...``: uploads inside are ``s``'s transfers (None: nothing changes)."""
+    return StreamContext(stream)
+
+
+def install_accelerator_streams() -> None:
+    """``torch.accelerator.current_stream()`` / ``set_stream()`` on the tpu: torch's ask the C++ device guard,
+    which knows one stream (id 0) and no current one."""
+    import torch.accelerator as acc
+
+    for name, ours in (("current_stream", current_stream), ("set_stream", set_stream)):
+        original = getattr(acc, name, None)
+        if original is None or getattr(original, "_tpu_patched", False):
+            continue
+
+        def patched(*args, _ours=ours, _original=original, **kwargs):
+            current = torch.accelerator.current_accelerator()
+            if current is not None and current.type == "tpu":
+                return _ours(*args, **kwargs)
+            return _original(*args, **kwargs)
+
+        patched._tpu_patched = True
+        patched.__name__ = name
+        patched.__doc__ = original.__doc__
+        # (dynamo's guards on the current stream call it while a compiled region runs: traced, it recursed)
+        setattr(acc, name, _dynamo_frames.keep_out(patched))
+
+
 # --- what torch.cuda has and the tpu does not: a clear error, not a bare AttributeError --------------
-_NO_STREAMS = ("Stream", "current_stream", "default_stream", "stream", "set_stream", "StreamContext",
-               "ExternalStream", "CUDAGraph", "graph", "graphs", "make_graphed_callables")
+_NO_STREAMS = ("ExternalStream", "CUDAGraph", "graph", "graphs", "make_graphed_callables")
 
 
 def __getattr__(name):  # the module's only __getattr__ (a second one would replace it)
@@ -333,10 +391,10 @@ def __getattr__(name):  # the module's only __getattr__ (a second one would repl
         return is_initialized()
     if name in _NO_STREAMS:
         raise AttributeError(
-            f"torch.tpu.{name} does not exist: XLA runs a device's programs in launch order on one queue, so "
-            "the tpu device has no user streams or graphs. Use torch.tpu.synchronize() to wait, "
-            "torch.compile(backend='tpu') for whole-graph programs, and torch.tpu.Event(enable_timing=True) "
-            "(or torch.Event('tpu', ...)) to mark and time points of the queue.")
+            f"torch.tpu.{name} does not exist: XLA runs a device's programs as whole compiled programs on one "
+            "queue, so the tpu device has no captured graphs or external streams. Use "
+            "torch.compile(backend='tpu') for whole-graph programs, torch.tpu.Stream() for uploads beside the "
+            "computation, and torch.tpu.Event(enable_timing=True) to mark and time points of the queue.")
     raise AttributeError(f"module 'torch.tpu' has no attribute {name!r}")
 
 

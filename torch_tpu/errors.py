@@ -49,13 +49,79 @@ def no_lowering(func, args, kwargs) -> NotImplementedError:
         "torch_tpu.stats()['cpu_fallbacks']), or report the op.")
 
 
+class OutOfMemoryError(torch.OutOfMemoryError):
+    """``torch.tpu.OutOfMemoryError``: the device ran out of memory (a ``torch.OutOfMemoryError``, as
+    ``torch.cuda.OutOfMemoryError`` is). The message says what was asked, what the device holds and which way
+    of running a model larger than the device would fit; the process goes on (the values held stay)."""
+
+
+# () -> (bytes tensors on the device hold, the device's bytes or None, whether the first counts storages made
+# but maybe not yet allocated): set by runtime/memory.py
+_memory_report = None
+
+
+def set_memory_report(report) -> None:
+    global _memory_report
+    _memory_report = report
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+
+
+def _asked_bytes(text: str):
+    """The allocation a PJRT out-of-memory message names ("allocating 4398046511104 bytes",
+    "Attempting to allocate 24.00G", "2.5GiB")."""
+    import re
+
+    m = re.search(r"allocat\w* (\d+) bytes", text)
+    if m:
+        return int(m.group(1))
+    m = re.search(r"allocate ([\d.]+) ?([KMGT])i?B?\b", text)
+    if m:
+        return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2)))
+    return None
+
+
+FIT_ADVICE = (
+    "A model larger than the device fits with pipe.enable_model_cpu_offload() (one model on the device at a "
+    "time), model.enable_group_offload(onload_device='tpu', offload_type='block_level', num_blocks_per_group=1, "
+    "use_stream=True) (a block at a time, the next one uploaded while this one computes), "
+    "pipe.enable_sequential_cpu_offload() (one layer at a time, slowest), or 8-bit weights (torchao's "
+    "Int8WeightOnlyConfig, optimum-quanto's qint8, GGUF Q8_0: half of bfloat16's bytes)")
+
+
+def out_of_memory_message(what: str, detail: str, asked: int | None = None) -> str:
+    """The text of the device's out-of-memory error (see ``OutOfMemoryError``)."""
+    parts = [f"tpu: out of memory {what}: {detail}."]
+    if asked is not None:
+        parts.append(f"Asked for {_gib(asked)}.")
+    if _memory_report is not None:
+        try:
+            held, limit, counted = _memory_report()
+        except Exception:  # noqa: BLE001 - the report must never hide the error
+            held, limit, counted = None, None, False
+        if counted and asked is not None and held is not None and held >= asked:
+            held -= asked  # (a storage is counted from its making on; the one asked for is not held)
+        if held is not None and counted:
+            parts.append(f"Tensors made on the device hold {_gib(held)} (torch_tpu's count: this platform reports "
+                         "no device memory).")
+        elif held is not None:
+            parts.append(f"Tensors on the device hold {_gib(held)}" + (f" of its {_gib(limit)}." if limit else "."))
+            if asked is not None and limit and asked > limit:
+                parts.append("That one allocation is larger than the whole device.")
+    parts.append("Free tensors that are no longer needed (del them; gc.collect() frees those held in reference "
+                 "cycles), or use smaller batches or sizes. " + FIT_ADVICE + ".")
+    return " ".join(parts)
+
+
 def out_of_memory(exc: BaseException, what: str):
-    """``torch.OutOfMemoryError`` naming ``what`` when ``exc`` (a JAX/PJRT runtime error) says the device
+    """``torch.tpu.OutOfMemoryError`` naming ``what`` when ``exc`` (a JAX/PJRT runtime error) says the device
     ran out of memory, as CUDA raises it; None otherwise. The JAX error stays chained as the cause."""
     text = str(exc)
     if "RESOURCE_EXHAUSTED" not in text and "ut of memory" not in text:
         return None
+    if isinstance(exc, OutOfMemoryError):
+        return exc
     detail = next((line.strip() for line in text.splitlines() if "memory" in line), text.splitlines()[0]).rstrip(".")
-    return torch.OutOfMemoryError(
-        f"tpu: out of memory {what}: {detail}. Free tensors that are no longer needed (del them; "
-        "gc.collect() frees those held in reference cycles), or use smaller batches or sizes.")
+    return OutOfMemoryError(out_of_memory_message(what, detail, _asked_bytes(text)))

@@ -473,11 +473,12 @@ def _tpu_api():
     T.synchronize("tpu:0")
     for bad in (lambda: T.synchronize(3), lambda: T.synchronize("cuda"), lambda: T.memory_allocated(3),
                 lambda: T.mem_get_info(2), lambda: T.set_device(5), lambda: T.device(-1).__enter__(),
-                lambda: T.get_device_name(4), lambda: T.Stream(), lambda: T.current_stream()):
+                lambda: T.get_device_name(4), lambda: T.Stream(3), lambda: T.current_stream(2),
+                lambda: T.CUDAGraph()):
         with pytest.raises(Exception) as info:
             bad()
         assert D.is_clear(info.value), info.value
-    assert not hasattr(T, "Stream") and T.Event(enable_timing=True).device.type == "tpu"  # (events: test_events.py)
+    assert T.Stream().device.type == "tpu" and T.Event(enable_timing=True).device.type == "tpu"  # (test_streams.py)
     acc = torch.accelerator
     x = torch.ones(1024, device="tpu")
     acc.synchronize()

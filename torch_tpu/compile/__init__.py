@@ -207,6 +207,18 @@ def _refuse_requested_dynamism(example_inputs, options) -> None:
                     what=f"Graph input {i} {tuple(x.shape)} has dimension(s) {sorted(dims)} {how}."))
 
 
+def _holds_tpu_tensors(x) -> bool:
+    """A traceable tensor subclass (not the tpu tensor itself) whose inner tensors are on the tpu."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    from ..tensor.tensor import TpuTensor
+
+    if isinstance(x, TpuTensor) or not is_traceable_wrapper_subclass(x) or _is_dtensor(x):
+        return False
+    names, _ = x.__tensor_flatten__()
+    return any(isinstance(getattr(x, name), TpuTensor) for name in names)
+
+
 def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
     """AOTAutograd over stand-ins of static shape; each aten graph -> one XLA program."""
     from torch._functorch.aot_autograd import aot_module_simplified
@@ -231,6 +243,15 @@ def _compile_static(gm: torch.fx.GraphModule, example_inputs, fake_mode=None):
             local = x._local_tensor
             m = torch.empty_strided(tuple(local.shape), tuple(local.stride()), dtype=local.dtype, device="meta")
             return DTensor(FakeTensor(fake_mode, m, local.device), x._spec, requires_grad=x.requires_grad)
+        if _holds_tpu_tensors(x):
+            # a tensor subclass over tpu tensors (torchao's and optimum-quanto's quantized weights): the same
+            # subclass over stand-ins of its inner tensors, so the graph is traced through its own ops
+            # (int8 -> bfloat16, matmul, scale: one program, XLA fuses the dequantization into the product)
+            # and AOTAutograd passes the inner tpu tensors to the program (a dense stand-in of the outer
+            # traced a plain linear, and the program was then handed the subclass itself)
+            names, ctx = x.__tensor_flatten__()
+            inner = {name: stand_in(getattr(x, name)) for name in names}
+            return type(x).__tensor_unflatten__(inner, ctx, x.size(), x.stride())
         if x.device.type != "tpu":
             # a host scalar (dynamo passes an unspecialised Python float as a 0-d tensor): dynamo's fake
             # of it remembers the symbolic float its .item() gave, which AOTAutograd turns back into

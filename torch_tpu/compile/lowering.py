@@ -15,7 +15,7 @@ from ..tensor import strided
 from ..tensor.views import MATH_BITS_SEEN
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
 from ..eager import math_bits
-from . import graph_outputs, missing_ops, norm_rope, replay, special_nodes
+from . import graph_outputs, missing_ops, norm_rope, replay, special_nodes, stream_nodes
 
 _counters = counters.counters
 _DECOMPS = None
@@ -412,9 +412,10 @@ def graph_compiler(kind: str):
         for x in example_inputs:
             if not isinstance(x, (torch.Tensor, type(None), int, float, bool)) and not _is_opaque(x):
                 raise RuntimeError(f"torch.compile(backend='tpu'): unsupported graph input {type(x)}")
+        stream_calls = stream_nodes.take(gm)  # run on the host beside the program (compile/stream_nodes.py)
         user = _user_kernel_ops(gm)
         if user:
-            return _op_by_op(gm, kind, user)
+            return stream_nodes.around(_op_by_op(gm, kind, user), *stream_calls)
         norm_rope.fuse(gm)  # FLUX's q/k norm and rotary embedding as one op (one kernel on a TPU)
         plan = _Plan(gm)
         jax = platform.jax()
@@ -456,7 +457,7 @@ def graph_compiler(kind: str):
                       [i for i, _ in plan.writebacks], layouts, frozenset(tokens), graph_outputs.output_aliases(gm, out_node, {i for i, _ in plan.writebacks}),
                       [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"], out_vals)
         run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
-        return run
+        return stream_nodes.around(run, *stream_calls)
 
     return compile_graph
 

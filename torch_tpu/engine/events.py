@@ -10,7 +10,8 @@ program launched last; the event completes when that program's output is ready. 
 for recorded events in order and notes the host clock when each completes, which ``elapsed_time`` reads
 (milliseconds between the two completions: the device time of the work between the two records, as
 the host observes it, within the thread's wake-up latency of ~0.1 ms). There is one queue, so
-``wait()`` has nothing to order: work launched after it runs after the recorded work anyway.
+``wait()`` has nothing to order: work launched after it runs after the recorded work anyway. An event
+recorded on a side stream (``engine/streams.py``) is that stream's uploads so far.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import time
 import torch
 
 from ..runtime import program_cache
-from . import fused
+from . import fused, streams
 
 __all__ = ["Event", "TpuEvent", "install"]
 
@@ -29,7 +30,8 @@ _BaseEvent = torch.Event
 
 
 class _Completion:
-    """One record(): the program it waits for and when the host saw it finish."""
+    """One record(): the arrays it waits for (the program launched last, or a side stream's uploads) and when
+    the host saw them finish."""
 
     __slots__ = ("marker", "recorded_at", "done_at", "done")
 
@@ -47,7 +49,8 @@ class _Watcher:
         self.lock = threading.Lock()
 
     def add(self, c: _Completion) -> None:
-        if c.marker is None or c.marker.is_deleted() or c.marker.is_ready():
+        c.marker = [a for a in c.marker if a is not None and not a.is_deleted() and not a.is_ready()]
+        if not c.marker:
             c.done_at = c.recorded_at
             c.done.set()
             return
@@ -60,10 +63,11 @@ class _Watcher:
     def _run(self) -> None:
         while True:
             c = self.queue.get()
-            try:
-                c.marker.block_until_ready()
-            except Exception:  # noqa: BLE001 - a failed program is reported by the next read or synchronize
-                pass
+            for array in c.marker:
+                try:
+                    array.block_until_ready()
+                except Exception:  # noqa: BLE001 - a failed program is reported by the next read or synchronize
+                    pass
             c.done_at = max(time.perf_counter(), c.recorded_at)
             c.done.set()
 
@@ -96,14 +100,20 @@ class Event(_BaseEvent, metaclass=_EventType):
         if not self._on_tpu:
             return super().record(stream) if stream is not None else super().record()
         _check_stream(stream)
-        fused.finish()  # what fused mode recorded so far is launched (the event covers it)
-        self._tpu_completion = _Completion(program_cache.last_launched())
+        uploads = streams.pending_uploads(streams.current() if stream is None else stream)
+        if uploads is None:  # the default stream: the programs launched
+            fused.finish()  # what fused mode recorded so far is launched (the event covers it)
+            uploads = [program_cache.last_launched()]
+        self._tpu_completion = _Completion(uploads)
         _WATCHER.add(self._tpu_completion)
 
     def query(self) -> bool:
         if not self._on_tpu:
             return super().query()
-        return self._tpu_completion is None or self._tpu_completion.done.is_set()
+        c = self._tpu_completion
+        # (the arrays themselves: the watcher thread may not have noted them yet, and after a synchronize of
+        # the stream an event recorded on it is complete)
+        return c is None or c.done.is_set() or all(a.is_deleted() or a.is_ready() for a in c.marker)
 
     def wait(self, stream=None) -> None:
         if not self._on_tpu:

@@ -9,17 +9,19 @@ from . import deferred_errors, fused
 
 
 @dynamo_frames.host_only
-def sync() -> None:
+def sync(skip: frozenset = frozenset()) -> None:
     """Run pending fused work and wait for everything launched so far: live values, and programs
     whose results were dropped (``model(x); torch.tpu.synchronize()`` waits for the model). A failed
-    value (a program that ran out of memory) raises once here, not at every later synchronize."""
+    value (a program that ran out of memory) raises once here, not at every later synchronize.
+    ``skip``: ids of arrays not to wait for (side streams' uploads, when the default stream is waited for)."""
     if "jax" not in sys.modules:  # nothing ever ran on the device
         return
     with platform.X64():
         fused.finish()
         jax = platform.jax()
         try:
-            jax.block_until_ready(jax.live_arrays())
+            live = jax.live_arrays()
+            jax.block_until_ready([a for a in live if id(a) not in skip] if skip else live)
             program_cache.wait_for_launched()
         except Exception as exc:
             first, seen = _first_unreported_failure(jax)

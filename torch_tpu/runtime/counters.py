@@ -34,6 +34,7 @@ _FIELDS = {
     "module_recordings": 0,   # module calls recorded as one program to replay (eager/module_replay.py)
     "module_replays": 0,      # module calls that ran their recorded program instead of their Python
     "module_replay_refusals": 0,  # recordings refused: the call did something a replay would not repeat
+    "host_copy_bytes_reused": 0,  # reads of unchanged uploads answered by their host tensor (tensor/host_copies.py)
     "dist_xla_collectives": 0,  # tpu_dist collectives run (or recorded) as XLA programs over a mesh
     "dist_host_fallbacks": 0,   # tpu_dist collectives on tpu tensors staged through the host (gloo)
     "dist_host_bytes": 0,       # bytes of tpu tensors those fallbacks copied to and from the host

@@ -154,3 +154,32 @@ def summary(stats: dict, device_name: str, limit: int, source: str) -> str:
     rows += [thin, text("device memory limit: " + _fmt(limit).strip()),
              text(f"OOMs: {stats['num_ooms']}   alloc retries: {stats['num_alloc_retries']}"), line]
     return "\n".join(rows)
+
+
+def device_bytes() -> tuple[int, int | None, bool]:
+    """(bytes tensors on the device hold, the device's bytes or None where PJRT does not say, whether the
+    first is torch_tpu's count of live storages): PJRT's ``bytes_in_use`` and ``bytes_limit`` of this
+    process's device (TPU, GPU), else the counted storages and None (the CPU platform). For out-of-memory
+    errors (``errors.out_of_memory_message``)."""
+    import sys
+
+    pjrt = {}
+    if "jax" in sys.modules:
+        from . import platform
+
+        try:
+            pjrt = pjrt_stats(platform.jax_device(0))
+        except Exception:  # noqa: BLE001 - a report, never an error of its own
+            pjrt = {}
+    held = int(pjrt.get("bytes_in_use", COUNTS.in_use))
+    limit = pjrt.get("bytes_limit")
+    return held, int(limit) if limit else None, "bytes_in_use" not in pjrt
+
+
+def _install_report() -> None:
+    from .. import errors
+
+    errors.set_memory_report(device_bytes)
+
+
+_install_report()

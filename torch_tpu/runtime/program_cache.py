@@ -403,4 +403,10 @@ def zeros(shape: tuple, jax_dtype, device):
 
         prog = compile_program(key, fn, (), device=device)
     _counters["executions"] += 1
-    return prog()
+    try:
+        return prog()
+    except Exception as exc:
+        oom = out_of_memory(exc, f"allocating a {list(shape)} {np.dtype(jax_dtype).name} tensor")
+        if oom is None:
+            raise
+        raise oom from exc

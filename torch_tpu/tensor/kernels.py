@@ -9,11 +9,11 @@ import math
 
 import torch
 
-from ..engine import deferred_errors
+from ..engine import deferred_errors, streams
 from ..engine.launchers import launch
 from ..errors import device_mismatch
 from ..runtime import caches, dtypes, platform, program_cache, stable_keys
-from . import strided
+from . import host_copies, strided
 from .tensor import TpuStorage, TpuTensor, empty, refresh_layout, value_of, wrap, write
 
 aten = torch.ops.aten
@@ -68,8 +68,14 @@ def convert_value(x: TpuTensor, dst_dtype: torch.dtype):
     return launch(key, fn, args, (tuple(x.shape), want), "copy")
 
 
-def to_host(x: TpuTensor) -> torch.Tensor:
-    """x's value as a new CPU tensor: a point that waits, so pending device-side checks are read first."""
+def to_host(x: TpuTensor, owned: bool = True) -> torch.Tensor:
+    """x's value as a new CPU tensor (``owned``: the caller's to keep; else only read): a point that waits,
+    so pending device-side checks are read first. A whole storage still as it was uploaded from a CPU tensor
+    is that tensor (``host_copies``): no device read, and nothing to wait for."""
+    if x._tpu_full:
+        host = (host_copies.take if owned else host_copies.peek)(x._tpu_storage)
+        if host is not None:
+            return host
     arr = value_of(x)
     deferred_errors.verify()
     deferred_errors.check_read(arr)  # a value computed from a failed check raises at every read
@@ -102,9 +108,26 @@ def copy_into(dst: TpuTensor, src: torch.Tensor) -> TpuTensor:
             return dst
         arr = value_of(src)
     else:
-        arr = dtypes.host_to_device(src, platform.jax_device(dst._tpu_storage.device_index))
+        arr = _upload(src, dst._tpu_storage.device_index)
     write(dst, convert(arr, dst.shape, dst.dtype))
+    if dst._tpu_full and _uploaded_as_is(src, dst):
+        host_copies.remember(dst._tpu_storage, src)
     return dst
+
+
+def _upload(src: torch.Tensor, device_index: int):
+    """``src`` (CPU) uploaded (asynchronously: PJRT's copy runs beside the program queue), and noted on the
+    current side stream if there is one (``engine/streams.py``: waiting for that stream waits for it)."""
+    arr = dtypes.host_to_device(src, platform.jax_device(device_index))
+    if streams.side_stream() is not None:
+        streams.note_upload(arr)
+    return arr
+
+
+def _uploaded_as_is(src: torch.Tensor, dst: TpuTensor) -> bool:
+    """``src`` (CPU) holds ``dst``'s new value in its memory as it is: its shape, dtype, contiguous, no math bit."""
+    return (src.device.type == "cpu" and src.dtype == dst.dtype and src.shape == dst.shape and src.is_contiguous()
+            and src.layout == torch.strided and not src.is_conj() and not src.is_neg())
 
 
 def copy_(func, args, kwargs):
@@ -112,7 +135,7 @@ def copy_(func, args, kwargs):
     if isinstance(dst, TpuTensor):
         return copy_into(dst, src)
     # CPU destination, tpu source
-    host = to_host(src)
+    host = to_host(src, owned=False)
     dst.copy_(host)
     return dst
 
@@ -127,6 +150,10 @@ def to_copy(func, args, kwargs):
     x = args[0]
     dtype = kwargs.get("dtype") or x.dtype
     device = kwargs.get("device")
+    if device is not None and torch.device(device).type == "meta":
+        # no data to read: a meta tensor of x's layout (accelerate's offload to "meta" read every weight back)
+        meta = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return aten._to_copy.default(meta, **kwargs)
     if device is not None and not _device_is_tpu(device):
         host = to_host(x)
         if dtype != x.dtype:
@@ -139,8 +166,11 @@ def to_copy(func, args, kwargs):
         raise RuntimeError(f"{func}: tpu:{index} does not exist: torch_tpu binds one device per process "
                            "(tpu:0); run one process per device")
     if not isinstance(x, TpuTensor):  # CPU tensor -> tpu (some paths call _to_copy directly)
-        arr = dtypes.host_to_device(x, platform.jax_device())
-        return wrap(convert(arr, x.shape, dtype), dtype)
+        arr = _upload(x, 0)
+        out = wrap(convert(arr, x.shape, dtype), dtype)
+        if _uploaded_as_is(x, out):
+            host_copies.remember(out._tpu_storage, x)
+        return out
     fmt = kwargs.get("memory_format")
     if fmt not in (None, torch.preserve_format) or not x.is_contiguous():
         # x.to(dtype) keeps a dense non-contiguous layout (channels_last ...), as on CPU; .to(memory_format=)
@@ -151,7 +181,7 @@ def to_copy(func, args, kwargs):
 
 
 def local_scalar_dense(func, args, kwargs):
-    return to_host(args[0]).item()
+    return to_host(args[0], owned=False).item()
 
 
 def resize_(func, args, kwargs):

@@ -10,7 +10,8 @@ wraps the outermost ``_apply`` call: each moved parameter's new value is swapped
 object (``torch.utils.swap_tensors``, the path torch takes for wrapper subclasses; its ``.grad`` comes
 along), so the module, the optimizer and every other holder see the moved parameter, as on CUDA. Where
 the swap is refused (another reference to the old tensor's data: a view of it alive), the slots that held
-one parameter still hold one new parameter.
+one parameter still hold one new parameter. A tensor torch's ``_apply`` reaches through several slots (a
+tied weight) moves to the other device once (``_Once``): it was uploaded, or read back, once per slot.
 """
 from __future__ import annotations
 
@@ -50,6 +51,23 @@ def _slots(module: torch.nn.Module) -> dict[int, list]:
     return slots
 
 
+class _Once:
+    """``fn`` of one outermost ``_apply``, applied once per tensor object when it moves the tensor to another
+    device (a conversion on one device, which may work in place, runs as often as torch calls it)."""
+
+    def __init__(self, fn):
+        self.fn, self.moved = fn, {}
+
+    def __call__(self, t):
+        done = self.moved.get(id(t))
+        if done is not None and done[0] is t:
+            return done[1]
+        out = self.fn(t)
+        if isinstance(t, torch.Tensor) and isinstance(out, torch.Tensor) and out.device.type != t.device.type:
+            self.moved[id(t)] = (t, out)  # (t kept: its id stays its own while this call runs)
+        return out
+
+
 def _apply(self, fn, recurse=True):
     # (inside a function torch.compile traces, dynamo follows torch's own code: it could not trace the
     # swap, and a module built and moved inside a compiled function has no earlier holders to keep)
@@ -59,7 +77,7 @@ def _apply(self, fn, recurse=True):
     shared = _slots(self)
     _STATE.inside = True
     try:
-        out = _ORIGINAL(self, fn, recurse)
+        out = _ORIGINAL(self, _Once(fn), recurse)
     finally:
         _STATE.inside = False
     for slots in shared.values():

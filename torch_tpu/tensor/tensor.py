@@ -19,6 +19,18 @@ from ..runtime import dtypes, memory, platform, program_cache
 from . import strided
 
 _DEVICE: torch.device | None = None
+_cross = []  # [fn]: tensor/data_moves.swap, set at its install (a module above this one)
+
+
+def _cross_device_data(t, new) -> None:
+    if not isinstance(new, torch.Tensor) or not _cross:
+        torch._C.TensorBase.data.__set__(t, new)  # torch's own error
+        return
+    _cross[0](t, new)
+
+
+def set_cross_device_data(fn) -> None:
+    _cross[:] = [fn]
 
 
 def device_for(index: int = 0) -> torch.device:
@@ -243,7 +255,8 @@ class TpuTensor(torch.Tensor):
             body = "Parameter containing:\n" + body
         return body
 
-    # ``p.data = w`` must also move the payload, which lives on the Python object.
+    # ``p.data = w`` must also move the payload, which lives on the Python object (a property of this class, not
+    # only torch.Tensor's of tensor/data_moves.py: torch.compile replays a traced ``.data =`` through it)
     @property
     def data(self):
         return torch._C.TensorBase.data.__get__(self)
@@ -251,14 +264,14 @@ class TpuTensor(torch.Tensor):
     @data.setter
     def data(self, new):
         if not isinstance(new, TpuTensor):
-            raise RuntimeError(
-                f"cannot assign a {new.device} tensor to .data of a {self.device} tensor; "
-                f"move it first with .to('{self.device}')")
+            _cross_device_data(self, new)  # (tensor/data_moves.py: between the CPU and the tpu)
+            return
         torch._C.TensorBase.data.__set__(self, new)
         self._tpu_storage = new._tpu_storage
         self._tpu_full = new._tpu_full
         self._tpu_cache = new._tpu_cache
         self._tpu_cache_version = new._tpu_cache_version
+
 
     def __deepcopy__(self, memo):
         """A copy sharing nothing with self, but as much with other copies as self does with their
