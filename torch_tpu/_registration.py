@@ -72,6 +72,7 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     device_module.install_accelerator_api()
+    _register_memory_module()
     _register_factories()
     _register_pinned_memory()
     _register_log()
@@ -99,6 +100,17 @@ def register() -> None:
         modes.init_from_settings()
     except config.ConfigError as exc:
         warnings.warn(f"torch_tpu: {exc}; the tpu device will refuse to start until it is fixed")
+
+
+def _register_memory_module() -> None:
+    # ``torch.tpu.memory`` (and ``import torch.tpu.memory``), as ``torch.cuda.memory``; its functions that
+    # torch.cuda also has at the top (memory_snapshot, set_per_process_memory_fraction) on torch.tpu too
+    from . import device_memory
+
+    sys.modules.setdefault("torch.tpu.memory", device_memory)
+    device_module.memory = device_memory
+    for name in ("memory_snapshot", "set_per_process_memory_fraction", "get_per_process_memory_fraction"):
+        setattr(device_module, name, getattr(device_memory, name))
 
 
 def _keep_callbacks_out_of_dynamo() -> None:
