@@ -15,7 +15,7 @@ from ..tensor import strided
 from ..tensor.views import MATH_BITS_SEEN
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
 from ..eager import math_bits
-from . import graph_outputs, missing_ops, norm_rope, replay, special_nodes
+from . import data_dependent, graph_outputs, missing_ops, norm_rope, replay, special_nodes
 
 _counters = counters.counters
 _DECOMPS = None
@@ -75,6 +75,7 @@ class _Plan:
         from .. import ops
 
         ops.load()
+        data_dependent.refuse(gm)  # x[mask] under fullgraph=True: an error naming it and the ways out
         self.gm = gm
         self.nodes = list(gm.graph.nodes)
         self.lowerings = {}
@@ -127,7 +128,7 @@ class _Plan:
                 raise RuntimeError(f"torch.compile(backend='tpu'): in-place {func} left in a "
                                    "functionalised graph")
             if low is None:
-                missing.append(func)
+                missing.append(node)  # (missing_ops tries eager's route for it on the node's shapes)
                 continue
             if low.data_dependent:
                 low = special_nodes.static_variant(node, func, low)
