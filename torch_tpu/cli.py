@@ -501,6 +501,10 @@ def cmd_generate(args) -> int:
         t_call = time.perf_counter()
         image = pipe(**call).images[0]
         sync()
+        if on_tpu:  # the totals of the stages whose compilation was announced, before the stage table
+            from .runtime import compile_status
+
+            compile_status.close_stages()
         return image, time.perf_counter() - t_call
 
     setup_stages = len(timer.stages)  # load, device start, move: kept; each run records its own stages
