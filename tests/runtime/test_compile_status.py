@@ -4,6 +4,7 @@ runs show it and --quiet hides it (tests/test_cli.py)."""
 import re
 import time
 
+import pytest
 import torch
 
 import torch_tpu
@@ -115,3 +116,35 @@ def test_a_stage_that_went_quiet_is_closed_when_another_begins(monkeypatch, caps
     assert re.search(r"compiled 3 programs for TextEncoder \(0\.\d s of XLA compilation\)", err), err
     assert "for Transformer" not in err  # one quick program: nothing to say
     compile_status.close_stages()
+
+
+def test_a_compiled_graph_is_named_after_its_module_or_function(monkeypatch, capsys, fresh_programs):
+    """diffusers wraps its transformers' forward in a decorator (``apply_lora_scale``), and every compiled
+    transformer graph was named after it, "compiled.wrapper.inference", where fused mode names the module."""
+    diffusers_peft = pytest.importorskip("diffusers.utils.peft_utils")
+    monkeypatch.setenv("TORCH_TPU_COMPILE_STATUS", "1")
+    monkeypatch.setenv("TORCH_TPU_COMPILE_STATUS_AFTER", "0.000001")
+
+    class TinyTransformer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        @diffusers_peft.apply_lora_scale("joint_attention_kwargs")
+        def forward(self, x, joint_attention_kwargs=None):
+            return self.proj(x).relu()
+
+    model = TinyTransformer().to("tpu")
+    model.compile(backend="tpu", fullgraph=True, dynamic=False)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        model(torch.randn(2, 4).to("tpu")).cpu()
+
+    def train_step(x):
+        return model.proj(x).square().sum()
+
+    torch.compile(train_step, backend="tpu", dynamic=False)(torch.randn(3, 4).to("tpu")).backward()
+    err = capsys.readouterr().err
+    assert "compiled compiled.TinyTransformer.inference in" in err, err
+    assert "compiled compiled.train_step.forward in" in err and "compiled compiled.train_step.backward in" in err
+    assert "wrapper" not in err

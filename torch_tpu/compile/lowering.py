@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import operator
+import sys
 import warnings
 
 import torch
@@ -477,19 +478,38 @@ _DEVICE_CHECKS: dict = caches.register("compiled graph checks", caches.Bounded(p
 
 
 def _named(program, kind: str):
-    """The graph's program named after the compiled function (traces, compile log):
-    compiled.<function>.<forward|backward|inference>."""
+    """The graph's program named after what was compiled (status line, traces, compile log), as fused mode
+    names its graphs after the module: compiled.<module class or function>.<forward|backward|inference>."""
     from torch._guards import TracingContext
 
     ctx = TracingContext.try_get()
     codes = getattr(ctx, "traced_code", None) or []
-    where = codes[0].co_name if codes else "graph"
+    where = _compiled_what(codes[0]) if codes else "graph"
 
     def fn(*arrays):
         return program(*arrays)
 
     fn.__name__ = fn.__qualname__ = f"compiled.{where}.{kind}"
     return fn
+
+
+def _compiled_what(first) -> str:
+    """The class of the module whose call is being compiled, else the compiled function's name. dynamo's
+    first traced code is the frame it compiled: a module's ``forward`` or a decorator's wrapper around it
+    (diffusers' ``apply_lora_scale``: ``...<locals>.wrapper``, which named every transformer's graph
+    "compiled.wrapper"), or a function. The module is the innermost one being called on this thread (its
+    ``__call__`` waits for the compile; ``torch.compile(module)``'s wrapper is unwrapped)."""
+    method = bool(first.co_argcount) and first.co_varnames[0] == "self"
+    if method or "<locals>" in first.co_qualname:
+        frame = sys._getframe(2)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_argcount and code.co_varnames[0] == "self":
+                this = frame.f_locals.get("self")
+                if isinstance(this, torch.nn.Module) and not isinstance(this, torch.fx.GraphModule):
+                    return type(getattr(this, "_orig_mod", this)).__name__
+            frame = frame.f_back
+    return first.co_qualname.rpartition("<locals>.")[2]
 
 
 def _user_output_layouts(kind: str, out_vals):
