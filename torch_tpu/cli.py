@@ -23,12 +23,11 @@ import sys
 import tempfile
 import time
 
-_MODES = {
-    "eager": "DEFER_NEVER",
-    "debug": "DEFER_NEVER_AND_LAUNCH_BLOCKING",
-    "fused": "DEFER_AND_FUSE",
-    "compile": "DEFER_NEVER",  # the transformer is compiled; everything else runs in strict eager
-}
+from .config import EAGER_MODE_NAMES
+
+# --mode: the eager modes by the names torch.tpu.eager_mode takes too, and compile: the transformer is
+# compiled, everything else runs in strict eager
+_MODES = {**EAGER_MODE_NAMES, "compile": EAGER_MODE_NAMES["eager"]}
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -86,10 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                    help="weights and compute dtype (default: bfloat16 with --model, float32 for the offline "
                         "pipelines)")
-    g.add_argument("--mode", choices=("eager", "debug", "fused", "compile"), default="eager",
+    g.add_argument("--mode", choices=tuple(_MODES), default="eager",
                    help="eager = strict eager (DEFER_NEVER); debug = DEFER_NEVER_AND_LAUNCH_BLOCKING; "
-                        "fused = DEFER_AND_FUSE; compile = torch.compile(backend='tpu') of the "
-                        "transformer (its repeated blocks with --offload)")
+                        "fused = DEFER_AND_FUSE (the names torch.tpu.eager_mode takes too); compile = "
+                        "torch.compile(backend='tpu') of the transformer (its repeated blocks with --offload)")
     g.add_argument("--offload", action="store_true", help="pipe.enable_model_cpu_offload()")
     g.add_argument("--output", default="output.png", help="where the image is saved (its extension picks "
                                                            "the format)")
@@ -406,7 +405,7 @@ def cmd_generate(args) -> int:
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     on_tpu = args.device == "tpu"
     if on_tpu:
-        torch.tpu.eager_mode = getattr(torch_tpu.EagerMode, _MODES[args.mode])
+        torch.tpu.eager_mode = args.mode if args.mode in EAGER_MODE_NAMES else _MODES[args.mode]
         sync = torch.tpu.synchronize
     else:
         def sync():

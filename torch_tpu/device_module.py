@@ -315,7 +315,9 @@ def empty_cache() -> None:
 # --- execution modes ---------------------------------------------------------------------------------
 @_dynamo_frames.host_only
 def set_eager_mode(mode: EagerMode):
-    """Context manager: ``with torch.tpu.set_eager_mode(EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING): ...``"""
+    """Switches the eager mode: for good as a plain call, until the block ends as a context manager
+    (``with torch.tpu.set_eager_mode("debug"): ...``). ``mode``: an ``EagerMode``, or the name the command
+    line uses ("eager", "debug", "fused")."""
     return _modes.eager_mode_context(mode)
 
 
