@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import operator
 import sys
-import warnings
 
 import torch
 
 from .. import parity
+from ..errors import warn_at_user
 from ..engine import deferred_errors, fused
 from ..ops import calling, checks, registry
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
@@ -384,9 +384,8 @@ def _user_kernel_ops(gm) -> list[str]:
 
 def _op_by_op(gm, kind: str, ops: list[str]):
     """A graph holding user kernels runs as eager tpu ops (each op as strict or fused eager runs it)."""
-    warnings.warn(f"torch.compile(backend='tpu'): the {kind} graph calls {', '.join(ops)}, which no XLA program "
-                  "can hold; that graph runs op by op (eagerly), not as one program", RuntimeWarning,
-                  stacklevel=2)
+    warn_at_user(f"torch.compile(backend='tpu'): the {kind} graph calls {', '.join(ops)}, which no XLA program "
+                 "can hold; that graph runs op by op (eagerly), not as one program", RuntimeWarning)
 
     from torch._higher_order_ops import auto_functionalize as af
 

@@ -57,8 +57,8 @@ def enabled() -> bool:
 def _say(text: str) -> None:
     line = f"torch_tpu: {text}"
     try:
-        bars = sys.modules.get("tqdm")  # a progress bar drawn on a terminal (diffusers' steps): tqdm moves it
-        if bars is not None and getattr(bars.tqdm, "_instances", None) and sys.stderr.isatty():
+        bars = sys.modules.get("tqdm")  # a progress bar being drawn (diffusers' steps): tqdm clears it and
+        if bars is not None and getattr(bars.tqdm, "_instances", None):  # draws it again below the line
             bars.tqdm.write(line, file=sys.stderr)
             return
         print(line, file=sys.stderr, flush=True)
@@ -123,13 +123,13 @@ def stage():
 
 @functools.lru_cache(maxsize=None)
 def _libraries() -> tuple:
-    """Folders whose functions are no stage: torch_tpu, torch, JAX, Python's own library."""
+    """Folders whose functions are no stage: torch_tpu, torch, JAX, Python's threading."""
     import jax
     import torch
 
     ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # torch_tpu/
     folders = [ours + os.sep] + [os.path.dirname(m.__file__) + os.sep for m in (torch, jax)]
-    return (*folders, os.path.dirname(os.__file__) + os.sep, "<frozen ", "<string>")
+    return (*folders, threading.__file__, "<frozen ", "<string>")
 
 
 def _closing(over) -> list:
