@@ -72,6 +72,7 @@ def register() -> None:
         torch._C._acc.register_python_privateuseone_hook(_Hooks())
         torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     device_module.install_accelerator_api()
+    _register_memory_module()
     _register_factories()
     pinned_memory.install()  # x.pin_memory() for the tpu: a copy is_pinned() knows
     _register_log()
@@ -110,6 +111,17 @@ def _install_replayers(root) -> None:
     from .eager import module_replay  # (the first model moved to the device loads it, not ``import torch``)
 
     module_replay.install(root)
+
+
+def _register_memory_module() -> None:
+    # ``torch.tpu.memory`` (and ``import torch.tpu.memory``), as ``torch.cuda.memory``; its functions that
+    # torch.cuda also has at the top (memory_snapshot, set_per_process_memory_fraction) on torch.tpu too
+    from . import device_memory
+
+    sys.modules.setdefault("torch.tpu.memory", device_memory)
+    device_module.memory = device_memory
+    for name in ("memory_snapshot", "set_per_process_memory_fraction", "get_per_process_memory_fraction"):
+        setattr(device_module, name, getattr(device_memory, name))
 
 
 def _keep_callbacks_out_of_dynamo() -> None:

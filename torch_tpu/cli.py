@@ -23,12 +23,11 @@ import sys
 import tempfile
 import time
 
-_MODES = {
-    "eager": "DEFER_NEVER",
-    "debug": "DEFER_NEVER_AND_LAUNCH_BLOCKING",
-    "fused": "DEFER_AND_FUSE",
-    "compile": "DEFER_NEVER",  # the transformer is compiled; everything else runs in strict eager
-}
+from .config import EAGER_MODE_NAMES
+
+# --mode: the eager modes by the names torch.tpu.eager_mode takes too, and compile: the transformer is
+# compiled, everything else runs in strict eager
+_MODES = {**EAGER_MODE_NAMES, "compile": EAGER_MODE_NAMES["eager"]}
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -86,10 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                    help="weights and compute dtype (default: bfloat16 with --model, float32 for the offline "
                         "pipelines)")
-    g.add_argument("--mode", choices=("eager", "debug", "fused", "compile"), default="eager",
+    g.add_argument("--mode", choices=tuple(_MODES), default="eager",
                    help="eager = strict eager (DEFER_NEVER); debug = DEFER_NEVER_AND_LAUNCH_BLOCKING; "
-                        "fused = DEFER_AND_FUSE; compile = torch.compile(backend='tpu') of the "
-                        "transformer (its repeated blocks with --offload)")
+                        "fused = DEFER_AND_FUSE (the names torch.tpu.eager_mode takes too); compile = "
+                        "torch.compile(backend='tpu') of the transformer (its repeated blocks with --offload)")
     g.add_argument("--offload", action="store_true", help="pipe.enable_model_cpu_offload()")
     g.add_argument("--output", default="output.png", help="where the image is saved (its extension picks "
                                                            "the format)")
@@ -314,6 +313,7 @@ def validate_generate(args) -> list[str]:
     if args.prompt is None:
         args.prompt = _DEMO_PROMPT if folder is not None else _PROMPT
     unknown = _unknown_demo_prompt(folder, args.prompt) if folder is not None else None
+    args.prompt_warned = unknown is not None  # (the demo's tokenizer is told: it would warn again)
     if args.steps is None:
         args.steps = args.demo_call.get("num_inference_steps", 4)
     for name, minimum in (("steps", 1), ("runs", 1), ("warmup", 0)):
@@ -385,6 +385,66 @@ def _quiet_libraries() -> None:
         lib.disable_progress_bar()
 
 
+@contextlib.contextmanager
+def _import_notices_kept_off(quiet: bool):
+    """While diffusers and a pipeline's module are imported: their import-time notices (optional packages
+    they do without, deprecations inside them or torch, transformers' "requires torchvision (not
+    installed); falling back to CLIPImageProcessorPil", for an image processor FluxPipeline never uses)
+    concern the libraries, not this run, and stay off stderr (``--debug`` shows them). Warnings and log
+    records of the loading itself (weights, the prompt) are not touched."""
+    if not quiet:
+        yield
+        return
+    import warnings
+
+    import diffusers.utils.logging as diffusers_logging
+    import transformers.utils.logging as transformers_logging
+
+    levels = [(lib, lib.get_verbosity()) for lib in (diffusers_logging, transformers_logging)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for lib, _ in levels:
+            lib.set_verbosity_error()
+        try:
+            yield
+        finally:
+            for lib, level in levels:
+                lib.set_verbosity(level)
+
+
+def _plain_torch_tpu_warnings() -> None:
+    """torch_tpu's warnings (a prompt cut, an op run on the CPU: they begin "torch_tpu: ") printed as the line
+    they are, like this program's other lines: the code running them is this program, so the file:line a
+    warning names would be torch_tpu's own. Others' warnings keep Python's form."""
+    import warnings
+
+    original = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if str(message).startswith("torch_tpu: "):
+            try:
+                print(str(message), file=file or sys.stderr, flush=True)
+            except (ValueError, OSError):
+                pass
+            return
+        original(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
+def _import_pipeline_class(folder: str, quiet: bool) -> None:
+    """The pipeline class a local folder's model_index.json names, imported with its notices kept off."""
+    try:
+        with open(os.path.join(folder, "model_index.json")) as f:
+            name = json.load(f).get("_class_name")
+    except (OSError, ValueError):
+        return  # (a Hub id: diffusers imports the class while it loads)
+    with _import_notices_kept_off(quiet):
+        import diffusers
+
+        getattr(diffusers, str(name), None)
+
+
 def _median(values):
     values = sorted(values)
     n = len(values)
@@ -398,6 +458,7 @@ def cmd_generate(args) -> int:
         print(note)
     if args.quiet:
         _quiet_libraries()
+    _plain_torch_tpu_warnings()
     # a status line on stderr while an XLA compilation takes more than a second (--quiet: none)
     os.environ["TORCH_TPU_COMPILE_STATUS"] = "0" if args.quiet else os.environ.get("TORCH_TPU_COMPILE_STATUS", "1")
 
@@ -407,7 +468,7 @@ def cmd_generate(args) -> int:
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     on_tpu = args.device == "tpu"
     if on_tpu:
-        torch.tpu.eager_mode = getattr(torch_tpu.EagerMode, _MODES[args.mode])
+        torch.tpu.eager_mode = args.mode if args.mode in EAGER_MODE_NAMES else _MODES[args.mode]
         sync = torch.tpu.synchronize
     else:
         def sync():
@@ -420,17 +481,18 @@ def cmd_generate(args) -> int:
     say(f"mode: {args.mode}" + (f" ({_MODES[args.mode]})" if on_tpu else "") + f"  dtype: {args.dtype}"
         + ("  offload: model cpu offload" if args.offload else ""))
 
-    from diffusers import DiffusionPipeline
+    with _import_notices_kept_off(not args.debug):
+        from diffusers import DiffusionPipeline
 
     t_total = time.perf_counter()
     t0 = time.perf_counter()
     height, width = args.height, args.width
     if args.model is None and args.kind == "demo":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # shipped in the package: never reach for the Hub
-        from diffusers import FluxPipeline
-
         from .demo import shipped
 
+        with _import_notices_kept_off(not args.debug):
+            from diffusers import FluxPipeline
         say(f"model: the shipped demo model (coloured shapes, trained on the tpu device) at {shipped.WEIGHTS}")
         pipe = FluxPipeline.from_pretrained(str(shipped.WEIGHTS), dtype=dtype, local_files_only=True)
     elif args.model is None:
@@ -439,13 +501,17 @@ def cmd_generate(args) -> int:
 
         path = tiny_pipelines.build_pipeline_dir(args.kind, args.size)
         say(f"model: offline {args.size} {args.kind} pipeline (random weights) at {path}")
+        _import_pipeline_class(str(path), quiet=not args.debug)
         pipe = DiffusionPipeline.from_pretrained(str(path), dtype=dtype, local_files_only=True)
         default_res = tiny_pipelines.SIZE_SPECS[args.size]["default_image"]
         height = height or default_res
         width = width or default_res
     else:
         say(f"model: {args.model}")
+        _import_pipeline_class(os.path.expanduser(args.model), quiet=not args.debug)
         pipe = DiffusionPipeline.from_pretrained(args.model, dtype=dtype)
+    if getattr(args, "prompt_warned", False) and hasattr(pipe.tokenizer_2, "already_warned"):
+        pipe.tokenizer_2.already_warned(args.prompt)  # (printed above, before the model loaded)
     if args.demo_call:  # a demo model: its training size and T5 length unless given
         height = height or args.demo_call["height"]
         width = width or args.demo_call["width"]
@@ -502,6 +568,10 @@ def cmd_generate(args) -> int:
         t_call = time.perf_counter()
         image = pipe(**call).images[0]
         sync()
+        if on_tpu:  # the totals of the stages whose compilation was announced, before the stage table
+            from .runtime import compile_status
+
+            compile_status.close_stages()
         return image, time.perf_counter() - t_call
 
     setup_stages = len(timer.stages)  # load, device start, move: kept; each run records its own stages

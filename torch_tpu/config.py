@@ -116,6 +116,11 @@ class Variable:
     doc: str
 
 
+# The eager modes by the short names ``python -m torch_tpu generate --mode`` takes, which
+# ``torch.tpu.eager_mode = "fused"`` and ``set_eager_mode("debug")`` take too (beside ``EagerMode``'s own names).
+# Here (no torch import) so that the command line can list them before anything heavy loads.
+EAGER_MODE_NAMES = {"eager": "DEFER_NEVER", "debug": "DEFER_NEVER_AND_LAUNCH_BLOCKING", "fused": "DEFER_AND_FUSE"}
+
 VARIABLES = (
     Variable("TORCH_TPU_PLATFORM", "platform", _platform, None,
              "force a PJRT platform: cpu, gpu or tpu (default: TPU if usable, else CUDA GPU, else CPU)"),

@@ -163,8 +163,26 @@ def get_device_properties(device=None):
     return _DeviceProperties(0)
 
 
-def get_device_capability(device=None):
-    _existing(device)
+def get_device_capability(device=None) -> tuple[int, int]:
+    """(major, minor) as ``torch.cuda.get_device_capability``, in the platform's own numbering (as
+    ``torch.mtia``'s and ``torch.xpu``'s are their hardware's): an NVIDIA GPU's CUDA compute capability
+    (``(9, 0)`` for an H100); a TPU's generation, from its device kind (``(5, 0)`` for "TPU v5 lite" and
+    "TPU v5p", ``(6, 0)`` for "TPU v6 lite"); ``(0, 0)`` on the CPU platform, which has no device generation.
+    A TPU's number is not a CUDA capability: code choosing CUDA kernels by it must check the device type."""
+    index = _existing(device)
+    kind = _platform.platform()
+    dev = _platform.jax_device(index)
+    if kind == "cuda":
+        text = str(getattr(dev, "compute_capability", "") or "")
+        major, _, minor = text.partition(".")
+        if major.isdigit():
+            return int(major), int(minor) if minor.isdigit() else 0
+    if kind == "tpu":
+        import re
+
+        found = re.search(r"v?(\d+)", str(getattr(dev, "device_kind", "") or ""))
+        if found:
+            return int(found.group(1)), 0
     return (0, 0)
 
 
@@ -305,7 +323,9 @@ def empty_cache() -> None:
 # --- execution modes ---------------------------------------------------------------------------------
 @_dynamo_frames.host_only
 def set_eager_mode(mode: EagerMode):
-    """Context manager: ``with torch.tpu.set_eager_mode(EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING): ...``"""
+    """Switches the eager mode: for good as a plain call, until the block ends as a context manager
+    (``with torch.tpu.set_eager_mode("debug"): ...``). ``mode``: an ``EagerMode``, or the name the command
+    line uses ("eager", "debug", "fused")."""
     return _modes.eager_mode_context(mode)
 
 
@@ -408,28 +428,63 @@ _ACCELERATOR_FUNCTIONS = {
 }
 
 
+def _accelerator_capability(device=None) -> dict:
+    """``torch.accelerator.get_device_capability()``: torch's key, the dtypes a tpu tensor holds
+    (``supported_dtypes``), and what the chip is (``device_kind``; ``capability``, as
+    ``torch.tpu.get_device_capability()`` gives it)."""
+    from .runtime import dtypes
+
+    index = _existing(device)
+    return {"supported_dtypes": set(dtypes.supported()), "device_kind": get_device_name(index),
+            "capability": get_device_capability(index)}
+
+
+def _accelerator_snapshot(device=None, augment_with_fx_traces=False) -> dict:
+    return _memory.snapshot(_existing(device))
+
+
 def install_accelerator_api() -> None:
-    """``torch.accelerator.synchronize()`` / ``memory_allocated()`` / ``empty_cache()`` ... when the current
-    accelerator is the tpu: torch's own versions call C++ device hooks a Python backend cannot provide
-    ("Backend doesn't support synchronizing all streams on device", an INTERNAL ASSERT about the
-    allocator). Other accelerators keep torch's functions."""
+    """``torch.accelerator.synchronize()`` / ``memory_allocated()`` / ``empty_cache()`` ... and the same
+    functions of ``torch.accelerator.memory`` (device-agnostic code calls either; the package re-exports the
+    module's functions, so each name is replaced in both) when the current accelerator is the tpu: torch's
+    own versions call C++ device hooks a Python backend cannot provide ("Backend doesn't support
+    synchronizing all streams on device", "Allocator for tpu is not a DeviceAllocator", an INTERNAL ASSERT
+    asking for a PyTorch bug report; no DeviceAllocator can be registered from Python). Other accelerators
+    keep torch's functions."""
     import torch.accelerator as acc
+    import torch.accelerator.memory as acc_memory
 
-    for name, ours in _ACCELERATOR_FUNCTIONS.items():
-        original = getattr(acc, name, None)
-        if original is None or getattr(original, "_tpu_patched", False):
-            continue
+    functions = dict(_ACCELERATOR_FUNCTIONS, get_device_capability=_accelerator_capability)
+    for module, names in ((acc, functions), (acc_memory, dict(functions, _snapshot=_accelerator_snapshot))):
+        for name, ours in names.items():
+            original = getattr(module, name, None)
+            if original is None or getattr(original, "_tpu_patched", False):
+                continue
+            patched = _on_tpu(name, ours, getattr(original, "_tpu_original", original))
+            setattr(module, name, patched)
 
-        def patched(*args, _ours=ours, _original=original, **kwargs):
-            current = torch.accelerator.current_accelerator()
-            if current is not None and current.type == "tpu":
-                return _ours(*args, **kwargs)
-            return _original(*args, **kwargs)
 
-        patched._tpu_patched = True
-        patched.__name__ = name
-        patched.__doc__ = original.__doc__
-        setattr(acc, name, patched)
+_PATCHED: dict = {}  # name -> the function standing for torch.accelerator's (one per name, both modules)
+
+
+def _on_tpu(name: str, ours, original):
+    """``ours`` when the current accelerator is the tpu, else torch's ``original``."""
+    known = _PATCHED.get(name)
+    if known is not None and known._tpu_original is original:
+        return known
+
+    def patched(*args, **kwargs):
+        current = torch.accelerator.current_accelerator()
+        if current is not None and current.type == "tpu":
+            return ours(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    patched._tpu_patched = True
+    patched._tpu_original = original
+    patched.__name__ = patched.__qualname__ = name
+    patched.__doc__ = original.__doc__
+    _PATCHED[name] = patched
+    return patched
 
 
 sys.modules[__name__].__class__ = _ModuleWithEagerMode

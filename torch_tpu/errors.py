@@ -1,6 +1,11 @@
 """Error types and the words they use: every error names the aten op and its inputs' devices, shapes
-and dtypes, never a JAX stack alone."""
+and dtypes, never a JAX stack alone. Warnings name the user's line (``warn_at_user``)."""
 from __future__ import annotations
+
+import functools
+import os
+import sys
+import warnings
 
 import torch
 
@@ -125,3 +130,26 @@ def out_of_memory(exc: BaseException, what: str):
         return exc
     detail = next((line.strip() for line in text.splitlines() if "memory" in line), text.splitlines()[0]).rstrip(".")
     return OutOfMemoryError(out_of_memory_message(what, detail, _asked_bytes(text)))
+
+
+def warn_at_user(message: str, category=UserWarning, libraries: tuple = ("torch_tpu", "torch")) -> None:
+    """``warnings.warn`` attributed to the innermost frame outside ``libraries`` (packages by name): the line of the user's code that made the op (or called the pipeline), not torch_tpu's
+    file the warning is raised in. Python shows it once per that line, as any warning."""
+    folders = _folders(libraries)
+    frame, level = sys._getframe(1), 2  # (stacklevel 2: the frame that called this function)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(folders):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+@functools.lru_cache(maxsize=None)
+def _folders(libraries: tuple) -> tuple:
+    found = ["<frozen "]
+    for name in libraries:
+        if name == "torch_tpu":
+            found.append(os.path.dirname(os.path.abspath(__file__)) + os.sep)
+            continue
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            found.append(os.path.dirname(module.__file__) + os.sep)
+    return tuple(found)

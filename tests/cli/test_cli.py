@@ -196,3 +196,27 @@ def test_the_collector_pauses_while_the_program_loads_and_the_loaded_heap_is_fro
     out = eval(r.stdout.strip().splitlines()[-1])
     assert out == {"start": (True, False), "library_call": (True, False), "loading": (False, False),
                    "loaded": (True, True), "after": (True, True), "after_failed_load": (True, False)}, out
+
+
+_LONG = ("a red circle on a big wide field of grass under a blue sky with clouds and birds flying around the sun at "
+         "noon on a summer day in the countryside")
+
+
+def test_a_cold_run_prints_on_stderr_only_its_own_lines_and_progress(tmp_path):
+    """A cold run (empty disk cache) of the demo with a long prompt it does not know: stderr holds torch_tpu's
+    own lines (the compile status per stage, named after the module; the prompt cut to 16 T5 tokens), the
+    libraries' progress bars and diffusers' true note that CLIP cut the prompt, nothing else. Its first lines
+    were other libraries' import-time notices (transformers' "requires torchvision (not installed)" for an
+    image processor FluxPipeline never uses ...), and a long prompt added two false alarms."""
+    r = _run(["generate", "--steps", "2", "--prompt", _LONG, "--output", str(tmp_path / "o.png")], tmp_path,
+             TORCH_TPU_CACHE_DIR=str(tmp_path / "cache"), TORCH_TPU_COMPILE_STATUS_AFTER="0.3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "\n", r.stderr)  # (tqdm moves between its nested bars)
+    lines = [line.strip() for line in re.split(r"[\r\n]+", text) if line.strip()]
+    bar = re.compile(r"^([\w .]+: *)?\d+%\|[^|]*\| *\d+/\d+ \[[^\]]*\]$")
+    clip = "The following part of your input was truncated because CLIP can only handle sequences up to 77 tokens"
+    foreign = [line for line in lines if not (line.startswith("torch_tpu: ") or bar.match(line) or line.startswith(clip))]
+    assert not foreign, foreign
+    assert re.search(r"torch_tpu: compiled \d+ programs for (CLIPTextModel|T5EncoderModel|AutoencoderKL)", r.stderr)
+    assert "torch_tpu: this model reads 16 T5 tokens; a prompt of" in r.stderr
+    assert "knows only the 12 prompts" in r.stdout and "knows only" not in r.stderr  # said once, before loading

@@ -16,7 +16,7 @@ LAYERS = (
     ("engine",),
     ("tensor",),
     ("eager", "compile", "distributed"),
-    ("integrations", "testing", "device_module", "_registration", "_internal"),
+    ("integrations", "testing", "device_module", "device_memory", "_registration", "_internal"),
     ("__init__",),  # the public API re-exports from every layer
     ("cli", "__main__", "demo"),  # programs over the public API
 )

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import operator
-import warnings
+import sys
 
 import torch
 
 from .. import parity
+from ..errors import warn_at_user
 from ..engine import deferred_errors, fused
 from ..ops import calling, checks, registry
 from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
@@ -15,7 +16,7 @@ from ..tensor import strided
 from ..tensor.views import MATH_BITS_SEEN
 from ..tensor.tensor import TpuTensor, new_full, new_strided, value_of, write
 from ..eager import math_bits
-from . import graph_outputs, missing_ops, norm_rope, replay, special_nodes, stream_nodes
+from . import data_dependent, graph_outputs, missing_ops, norm_rope, replay, special_nodes, stream_nodes
 
 _counters = counters.counters
 _DECOMPS = None
@@ -75,6 +76,7 @@ class _Plan:
         from .. import ops
 
         ops.load()
+        data_dependent.refuse(gm)  # x[mask] under fullgraph=True: an error naming it and the ways out
         self.gm = gm
         self.nodes = list(gm.graph.nodes)
         self.lowerings = {}
@@ -127,7 +129,7 @@ class _Plan:
                 raise RuntimeError(f"torch.compile(backend='tpu'): in-place {func} left in a "
                                    "functionalised graph")
             if low is None:
-                missing.append(func)
+                missing.append(node)  # (missing_ops tries eager's route for it on the node's shapes)
                 continue
             if low.data_dependent:
                 low = special_nodes.static_variant(node, func, low)
@@ -382,9 +384,8 @@ def _user_kernel_ops(gm) -> list[str]:
 
 def _op_by_op(gm, kind: str, ops: list[str]):
     """A graph holding user kernels runs as eager tpu ops (each op as strict or fused eager runs it)."""
-    warnings.warn(f"torch.compile(backend='tpu'): the {kind} graph calls {', '.join(ops)}, which no XLA program "
-                  "can hold; that graph runs op by op (eagerly), not as one program", RuntimeWarning,
-                  stacklevel=2)
+    warn_at_user(f"torch.compile(backend='tpu'): the {kind} graph calls {', '.join(ops)}, which no XLA program "
+                 "can hold; that graph runs op by op (eagerly), not as one program", RuntimeWarning)
 
     from torch._higher_order_ops import auto_functionalize as af
 
@@ -477,19 +478,38 @@ _DEVICE_CHECKS: dict = caches.register("compiled graph checks", caches.Bounded(p
 
 
 def _named(program, kind: str):
-    """The graph's program named after the compiled function (traces, compile log):
-    compiled.<function>.<forward|backward|inference>."""
+    """The graph's program named after what was compiled (status line, traces, compile log), as fused mode
+    names its graphs after the module: compiled.<module class or function>.<forward|backward|inference>."""
     from torch._guards import TracingContext
 
     ctx = TracingContext.try_get()
     codes = getattr(ctx, "traced_code", None) or []
-    where = codes[0].co_name if codes else "graph"
+    where = _compiled_what(codes[0]) if codes else "graph"
 
     def fn(*arrays):
         return program(*arrays)
 
     fn.__name__ = fn.__qualname__ = f"compiled.{where}.{kind}"
     return fn
+
+
+def _compiled_what(first) -> str:
+    """The class of the module whose call is being compiled, else the compiled function's name. dynamo's
+    first traced code is the frame it compiled: a module's ``forward`` or a decorator's wrapper around it
+    (diffusers' ``apply_lora_scale``: ``...<locals>.wrapper``, which named every transformer's graph
+    "compiled.wrapper"), or a function. The module is the innermost one being called on this thread (its
+    ``__call__`` waits for the compile; ``torch.compile(module)``'s wrapper is unwrapped)."""
+    method = bool(first.co_argcount) and first.co_varnames[0] == "self"
+    if method or "<locals>" in first.co_qualname:
+        frame = sys._getframe(2)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_argcount and code.co_varnames[0] == "self":
+                this = frame.f_locals.get("self")
+                if isinstance(this, torch.nn.Module) and not isinstance(this, torch.fx.GraphModule):
+                    return type(getattr(this, "_orig_mod", this)).__name__
+            frame = frame.f_back
+    return first.co_qualname.rpartition("<locals>.")[2]
 
 
 def _user_output_layouts(kind: str, out_vals):

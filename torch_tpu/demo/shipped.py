@@ -23,7 +23,7 @@ __all__ = ["DEFAULT_PROMPT", "WEIGHTS", "generation_kwargs", "info", "is_demo_fo
 
 WEIGHTS = pathlib.Path(__file__).resolve().with_name("weights")
 DEFAULT_PROMPT = "a red circle"
-_INFO = "torch_tpu_demo.json"
+_INFO = "torch_tpu_demo.json"  # (integrations.tokenizers.DEMO_RECORD: its tokenizer reads the prompts there)
 
 
 def is_demo_folder(path) -> bool:
@@ -55,12 +55,10 @@ def generation_kwargs(path=WEIGHTS) -> dict[str, Any]:
 def unknown_prompt(prompt: str, path=WEIGHTS) -> str | None:
     """A one-line warning when the model in ``path`` was not trained on ``prompt`` (it draws only the
     prompts of its training record); None for one of them (case and spacing aside)."""
-    known = info(path).get("prompts") or []
-    if not known or " ".join(prompt.lower().split()) in known:
-        return None
-    return (f"warning: the demo model knows only the {len(known)} prompts it was trained on "
-            f"({', '.join(repr(p) for p in known[:3])}, ... {known[-1]!r}); {prompt!r} is not one of them, "
-            "so the picture follows no prompt")
+    from ..integrations import tokenizers
+
+    message = tokenizers.unknown_prompt(prompt, info(path).get("prompts") or [])
+    return None if message is None else f"warning: {message}"
 
 
 def load_pipeline(path=WEIGHTS, **kwargs):

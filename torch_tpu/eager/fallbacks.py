@@ -3,13 +3,12 @@ call other aten ops), ops with data-dependent output shapes (run eagerly on conc
 opt-in CPU fallback (TORCH_TPU_CPU_FALLBACK=1)."""
 from __future__ import annotations
 
-import warnings
 
 import torch
 
 from .. import config
 from ..engine import deferred_errors, fused, poisoned
-from ..errors import no_lowering
+from ..errors import no_lowering, warn_at_user
 from ..ops import registry
 from ..runtime import caches, counters
 from ..tensor import strided
@@ -50,8 +49,8 @@ def cpu_fallback(func, args, kwargs):
     op name (``stats()["cpu_fallbacks"]``, ``stats()["cpu_fallback_ops"]``)."""
     if func not in _FALLBACK_WARNED:
         _FALLBACK_WARNED.add(func)
-        warnings.warn(f"torch_tpu: {func} has no tpu lowering; running it on the CPU "
-                      "(TORCH_TPU_CPU_FALLBACK=1)", stacklevel=4)
+        warn_at_user(f"torch_tpu: {func} has no tpu lowering; running it on the CPU "
+                     "(TORCH_TPU_CPU_FALLBACK=1)")
     counters.count_fallback(func.name())
     return cpu_fallback_call(func, args, kwargs)
 

@@ -91,6 +91,14 @@ def _route(func):
     return run_op
 
 
+def has_own_route(func) -> bool:
+    """Whether eager runs ``func`` by a route of its own (a storage kernel, a rewrite, a view, a user's
+    kernel), not through the op table's op path."""
+    from .op_path import run_op
+
+    return _route(func) is not run_op
+
+
 def add_handlers(handlers: dict) -> None:
     """More handlers (collectives, from the distributed integration); forgets cached routes."""
     _ADDED_HANDLERS.update(handlers)

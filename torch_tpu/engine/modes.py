@@ -30,15 +30,23 @@ _mode = EagerMode.DEFER_NEVER
 
 
 def _as_mode(mode) -> EagerMode:
+    """An ``EagerMode``, its name or value in any case ("DEFER_AND_FUSE", "defer_and_fuse"), or the name
+    the command line gives it ("eager", "debug", "fused": ``config.EAGER_MODE_NAMES``)."""
     if isinstance(mode, EagerMode):
         return mode
-    text = str(mode)
-    if text in EagerMode.__members__:
-        return EagerMode[text]
-    try:
-        return EagerMode(mode)
-    except ValueError:
-        raise ValueError(f"unknown eager mode {mode!r}; choose one of {[m.name for m in EagerMode]}") from None
+    if isinstance(mode, str):
+        text = mode.strip()
+        short = config.EAGER_MODE_NAMES.get(text.lower())
+        if short is not None:
+            return EagerMode[short]
+        if text.upper() in EagerMode.__members__:
+            return EagerMode[text.upper()]
+    names = ", ".join(f"{short!r} (EagerMode.{name})" for short, name in config.EAGER_MODE_NAMES.items())
+    if isinstance(mode, str) and mode.strip().lower() in ("compile", "compiled"):
+        raise ValueError(f"{mode!r} is not an eager mode: compiled mode is torch.compile(model, backend='tpu') "
+                         f"(python -m torch_tpu generate --mode compile compiles the transformer so); the eager "
+                         f"modes are {names}")
+    raise ValueError(f"unknown eager mode {mode!r}; choose one of {names}")
 
 
 def get_mode() -> EagerMode:
@@ -65,9 +73,9 @@ def set_mode(mode) -> None:
 
 
 class eager_mode_context:
-    """``torch.tpu.set_eager_mode(mode)``: switches now, as a plain call (like ``torch.set_grad_enabled``),
-    and as ``with torch.tpu.set_eager_mode(mode):`` restores the previous mode when the block ends. (A
-    generator context manager did nothing at all when called without ``with``.)
+    """``torch.tpu.set_eager_mode(mode)``: switches now and for good as a plain call (like
+    ``torch.set_grad_enabled``), and as ``with torch.tpu.set_eager_mode(mode):`` restores the previous mode
+    when the block ends. (A generator context manager did nothing at all when called without ``with``.)
 
     The mode is one per process, not per thread (autograd runs backward on its own thread, and fused
     eager's pending graph is one per process). Blocks that threads open and close out of order still

@@ -64,6 +64,11 @@ def _tables():
     return to_jax, to_torch, host_view
 
 
+def supported() -> frozenset:
+    """The torch dtypes a tpu tensor can hold (``torch.accelerator.get_device_capability()["supported_dtypes"]``)."""
+    return frozenset(_tables()[0])
+
+
 def to_jax_dtype(dtype: torch.dtype):
     try:
         return _tables()[0][dtype]

@@ -9,13 +9,16 @@ reset (exact), else the highest of the bytes in use at the reset and the counted
 """
 from __future__ import annotations
 
+import collections
+
 
 class _Counts:
     """The counts (one instance: setting a class's attribute costs several times an instance's, and
     every op output and every freed storage sets some). A storage counts itself where it is made and
     freed (``tensor.tensor.TpuStorage``: inlined there, the hot path of every op output)."""
 
-    __slots__ = ("in_use", "peak", "live", "live_peak", "allocs", "frees", "allocated_bytes", "freed_bytes")
+    __slots__ = ("in_use", "peak", "live", "live_peak", "allocs", "frees", "allocated_bytes", "freed_bytes",
+                 "limit")
 
     def __init__(self):
         self.in_use = 0          # bytes of live storages
@@ -26,9 +29,43 @@ class _Counts:
         self.frees = 0
         self.allocated_bytes = 0
         self.freed_bytes = 0
+        self.limit = NO_LIMIT    # bytes of live storages allowed (set_per_process_memory_fraction)
 
 
+NO_LIMIT = 1 << 62
 COUNTS = _Counts()
+
+
+class _Limit:
+    fraction = 1.0   # as torch.cuda.get_per_process_memory_fraction() reports it
+    total = 0        # the device memory the fraction was taken of
+
+
+def set_limit(fraction: float, total: int) -> None:
+    """Live tensor storages may hold at most ``fraction`` of ``total`` bytes from now on; a storage that would
+    pass it raises ``torch.OutOfMemoryError`` where it is made (``over_limit``)."""
+    _Limit.fraction, _Limit.total = fraction, total
+    COUNTS.limit = NO_LIMIT if fraction >= 1.0 else int(fraction * total)
+
+
+def limit_fraction() -> float:
+    return _Limit.fraction
+
+
+def over_limit(nbytes: int, held: int) -> None:
+    """Raised where ``nbytes`` more would take the live storages (``held`` bytes without them) past the
+    limit: the error CUDA's allocator raises past the fraction."""
+    c = COUNTS
+    raise _oom_type()(
+        f"tpu out of memory: tried to allocate {_fmt(nbytes).strip()} with {_fmt(held).strip()} held by tensors; "
+        f"this process may hold {_fmt(c.limit).strip()} (torch.tpu.set_per_process_memory_fraction("
+        f"{_Limit.fraction}) of {_fmt(_Limit.total).strip()}). Free tensors, or raise the fraction")
+
+
+def _oom_type():
+    import torch
+
+    return torch.OutOfMemoryError
 
 
 class _Reset:
@@ -39,6 +76,8 @@ class _Reset:
 def resized(old: int, new: int) -> None:
     """A live storage's bytes went from ``old`` to ``new`` (freed and re-allocated in place, as FSDP does)."""
     c = COUNTS
+    if new > old and c.in_use + new - old > c.limit:
+        over_limit(new - old, c.in_use)  # (nothing counted yet: the resize does not happen)
     c.in_use += new - old
     if new > old:
         c.allocated_bytes += new - old
@@ -124,7 +163,42 @@ def stats(pjrt: dict) -> dict:
     for key, value in pjrt.items():
         if isinstance(value, (int, float)):
             out[f"pjrt.{key}"] = int(value)
+    return collections.OrderedDict(sorted(out.items()))  # as torch.cuda.memory_stats() orders its keys
+
+
+def segments(index: int) -> list:
+    """``torch.cuda.memory_snapshot()``'s segments for tpu:``index``: one segment holding one active block
+    per live buffer on the device (XLA allocates every buffer on its own: nothing is cached, split or free),
+    every array JAX holds there: tensors' storages and torch_tpu's own (device scalars, RNG keys) alike."""
+    from . import platform
+
+    jax = platform.jax()
+    device = platform.jax_device(index)
+    out = []
+    for array in jax.live_arrays():
+        try:
+            if array.is_deleted():
+                continue
+            for shard in array.addressable_shards:
+                if shard.device != device:
+                    continue
+                size = int(shard.data.nbytes)
+                address = int(shard.data.unsafe_buffer_pointer())
+                block = {"address": address, "size": size, "requested_size": size, "state": "active_allocated",
+                         "frames": []}
+                out.append({"device": index, "address": address, "total_size": size, "allocated_size": size,
+                            "active_size": size, "requested_size": size, "stream": 0,
+                            "segment_type": "large" if size >= 1 << 20 else "small", "segment_pool_id": (0, 0),
+                            "is_expandable": False, "frames": [], "blocks": [block]})
+        except Exception:  # noqa: BLE001 - a buffer donated or freed by another thread meanwhile
+            continue
+    out.sort(key=lambda seg: seg["address"])
     return out
+
+
+def snapshot(index: int) -> dict:
+    """``torch.cuda.memory._snapshot()``'s form: the segments, and no allocation history (none is recorded)."""
+    return {"segments": segments(index), "device_traces": [[]], "allocator_settings": {}}
 
 
 def _fmt(n: int) -> str:

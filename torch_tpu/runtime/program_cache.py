@@ -288,7 +288,8 @@ def compile_program(key, fn: Callable, example_args: tuple, device=None, donate:
             how = "prefetched" if prog is not None else how
         if prog is None:
             prog = _load_module_entry(module_key)
-    done = (key, module_key, alias, () if checks is None else tuple(checks), token, name, example_args)
+    done = (key, module_key, alias, () if checks is None else tuple(checks), token, name, example_args,
+            compile_status.stage() if prog is None else None)  # (the stage: from this thread's stack)
     if prog is None and on_tpu:
         tpu_lowering.refuse_uncompilable(text, name)
     if prog is None and background:
@@ -311,7 +312,7 @@ def _compile_and_keep(lowered, done):
     failure names the program (an aten op, a fused or compiled graph); XLA running out of device memory
     while compiling (a program too large for it) is ``torch.OutOfMemoryError``, as at run time."""
     try:
-        with platform.X64(), compile_status.compiling(done[5]):
+        with platform.X64(), compile_status.compiling(done[5], done[7]):
             prog = lowered.compile()
     except Exception as exc:
         raise (out_of_memory(exc, f"compiling {done[5]}") or
@@ -321,7 +322,7 @@ def _compile_and_keep(lowered, done):
 
 
 def _keep(prog, done, compiled_now: bool, how: str = "loaded") -> None:
-    key, module_key, alias, checks, token, name, example_args = done
+    key, module_key, alias, checks, token, name, example_args = done[:7]
     device_trace.remember(prog, name)  # the name a profile shows for its launches
     if module_key is not None and compiled_now:
         disk_cache.store(module_key, lambda compiled=prog: _serialize(compiled))

@@ -69,6 +69,8 @@ class TpuStorage:
         live = c.live = c.live + 1
         c.allocs += 1
         c.allocated_bytes += nbytes
+        if in_use > c.limit:  # torch.tpu.set_per_process_memory_fraction (its __del__ uncounts it)
+            memory.over_limit(nbytes, in_use - nbytes)
         if in_use > c.peak:
             c.peak = in_use
         if live > c.live_peak:
