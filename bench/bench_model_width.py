@@ -76,12 +76,21 @@ _SIZES = {"flux": (2, 4, 24), "flux2": (1, 2, 48), "sd3": (4, 0, 38), "sdxl": (0
 
 
 def _model(args):
-    """The model on the CPU in bf16 with seeded weights (the same in every process)."""
+    """The model on the CPU in bf16 with seeded weights (the same in every process) and the buffers its
+    constructor computed (SD3's position embedding)."""
     import math
 
     import torch
 
-    model = _empty_model(args).to_empty(device="cpu").to(torch.bfloat16)
+    model = _empty_model(args)
+    # ``to_empty`` leaves every tensor uninitialized, buffers too: SD3's pos_embed held whatever the heap held
+    # (NaN in some runs, another garbage in each model built), so the values the constructor computed are put back
+    computed = dict(model.named_buffers())
+    model = model.to_empty(device="cpu")
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            b.copy_(computed[name])
+    model = model.to(torch.bfloat16)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
@@ -160,11 +169,14 @@ def _empty_model(args):
 
 def _load_model(args):
     """The weights the parent saved (faster than drawing 1.3 B numbers again in every process)."""
+    import torch
     from safetensors.torch import load_file
 
     model = _empty_model(args)
     model.load_state_dict(load_file(args.weights), assign=True)
-    return model.eval()
+    # the buffers the file does not hold (non-persistent: SD3's pos_embed) as the constructor computed them, in
+    # bf16 like the parent's model (``_model``)
+    return model.to(torch.bfloat16).eval()
 
 
 def _reference(args, path):
