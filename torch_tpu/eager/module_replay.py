@@ -43,6 +43,7 @@ import torch
 from .. import config
 from ..engine import fused, graph_keys, launchers, module_graphs, poisoned, strict_line
 from ..engine.fused import LazyArray
+from ..engine.graph_sets import value_key
 from ..runtime import counters, platform, program_cache
 from ..tensor.tensor import TpuStorage, TpuTensor, new_view
 from . import autocast, replay_guards
@@ -189,8 +190,8 @@ def _call(m, replayer: Replayer, args, kwargs):
 class Replay:
     """A recorded call: its guards, its program and where the program's inputs and outputs go."""
 
-    __slots__ = ("state", "tree", "watch", "key", "prog", "inputs", "outputs", "avals", "storages", "results",
-                 "spec", "what")
+    __slots__ = ("state", "tree", "watch", "key", "prog", "inputs", "read", "structure", "outputs", "avals",
+                 "storages", "results", "spec", "what")
 
     def holds(self) -> bool:
         return (replay_guards.global_state() == self.state and self.tree.holds() and self.watch.holds())
@@ -202,7 +203,7 @@ class Replay:
 
 
 def _tensor_of(kind: str, index: int, leaves, tree):
-    return leaves[index] if kind == "arg" else tree.tensors[index][0]
+    return leaves[index] if kind == "arg" else tree.tensor(index)
 
 
 def _fetch(source, leaves, tree):
@@ -330,7 +331,7 @@ def _sources(leaves, tree) -> tuple:
                 found[i], owners[i] = source, storage
 
     tensors = [("arg", i, t) for i, t in enumerate(leaves) if type(t) is TpuTensor]
-    tensors += [("mod", j, t) for j, (t, _) in enumerate(tree.tensors)]
+    tensors += [("mod", j, t) for j, t in enumerate(tree.live_tensors())]
     for kind, index, t in tensors:
         storage = t._tpu_storage
         add(storage.array, (kind, index, "array"), storage)
@@ -448,20 +449,21 @@ def _analyse(m, result, leaves, tree, found, ambiguous, tensors, before, state, 
     replay.state, replay.tree, replay.watch, replay.key = state, tree, watch, launch.key
     replay.prog = launch.prog
     replay.what = f"{type(m).__name__} (a recorded module call)"
-    replay.inputs = _input_sources(launch, found, ambiguous, before)
+    replay.inputs, replay.read = _input_sources(launch, found, ambiguous, before)
+    replay.structure = launch.key[1]
     _output_targets(replay, launch, result, leaves, tree, tensors)
     return replay
 
 
-def _input_sources(launch, found, ambiguous, before) -> list:
+def _input_sources(launch, found, ambiguous, before) -> tuple:
+    """(where each of the program's parameters comes from, where each of the graph's inputs does: its Python
+    numbers by value, the arrays by source; the second says what the call read, whichever of its numbers the
+    program takes as constants)."""
     inputs = launch.inputs
-    params = launch.params if launch.params is not None else range(len(inputs))
-    args = launch._program_args(inputs)
-    sources = []
-    for position, p in enumerate(params):
-        a = inputs[p]
+    read = []
+    for a in inputs:
         if type(a) in _NUMBERS:
-            sources.append(("const", args[position]))
+            read.append(("number", value_key(a)))
             continue
         key = id(a)
         if key in ambiguous:
@@ -471,8 +473,11 @@ def _input_sources(launch, found, ambiguous, before) -> list:
             if type(a) is LazyArray or key in before:
                 raise Refused("it reads a tensor that is neither an argument nor its module's (a global, a cache)")
             source = ("const", a)  # made during the call (a constant it uploaded or created)
-        sources.append(source)
-    return sources
+        read.append(source)
+    params = launch.params if launch.params is not None else range(len(inputs))
+    args = launch._program_args(inputs)
+    sources = [("const", args[position]) if read[p][0] == "number" else read[p] for position, p in enumerate(params)]
+    return sources, [r if r[0] != "const" else ("const",) for r in read]
 
 
 def _output_targets(replay, launch, result, leaves, tree, tensors) -> None:
@@ -569,13 +574,16 @@ def _verify(m, replayer, replay, args, kwargs, leaves):
     name = type(m).__name__
     if not isinstance(fresh, Replay):
         raise ReplayMismatch(f"{name}: a replayed call could not be recorded again: {fresh}")
-    if fresh.key != replay.key:
+    # (the program keys may differ where only the recordings' history does: a number that varied at its place
+    # since is an input of the newer program; what the ops, their numbers and their tensors are may not)
+    if fresh.structure != replay.structure:
         raise ReplayMismatch(f"{name}: the call's Python ran other ops than its recording (the guards missed a "
                              "change)")
-    same_sources = len(fresh.inputs) == len(replay.inputs) and all(
-        a[0] == b[0] and (a[1:] == b[1:] if a[0] != "const" else True) for a, b in zip(fresh.inputs, replay.inputs))
-    if not same_sources or fresh.results != replay.results or fresh.outputs != replay.outputs:
-        raise ReplayMismatch(f"{name}: the call's Python read or returned other tensors than its recording")
+    if fresh.read != replay.read:
+        raise ReplayMismatch(f"{name}: the call's Python read other tensors or numbers than its recording")
+    written = sorted(a[2:] for a in fresh.outputs if a[0] == "write")
+    if fresh.results != replay.results or written != sorted(a[2:] for a in replay.outputs if a[0] == "write"):
+        raise ReplayMismatch(f"{name}: the call's Python returned or wrote other tensors than its recording")
     # the check is the backend's own work: what the counters say is the Python's run (a test counting programs
     # or the bytes read back sees the same numbers with the check as without it)
     counted = dict(_counters)

@@ -27,6 +27,7 @@ import itertools
 import os
 import sys
 import types
+import weakref
 
 import torch
 
@@ -151,7 +152,8 @@ _NOT_CALLED = frozenset(("_forward_hooks_with_kwargs", "_forward_hooks_always_ca
 class ModuleTree:
     """The state of a module and its submodules a recording depends on: the containers to fingerprint, the
     number of hooks of each submodule (torch_tpu's own block pre-hook at most) and the tensors it holds (with
-    their storages and layouts). ``tensors`` lists (tensor, where) pairs."""
+    their storages and layouts). Tensors and storages are held weakly: a recording must not keep a weight's
+    device memory alive after the module let it go (offloaded to the host, replaced)."""
 
     __slots__ = ("containers", "fingerprints", "hooks", "hook_counts", "tensors", "storages", "layouts",
                  "layout_epoch", "_dicts", "_sequences", "_sets", "_recorded")
@@ -176,8 +178,9 @@ class ModuleTree:
         self.fingerprints = self._now()
         self._recorded = {id(c): _fingerprint(c) for c in self.containers}  # (for ``difference``)
         self.hook_counts = [len(h) for h in self.hooks]
-        self.storages = [t._tpu_storage for t, _ in self.tensors]
+        self.storages = [weakref.ref(t._tpu_storage) for t, _ in self.tensors]
         self.layouts = [tensor_layout(t) for t, _ in self.tensors]
+        self.tensors = [(weakref.ref(t), where) for t, where in self.tensors]
         self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
 
     def _value(self, value, where: str, seen: set, depth: int) -> None:
@@ -233,15 +236,29 @@ class ModuleTree:
             return False
         if self._now() != self.fingerprints:
             return False
-        tensors = self.tensors
-        for (t, _), storage in zip(tensors, self.storages):
-            if t._tpu_storage is not storage:
+        tensors = self.live_tensors()
+        if tensors is None:
+            return False
+        for t, storage in zip(tensors, self.storages):
+            held = storage()
+            if held is None or getattr(t, "_tpu_storage", None) is not held:
                 return False
         if tensor_module.LAYOUT_EPOCH[0] != self.layout_epoch:  # a layout changed in place somewhere
-            if [tensor_layout(t) for t, _ in tensors] != self.layouts:
+            if [tensor_layout(t) for t in tensors] != self.layouts:
                 return False
             self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
         return True
+
+    def live_tensors(self):
+        """The tree's tensors (None when one of them is gone)."""
+        tensors = [ref() for ref, _ in self.tensors]
+        return None if any(t is None for t in tensors) else tensors
+
+    def tensor(self, index: int):
+        t = self.tensors[index][0]()
+        if t is None:  # (holds() said it lives: internal error)
+            raise RuntimeError("tpu: a recorded module call's tensor is gone (internal error)")
+        return t
 
     def difference(self) -> str:
         """What changed (for ``ReplayMismatch`` and the log); empty when nothing did."""
@@ -252,8 +269,9 @@ class ModuleTree:
                 if _fingerprint(c) != self._recorded.get(id(c)):
                     return f"an attribute of {_short(c)} changed"
             return "an attribute of a submodule changed"
-        for (t, where), storage, layout in zip(self.tensors, self.storages, self.layouts):
-            if t._tpu_storage is not storage or tensor_layout(t) != layout:
+        for (ref, where), storage, layout in zip(self.tensors, self.storages, self.layouts):
+            t, held = ref(), storage()
+            if t is None or held is None or getattr(t, "_tpu_storage", None) is not held or tensor_layout(t) != layout:
                 return f"a tensor of {where or 'the module'} was replaced"
         return ""
 
