@@ -372,7 +372,9 @@ def lift_fresh(func, args, kwargs):
     x = args[0]
     if not _get_current_dispatch_mode_stack():
         return x
-    host = to_host(x)
+    # the device's value, not the CPU tensor an upload kept (host_copies): that one was made before the
+    # tracing mode ran, and the mode refuses ops on it ("Please convert all Tensors to FakeTensors first")
+    host = dtypes.device_to_host(value_of(x), x.dtype)
     if host.numel() > 1:
         return aten._to_copy.default(aten.lift_fresh.default(host), device=x.device)
     # The fake mode computes ops of one-element constants for real (constant propagation) and cannot
