@@ -31,10 +31,12 @@ An entry that fails any of these is not used (and the call is captured again, wh
 from __future__ import annotations
 
 import builtins
+import contextlib
 import enum
 import functools
 import hashlib
 import importlib
+import inspect
 import pickle
 import re
 import threading
@@ -209,6 +211,8 @@ def _guard_filter(dropped: list):
     unsupported = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
 
     def keep(g) -> bool:
+        # (the user's stack of each guard is only for a failure's message: it was half of a load's time)
+        g.orig_guard.user_stack = g.orig_guard.stack = None
         if g.guard_type == "TENSOR_SUBCLASS_METADATA_MATCH" and isinstance(g.value, TpuTensor):
             return False  # (a tpu tensor's flatten metadata is None: nothing to guard)
         if "__tensor_flatten__()" in g.name or "._tpu_fake_inner" in g.name:
@@ -288,12 +292,45 @@ def _load(data: bytes, backend):
     floats.install(backend)  # (dynamo's guard builders as the capturing process had them)
     blob, sources, described, roots = pickle.loads(data)
     fn_globals = torch.nn.Module._call_impl.__globals__
-    fn = AOTCompiledFunction.deserialize(blob, f_globals=_ImportScope(fn_globals))
+    with _one_fake_mode():
+        fn = AOTCompiledFunction.deserialize(blob, f_globals=_ImportScope(fn_globals))
     for code in fn._artifacts.source_info.inlined_sources:
         module = importlib.import_module(code.module)
         if _hash_sourcelines(module, code.firstlineno, code.lastlineno) != code.checksum:
             raise StaleEntry(f"the source of {code.module} (lines {code.firstlineno}-{code.lastlineno}) changed")
     return _Entry(fn, _Dropped(sources, described, fn_globals, roots))
+
+
+@contextlib.contextmanager
+def _one_fake_mode():
+    """While guards are unpickled: every guarded tensor's fake made in one fake mode (dynamo's unpickler
+    makes a mode per tensor, a third of a FLUX transformer's load). Left alone on a torch whose unpickler
+    takes other arguments."""
+    from torch._dynamo import guards
+
+    pickler = guards.GuardsStatePickler
+    original = pickler.__dict__.get("_unpickle_tensor")
+    func = getattr(original, "__func__", None)
+    if func is None or list(inspect.signature(func).parameters) != \
+            ["cls", "meta_tensor", "device", "pytype", "dispatch_keys_raw", "grad"]:
+        yield
+        return
+    from torch._subclasses.fake_tensor import FakeTensorConverter, FakeTensorMode
+
+    mode, converter = FakeTensorMode(), FakeTensorConverter()
+
+    def _unpickle_tensor(cls, meta_tensor, device, pytype, dispatch_keys_raw, grad):
+        ret = converter.from_meta_and_device(mode, meta_tensor, device, pytype,
+                                             torch._C.DispatchKeySet.from_raw_repr(dispatch_keys_raw))
+        ret.grad = grad
+        return ret
+
+    _unpickle_tensor.__qualname__ = func.__qualname__
+    pickler._unpickle_tensor = classmethod(_unpickle_tensor)
+    try:
+        yield
+    finally:
+        pickler._unpickle_tensor = original
 
 
 # -------------------------------------------------------------------------------------------------
