@@ -37,6 +37,7 @@ import functools
 import hashlib
 import importlib
 import inspect
+import os
 import pickle
 import re
 import threading
@@ -256,8 +257,9 @@ def _capture(module, args, kwargs, backend) -> tuple:
     dropped: list = []
     _STATE.capturing = True
     try:
-        fn = aot_compile_fullgraph(module._call_impl, (args, kwargs), Hooks(guard_filter_fn=_guard_filter(dropped)),
-                                   backend, dynamic=False)
+        with _no_aot_cache_key():
+            fn = aot_compile_fullgraph(module._call_impl, (args, kwargs),
+                                       Hooks(guard_filter_fn=_guard_filter(dropped)), backend, dynamic=False)
     finally:
         _STATE.capturing = False
     sources = [name for name, _ in dropped]
@@ -299,6 +301,27 @@ def _load(data: bytes, backend):
         if _hash_sourcelines(module, code.firstlineno, code.lastlineno) != code.checksum:
             raise StaleEntry(f"the source of {code.module} (lines {code.firstlineno}-{code.lastlineno}) changed")
     return _Entry(fn, _Dropped(sources, described, fn_globals, roots))
+
+
+@contextlib.contextmanager
+def _no_aot_cache_key():
+    """While a call is captured: AOTAutograd's bundled entry without its own cache's key and file (what is
+    kept is this module's entry). That key hashes the whole graph and torch's sources, 0.6 s of a FLUX-shaped
+    transformer's capture on 2 CPU cores; torch falls back to a random key itself when it cannot make one."""
+    from torch._functorch._aot_autograd import autograd_cache
+
+    key_fn = getattr(autograd_cache, "autograd_cache_key", None)
+    write = autograd_cache.AOTAutogradCache.__dict__.get("_write_to_local_cache")
+    if key_fn is None or write is None:
+        yield
+        return
+    autograd_cache.autograd_cache_key = lambda *args, **kwargs: (f"torch_tpu-capture-{os.urandom(8).hex()}", [])
+    autograd_cache.AOTAutogradCache._write_to_local_cache = staticmethod(lambda *args, **kwargs: None)
+    try:
+        yield
+    finally:
+        autograd_cache.autograd_cache_key = key_fn
+        autograd_cache.AOTAutogradCache._write_to_local_cache = write
 
 
 @contextlib.contextmanager
