@@ -129,6 +129,10 @@ def describe(obj, depth: int = 0):
                 tuple((repr(describe(k, depth + 1)), describe(v, depth + 2)) for k, v in obj.items()))
     if isinstance(obj, (tuple, list, dict, set, frozenset)):
         return ("container", t.__name__, len(obj))
+    state = getattr(obj, "__dict__", None)
+    if depth < 2 and isinstance(state, dict) and not isinstance(obj, torch.nn.Module):
+        # another object of the same class differs by its attributes (a processor's settings)
+        return ("object", describe(t, depth + 1), describe(state, depth + 1))
     return ("object", describe(t, depth + 1))
 
 
