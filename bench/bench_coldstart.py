@@ -3,6 +3,16 @@
 
     python bench/bench_coldstart.py [--pipeline demo|tiny] [--modes strict,fused,compile] [--warm-runs 2]
     python bench/bench_coldstart.py --depth-only [--width 512] [--tokens 1024]
+    python bench/bench_coldstart.py --transformer-only [--heads 24 --image-tokens 4096 --text-tokens 512]
+
+``--transformer`` (or ``--transformer-only``): a FLUX-shaped transformer alone (``bench_model_width.py``'s model,
+random bf16 weights; default 2 double + 4 single blocks, 2 heads, 256 + 64 tokens; FLUX.1's width with ``--heads
+24``) per mode: ``compile`` and ``compile_blocks``, each a cold process (empty cache) and warm ones (the cache it
+filled: a warm process reads the traced module, ``compile/warm_start.py``), their first call beside the steady
+call, and where the first call's time went (``phases``: dynamo's own timers, torch_tpu's lowering with XLA's
+compile inside, a kept module's load, the program's first run); ``jax_floor``, JAX's own jit of the same model
+(``torch_tpu.extract_jax``), and ``torchax``, torchax's jit of it where torchax imports (0.0.13 does not on
+torch 2.13: the reason is reported), as the floor of the cold first call (``cold_first_over_floor_first``).
 
 The pipeline is the demo model shipped in the package (``--pipeline demo``, default: its own call, 64x64,
 20 steps; what ``python -m torch_tpu generate`` runs) or the tiny offline Flux pipeline (``tiny``: 4 steps).
@@ -199,6 +209,231 @@ def _child_pipeline(args) -> dict:
             "steady": min(steady, key=lambda r: r["wall_s"]), "steady_cpu_s": min(r["cpu_s"] for r in steady)}
 
 
+# -------------------------------------------------------------------------------------------------
+# A FLUX-shaped transformer alone: compiled, regional, and the floor (JAX's jit of the same model)
+# -------------------------------------------------------------------------------------------------
+TRANSFORMER_MODES = ("compile", "compile_blocks", "jax_floor", "torchax")
+
+
+def _width_args(args):
+    import argparse as _argparse
+
+    return _argparse.Namespace(kind="flux", layers=args.layers, single_layers=args.single_layers, heads=args.heads,
+                               image_tokens=args.image_tokens, text_tokens=args.text_tokens)
+
+
+def _phases() -> dict:
+    """Seconds of each phase of torch.compile's first call, as torch and torch_tpu time them: dynamo's own
+    timers (bytecode tracing, AOTAutograd, guards ...) and, wrapped here, torch_tpu's graph lowering (its
+    plan, JAX's tracing and lowering of the program, XLA's compile inside) and a kept module's load."""
+    import functools
+
+    from torch_tpu.compile import lowering
+
+    seconds = {"lowering_and_xla": 0.0, "module_entry_load": 0.0, "program_load_by_key": 0.0}
+
+    def timed(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                seconds[name] += time.perf_counter() - t0
+        return wrapper
+
+    original = lowering.graph_compiler
+    lowering.graph_compiler = lambda kind: timed("lowering_and_xla", original(kind))
+    try:  # (a torch_tpu without warm starts: these stay 0)
+        from torch_tpu.compile import warm_start
+
+        warm_start._load = timed("module_entry_load", warm_start._load)
+        lowering.GraphProgram.load = timed("program_load_by_key", lowering.GraphProgram.load)
+    except (ImportError, AttributeError):
+        pass
+    return seconds
+
+
+def _dynamo_seconds() -> dict:
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return {k: round(sum(v), 4) for k, v in compilation_time_metrics.items() if sum(v) > 0.001}
+
+
+def _child_transformer(args) -> dict:
+    """One process: the transformer's first call (cold or warm, by the cache folder) and its steady call."""
+    t_start = time.perf_counter()
+    import torch
+
+    if args.mode != "torchax":  # (torchax takes the PrivateUse1 device itself: torch_tpu is not loaded there)
+        import torch_tpu
+
+    sys.path.insert(0, HERE)
+    import bench_model_width as width
+
+    wargs = _width_args(args)
+    compiles = _timed_compiles()
+    t_imported = time.perf_counter()
+    model = width._model(wargs)
+    inputs = width._inputs(wargs)
+    t_built = time.perf_counter()
+    if args.mode in ("jax_floor", "torchax"):
+        result = (_floor_jax if args.mode == "jax_floor" else _floor_torchax)(model, inputs)
+    else:
+        model = model.to("tpu")
+        kw = width._on("tpu", inputs)
+        torch.tpu.synchronize()
+        seconds = _phases()
+        if args.mode == "compile":
+            model.compile(backend="tpu", fullgraph=True, dynamic=False)
+        else:
+            model.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
+        torch_tpu.reset_stats()
+
+        def call():
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                out = model(**kw)[0]
+            dispatched = time.perf_counter() - t0
+            torch.tpu.synchronize()
+            return time.perf_counter() - t0, dispatched, out
+
+        first, first_dispatch, _ = call()
+        st = torch_tpu.stats()
+        phases = {**{k: round(v, 4) for k, v in seconds.items()}, "dynamo_timers": _dynamo_seconds(),
+                  "first_dispatch_s": round(first_dispatch, 4),
+                  "first_device_wait_s": round(first - first_dispatch, 4),
+                  "xla_compile_s": round(st["compile_seconds"], 4), "xla_compiles": st["compiles"],
+                  "programs_loaded_from_disk": st["cache_loads"],
+                  "module_captures": st.get("module_captures", 0), "module_loads": st.get("module_loads", 0),
+                  "graph_compiles": st["graph_compiles"]}
+        steady = [call()[0] for _ in range(args.steady_calls)]
+        result = {"first_call_s": first, "steady_call_s": min(steady), "phases": phases,
+                  "xla_compiles": _compiles_summary(compiles, since=t_built, top=4)}
+    result["stages_s"] = {"import": t_imported - t_start, "build": t_built - t_imported}
+    if args.mode != "torchax":
+        from _common import environment
+
+        result["environment"] = environment()
+    return result
+
+
+def _floor_jax(model, inputs) -> dict:
+    """JAX's own jit of the same model (``torch_tpu.extract_jax``: the model as a pure JAX function): its
+    first call (JAX traces the function, lowers and compiles) and its steady call. The trace through
+    torch's ops (extract_jax's aten graph, made once per signature) is timed apart."""
+    import jax
+
+    import torch
+    import torch_tpu
+
+    model = model.to("tpu")
+    kw = {k: (torch_tpu.to_jax(v.to("tpu")) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    arrays = {k: v for k, v in kw.items() if not isinstance(v, bool)}
+    t0 = time.perf_counter()
+    params, fn = torch_tpu.extract_jax(model)
+    extract_s = time.perf_counter() - t0
+
+    @jax.jit
+    def step(params, arrays):
+        return fn(params, **arrays, return_dict=False)[0]
+
+    t0 = time.perf_counter()
+    jax.block_until_ready(step(params, arrays))
+    first = time.perf_counter() - t0
+    steady = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        jax.block_until_ready(step(params, arrays))
+        steady.append(time.perf_counter() - t0)
+    return {"first_call_s": first, "steady_call_s": min(steady), "extract_s": extract_s,
+            "note": "jax.jit of torch_tpu.extract_jax(model); the first call includes extract_jax's trace of "
+                    "the module into an aten graph (made at the first call of fn)"}
+
+
+def _floor_torchax(model, inputs) -> dict:
+    """torchax's ``jax.jit`` of the same diffusers model, where torchax imports (0.0.13 does not on torch
+    2.13: it names removed named-tensor overloads); the reason otherwise."""
+    try:  # (the child runs with TORCH_DEVICE_BACKEND_AUTOLOAD=0: torchax renames PrivateUse1 itself)
+        import jax
+        import torchax
+        import torchax.interop
+    except Exception as exc:  # noqa: BLE001 - reported, not raised: the floor is then JAX's jit (jax_floor)
+        return {"skipped": f"torchax does not import here: {type(exc).__name__}: {exc}"[:400]}
+    import torch
+
+    class Tensors(torch.nn.Module):  # (return_dict stays out of the traced keywords; a tensor comes back)
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, **kw):
+            return self.inner(**kw, return_dict=False)[0]
+
+    env = torchax.default_env()
+    with env:
+        jmodel = torchax.interop.JittableModule(Tensors(model).to("jax"))
+        kw = {k: v.to("jax") for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+
+        def call():
+            out = jmodel(**kw)
+            jax.block_until_ready(out.jax() if hasattr(out, "jax") else out)
+
+        t0 = time.perf_counter()
+        call()
+        first = time.perf_counter() - t0
+        steady = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            call()
+            steady.append(time.perf_counter() - t0)
+    return {"first_call_s": first, "steady_call_s": min(steady)}
+
+
+def _transformer_results(args, root: str, env: dict) -> dict:
+    """Per mode: a cold process (empty cache), warm processes (the cache it filled), their first calls beside
+    the steady call; the floor's first call beside compiled mode's."""
+    extra = ["--layers", str(args.layers), "--single-layers", str(args.single_layers), "--heads", str(args.heads),
+             "--image-tokens", str(args.image_tokens), "--text-tokens", str(args.text_tokens),
+             "--steady-calls", str(args.steady_calls)]
+    results = {}
+    for mode in args.transformer_modes:
+        cache = os.path.join(root, "transformer-" + mode)
+        peer = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"} if mode == "torchax" else {}
+        try:
+            cold = _run_child("transformer", cache, extra + ["--mode", mode], **peer)
+        except RuntimeError as exc:
+            results[mode] = {"failed": str(exc)[-2000:]}
+            continue
+        if mode != "torchax":
+            env.update(cold.pop("environment", {}))
+        if "skipped" in cold or mode in ("jax_floor", "torchax"):
+            results[mode] = {"cold": cold}
+            continue
+        warm = [_run_child("transformer", cache, extra + ["--mode", mode]) for _ in range(args.warm_runs)]
+        for w in warm:
+            w.pop("environment", None)
+        best = min(warm, key=lambda w: w["first_call_s"]) if warm else None
+        steady = min(r["steady_call_s"] for r in [cold, *warm])
+        results[mode] = {
+            "cold": cold, "warm": warm, "steady_call_s": steady,
+            "cold_first_call_s": cold["first_call_s"],
+            "warm_first_call_s": best["first_call_s"] if best else None,
+            "warm_first_over_steady": best["first_call_s"] / steady if best else None,
+            "cold_first_over_steady": cold["first_call_s"] / steady,
+            "warm_traced_nothing": all(w["phases"]["module_captures"] == 0 and w["phases"]["xla_compiles"] == 0
+                                       for w in warm)}
+        print(mode, json.dumps({k: v for k, v in results[mode].items() if k not in ("cold", "warm")}), flush=True)
+    floor = results.get("torchax", {}).get("cold", {})
+    if "first_call_s" not in floor:
+        floor = results.get("jax_floor", {}).get("cold", {})
+    if "first_call_s" in floor:
+        for mode in ("compile", "compile_blocks"):
+            if "cold_first_call_s" in results.get(mode, {}):
+                results[mode]["cold_first_over_floor_first"] = results[mode]["cold_first_call_s"] / floor["first_call_s"]
+    return results
+
+
 def _child_depth(args) -> dict:
     """Fused-mode compile seconds of one Flux transformer call of the given depth."""
     import torch
@@ -381,7 +616,7 @@ def _depth_results(args, root: str, env: dict) -> dict:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--child", default=None)
-    p.add_argument("--mode", default="strict", choices=MODES)
+    p.add_argument("--mode", default="strict", choices=MODES + TRANSFORMER_MODES[2:])
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes to measure")
     p.add_argument("--pipeline", default="demo", choices=("demo", "tiny"))
     p.add_argument("--size", default="tiny", help="size of the tiny pipeline (--pipeline tiny)")
@@ -400,6 +635,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-prefetch", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--no-reference", action="store_true",
                    help="skip the cold runs compiling on the calling thread (TORCH_TPU_COMPILE_THREADS=0)")
+    p.add_argument("--transformer", action="store_true",
+                   help="also the FLUX-shaped transformer alone: compiled and regional first calls (cold, warm), "
+                        "steady call, and the floor (JAX's jit of the same model; torchax's where it imports)")
+    p.add_argument("--transformer-only", action="store_true", help="the transformer alone, no pipeline")
+    p.add_argument("--transformer-modes", default=",".join(TRANSFORMER_MODES))
+    p.add_argument("--layers", type=int, default=2, help="transformer: double blocks")
+    p.add_argument("--single-layers", type=int, default=4, help="transformer: single blocks")
+    p.add_argument("--heads", type=int, default=2, help="transformer: heads of 128 (FLUX.1: 24)")
+    p.add_argument("--image-tokens", type=int, default=256, help="transformer (FLUX.1 at 1024x1024: 4096)")
+    p.add_argument("--text-tokens", type=int, default=64, help="transformer (FLUX.1: 512)")
     return p
 
 
@@ -407,10 +652,16 @@ def main() -> None:
     p = parser()
     args = p.parse_args()
     args.modes = [m for m in args.modes.split(",") if m]
-    if not set(args.modes) <= set(MODES):
+    args.transformer_modes = [m for m in args.transformer_modes.split(",") if m]
+    if args.child == "transformer":
+        if args.mode not in TRANSFORMER_MODES:
+            p.error(f"--mode: choose from {', '.join(TRANSFORMER_MODES)}")
+    elif not set(args.modes) <= set(MODES):
         p.error(f"--modes: choose from {', '.join(MODES)}")
+    if not set(args.transformer_modes) <= set(TRANSFORMER_MODES):
+        p.error(f"--transformer-modes: choose from {', '.join(TRANSFORMER_MODES)}")
     if args.child:
-        result = {"pipeline": _child_pipeline, "depth": _child_depth}[args.child](args)
+        result = {"pipeline": _child_pipeline, "depth": _child_depth, "transformer": _child_transformer}[args.child](args)
         print(json.dumps(result))
         return
 
@@ -431,9 +682,15 @@ def main() -> None:
         write("coldstart", {**payload, "modes": modes, "complete": False}, path=args.out, quiet=True, env=env)
 
     with tempfile.TemporaryDirectory(prefix="torch_tpu-coldstart-") as root:
-        if not args.depth_only:
+        if args.transformer or args.transformer_only:
+            payload["transformer"] = {"layers": args.layers, "single_layers": args.single_layers,
+                                      "heads": args.heads, "image_tokens": args.image_tokens,
+                                      "text_tokens": args.text_tokens,
+                                      "modes": _transformer_results(args, root, env)}
+            save(payload.get("modes", {}))
+        if not args.depth_only and not args.transformer_only:
             payload["modes"] = _pipeline_results(args, root, save, env)
-        if not args.no_depth:
+        if not args.no_depth and not args.transformer_only:
             payload["depth"] = _depth_results(args, root, env)
     write("coldstart", {**payload, "complete": True}, path=args.out, env=env)
 

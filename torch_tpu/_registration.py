@@ -18,7 +18,7 @@ import torch
 from . import config, device_module, distributed
 from .integrations import diffusers_embeddings, gguf_weights, safetensors_devices
 from .integrations import tokenizers as _tokenizers  # noqa: F401  (diffusers finds pipeline components only in imported modules)
-from .compile import default_backend
+from .compile import default_backend, module_compile
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
                     whole_ops)
 from .engine import events, modes, module_graphs, streams
@@ -100,6 +100,7 @@ def register() -> None:
     generators.install()  # torch.Generator(device="tpu") (torch asks C++ hooks for it)
     _register_distributed()
     default_backend.install()  # torch.compile(model) on tpu tensors: backend "tpu" (inductor cannot)
+    module_compile.install()  # module.compile(backend="tpu"): a later process reads what this one traced
     _keep_callbacks_out_of_dynamo()
     try:
         modes.init_from_settings()

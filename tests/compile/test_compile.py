@@ -319,7 +319,8 @@ def test_sd3_static_shape_flow(tiny):
 
 @pytest.mark.parametrize("kind", ["flux", "flux2"])
 @pytest.mark.parametrize("offload", [False, True])
-def test_regional_compilation_pipelines(tiny, kind, offload):
+def test_regional_compilation_pipelines(tiny, kind, offload, fresh_programs):
+    # (fresh programs: an earlier case's blocks of these classes, in memory or on disk, would serve this one)
     pipe = tiny(kind)
     if offload:
         pipe.enable_model_cpu_offload(device="tpu")

@@ -125,6 +125,22 @@ def test_the_same_program_while_compiling_compiles_once(gate):
         torch.testing.assert_close(g, x)
 
 
+def test_a_cast_of_a_waiting_value_and_of_the_computed_value_share_one_program(gate):
+    # a cast's key holds its source's dtype: a waiting value's (what the line's avals say: JAX's scalar
+    # type, jnp.bool_) and a computed array's (np.dtype(bool)) must be one key. They were two, so a second
+    # identical pipeline call compiled CLIP's ``(input_ids == eos).int()`` again (a new program every call)
+    x = torch.randn(3, 4)
+    waiting = (x.to("tpu") > 0).int()  # the comparison waits for its program: the cast's source is pending
+    assert strict_line.waiting() >= 1
+    gate.set()
+    torch.testing.assert_close(waiting.cpu(), (x > 0).int())
+    computed = x.to("tpu") > 0
+    computed.cpu()  # (computed now)
+    before = torch_tpu.stats()["compiles"]
+    torch.testing.assert_close(computed.int().cpu(), (x > 0).int())
+    assert torch_tpu.stats()["compiles"] == before
+
+
 def test_views_and_in_place_writes_onto_waiting_values_match_cpu(gate):
     a = torch.randn(6, 5)
     b = torch.randn(6, 5)

@@ -169,6 +169,18 @@ def test_extract_jax_gives_a_pure_function_jit_and_grad_match_cpu_torch():
            cpu(short, causal=False)["hidden"])
 
 
+def test_extract_jax_of_a_module_whose_decompositions_write_in_place_matches_cpu_torch():
+    """torch decomposes ``nn.RMSNorm`` with an in-place ``add_`` of eps: decomposed under functionalize, the
+    write stayed in the graph and the function could not be built (FLUX's q/k norms)."""
+    torch.manual_seed(5)
+    cpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.RMSNorm(16, eps=1e-6), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8)
+    params, fn = torch_tpu.extract_jax(copy.deepcopy(cpu).to("tpu"))
+    got = torch_tpu.from_jax(jax.jit(fn)(params, torch_tpu.to_jax(x.to("tpu")))).cpu()
+    with torch.no_grad():
+        torch.testing.assert_close(got, cpu(x))
+
+
 @pytest.mark.parametrize("on_device", [False, True], ids=["cpu_module", "tpu_module"])
 def test_extract_jax_of_a_bfloat16_module_matches_cpu_torch(on_device):
     """A bfloat16 module, on the CPU or the device (NumPy has no bfloat16: a CPU module's weights failed to

@@ -231,3 +231,38 @@ def test_sequential_cpu_offload(root):
     assert d < FP32_TOL, f"sequential offload: max abs diff tpu vs cpu = {d:.3g}"
     # between steps only activations live on the device: the weights go back after each submodule
     assert mem and max(mem) < transformer, (mem, transformer)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "compiled", "regional"])
+def test_a_second_identical_call_builds_no_program(root, mode, fresh_programs, monkeypatch):
+    """A pipeline call at a seen shape reuses every program, in every mode: no program is built or even
+    looked up anew (strict ops' casts of values still waiting for their programs were keyed apart from the
+    same casts of computed values; fused glue took a number that changed at its step as an input even where
+    the program compiled with its first value served the same step), and the image is the same."""
+    import torch_tpu
+
+    monkeypatch.setenv("TORCH_TPU_COMPILE_THREADS", "2")  # (programs compile on threads: values wait in line)
+    pipe = tp.load_pipeline("flux", "tiny", root=root)
+    pipe.set_progress_bar_config(disable=True)
+    pipe.to("tpu")
+    if mode == "compiled":
+        pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
+    elif mode == "regional":
+        pipe.transformer.compile_repeated_blocks(backend="tpu", fullgraph=True, dynamic=False)
+    eager = torch_tpu.EagerMode.DEFER_AND_FUSE if mode == "fused" else torch_tpu.EagerMode.DEFER_NEVER
+
+    def call():
+        with torch.tpu.set_eager_mode(eager), torch.no_grad():
+            image = pipe(prompt="a red cat", height=RES, width=RES, num_inference_steps=3, output_type="np",
+                         generator=torch.Generator("cpu").manual_seed(0)).images
+        torch.tpu.synchronize()
+        return image
+
+    first = call()
+    before = torch_tpu.stats()
+    second = call()
+    after = torch_tpu.stats()
+    assert after["compiles"] == before["compiles"], (after["compiles"], before["compiles"])
+    assert after["cache_misses"] == before["cache_misses"], (after["cache_misses"], before["cache_misses"])
+    assert after["module_captures"] == before["module_captures"]
+    np.testing.assert_array_equal(second, first)

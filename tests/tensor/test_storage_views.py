@@ -117,6 +117,16 @@ LAYOUTS = {
     "cl_empty_like": lambda x: torch.empty_like(_cl(x)).stride(),
     "cl_zeros_like": lambda x: (torch.zeros_like(_cl(x)), torch.full_like(_cl(x), 3.0)),
     "cl_clone": lambda x: (_cl(x).clone(), _cl(x).clone(memory_format=torch.contiguous_format)),
+    # a factory naming another device makes its tensor there, in the source's layout (dynamo pickles a
+    # guarded tensor's metadata with ``torch.empty_like(t, device="meta")``: a tpu tensor came back)
+    "like_on_another_device": lambda x: (
+        [(t.device.type, t.dtype, tuple(t.shape), t.stride()) for t in (
+            torch.empty_like(x.t(), device="meta"), torch.empty_like(_cl(x), device="meta"),
+            torch.zeros_like(x.t(), device="cpu"), torch.randn_like(_cl(x), device="cpu"),
+            torch.ones_like(x, dtype=torch.float64, device="meta"), x.new_empty((2, 5), device="meta"),
+            x.new_empty_strided((2, 5), (1, 2), device="cpu"))],
+        torch.zeros_like(x.t(), device="cpu"), torch.full_like(_cl(x), 2.5, device="cpu"),
+        torch.randint_like(x, 3, 4, device="cpu").clamp(3, 3)),
     "cl_to_dtype": lambda x: (_cl(x).to(torch.float64), _cl(x).half()),
     "to_channels_last": lambda x: x.reshape(1, 2, 3, 4).to(memory_format=torch.channels_last),
     "cl_inplace_on_result": lambda x: (_cl(x) + 1).mul_(2).sub_(1),

@@ -155,16 +155,25 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
 
     from . import aliasing, floats, overlaps, replay, scalar_checks, specialize
 
+    from . import warm_start
+
     floats.install(tpu_backend)  # a float that changes between calls becomes an input from its second value on
     floats.note_frame()  # (and a constant zero's guard keeps its sign)
     _refuse_requested_dynamism(example_inputs, options)
+    capturing = warm_start.capturing()  # (for a later process: serialized.py)
     if _host_only(gm, example_inputs):
+        if capturing:
+            raise warm_start.NotCapturable("the graph has no tpu tensor")
         return gm  # no tpu tensor anywhere (a CPU tensor passed to a function compiled for the tpu)
     _check_inplace_calls(gm)
     scalar_checks.check_constants(gm)
     if overlaps.refused(gm, example_inputs):
+        if capturing:
+            raise warm_start.NotCapturable("the graph runs eagerly")
         return gm  # eager refuses a write into memory its input shares: run eagerly, the op raises
     if specialize.has_symbolic_inputs(example_inputs) or _has_symbolic_placeholders(gm):
+        if capturing:
+            raise warm_start.NotCapturable("the graph has symbolic shapes")
         # symbolic only through automatic dynamic shapes (requested dynamism was refused above):
         # compiled per concrete signature when called
         return replay.on_check_failure(aliasing.guard(specialize.PerShape(gm, example_inputs, _compile_static), gm), gm)
@@ -172,7 +181,12 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     ctx = TracingContext.try_get()
     compiled = _compile_static(gm, example_inputs, ctx.fake_mode if ctx is not None else None)
     # a float input's value is checked as eager checks it (alpha=1e308 on float32 raises)
-    return scalar_checks.guard(replay.on_check_failure(aliasing.guard(compiled, gm), gm), gm, example_inputs)
+    live = scalar_checks.guard(replay.on_check_failure(aliasing.guard(compiled, gm), gm), gm, example_inputs)
+    if capturing:
+        from . import serialized
+
+        return serialized.backend_result(compiled, live, gm, example_inputs)
+    return live
 
 
 def _host_only(gm: torch.fx.GraphModule, example_inputs) -> bool:
@@ -356,25 +370,17 @@ def _graph_compiler(graph_compiler, inference=False, backward=False):
         host = [i for i, o in enumerate(out_node.args[0][:n_outputs])
                 if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor)
                 and o.meta["val"].device.type == "cpu"]
-        if not host and not views:
-            return run
+        from . import graph_outputs, warm_start
 
-        def run_with_host_outputs(args):
-            outs = run(args)
-            for k, b, size, stride, offset in views:
-                base = outs[b]
-                if base is not None and outs[k] is not None and base.is_contiguous():
-                    outs[k] = base.as_strided(size, stride, base.storage_offset() + offset)
-            del outs[n_outputs:]  # the hidden bases
-            for i in host:
-                if outs[i] is not None:
-                    outs[i] = outs[i].cpu()
-            return outs
+        if warm_start.capturing():  # kept for later processes: AOTAutograd bundles it (serialized.py)
+            from . import serialized
 
-        run_with_host_outputs._boxed_call = True
-        return run_with_host_outputs
+            return serialized.GraphCode(run, n_outputs, views, host)
+        return graph_outputs.with_host_outputs(run, n_outputs, views, host)
 
     return compile_graph
+
+
 
 
 def _cpu_fallback_ops(gm: torch.fx.GraphModule) -> list[str]:

@@ -78,8 +78,10 @@ class _Traced:
         fake_params = [fake(shape, dtype) for shape, dtype in param_specs]
         fake_arrays = [fake(leaves[s].shape, _torch_dtype(leaves[s].dtype)) for s in array_slots]
         with mode:
-            gm = make_fx(torch.func.functionalize(run, remove="mutations_and_views"),
-                         decomposition_table=_decompositions())(fake_params, fake_arrays)
+            # decomposed first, then functionalised: a decomposition may write in place (torch's rms_norm
+            # adds eps with ``add_``), which decomposing under functionalize left in the graph
+            decomposed = make_fx(run, decomposition_table=_decompositions())(fake_params, fake_arrays)
+            gm = make_fx(torch.func.functionalize(decomposed, remove="mutations_and_views"))(fake_params, fake_arrays)
         self.plan = lowering._Plan(gm)
         if self.plan.random:
             raise NotImplementedError(

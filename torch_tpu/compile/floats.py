@@ -91,6 +91,7 @@ def _install_zero_constants() -> None:
 
 
 _FRAMES: "weakref.WeakSet" = None  # the code objects of frames whose graphs this backend compiled
+ORIGINAL_EQUALS_MATCH = None  # dynamo's own EQUALS_MATCH, once wrapped (see _install_signed_zero_guard)
 
 
 def note_frame() -> None:
@@ -133,4 +134,11 @@ def _install_signed_zero_guard() -> None:
 
     EQUALS_MATCH._tpu_signed_zero = True
     EQUALS_MATCH.__wrapped__ = original
+    # dynamo pickles a guard's builder function by module and qualified name (a compiled module's guards
+    # saved for a later process, ``warm_start.py``): each must be found under its own name. Guards built
+    # with the original (some dynamo code holds it from before this patch) find it here.
+    global ORIGINAL_EQUALS_MATCH
+    ORIGINAL_EQUALS_MATCH = original
+    original.__module__, original.__qualname__ = __name__, "ORIGINAL_EQUALS_MATCH"
+    EQUALS_MATCH.__module__, EQUALS_MATCH.__qualname__ = guards.__name__, "GuardBuilder.EQUALS_MATCH"
     guards.GuardBuilder.EQUALS_MATCH = EQUALS_MATCH

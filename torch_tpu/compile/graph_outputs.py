@@ -7,6 +7,31 @@ import torch
 from ..tensor.tensor import TpuTensor
 
 
+class TensorMeta:
+    """What ``alias_of`` reads of a traced value (shape, strides, offset, dtype), as plain values: kept with a
+    compiled graph's runner across processes (``lowering.GraphProgram``)."""
+
+    __slots__ = ("shape", "_stride", "_offset", "dtype")
+
+    def __init__(self, shape, stride, offset, dtype):
+        self.shape, self._stride, self._offset, self.dtype = torch.Size(shape), tuple(stride), offset, dtype
+
+    @classmethod
+    def of(cls, value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        return cls(tuple(value.shape), value.stride(), value.storage_offset(), value.dtype)
+
+    def stride(self):
+        return self._stride
+
+    def storage_offset(self):
+        return self._offset
+
+    def __reduce__(self):
+        return TensorMeta, (tuple(self.shape), self._stride, self._offset, self.dtype)
+
+
 def output_aliases(gm, out_node, written=frozenset()) -> dict:
     """{output position: (source, position, view)} for the graph outputs that alias an input or another
     output: the same node returned twice, an input returned unchanged (a forward saving an input for
@@ -60,3 +85,26 @@ def alias_of(base, base_val, view_val):
             or base.storage_offset() != base_val.storage_offset() or base.dtype != view_val.dtype):
         return None
     return base.as_strided(tuple(view_val.shape), view_val.stride(), view_val.storage_offset())
+
+
+def with_host_outputs(run, n_outputs: int, views: list, host: list):
+    """``run`` (a graph's runner), its outputs made views of another output (``views``: (output, base,
+    size, stride, offset)), hidden bases after ``n_outputs`` dropped and the outputs torch puts on the CPU
+    (``host``) copied there."""
+    if not host and not views:
+        return run
+
+    def run_with_host_outputs(args):
+        outs = run(args)
+        for k, b, size, stride, offset in views:
+            base = outs[b]
+            if base is not None and outs[k] is not None and base.is_contiguous():
+                outs[k] = base.as_strided(size, stride, base.storage_offset() + offset)
+        del outs[n_outputs:]  # the hidden bases
+        for i in host:
+            if outs[i] is not None:
+                outs[i] = outs[i].cpu()
+        return outs
+
+    run_with_host_outputs._boxed_call = True
+    return run_with_host_outputs

@@ -10,7 +10,7 @@ from .. import parity
 from ..errors import warn_at_user
 from ..engine import deferred_errors, fused
 from ..ops import calling, checks, registry
-from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd
+from ..runtime import caches, counters, dtypes, platform, program_cache, rng, spmd, stable_keys
 from ..engine.lazy_values import LazyArray
 from ..tensor import strided
 from ..tensor.views import MATH_BITS_SEEN
@@ -20,6 +20,9 @@ from . import data_dependent, graph_outputs, missing_ops, norm_rope, replay, spe
 
 _counters = counters.counters
 _DECOMPS = None
+# a compiled graph's program is found on disk by its key: the graph's code (constants digested), its inputs'
+# shapes and dtypes, the matmul precision, its collectives' devices and its outputs' layouts
+stable_keys.register_kind("graph")
 
 
 def decompositions() -> dict:
@@ -209,7 +212,7 @@ class _Plan:
                 calling.conform(node.target, load(node.args[1]), node.args[0].meta["val"], broadcast=True)
                 for _, node in self.writebacks)
         if found:  # device-side checks of the graph's ops: one more output
-            self.device_checks = [message for _, message in found]
+            self.device_checks[:] = [message for _, message in found]  # (the list compile_program was given)
             result = tuple(result) + (checks.first_failure(found),)
         return tuple(result)
 
@@ -445,7 +448,10 @@ def graph_compiler(kind: str):
                 raise RuntimeError("torch.compile(backend='tpu'): non-tensor graph inputs are not supported "
                                    "with static shapes")
             if plan.mesh is None:
-                prog = program_cache.compile_program(key, _named(program, kind), tuple(specs))
+                # the checks' messages are learnt by tracing the program, or come with it when it is found
+                # on disk by its key (a warm process, which then does not trace it)
+                prog = program_cache.compile_program(key, _named(program, kind), tuple(specs),
+                                                     checks=plan.device_checks)
             else:  # functional collectives: one SPMD program over the group's devices
                 prog = spmd.compile_program(key, _named(program, kind), tuple(specs), plan.mesh,
                                             what=f"a compiled {kind} graph with collectives")
@@ -454,13 +460,51 @@ def graph_compiler(kind: str):
 
         out_dtypes = [v.dtype if isinstance(v, torch.Tensor) else _scalar_type(v) for v in out_vals]
         what = f"the compiled graph {_named(program, kind).__name__}"
-        run = _runner(prog, out_dtypes, plan.random, _DEVICE_CHECKS.get(key, []), what,
-                      [i for i, _ in plan.writebacks], layouts, frozenset(tokens), graph_outputs.output_aliases(gm, out_node, {i for i, _ in plan.writebacks}),
-                      [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"], out_vals)
-        run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
-        return stream_nodes.around(run, *stream_calls)
+        spec = GraphProgram(key, _DEVICE_CHECKS.get(key, []), dict(
+            out_dtypes=out_dtypes, random=plan.random, what=what, written=[i for i, _ in plan.writebacks],
+            layouts=layouts, tokens=frozenset(tokens),
+            aliases=graph_outputs.output_aliases(gm, out_node, {i for i, _ in plan.writebacks}),
+            in_vals=[n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"], out_vals=out_vals))
+        return stream_nodes.around(spec.runner(prog), *stream_calls)
 
     return compile_graph
+
+
+class GraphProgram:
+    """One compiled graph's program (by its key) and how its runner calls it: everything the runner needs
+    but the executable, in plain values, so a later process rebuilds the runner from disk without the graph
+    (``warm_start.py`` keeps it with the compiled module's guards)."""
+
+    def __init__(self, key, device_checks, how: dict):
+        self.key, self.device_checks = key, list(device_checks)
+        how = dict(how)
+        how["aliases"] = {k: (src, i, graph_outputs.TensorMeta.of(view)) for k, (src, i, view) in how["aliases"].items()}
+        used = {("in" if src == "in" else "out", i) for src, i, _ in how["aliases"].values()}
+        how["in_vals"] = [graph_outputs.TensorMeta.of(v) if ("in", i) in used else None
+                          for i, v in enumerate(how["in_vals"])]
+        how["out_vals"] = [graph_outputs.TensorMeta.of(v) if ("out", i) in used else None
+                           for i, v in enumerate(how["out_vals"])]
+        self.how = how
+
+    def runner(self, prog):
+        run = _runner(prog, device_checks=self.device_checks, **self.how)
+        run._boxed_call = True  # AOTAutograd passes one list (and lets us free it)
+        run.program = self
+        return run
+
+    @platform.with_x64
+    def load(self):
+        """The runner over this program as memory or the disk cache holds it under its key (never traced),
+        or None when neither holds it with the same device-side checks."""
+        prog = program_cache.lookup(self.key)
+        if prog is None or list(_DEVICE_CHECKS.get(self.key, ())) != self.device_checks:
+            found = program_cache.load_by_key(self.key)
+            if found is None or list(found[1]) != self.device_checks:
+                return None
+            prog = found[0]
+            program_cache.store(self.key, prog)
+            _DEVICE_CHECKS[self.key] = list(self.device_checks)
+        return self.runner(prog)
 
 
 def _constants_key(constants: dict) -> tuple:

@@ -163,6 +163,12 @@ def check_constants(gm: torch.fx.GraphModule) -> None:
             _where_scalars(node.args, node.kwargs, example.dtype)
 
 
+def checks_floats(gm: torch.fx.GraphModule, example_inputs) -> bool:
+    """Whether ``guard`` wraps a graph: it has float inputs that reach a check."""
+    floats = _float_inputs(gm, example_inputs)
+    return bool(floats) and bool(_relevant(gm, [item for items in floats.values() for item in items]))
+
+
 def guard(compiled, gm: torch.fx.GraphModule, example_inputs):
     """``compiled`` itself, or a callable that checks the graph's float inputs as eager would first."""
     floats = _float_inputs(gm, example_inputs)

@@ -376,7 +376,26 @@ def nll_loss_of_byte_target(func, args, kwargs):
     return run_op(func, args, kwargs)
 
 
+def like_elsewhere(func, args, kwargs):
+    """``torch.zeros_like(t, device="cpu")`` (any ``*_like`` factory naming another device than the tpu):
+    made on that device from a meta stand-in of ``t``'s layout, as torch makes it for any source device."""
+    device = kwargs.get("device")
+    if device is None or torch.device(device).type == "tpu":
+        return run_op(func, args, kwargs)
+    x = args[0]
+    meta = torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype, device="meta")
+    return func(meta, *args[1:], **kwargs)
+
+
+_LIKE_FACTORIES = [getattr(getattr(aten, name), overload)
+                   for name in ("zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
+                   for overload in getattr(aten, name).overloads()
+                   if not getattr(aten, name).__getattr__(overload)._schema.is_mutable
+                   and "out" not in overload]
+
+
 REWRITES = {
+    **{op: like_elsewhere for op in _LIKE_FACTORIES},
     aten.nll_loss_forward.default: nll_loss_of_byte_target,
     aten.nll_loss_backward.default: nll_loss_of_byte_target,
     aten.nansum.default: nansum_of_no_dims,

@@ -20,9 +20,8 @@ _OUTPUT_SETS: dict = caches.register("fused output sets", caches.Bounded(program
 # graph key less its donation and outputs -> the inputs its program donates (see donation_for)
 _DONATIONS: dict = caches.register("fused donation sets", caches.Bounded(program_cache.max_programs))
 
-# where a number enters a graph -> the value seen there, or _VARIES
+# where a number enters a graph -> the value seen there, or _Varies(the first value seen there)
 _NUMBER_SITES: dict = caches.register("fused number sites", caches.Bounded(program_cache.max_programs))
-_VARIES = "varies"
 
 _OUTPUTS_KIND = "fused-output-set"
 _DONATION_KIND = "fused-donation-set"
@@ -78,18 +77,36 @@ def dynamic_numbers(sites: dict, numbers: dict) -> set:
     number whose value changes at its place in the code (a loop's counter, a scheduled learning rate, a
     timestep) is an input from the time a second value is seen there, in this graph or an earlier one,
     and stays one: so a denoising loop whose glue takes ``1 - i / steps`` compiles that glue once with
-    it as an input, not once per value. Ints past int64 are always inputs (they fail as on CPU)."""
+    it as an input, not once per value. The first value seen there stays a constant: the graph that met it
+    first was compiled with it, and meets it again in the next identical call (a denoising loop's first step),
+    which then reuses that program instead of compiling the graph once more with the number as an input.
+    Ints past int64 are always inputs (they fail as on CPU)."""
     history = _NUMBER_SITES
+    dynamic = set()
     for i, site in sites.items():
-        value = value_key(numbers[i])
+        number = numbers[i]
+        value = value_key(number)
         seen = history.get(site)
         if seen is None:
             history[site] = value
-        elif seen is not _VARIES and seen != value:
-            history[site] = _VARIES
-    get = history.get
-    return {i for i, site in sites.items() if get(site) is _VARIES
-            or (type(numbers[i]) is int and not -2 ** 63 <= numbers[i] < 2 ** 63)}
+        elif type(seen) is _Varies:
+            if value != seen.first:
+                dynamic.add(i)
+        elif seen != value:
+            history[site] = _Varies(seen)
+            dynamic.add(i)
+        if type(number) is int and not -2 ** 63 <= number < 2 ** 63:
+            dynamic.add(i)
+    return dynamic
+
+
+class _Varies:
+    """A place in the code where a number took a second value: ``first`` is the value seen first."""
+
+    __slots__ = ("first",)
+
+    def __init__(self, first):
+        self.first = first
 
 
 def number_key(value) -> tuple:

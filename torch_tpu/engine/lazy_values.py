@@ -18,7 +18,10 @@ class LazyArray:
 
     def __init__(self, shape, dtype, node, out):
         self.shape = shape if type(shape) is tuple else tuple(shape)
-        self.dtype = dtype
+        # a NumPy dtype, as a concrete array's: program keys hold ``array.dtype``, and JAX's scalar type
+        # (``jnp.bool_``, what avals carry) hashes differently from ``np.dtype(bool)``, so a cast keyed on a
+        # pending value missed the program keyed on the same value computed (a new program every call)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.node = node
         self.out = out
         self.concrete = None

@@ -25,6 +25,8 @@ _FIELDS = {
     "device_checks_run": 0,     # program launches that returned a device-side check code
     "device_check_reads": 0,    # host reads of pending check codes (at points that wait anyway)
     "graph_compiles": 0,      # torch.compile(backend="tpu") graphs compiled to a new XLA program
+    "module_captures": 0,     # compiled modules' calls traced and kept on disk for later processes (warm_start)
+    "module_loads": 0,        # compiled modules' calls read from disk instead of traced
     "tpu_lowerings": 0,       # programs also lowered for a TPU under TORCH_TPU_CHECK_LOWERING=tpu
     "cpu_fallbacks": 0,       # ops run on the CPU under TORCH_TPU_CPU_FALLBACK=1
     "host_to_device_bytes": 0,

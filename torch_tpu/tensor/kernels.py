@@ -329,9 +329,24 @@ def deterministic_fill(t: TpuTensor) -> TpuTensor:
     return t
 
 
+def _elsewhere(kwargs):
+    """The device a factory's ``device=`` names when it is not the tpu (None otherwise)."""
+    device = kwargs.get("device")
+    if device is None or torch.device(device).type == "tpu":
+        return None
+    return torch.device(device)
+
+
 def empty_like(func, args, kwargs):
     x = args[0]
     dtype = kwargs.get("dtype") or x.dtype
+    device = _elsewhere(kwargs)
+    if device is not None:
+        # ``torch.empty_like(t, device="meta")`` (dynamo pickles a guarded tensor's metadata so): a tensor
+        # on that device with the layout torch gives, made from a meta stand-in of ``x``
+        mx = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        return torch.empty_like(mx, dtype=dtype, device=device,
+                                memory_format=kwargs.get("memory_format") or torch.preserve_format)
     stride = None
     if not x.is_contiguous() or kwargs.get("memory_format") not in (None, torch.preserve_format):
         # torch's layout rule (preserve_format keeps dense strides, channels_last ...) via meta
@@ -343,6 +358,11 @@ def empty_like(func, args, kwargs):
 def new_empty(func, args, kwargs):
     x, size = args[0], args[1]
     stride = args[2] if func is aten.new_empty_strided.default and len(args) > 2 else None
+    device = _elsewhere(kwargs)
+    if device is not None:  # ``t.new_empty(3, device="cpu")``
+        dtype = kwargs.get("dtype") or x.dtype
+        return torch.empty(size, dtype=dtype, device=device) if stride is None else \
+            torch.empty_strided(size, stride, dtype=dtype, device=device)
     return deterministic_fill(empty(size, kwargs.get("dtype") or x.dtype, stride=stride))
 
 
