@@ -21,7 +21,7 @@ recorded call returned them. Anything that changed records again.
 
 A call is not recorded (it runs its Python; after two refusals the block stops trying) when a replay could
 differ from running the Python: it reads a value on the host (``.item()``, ``.cpu()``, a data-dependent op),
-draws random numbers, holds device-side checks (index bounds), keeps a value it computed anywhere but in its
+draws random numbers, keeps a value it computed anywhere but in its
 result or a tensor it writes (a cache, a list, an attribute), changes its module's state, prints or logs, reads
 a tensor that is neither an argument nor its module's, or when hooks watch it or its submodules.
 
@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from .. import config
-from ..engine import fused, graph_keys, launchers, module_graphs, poisoned, strict_line
+from ..engine import deferred_errors, fused, graph_keys, launchers, module_graphs, poisoned, strict_line
 from ..engine.fused import LazyArray
 from ..engine.graph_sets import value_key
 from ..runtime import counters, platform, program_cache
@@ -151,7 +151,7 @@ def status(root) -> list:
 # --- a call ---------------------------------------------------------------------------------------------------
 def _serves(m) -> bool:
     """Whether a call of ``m`` may be recorded or replayed at all (cheap, checked first)."""
-    if torch.is_grad_enabled() or _THREAD.recording or poisoned.active:
+    if torch.is_grad_enabled() or _THREAD.recording:
         return False
     current = launchers.current
     if current is launchers.LAUNCH_BLOCKING or current is launchers.FORKED:
@@ -237,8 +237,13 @@ def _replay(m, replay: Replay, args, kwargs, leaves):
     tree = replay.tree
     with platform.X64():
         arrays = [_fetch(s, leaves, tree) for s in replay.inputs]
+        # values computed from device-side checks not read yet give the results that lineage (and one
+        # computed from a failed check raises here, as the call's first op would: engine/poisoned.py)
+        taken = poisoned.lineage(arrays, replay.what) if poisoned.active else None
         try:
             outs = _launch(replay, arrays)
+            if taken is not None:
+                poisoned.mark(outs, taken, arrays)
         except Exception as exc:  # noqa: BLE001  (the call's Python raises the op's own error, op by op)
             _LOG.debug("torch_tpu: %s's recorded program failed (%s): its Python runs", type(m).__name__, exc)
             replayer = m.__dict__.get("_compiled_call_impl")
@@ -297,6 +302,8 @@ def _results(replay: Replay, outs, leaves):
         elif kind == "reshaped":
             storage = made[action[2]]._tpu_storage
             storage.reshaped = (storage.version, outs[k])
+        elif kind == "check":  # raised at the next wait if it failed; every result computed here is poisoned
+            deferred_errors.add(outs[k], action[2], action[3], outputs=tuple(outs))
     return torch.utils._pytree.tree_unflatten(made, replay.spec)
 
 
@@ -371,7 +378,8 @@ def _record(m, args, kwargs, leaves, least: int = 1):
     before = {id(a) for a in jax.live_arrays()}
     state = replay_guards.global_state()
     watch = replay_guards.CodeWatch()
-    marks = (_counters["device_to_host_reads"], _counters["random_draws"], _counters["device_checks_run"])
+    marks = (_counters["device_to_host_reads"], _counters["random_draws"])
+    checks: list = []  # device-side checks its ops add: the program's check codes, added again at each replay
     recording = _Recording()
     previous = launchers.current
     try:
@@ -380,6 +388,7 @@ def _record(m, args, kwargs, leaves, least: int = 1):
         return m._call_impl(*args, **kwargs), str(why)
     launchers.current = launchers.FUSED
     fused.capture(recording)
+    deferred_errors.record_adds(checks)
     _THREAD.recording += 1
     try:
         result = m._call_impl(*args, **kwargs)
@@ -387,6 +396,7 @@ def _record(m, args, kwargs, leaves, least: int = 1):
         watch.stop()
         _THREAD.recording -= 1
         fused.capture(None)
+        deferred_errors.record_adds(None)
         if not fused_mode:
             try:
                 fused.flush()  # the ops before the error ran, as they would have one by one
@@ -401,11 +411,12 @@ def _record(m, args, kwargs, leaves, least: int = 1):
             fused.flush_for(type(m).__name__)
     finally:
         fused.capture(None)
+        deferred_errors.record_adds(None)
         if not fused_mode:
             launchers.current = _restored(previous)
     try:
         replay = _analyse(m, result, leaves, tree, found, ambiguous, tensors, before, state, watch, marks,
-                          recording, least)
+                          recording, least, checks)
     except Refused as why:
         return result, str(why)
     _counters["module_recordings"] += 1
@@ -419,12 +430,13 @@ def _restored(previous):
     return previous
 
 
-def _analyse(m, result, leaves, tree, found, ambiguous, tensors, before, state, watch, marks, recording, least):
+def _analyse(m, result, leaves, tree, found, ambiguous, tensors, before, state, watch, marks, recording, least,
+             checks):
     if watch.refusal:
         raise Refused(watch.refusal)
-    if (_counters["device_to_host_reads"], _counters["random_draws"], _counters["device_checks_run"]) != marks:
-        names = ("reads a value on the host", "draws random numbers", "holds device-side checks")
-        now = (_counters["device_to_host_reads"], _counters["random_draws"], _counters["device_checks_run"])
+    now = (_counters["device_to_host_reads"], _counters["random_draws"])
+    if now != marks:
+        names = ("reads a value on the host", "draws random numbers")
         raise Refused(", ".join(n for n, a, b in zip(names, marks, now) if a != b))
     graphs = [g for g, _ in recording.launches]
     if len(recording.launches) != 1 or graphs[0] is not recording.graph:
@@ -451,7 +463,7 @@ def _analyse(m, result, leaves, tree, found, ambiguous, tensors, before, state, 
     replay.what = f"{type(m).__name__} (a recorded module call)"
     replay.inputs, replay.read = _input_sources(launch, found, ambiguous, before)
     replay.structure = launch.key[1]
-    _output_targets(replay, launch, result, leaves, tree, tensors)
+    _output_targets(replay, launch, result, leaves, tree, tensors, checks)
     return replay
 
 
@@ -480,7 +492,7 @@ def _input_sources(launch, found, ambiguous, before) -> tuple:
     return sources, [r if r[0] != "const" else ("const",) for r in read]
 
 
-def _output_targets(replay, launch, result, leaves, tree, tensors) -> None:
+def _output_targets(replay, launch, result, leaves, tree, tensors, checks) -> None:
     lazy_index = {id(la): (i, j) for i, j, la in launch.live}
     position = {ij: k for k, ij in enumerate(launch.out_sig)}
     owners = {}
@@ -536,6 +548,9 @@ def _output_targets(replay, launch, result, leaves, tree, tensors) -> None:
         array = t._tpu_storage.array
         if type(array) is LazyArray and id(array) in lazy_index:
             claim(array, lambda k, kind=kind, index=index: ("write", k, kind, index))
+    for code, messages, what in checks:  # the device-side checks of its ops: their codes are program outputs
+        if not claim(code, lambda k, messages=messages, what=what: ("check", k, messages, what)):
+            raise Refused("it runs a device-side check outside its graph")
     casts = autocast.cached_values()
     for i, j, la in launch.live:
         k = position[(i, j)]
@@ -623,7 +638,7 @@ def _results_detached(replay, outs, leaves):
     """A replay's results without its writes into the module's or the arguments' tensors (verify compares them
     after the Python made its own)."""
     saved = replay.outputs
-    replay.outputs = [a for a in saved if a[0] != "write"]
+    replay.outputs = [a for a in saved if a[0] not in ("write", "check")]
     try:
         return _results(replay, outs, leaves)
     finally:

@@ -29,10 +29,20 @@ _READ_ONE_BY_ONE = 8  # up to this many pending codes are read as they are; more
 _READ_EARLY_OFF = [False]  # a check read early (read_ready) failed: the next wait reads it again and raises
 
 
+_RECORDING: list = [None]  # a module call's recording (eager/module_replay.py): told of every check added
+
+
+def record_adds(into) -> None:
+    """Append (code, messages, what) of every check added from now on to ``into`` (None: stop)."""
+    _RECORDING[0] = into
+
+
 def add(code, messages, what, outputs=()) -> None:
     """``what``: the op's description, or a callable returning it (only called if the check failed).
     ``outputs``: the op's values that its check's failure poisons."""
     counters.counters["device_checks_run"] += 1
+    if _RECORDING[0] is not None:
+        _RECORDING[0].append((code, messages, what))
     with _LOCK:
         number = _COUNTS["next"]
         _COUNTS["next"] = number + 1
