@@ -282,8 +282,10 @@ def _unique_complex(x, *args, **kwargs):
 
 @validates(*_functional_overloads("nansum"))
 def _nansum_complex(x, *_, dtype=None, **__):
-    if x.is_complex() or dtype is not None and dtype.is_complex:
+    if x.is_complex():
         raise RuntimeError("nansum on CPU does not support complex inputs")
+    if dtype is not None and dtype.is_complex:  # (a real input summed into a complex dtype: no CPU kernel)
+        raise NotImplementedError(f'"nansum_cpu" not implemented for \'{TYPE_NAMES.get(dtype, dtype)}\'')
 
 
 def _refuse_empty(name):
