@@ -144,6 +144,33 @@ def test_output_sets_read_back_from_disk_serve_a_subset(fresh_programs):
     _check(kept, "after a warm start")
 
 
+def test_graphs_differing_only_in_their_values_shapes_keep_programs_of_their_own(fresh_programs):
+    """A graph's key holds its nodes' output shapes: an op's key alone does not say whether its result comes in
+    torch's layout or as its flat memory (a program found on disk returned (25,) where the graph expected
+    (5, 5)). Two graphs of the same op keys and inputs whose values' shapes differ each get their own program;
+    sharing one key, each flush found the other's program, dropped it and replayed op by op."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    base = jnp.arange(25.0, dtype=jnp.float32).reshape(5, 5)
+
+    def flush(flat: bool):
+        fn = (lambda a: (a * 2).reshape(-1)) if flat else (lambda a: a * 2)
+        shape = (25,) if flat else (5, 5)
+        out, = fused.record(("test-layout-node",), fn, (base,), avals=[(shape, jnp.float32)])
+        return fused.materialize(out)
+
+    with torch.tpu.set_eager_mode(FUSE):
+        torch_tpu.reset_stats()
+        for _ in range(2):
+            for flat in (False, True):
+                got = flush(flat)
+                assert got.shape == ((25,) if flat else (5, 5))
+                np.testing.assert_array_equal(np.asarray(got).reshape(-1), np.arange(25.0) * 2)
+        stats = torch_tpu.stats()
+    assert stats["compiles"] == 2 and stats.get("fused_graph_replays", 0) == 0, stats
+
+
 # ----------------------------------------------------------------------------------------------------------
 # outputs_for itself: the rule, case by case
 
