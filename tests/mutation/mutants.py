@@ -2,8 +2,9 @@
 that must notice it. ``line`` is the exact text replaced (it must occur once in ``file``); keep it short and
 update it when the code moves (``run.py`` reports a mutant whose line is gone as stale).
 
-Some mutants are equivalent by design of the code around them (the change cannot alter a result); none is
-listed here: each one below was killed by the tests named, or became a test that kills it.
+Each mutant below is killed by the tests named; the ones marked "survived until" stayed green in the first run
+(2026-12-07) and became the test named. An equivalent mutant (one that cannot change a result) does not belong
+here: replace it by one that can.
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ MUTANTS = [
            'key = ("fused", structure, in_sig, out_sig, donate, g.mesh)',
            'key = ("fused", structure, in_sig, donate, g.mesh)', FUSED,
            "programs returning other outputs share one key"),
+    # (survived until test_fused_outputs.py::
+    #  test_graphs_differing_only_in_their_values_shapes_keep_programs_of_their_own)
     Mutant("fused-key-without-node-shapes", "torch_tpu/engine/fused.py",
            "parts.append((node.key, node.inputs, node.out_sig))",
            "parts.append((node.key, node.inputs))", FUSED,
@@ -112,6 +115,7 @@ MUTANTS = [
            "a write into a transposed window lands transposed"),
 
     # --- program keys: what makes two calls share a program
+    # (survived until test_cache_keys.py::test_static_numbers_equal_in_value_keep_their_type_in_the_key)
     Mutant("key-float-by-value", "torch_tpu/eager/arguments.py",
            '        return ("f", x.hex())',
            "        return x", KEYS,
@@ -120,10 +124,12 @@ MUTANTS = [
            "            sig.append((storage.shape, storage.dtype))",
            "            sig.append(storage.shape)", KEYS,
            "a float32 call's program serves a bfloat16 one"),
+    # (survived until test_cache_keys.py::test_the_default_dtype_is_in_an_ops_key)
     Mutant("key-without-default-dtype", "torch_tpu/eager/arguments.py",
            '        sig.append(("default_dtype", default))',
            "        pass", KEYS,
            "an entry built under float32 serves a call under set_default_dtype(bfloat16)"),
+    # (survived until test_fused.py::test_a_constant_zero_changing_sign_is_another_number)
     Mutant("graph-number-signed-zero", "torch_tpu/engine/graph_sets.py",
            "            return _NEG_ZERO if math.copysign(1.0, v) < 0 else _ZERO",
            "            return _ZERO", FUSED + KEYS,
@@ -134,6 +140,7 @@ MUTANTS = [
            "            bits |= _at(e, base)",
            "            bits = _at(e, base)", POISONED,
            "an op's output keeps the pending checks of its last input only"),
+    # (survived until test_poisoned_values.py::test_a_value_from_checks_a_compaction_read_stays_clean)
     Mutant("poison-shift-direction", "torch_tpu/engine/poisoned.py",
            "    return bits >> (base - made) if made <= base else bits << (made - base)",
            "    return bits << (base - made) if made <= base else bits >> (made - base)", POISONED,
@@ -142,10 +149,12 @@ MUTANTS = [
            "        _mark(outputs, 1 << (number - _BASE[0]))",
            "        _mark(outputs, 1 << number)", POISONED,
            "a check's bit not relative to the checks read before"),
+    # (survived until test_poisoned_values.py::test_a_checked_op_on_a_pending_value_keeps_that_values_checks)
     Mutant("poison-op-check-replaces-lineage", "torch_tpu/engine/poisoned.py",
            "            _LINEAGE[key] = (e[0], base, bits | _current(e))",
            "            _LINEAGE[key] = (e[0], base, bits)", POISONED,
            "an op's own check replaces the checks its inputs carried"),
+    # (survived until test_poisoned_values.py::test_the_first_read_of_a_value_whose_check_is_pending_raises)
     Mutant("poison-readable-pending", "torch_tpu/engine/poisoned.py",
            "        if e is not None and e[0]() is x and _current(e):\n            return True",
            "        if e is not None and e[0]() is x and _current(e):\n            return False", POISONED,
