@@ -104,6 +104,8 @@ ARRANGEMENTS = {
     "both_zero_dim_promote": (lambda x, y: torch.eq(x[2], y), I8, _zero(7, torch.int64)),
     "both_zero_dim_wide": (lambda x, y: torch.lt(x[6], y), I8, _zero(1000, torch.int64)),  # 127 < 1000
     "two_dimensioned_widen": (lambda x, y: torch.lt(x, x.to(torch.int64) * 0 + y), I8, _zero(1000, torch.int64)),
+    "true_div_int8_by_int64": (torch.div, I8, _zero(1000, torch.int64)),  # ints divide as floats of their values
+    "true_div_int64_by_int8_first": (lambda x, y: torch.div(y, x.clamp(min=1)), I8, _zero(1000, torch.int64)),
     "clamp_two_zero_dim_bounds": (lambda x, y: torch.clamp(x, min=y - 1300, max=y), I8, _zero(1000, torch.int64)),
 }
 

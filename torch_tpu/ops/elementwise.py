@@ -190,7 +190,9 @@ def div(x, y):
     wide = zero_dim_opmath(x, y)
     if wide is not None:
         return elementary.true_divide(*wide).astype(x.dtype)
-    x, y = torch_operands(x, y)
+    # integers divide as floats converted from their own values (int8 / torch.tensor(1000) divides by 1000, not
+    # by 1000 as an int8): a 0-dim operand narrows only beside a floating one
+    x, y = torch_operands(x, y) if is_float(x) or is_float(y) else ints_as_default_float(x, y)
     dt = jnp.result_type(x, y)
     if jnp.issubdtype(dt, jnp.complexfloating):
         return _complex_div(x, y, dt)

@@ -72,6 +72,10 @@ def _alpha(x, other, alpha=1, **_):
 @validates(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor,
            aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp(x, *bounds, **named):
+    if all(b is None for b in bounds + tuple(named.values())):
+        # ``x.clamp()``: CPU's RuntimeError (torch's reference raises a ValueError)
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+
     def meta(v):
         return torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
 
@@ -255,6 +259,27 @@ def _scaled_mm_inputs(a, b, scale_a, scale_b, *_, **__):
             "float and singletons.\n- For RowWise scaling, a and b should be float8, scales should be float, "
             f"scale_a should be ({a.shape[0]}, 1) and scale_b should be (1, {b.shape[1]}), and both should be "
             f"contiguous.\nGot mat_a.dtype()={name(a)}, mat_b.dtype()={name(b)}")
+
+
+def _upsample_overloads():
+    names = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+             "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+             "upsample_bicubic2d", "upsample_trilinear3d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa")
+    return [getattr(getattr(aten, n), o) for n in names if hasattr(aten, n)
+            for o in getattr(aten, n).overloads() if "out" not in o and "backward" not in o]
+
+
+@validates(*_upsample_overloads())
+def _upsample_empty(x, *_, **__):
+    """An input without channels or with an empty spatial dim: CPU's kernels refuse it (the meta kernels return
+    an empty result)."""
+    if x.dim() > 1 and x.shape[1] == 0:
+        raise RuntimeError(f"Non-empty {x.dim()}D data tensor expected but got a tensor with sizes {list(x.shape)}")
+    spatial = x.shape[2:]
+    if 0 in spatial:
+        names = "DHW"[3 - len(spatial):] if len(spatial) <= 3 else ""
+        sizes = ", ".join(f"{n}: {s}" for n, s in zip(names, spatial))
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({sizes})")
 
 
 @validates(aten.mode.default)

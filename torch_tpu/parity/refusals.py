@@ -516,7 +516,8 @@ def _index_source_shape(func, x, dim, index, source):
     """torch's index_func_meta_impl checks: a wrongly shaped source was broadcast into the result."""
     d = dim % x.dim() if x.dim() else 0
     if not (d == 0 or d < source.dim()):
-        raise IndexError(f"{func}_(): Indexing dim {dim} is out of bounds of the source tensor with dim {source.dim()}")
+        raise RuntimeError(f"{func}_(): Indexing dim {dim} is out of bounds of the source tensor with dim "
+                           f"{source.dim()}")
     n = 1 if source.dim() == 0 else source.shape[d]
     if index.numel() != n:
         raise RuntimeError(f"{func}_(): Number of indices ({index.numel()}) should be equal to source.size(dim): "
