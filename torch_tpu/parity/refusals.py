@@ -530,6 +530,15 @@ def _index_source_shape(func, x, dim, index, source):
                            f"Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}")
 
 
+@validates(aten.index_copy.default)
+def _index_copy_dims(x, dim, index, source):
+    """A source of another dimensionality than self (neither a scalar): CPU's IndexError (the meta kernel's is a
+    RuntimeError)."""
+    if x.dim() and source.dim() and x.dim() != source.dim():
+        raise IndexError(f"index_copy_(): When source and destination are not scalars, their dimensionality must "
+                         f"match. Source dimensionality ({source.dim()}), destination dimensionality ({x.dim()})")
+
+
 validates(aten.index_add.default)(_index_func_shapes("index_add"))
 validates(aten.index_reduce.default)(_index_func_shapes("index_reduce"))
 
