@@ -20,6 +20,21 @@ class DeviceAssertError(IndexError, RuntimeError):
     a RuntimeError, as the CPU kernels' own errors are one or the other."""
 
 
+class DeviceLinAlgError(DeviceAssertError, torch.linalg.LinAlgError):
+    """A linear algebra check computed on the device failed (a singular matrix, one not positive-definite):
+    also ``torch.linalg.LinAlgError``, the class CPU torch raises, so code that catches it catches this."""
+
+
+# a check's message ending so names the class CPU raises (ops/linalg.py): the error is of that class too
+LINALG_MARK = "(torch._C._LinAlgError on the CPU)"
+
+
+def device_assert(message: str) -> DeviceAssertError:
+    """The error of a failed device-side check whose message is ``message`` (its op's check message inside):
+    ``DeviceLinAlgError`` for a linear algebra check (its message holds ``LINALG_MARK``)."""
+    return (DeviceLinAlgError if LINALG_MARK in message else DeviceAssertError)(message)
+
+
 def leaves(x):
     """The non-list leaves of nested lists/tuples, in order."""
     if type(x) in (list, tuple):

@@ -7,6 +7,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from tests.harness import differential as D
+
 DEV = "tpu"
 
 
@@ -181,5 +183,9 @@ def test_spatial_backward_matches_cpu(op, dtype):
     (_SPATIAL[op](xc).float() ** 2).sum().backward()
     xt = x.to("tpu").requires_grad_()
     (_SPATIAL[op](xt).float() ** 2).sum().backward()
-    tol = dict(atol=0.1, rtol=0.02) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(xt.grad.cpu(), xc.grad, **tol)
+    if dtype == torch.float32:
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad, atol=1e-5, rtol=1e-5)
+        return
+    x32 = x.float().requires_grad_()  # bf16: within CPU's own bf16 error (the pipelines' rule)
+    (_SPATIAL[op](x32) ** 2).sum().backward()
+    D.assert_low_precision_close(xt.grad, xc.grad, x32.grad, where=f"{op} input gradient")

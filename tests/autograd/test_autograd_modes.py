@@ -1100,19 +1100,22 @@ ISOLATED_CASES["amp:compiled_like_eager"] = _amp_compiled_like_eager
 
 # Known gaps (strict xfail: the day they pass, the mark must go)
 XFAIL = {
-    "seq:leaf_view_base_changed": "a view v of a leaf that is itself an autograd view of a tensor not requiring "
+    "seq:leaf_view_base_changed": D.Gap("a view v of a leaf that is itself an autograd view of a tensor not requiring "
     "grad, after an in-place write bumped their version: torch refreshes v's grad_fn by replaying the views "
     "from the base for every __torch_dispatch__ subclass (TwoTensor on the CPU fails alike) and asserts on the "
     "missing grad_fn ('new_fn INTERNAL ASSERT FAILED', a RuntimeError; the process survives); CPU tensors "
-    "take the as_strided path. torch's C++, not reachable from the backend",
-    "seq:sdpa_3d_input_modified": "q changed in place after SDPA, then backward: tpu::attention saves q, k, v "
+    "take the as_strided path. torch's C++, not reachable from the backend", r"new_fn INTERNAL ASSERT FAILED"),
+    "seq:sdpa_3d_input_modified": D.Gap("q changed in place after SDPA, then backward: tpu::attention saves q, k, v "
     "for its backward (as CPU's flash kernel does for 4-D inputs, where CPU raises the same version error: "
     "seq:sdpa_4d_input_modified); CPU's math path, which it takes for 3-D inputs, saves scaled copies and "
     "runs. Matching it would mean copying q, k, v at every forward",
-    "func:compiled_grad_of_input": "torch.compile of torch.func.grad applied directly to a graph input: dynamo "
+        r"\[tpu raised\] \(mode strict\) CPU returned a value; tpu raised at the call: builtins.RuntimeError: one of "
+        r"the variables needed for gradient computation has been modified by an inplace operation"),
+    "func:compiled_grad_of_input": D.Gap("torch.compile of torch.func.grad applied directly to a graph input: dynamo "
     "fakeifies the tpu tensor (a traceable wrapper subclass) inside the grad transform's level and fails with "
     "'Cannot access storage of TensorWrapper' (backend='eager' too: dynamo/functorch, not the tpu lowering); "
     "any op on the input before the transform works (func:compiled_grad_after_op)",
+        r"Cannot access storage of TensorWrapper"),
 }
 
 

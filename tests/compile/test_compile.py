@@ -173,12 +173,12 @@ def test_inference_graph_returns_the_input_it_writes(case):
 
 def test_dynamic_shapes_are_refused_clearly():
     m = MLP().to("tpu")
-    with pytest.raises(Exception, match="static shapes"):
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="static shapes"):
         torch.compile(m, backend="tpu", dynamic=True)(torch.randn(3, 8).to("tpu"))
     torch._dynamo.reset()
     x = torch.randn(3, 8).to("tpu")
     torch._dynamo.mark_dynamic(x, 0)
-    with pytest.raises(Exception, match="static shapes"):
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="static shapes"):
         torch.compile(m, backend="tpu")(x)
     assert issubclass(StaticShapeError, RuntimeError)
 
@@ -196,7 +196,7 @@ def test_graph_breaks_compile_each_piece():
     _close(c(x.to("tpu"), w.to("tpu")), f(x, w))
     assert _graph_compiles() == 2
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="graph_break"):
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="graph_break"):
         torch.compile(f, backend="tpu", fullgraph=True, dynamic=False)(x.to("tpu"), w.to("tpu"))
 
 
@@ -359,7 +359,7 @@ def test_default_backend_compiles_tpu_graphs():
 
 def test_default_backend_mixed_devices_fail_clearly():
     x = torch.randn(3, 4)
-    with pytest.raises(Exception, match="backend='tpu'"):
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="backend='tpu'"):
         torch.compile(lambda a, b: a.sum() + b.to("tpu").sum())(x.to("tpu"), x)
 
 

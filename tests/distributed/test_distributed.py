@@ -483,13 +483,11 @@ def scenario_fail_raise(out_dir):
     t.cpu()
     if dist.get_rank() == 1:
         raise RuntimeError("rank 1 fails on purpose")
-    t0 = time.time()
     try:
         dist.all_reduce(t)
         t.cpu()  # collectives are ordered on the device: a failure surfaces when a result is read
     except RuntimeError as exc:
-        (open(os.path.join(out_dir, "rank0.json"), "w")
-         .write(json.dumps({"error": str(exc), "seconds": time.time() - t0})))
+        open(os.path.join(out_dir, "rank0.json"), "w").write(json.dumps({"error": str(exc)}))
         raise SystemExit(0)
     raise AssertionError("all_reduce with a dead peer returned")
 
@@ -503,16 +501,22 @@ def scenario_fail_hang(out_dir):
     t = torch.ones(4, device="tpu")
     dist.all_reduce(t)
     t.cpu()
+    waiting = os.path.join(out_dir, "rank1-waiting")
     if dist.get_rank() == 1:
+        open(waiting, "w").close()  # (before rank 0's collective can time out: rank 0 waits for this file)
         time.sleep(float(os.environ["TORCH_TPU_DIST_TIMEOUT"]) + 8)
+        os.remove(waiting)
         os._exit(0)
-    t0 = time.time()
+    while not os.path.exists(waiting):
+        time.sleep(0.05)
     try:
         dist.all_reduce(t)
         torch.tpu.synchronize()
     except RuntimeError as exc:
+        # the peer had not come back yet: the collective ended by its timeout, not by the peer's exit
+        peer_still_waiting = os.path.exists(waiting)
         (open(os.path.join(out_dir, "rank0.json"), "w")
-         .write(json.dumps({"error": str(exc), "seconds": time.time() - t0})))
+         .write(json.dumps({"error": str(exc), "peer_still_waiting": peer_still_waiting})))
         os._exit(0)  # do not wait for the stuck peer at exit
     raise AssertionError("all_reduce with a stuck peer returned")
 
@@ -697,7 +701,9 @@ def test_singlehost_wrapper_prints_exportable_env(job_env):
 
 
 def test_dead_peer_fails_fast(job_env, tmp_path):
-    results = _spawn("fail_raise", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "20"})
+    # a timeout far past the job's hang detection: rank 0 fails because its peer died, not by the timeout (a
+    # rank 0 left waiting for it stops using CPU and is taken for hung)
+    results = _spawn("fail_raise", tmp_path, job_env, extra={"TORCH_TPU_DIST_TIMEOUT": "3600"})
     # a process that died of an exception, or whose collective failed, exits 1 at once (JAX's shutdown
     # barrier would wait for the dead peer, then abort)
     assert results[1][0] == 1, results[1][1][-4000:]
@@ -706,7 +712,6 @@ def test_dead_peer_fails_fast(job_env, tmp_path):
     info = json.loads((tmp_path / "rank0.json").read_text())
     assert "tpu_dist:" in info["error"] and "rank 0 of 2" in info["error"], info
     assert "all_reduce(sum) float32[4] on ranks [0, 1]" in info["error"], info
-    assert info["seconds"] < 15, info
 
 
 def test_stuck_peer_times_out(job_env, tmp_path):
@@ -716,7 +721,7 @@ def test_stuck_peer_times_out(job_env, tmp_path):
     info = json.loads((tmp_path / "rank0.json").read_text())
     assert "tpu_dist:" in info["error"] and "all_reduce(sum) float32[4]" in info["error"], info
     assert "TORCH_TPU_DIST_TIMEOUT=8s" in info["error"], info
-    assert 6 <= info["seconds"] < 25, info
+    assert info["peer_still_waiting"], info  # ended by the timeout, while the peer was still away
 
 
 def test_collectives_pair_up_whatever_each_rank_cuts_caches_or_compiles(job_env, tmp_path):

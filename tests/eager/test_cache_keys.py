@@ -188,3 +188,34 @@ def test_key_of_a_whole_tensor_follows_its_storage_after_in_place_metadata_chang
     out = t[:5] * 2
     assert out.dtype == torch.float64 and torch.equal(out.cpu(), src * 2)
     assert (t + t).shape == (7,)
+
+
+# ---------------------------------------------------------------------------------------------------
+# what an op's key holds besides its tensors (found by the mutation check: tests/mutation/run.py)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_static_numbers_equal_in_value_keep_their_type_in_the_key(mode):
+    """A static Python number (pow's exponent) is keyed by its type and exact value: 2 and 2.0 are equal and
+    hash alike in Python, but ``int ** 2`` is an int tensor and ``int ** 2.0`` a float one (True too)."""
+    D.check_sequence([D.named("x ** 2", lambda x: x ** 2), D.named("x ** 2.0", lambda x: x ** 2.0),
+                      D.named("x ** 2 again", lambda x: x ** 2), D.named("x ** True", lambda x: x ** True)],
+                     torch.arange(-3, 4), modes=[mode])
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_the_default_dtype_is_in_an_ops_key(mode):
+    """``int_tensor * 0.5`` computes in the default dtype: an entry built under float32 must not serve the same
+    call under torch.set_default_dtype(torch.float64) (nor the reverse)."""
+    def under(dtype):
+        def call(x):
+            old = torch.get_default_dtype()
+            torch.set_default_dtype(dtype)
+            try:
+                return x * 0.5, torch.arange(3, device=x.device) / 3
+            finally:
+                torch.set_default_dtype(old)
+        return D.named(f"x * 0.5 under {dtype}", call)
+
+    D.check_sequence([under(torch.float32), under(torch.float64), under(torch.float32)], torch.arange(5),
+                     modes=[mode])

@@ -445,12 +445,19 @@ def _initialised_lazy():
     return m
 
 
-@pytest.mark.xfail(strict=True, reason="lazy modules on the tpu before their first call: module.to('tpu') "
-                   "turns an UninitializedParameter into a plain Parameter (torch's Module._apply cannot "
-                   "swap a CPU tensor's data for a tpu tensor's; README limits)")
-def test_gap_lazy_module_on_tpu():
-    m = torch.nn.LazyLinear(3).to("tpu")
-    assert m(torch.randn(2, 4, device="tpu")).shape == (2, 3)
+def test_lazy_module_before_its_first_call_is_refused_clearly():
+    """A limit (README): module.to('tpu') would turn an UninitializedParameter into a plain Parameter (torch's
+    Module._apply cannot swap a CPU tensor's data for a tpu tensor's), so the move is refused, naming the way
+    out; called once on the CPU first, the module moves and computes as on CPU."""
+    with pytest.raises(RuntimeError, match=r"a lazy module's uninitialized parameter cannot move to the tpu.*"
+                                           r"call the module once on the CPU"):
+        torch.nn.LazyLinear(3).to("tpu")
+    torch.manual_seed(0)
+    m = torch.nn.LazyLinear(3)
+    x = torch.randn(2, 4)
+    ref = m(x)
+    m.to("tpu")
+    torch.testing.assert_close(m(x.to("tpu")).cpu(), ref)
 
 
 # ---------------------------------------------------------------------------------------------------

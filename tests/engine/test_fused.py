@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import torch_tpu
+from tests.harness import differential as D
 from torch_tpu import EagerMode
 from torch_tpu.engine import fused
 from torch_tpu.runtime import disk_cache, prefetch
@@ -199,6 +200,14 @@ def test_numbers_are_constants_until_they_change_where_they_enter():
             torch.testing.assert_close(out.cpu(), step(x, k))
     assert constants == [3, 2, 2, 2], constants
     assert builds[1:] == [1, 0, 0], builds
+
+
+def test_a_constant_zero_changing_sign_is_another_number():
+    """0.0 and -0.0 are equal numbers of other signs: a graph whose constant was 0.0 must not serve -0.0
+    (``x * -0.0`` is -0.0 for a positive x), nor the reverse: where the sign changes, the number changes."""
+    x = torch.tensor([1.0, -2.0, 3.0])
+    calls = [D.named(f"x * {s!r}", lambda v, s=s: (v * s, torch.full_like(v, s))) for s in (0.0, -0.0, 0.0, -0.0)]
+    D.check_sequence(calls, x, modes=["fused"], signed_zeros=True)
 
 
 def test_recorded_ops_know_the_users_line_and_where_their_numbers_were_written():

@@ -237,3 +237,72 @@ def test_a_failed_check_read_early_still_raises_at_the_wait_only(mode):
             with pytest.raises(DeviceAssertError):
                 value.cpu()
     assert deferred_errors.pending() == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# lineage across reads of the checks (found by the mutation check: tests/mutation/run.py)
+
+
+@pytest.mark.parametrize("read", [".cpu()", "to_jax"])
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_the_first_read_of_a_value_whose_check_is_pending_raises(mode, read, monkeypatch):
+    """Reading a value whose own check has not been read yet reads that check first: the read raises, it never
+    returns or hands out the clamped values (CPU raised at the op). ``to_jax`` is no wait of its own: only the
+    value's lineage sends it to the checks."""
+    monkeypatch.setattr(poisoned, "_POLL", [None, 0])  # no early read of the check: it stays pending
+    torch.tpu.synchronize()
+    with torch.tpu.set_eager_mode(MODES[mode]):
+        y = (torch.arange(10.0) * 2).to("tpu")
+        bad = y[torch.tensor(BAD_INDEX, device="tpu")]
+        with pytest.raises(DeviceAssertError, match=r"aten\.index\.Tensor"):
+            bad.cpu() if read == ".cpu()" else torch_tpu.to_jax(bad)
+    assert deferred_errors.pending() == 0
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_checked_op_on_a_pending_value_keeps_that_values_checks(mode, monkeypatch):
+    """A checked op (an index_select) whose input came from a failed check: its own check holds, but its value
+    was computed from the failed one, so it is poisoned too; its own check must add to its input's, not
+    replace them."""
+    monkeypatch.setattr(poisoned, "_POLL", [None, 0])  # no early read of the checks: they stay pending
+    torch.tpu.synchronize()
+    with torch.tpu.set_eager_mode(MODES[mode]):
+        y = (torch.arange(10.0) * 2).to("tpu")
+        bad = y[torch.tensor(BAD_INDEX, device="tpu")]
+        picked = bad.index_select(0, torch.tensor([0, 2], device="tpu"))  # a check of its own, which holds
+        clean = y.index_select(0, torch.tensor([0, 2], device="tpu"))
+        with pytest.raises(DeviceAssertError, match=r"aten\.index\.Tensor"):
+            torch.tpu.synchronize()
+        for value in (bad, picked):
+            with pytest.raises(DeviceAssertError, match=r"aten\.index\.Tensor"):
+                value.cpu()
+        torch.testing.assert_close(clean.cpu(), torch.tensor([0.0, 4.0]))
+
+
+def test_a_value_from_checks_a_compaction_read_stays_clean(monkeypatch):
+    """A value computed from checks that held, used after a long loop's compaction read them (its lineage set
+    made before the read, shifted to the checks still pending), stays clean when a later check fails: CPU has
+    it. A set shifted the wrong way pointed at that later check and poisoned a value CPU computes."""
+    monkeypatch.setattr(deferred_errors, "_COMPACT_AT", 300)  # read every 512 checks (two folds of 256)
+    monkeypatch.setattr(poisoned, "_POLL", [None, 0])  # no early read: the compactions alone move the checks on
+    torch.tpu.synchronize()
+    x_cpu = torch.arange(20.0).reshape(4, 5)
+    x = x_cpu.to("tpu")
+    first = deferred_errors._COUNTS["next"]
+    good = torch.tensor([1], device="tpu")
+
+    def checks_until(number):
+        while deferred_errors._COUNTS["next"] < number:
+            x.index_select(1, good)
+
+    v = x.index_select(1, torch.tensor([0], device="tpu"))  # check `first`: holds
+    checks_until(first + 512)  # a compaction read checks first .. first + 511
+    w = v + 1  # made after that read, from a value whose set was made before it
+    checks_until(first + 1024)  # a second compaction
+    bad = x.index_select(1, torch.tensor([7], device="tpu"))  # check first + 1024: fails
+    with pytest.raises(DeviceAssertError, match="index_select"):
+        torch.tpu.synchronize()
+    torch.testing.assert_close(w.cpu(), x_cpu[:, :1] + 1)
+    torch.testing.assert_close(v.cpu(), x_cpu[:, :1])
+    with pytest.raises(DeviceAssertError, match="index_select"):
+        bad.cpu()

@@ -945,11 +945,13 @@ def test_direct_convolution_overrideable():
     _autocast_direct_convolution()
 
 
-@pytest.mark.xfail(strict=True, reason="torch.compile of torch.func.grad over a tpu tensor: dynamo cannot fake a "
+@pytest.mark.xfail(strict=True, raises=D.KnownGap,
+                   reason="torch.compile of torch.func.grad over a tpu tensor: dynamo cannot fake a "
                                        "functorch TensorWrapper of a tpu tensor ('Cannot access storage of "
                                        "TensorWrapper'); vmap and jacrev compile")
 def test_func_grad_compiled():
-    D.check(_grad_compiled, A.clone(), modes=["compiled"])
+    with D.expected_failure(r"Cannot access storage of TensorWrapper"):
+        D.check(_grad_compiled, A.clone(), modes=["compiled"])
 
 
 results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

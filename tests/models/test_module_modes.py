@@ -260,7 +260,7 @@ def _captured_cpu_compute_refused():
     w = torch.arange(3.0)
     fn = torch.compile(lambda x: x + (w * 2).to(x.device), backend="tpu", dynamic=False)
     torch._dynamo.reset()
-    with pytest.raises(Exception, match=r"graph input \d+ is a cpu tensor \(3,\) that aten.mul.Tensor uses"):
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match=r"graph input \d+ is a cpu tensor \(3,\) that aten.mul.Tensor uses"):
         fn(torch.ones(3, device="tpu"))
 
 

@@ -87,6 +87,10 @@ CASES = {
     "nll_loss_float_target": (lambda a: F.nll_loss(a, torch.zeros(2, device=a.device)), (A,)),
     "cross_entropy_weight_size": (lambda a: F.cross_entropy(a, torch.tensor([0, 1], device=a.device),
                                                             weight=torch.ones(5, device=a.device)), (A,)),
+    "nll_loss_weight_size": (lambda a: F.nll_loss(a, torch.tensor([0, 1], device=a.device),
+                                                  weight=torch.ones(5, device=a.device)), (A,)),
+    "nll_loss2d_weight_size": (lambda a: F.nll_loss(a.reshape(1, 2, 3, 1).expand(2, 2, 3, 4), torch.zeros(
+        2, 3, 4, dtype=torch.long, device=a.device), weight=torch.ones(5, device=a.device)), (A,)),
     "cross_entropy_batch_mismatch": (lambda a: F.cross_entropy(a, torch.tensor([0, 1, 2], device=a.device)), (A,)),
     "embedding_float_idx": (lambda a: F.embedding(a, a), (A,)),
     "sqrt_int": (lambda i: torch.sqrt(i), (I,)),
@@ -160,6 +164,14 @@ CASES = {
     "argmax_empty": (lambda e: e.argmax(), (E,)),
     "amax_empty": (lambda e: e.amax(0), (E,)),
     "kthvalue_empty": (lambda e: e.kthvalue(1, 0), (E,)),
+    # (each of its own class on CPU: IndexError for an empty dim, RuntimeError with no dim)
+    "max_dim_empty_negative": (lambda e: e.max(-2), (E,)),
+    "argmin_empty": (lambda e: e.argmin(), (E,)),
+    "argmin_dim_empty": (lambda e: e.argmin(0), (E,)),
+    "amin_empty_negative": (lambda e: e.amin((-2, 1)), (E,)),
+    "amax_all_empty": (lambda e: e.amax(), (E,)),
+    "aminmax_empty": (lambda e: torch.aminmax(e), (E,)),
+    "aminmax_dim_empty": (lambda e: torch.aminmax(e, dim=0), (E,)),
     "topk_empty": (lambda e: e.topk(1, 0), (E,)),
     "mode_empty": (lambda e: e.mode(0), (E,)),
     "prod_empty_ok": (lambda e: e.prod(0), (E,)),
@@ -217,7 +229,7 @@ def test_negative_size_message(eager_mode, case):
 
 def test_negative_size_not_overflow(eager_mode):
     """The message must say what is wrong (negative size), not 'integer multiplication overflow'."""
-    with pytest.raises(Exception) as info:
+    with pytest.raises(RuntimeError, match="non-negative") as info:  # (CPU's class and words)
         D.read(torch.zeros(-1, 2, device=D.DEV))
     assert "overflow" not in str(info.value).lower(), f"[unclear error] {info.value}"
 

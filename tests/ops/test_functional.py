@@ -220,6 +220,8 @@ NORM_CASES = {
                                              F.interpolate(x[:, :, 0], scale_factor=2), F.interpolate(x[..., None], 2)],
                                   torch.zeros(0, 3, 4, 4)),
     "interpolate_empty_channels_refused": _c(lambda x: F.interpolate(x, scale_factor=2), torch.zeros(2, 0, 4, 4)),
+    "interpolate_empty_spatial_refused": _c(lambda x: [F.interpolate(x, scale_factor=2, mode="bicubic")],
+                                            torch.zeros(2, 3, 0, 4)),
     "rms_norm": _c(lambda x, w: [F.rms_norm(x, (7,)), F.rms_norm(x, (7,), weight=w), F.rms_norm(x, (6, 7), eps=1.0),
                                  F.rms_norm(x, (7,), eps=None)], X4, _r(7, seed=5), modes=EAGER),
     "rms_norm_half": _c(lambda x, w: [F.rms_norm(x, (7,), w), F.rms_norm(x, (7,))], X4.half(), _r(7, seed=5).half()),

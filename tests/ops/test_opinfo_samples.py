@@ -359,7 +359,7 @@ ISOLATED_CASES["value:uint8_bilinear"] = _uint8_bilinear
 ISOLATED_CASES["raised:inplace_broadcast_intermediate_compiled"] = lambda: D.check_raises(
     lambda x, y: (x * 2).clamp_max_(y), D.rand(5, 1), D.rand(5, seed=1), modes=["compiled"])
 
-# Open gaps: strict xfails with the reason.
+# Open gaps: name -> D.Gap(reason, match), a strict xfail of the failure it expects.
 GAPS = {}
 
 

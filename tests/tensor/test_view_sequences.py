@@ -278,12 +278,6 @@ def _resize_view_then_write(x):
     return v, w, x, v.stride(), w.storage_offset()
 
 
-def _resize_view_bigger(x):
-    v = x[1]
-    v.resize_(40)
-    return v.shape
-
-
 def _resize_t(x):
     return x.t().resize_(6, 4).stride()
 
@@ -337,7 +331,6 @@ VIEW_CASES = {
     "mul_out_alias_view": (_mul_out_alias_view, X),
     "resize_view_smaller": (_resize_view_smaller, X),
     "resize_view_then_write": (_resize_view_then_write, X),
-    "resize_view_bigger": (_resize_view_bigger, X),
     "resize_t": (_resize_t, X),
     "inplace_on_view_of_pending": (_inplace_on_view_of_pending, X),
     # ``2 ** x``: CPU lays the result out contiguously, the meta kernel after x (the tpu followed it, so a
@@ -822,11 +815,17 @@ ISOLATED_CASES.update({f"key:{k}": v for k, v in KEY_CASES.items()})
 ISOLATED_CASES.update({f"dyn:{k}": v for k, v in DYN_CASES.items()})
 ISOLATED_CASES.update({f"rng:{k}": v for k, v in RNG_CASES.items()})
 
-# Known gaps, stated (strict xfail: a fix makes the test fail until the entry goes).
-KNOWN_GAPS: dict[str, str] = {
-    "view:resize_view_bigger": "resize_ of a view past its base's storage: CPU grows the shared storage in "
-                               "place; a tpu storage cannot grow (a clear error naming the sizes)",
-}
+results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=120)
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, KNOWN_GAPS, timeout_per_case=120)
+def test_resize_of_a_view_past_its_storage_is_refused_clearly(eager_mode):
+    """A limit: CPU grows a view's shared storage in place when ``resize_`` needs more; a tpu storage cannot
+    grow, so the resize is refused with the sizes named, and the view and its base stay as they were."""
+    x = X.clone().to("tpu")
+    v = x[1]
+    with pytest.raises(RuntimeError, match=r"cannot resize a view of shape \(6,\) at storage offset 6 to \(40,\): "
+                                           r"it would need 46 elements and its base's storage has 24"):
+        v.resize_(40)
+    assert v.shape == (6,) and v.storage_offset() == 6
+    torch.testing.assert_close(x.cpu(), X)
+    torch.testing.assert_close(v.cpu(), X[1])

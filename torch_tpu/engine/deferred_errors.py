@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from ..errors import DeviceAssertError
+from ..errors import device_assert
 from ..runtime import counters, platform
 from . import fused, launchers, poisoned
 
@@ -180,7 +180,7 @@ def verify() -> None:
         poisoned.resolve(upto, failures, everything)
     if found:
         number = found[0][0]
-        raise DeviceAssertError(_message(failures[number]))
+        raise device_assert(_message(failures[number]))
 
 
 def _never_ran(code) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from ..errors import DeviceAssertError
+from ..errors import DeviceAssertError, device_assert
 from .fused import LazyArray
 
 active = False  # any pending lineage or poisoned value: launches look at their inputs only then
@@ -44,7 +44,7 @@ class Failure:
         self.what, self.message = what, message
 
     def error(self, where: str) -> DeviceAssertError:
-        return DeviceAssertError(
+        return device_assert(
             f"tpu: {where} was computed from the result of {self.what}, whose device-side check failed "
             f"({self.message}); that failure was reported at an earlier wait. CPU torch raises at that op, so "
             "neither its result nor anything computed from it exists there: every read of them, and every op "

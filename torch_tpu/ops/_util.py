@@ -113,8 +113,12 @@ def torch_operands(*xs):
     dtype first, as torch's kernels do (an int8 tensor against a 0-dim int64 tensor holding 1000
     computes in int8, the 1000 becoming -24; a float16 tensor against a float64 0-dim threshold
     compares in float16). Python numbers (weakly typed) and None pass through, a float one with integer
-    tensors as ``ints_as_default_float`` says. For ops that compute in their operands' common dtype
-    (comparisons, min/max, clamp, integer division)."""
+    tensors as ``ints_as_default_float`` says. For every elementwise op of two or more tensors whose CPU
+    kernel casts its operands to their common dtype (arithmetic, comparisons, min/max, clamp, division,
+    pow, atan2, xlogy, lerp: float32 times a float64 0-dim tensor computed in float64 and rounded was one
+    ulp off in a fifth of the elements; a uint64 tensor with a 0-dim int64 one is not float64); for a
+    complex 0-dim operand with floating tensors see ``_complex_zero_dim``; CPU's mul and division of
+    float16/bfloat16 tensors take a 0-dim divisor at float32 instead (``zero_dim_opmath``)."""
     xs = ints_as_default_float(*xs)
     arrays = [x for x in xs if hasattr(x, "ndim") and hasattr(x, "dtype") and not _weak(x)]
     dimmed = [x for x in arrays if x.ndim > 0]
@@ -123,10 +127,55 @@ def torch_operands(*xs):
         return xs
     common = jnp.result_type(*dimmed)
     cat = _category(common)
+    if cat == 2 and any(_category(z.dtype) == 3 for z in zero):
+        return _complex_zero_dim(xs, zero, common)
     if cat == 0 or any(_category(z.dtype) > cat for z in zero):
         return xs  # a 0-dim operand of a higher category takes part in the promotion: JAX's rule holds
     return tuple(x.astype(common) if any(x is z for z in zero) and x.dtype != common
                  and _category(x.dtype) > 0 else x for x in xs)
+
+
+def _complex_zero_dim(xs, zero, common):
+    """A complex 0-dim operand with floating tensors: torch computes in the complex type of the tensors'
+    precision (float32 with a complex128 0-dim is complex64; float16's complex32, which JAX lacks, as
+    complex64 of the parts rounded to float16), where JAX takes complex128."""
+    half = common.itemsize <= 2
+    target = jnp.result_type(jnp.float32 if half else common, jnp.complex64)
+
+    def cast(z):
+        if half:
+            z = jax.lax.complex(jnp.real(z).astype(common).astype(jnp.float32),
+                                jnp.imag(z).astype(common).astype(jnp.float32))
+        return z.astype(target)
+
+    return tuple(cast(x) if any(x is z for z in zero) and _category(x.dtype) == 3 else x for x in xs)
+
+
+def zero_dim_opmath(x, y):
+    """``(x, y)`` as float32 operands where CPU torch's mul and division kernels take a 0-dim tensor ``y``
+    beside a float16/bfloat16 tensor ``x`` at its own value in float32 (as a Python number), computing
+    in float32 and rounding once: ``x / torch.tensor(0.1)`` divides by 0.1 as float32, not by 0.1 rounded
+    to float16 (one quotient in ten of ``x // 0.1`` differed). Only ``y`` in second place: a 0-dim first
+    operand is rounded to the tensor's dtype as by every other op (``torch_operands``). None otherwise."""
+    if zero_dim_scalar(x, y):
+        return x.astype(jnp.float32), y.astype(jnp.float32)
+    return None
+
+
+def zero_dim_scalar(x, y) -> bool:
+    """``y`` is a 0-dim tensor (not of a higher category) beside a float16/bfloat16 tensor ``x``: where CPU
+    torch's kernels read it as a scalar at its own value, as a Python number (``zero_dim_opmath``,
+    ``as_number``)."""
+    return (getattr(y, "ndim", None) == 0 and getattr(x, "ndim", 0) > 0 and is_low_precision(x) and not _weak(y)
+            and _category(y.dtype) < 3)
+
+
+def as_number(y):
+    """A 0-dim array as a Python number of its value is traced: weakly typed (CPU's add and sub with an
+    ``alpha`` take a 0-dim tensor so beside a float16/bfloat16 tensor)."""
+    from jax._src.lax import lax as _lax
+
+    return _lax._convert_element_type(y, y.dtype, weak_type=True)
 
 
 def to_float(x):

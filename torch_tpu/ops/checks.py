@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 from .. import config
-from ..errors import DeviceAssertError
+from ..errors import device_assert
 from ..runtime import counters, platform
 
 _STATE = threading.local()
@@ -43,7 +43,7 @@ def require(ok, message: str) -> None:
         found.append((jax.numpy.all(ok), message))
         counters.counters["device_checks_traced"] += 1  # found by key only by callers that know them
     elif not isinstance(ok, jax.core.Tracer) and not bool(jax.numpy.all(ok)):
-        raise DeviceAssertError(message)
+        raise device_assert(message)
 
 
 def first_failure(found: list):

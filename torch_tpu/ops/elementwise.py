@@ -11,7 +11,8 @@ from . import elementary
 from .checks import require
 from .registry import aten, prims, register
 from ._util import (_weak, copysign, ints_as_default_float, is_float, is_low_precision, is_value, jdtype, no_pred,
-                    promoted, signbit, to_float, torch_operands, upcast)
+                    promoted, signbit, to_float, torch_operands, upcast, zero_dim_opmath,
+                    zero_dim_scalar, as_number)
 
 
 def _up(x):
@@ -19,15 +20,7 @@ def _up(x):
     return upcast(x) if hasattr(x, "dtype") else x
 
 
-def _u64(x, y):
-    """JAX promotes uint64 with a signed integer to float64 (values past 2**53 round, past 2**64
-    saturate); torch's only such mix is a 0-dim operand, which takes the other's dtype (wraps)."""
-    if getattr(x, "dtype", None) == _UINT64 or getattr(y, "dtype", None) == _UINT64:
-        return torch_operands(x, y)
-    return x, y
-
-
-_UINT64, _BOOL = jnp.dtype(jnp.uint64), jnp.dtype(jnp.bool_)
+_BOOL = jnp.dtype(jnp.bool_)
 
 
 def _both_bool(x, y) -> bool:
@@ -111,14 +104,18 @@ def add(x, y, alpha=1):
         return jnp.logical_or(x, y)
     if _static_zero_added(x, y, alpha, 1.0):  # (a static False is the constant 0 too)
         return _plus_zero(x)
-    x, y = ints_as_default_float(*_u64(x, y))
+    if not (alpha is None or is_value(alpha, 1)) and zero_dim_scalar(x, y):  # (CPU: the 0-dim as a number)
+        return _plus_scaled(x, as_number(y), alpha)
+    x, y = torch_operands(x, y)
     return _plus_scaled(x, y, alpha)
 
 
 def _minus(x, y, alpha):
     """torch's sub: x + (-alpha) * y, alpha negated as its own type (an int 0 stays 0, so -0.0 - 0 * y
     keeps its sign, where x - 0 * y would not)."""
-    x, y = ints_as_default_float(*_u64(x, y))
+    if not (alpha is None or is_value(alpha, 1)) and zero_dim_scalar(x, y):
+        return _plus_scaled(x, as_number(y), -alpha)
+    x, y = torch_operands(x, y)
     if alpha is None or is_value(alpha, 1):
         complex_result = jnp.issubdtype(jnp.result_type(x, y), jnp.complexfloating)
         return _sum(x, _times_unit(x, y, -1)) if complex_result else x - y
@@ -160,7 +157,10 @@ def mul(x, y):
         by_number = _opmath_by_number(y, x, jnp.multiply)
     if by_number is not None:
         return by_number
-    x, y = no_pred(*ints_as_default_float(*_u64(x, y)))
+    wide = zero_dim_opmath(x, y)
+    if wide is not None:
+        return (wide[0] * wide[1]).astype(x.dtype)
+    x, y = no_pred(*torch_operands(x, y))
     return x * y
 
 
@@ -187,7 +187,12 @@ def _complex_div(x, y, dt):
 
 @register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, aten.true_divide.Scalar)
 def div(x, y):
-    x, y = ints_as_default_float(x, y)
+    wide = zero_dim_opmath(x, y)
+    if wide is not None:
+        return elementary.true_divide(*wide).astype(x.dtype)
+    # integers divide as floats converted from their own values (int8 / torch.tensor(1000) divides by 1000, not
+    # by 1000 as an int8): a 0-dim operand narrows only beside a floating one
+    x, y = torch_operands(x, y) if is_float(x) or is_float(y) else ints_as_default_float(x, y)
     dt = jnp.result_type(x, y)
     if jnp.issubdtype(dt, jnp.complexfloating):
         return _complex_div(x, y, dt)
@@ -230,6 +235,11 @@ def _ints_as_float_operand(x, y):
 def div_mode(x, y, rounding_mode=None):
     if rounding_mode is None:
         return div(x, y)
+    wide = zero_dim_opmath(x, y)
+    if wide is not None and rounding_mode == "trunc":
+        return elementary.truncated_quotient(*wide)
+    if wide is not None:
+        return _floor_divide_floating(*wide)
     x, y = _ints_as_float_operand(*torch_operands(x, y))
     _integer_divisor(x, y)
     if rounding_mode == "trunc":
@@ -248,6 +258,9 @@ def div_mode(x, y, rounding_mode=None):
 
 @register(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(x, y):
+    wide = zero_dim_opmath(x, y)
+    if wide is not None:
+        return _floor_divide_floating(*wide)
     x, y = _ints_as_float_operand(*torch_operands(x, y))
     if is_float(x) or is_float(y):
         # bf16/fp16: divide in fp32 and round once (as torch's CPU/CUDA kernels)
@@ -344,7 +357,7 @@ def _pow_result_type(x, kind):
           static_when=_pow_static)
 def pow_(x, y):
     """x*x for 2, integer_pow for small ints (static exponents), else XLA's pow in torch's result dtype."""
-    x, y = ints_as_default_float(x, y)
+    x, y = torch_operands(x, y)
     x_int = not is_float(x) and not jnp.iscomplexobj(x)
     y_int = not is_float(y) and not jnp.iscomplexobj(y)
     kind = _scalar_kind(y) if hasattr(x, "dtype") else None
@@ -430,7 +443,7 @@ register(aten.maximum.default)(_cmp(jnp.maximum))
 register(aten.minimum.default)(_cmp(jnp.minimum))
 register(aten.fmax.default)(_cmp(jnp.fmax))
 register(aten.fmin.default)(_cmp(jnp.fmin))
-register(aten.atan2.default)(_cmp(lambda x, y: elementary.arctan2(to_float(x), to_float(y)), common=False))
+register(aten.atan2.default)(_cmp(lambda x, y: elementary.arctan2(*torch_operands(to_float(x), to_float(y))), False))
 register(aten.hypot.default)(_cmp(elementary.hypot))
 register(aten.copysign.Tensor, aten.copysign.Scalar)(_cmp(lambda x, y: copysign(to_float(x), y), False))
 register(aten.nextafter.default)(_cmp(jnp.nextafter))
@@ -454,7 +467,7 @@ def xlogy(x, y):
         y = jnp.asarray(y, x.dtype if is_float(x) else jnp.float32)
     if _number(x) and hasattr(y, "dtype"):
         x = jnp.asarray(x, y.dtype if is_float(y) else jnp.float32)
-    x, y = to_float(jnp.asarray(x)), to_float(jnp.asarray(y))
+    x, y = torch_operands(to_float(jnp.asarray(x)), to_float(jnp.asarray(y)))
     dt = jnp.result_type(x, y)  # (the log of a float16 y was taken in float16 for a float64 x)
     x, y = x.astype(dt), y.astype(dt)
     return jnp.where(x == 0, jnp.where(jnp.isnan(y), jnp.nan, 0.0), x * elementary.log(y))
@@ -513,7 +526,7 @@ def clamp_max(x, max):
 
 @register(aten.lerp.Scalar, aten.lerp.Tensor)
 def lerp(x, end, weight):
-    x, end, weight = _up(x), _up(end), _up(weight)
+    x, end, weight = (_up(v) for v in torch_operands(x, end, weight))
     # torch's formula: weight < 0.5 ? x + w*(end-x) : end - (end-x)*(1-w)
     return jnp.where(jnp.abs(weight) < 0.5, x + weight * (end - x), end - (end - x) * (1 - weight))
 

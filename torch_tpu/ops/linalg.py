@@ -17,6 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from ..errors import LINALG_MARK
 from ..runtime import platform
 from .registry import aten, register
 
@@ -523,7 +524,7 @@ def check_errors(info, api_name: str) -> None:
     from .checks import require
 
     what = next((m for key, m in _FAILURES.items() if key in api_name), "the operation failed (info > 0)")
-    require(info == 0, f"{api_name}: {what} (torch._C._LinAlgError on the CPU)")
+    require(info == 0, f"{api_name}: {what} {LINALG_MARK}")
 
 
 @register(aten.linalg_matrix_exp.default)

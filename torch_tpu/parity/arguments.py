@@ -72,6 +72,10 @@ def _alpha(x, other, alpha=1, **_):
 @validates(aten.clamp.default, aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_min.Tensor,
            aten.clamp_max.default, aten.clamp_max.Tensor)
 def _clamp(x, *bounds, **named):
+    if all(b is None for b in bounds + tuple(named.values())):
+        # ``x.clamp()``: CPU's RuntimeError (torch's reference raises a ValueError)
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+
     def meta(v):
         return torch.empty(v.shape, dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v
 
@@ -169,6 +173,113 @@ def _multinomial(probs, num_samples, replacement=False, **_):
 def _median_dim(x, dim, keepdim=False):
     if x.dim() and x.shape[dim % x.dim()] == 0:
         raise IndexError(f"median(): Expected reduction dim {dim % x.dim()} to have non-zero size.")
+
+
+def _empty_dim(name: str, x, dim, as_given: bool = False) -> None:
+    """CPU's reductions without an identity (max, argmax, kthvalue ...) over a dim of size 0: an IndexError
+    naming it (``as_given``: as the call wrote it, as amax/amin do; else wrapped), where torch's meta kernels
+    raise a RuntimeError or nothing at all."""
+    if x.dim() and x.shape[dim % x.dim()] == 0:
+        raise IndexError(f"{name}: Expected reduction dim {dim if as_given else dim % x.dim()} to have non-zero size.")
+
+
+def _dim_reduction(name):
+    def check(x, dim, keepdim=False):
+        _empty_dim(f"{name}()", x, dim)
+    return check
+
+
+validates(aten.min.dim)(_dim_reduction("min"))
+validates(aten.max.dim)(_dim_reduction("max"))
+
+
+@validates(aten.kthvalue.default)
+def _kthvalue(x, k, dim=-1, keepdim=False):
+    _empty_dim("kthvalue()", x, dim)
+
+
+def _arg_reduction(name):
+    def check(x, dim=None, keepdim=False):
+        if dim is not None:
+            _empty_dim(f"{name}()", x, dim)
+        elif x.numel() == 0:
+            raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
+    return check
+
+
+validates(aten.argmax.default)(_arg_reduction("argmax"))
+validates(aten.argmin.default)(_arg_reduction("argmin"))
+
+
+def _extremum(name):
+    def check(x, dim=(), keepdim=False):
+        dims = [dim] if type(dim) is int else list(dim or ())
+        if not dims and x.numel() == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                               f"reduction dim with the 'dim' argument.")
+        for d in dims:
+            _empty_dim(f"{name}()", x, d, as_given=True)
+    return check
+
+
+validates(aten.amax.default)(_extremum("amax"))
+validates(aten.amin.default)(_extremum("amin"))
+
+
+@validates(aten.aminmax.default)
+def _aminmax(x, *, dim=None, keepdim=False):
+    if dim is not None:
+        _empty_dim("aminmax", x, dim)
+    elif x.numel() == 0:
+        raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation has no "
+                           "identity.")
+
+
+@validates(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+def _nll_loss_weight(x, target, weight, reduction, ignore_index):
+    """A class weight of another length than the classes: CPU's RuntimeError (torch's decomposition asserts)."""
+    classes = x.shape[-1] if x.dim() <= 2 else x.shape[1]
+    if weight is not None and weight.numel() != classes:
+        if x.dim() == 4:
+            raise RuntimeError("weight tensor should be defined either for all or no classes")
+        raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no classes but got "
+                           f"weight tensor of shape: {list(weight.shape)}")
+
+
+@validates(aten._scaled_mm.default)
+def _scaled_mm_inputs(a, b, scale_a, scale_b, *_, **__):
+    """CPU's _scaled_mm takes float8 matrices only: any other is no scaling recipe it knows (a ValueError, where
+    the meta kernel raises a RuntimeError)."""
+    def name(t):
+        return TYPE_NAMES.get(t.dtype, str(t.dtype))
+
+    if not (_float8(a.dtype) and _float8(b.dtype)):
+        raise ValueError(
+            "Invalid scaling configuration.\n- For TensorWise scaling, a and b should be float8, scales should be "
+            "float and singletons.\n- For RowWise scaling, a and b should be float8, scales should be float, "
+            f"scale_a should be ({a.shape[0]}, 1) and scale_b should be (1, {b.shape[1]}), and both should be "
+            f"contiguous.\nGot mat_a.dtype()={name(a)}, mat_b.dtype()={name(b)}")
+
+
+def _upsample_overloads():
+    names = ("upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
+             "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d", "upsample_bilinear2d",
+             "upsample_bicubic2d", "upsample_trilinear3d", "_upsample_bilinear2d_aa", "_upsample_bicubic2d_aa")
+    return [getattr(getattr(aten, n), o) for n in names if hasattr(aten, n)
+            for o in getattr(aten, n).overloads() if "out" not in o and "backward" not in o]
+
+
+@validates(*_upsample_overloads())
+def _upsample_empty(x, *_, **__):
+    """An input without channels or with an empty spatial dim: CPU's kernels refuse it (the meta kernels return
+    an empty result)."""
+    if x.dim() > 1 and x.shape[1] == 0:
+        raise RuntimeError(f"Non-empty {x.dim()}D data tensor expected but got a tensor with sizes {list(x.shape)}")
+    spatial = x.shape[2:]
+    if 0 in spatial:
+        names = "DHW"[3 - len(spatial):] if len(spatial) <= 3 else ""
+        sizes = ", ".join(f"{n}: {s}" for n, s in zip(names, spatial))
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({sizes})")
 
 
 @validates(aten.mode.default)

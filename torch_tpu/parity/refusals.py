@@ -282,8 +282,10 @@ def _unique_complex(x, *args, **kwargs):
 
 @validates(*_functional_overloads("nansum"))
 def _nansum_complex(x, *_, dtype=None, **__):
-    if x.is_complex() or dtype is not None and dtype.is_complex:
+    if x.is_complex():
         raise RuntimeError("nansum on CPU does not support complex inputs")
+    if dtype is not None and dtype.is_complex:  # (a real input summed into a complex dtype: no CPU kernel)
+        raise NotImplementedError(f'"nansum_cpu" not implemented for \'{TYPE_NAMES.get(dtype, dtype)}\'')
 
 
 def _refuse_empty(name):
@@ -514,7 +516,8 @@ def _index_source_shape(func, x, dim, index, source):
     """torch's index_func_meta_impl checks: a wrongly shaped source was broadcast into the result."""
     d = dim % x.dim() if x.dim() else 0
     if not (d == 0 or d < source.dim()):
-        raise IndexError(f"{func}_(): Indexing dim {dim} is out of bounds of the source tensor with dim {source.dim()}")
+        raise RuntimeError(f"{func}_(): Indexing dim {dim} is out of bounds of the source tensor with dim "
+                           f"{source.dim()}")
     n = 1 if source.dim() == 0 else source.shape[d]
     if index.numel() != n:
         raise RuntimeError(f"{func}_(): Number of indices ({index.numel()}) should be equal to source.size(dim): "
@@ -525,6 +528,15 @@ def _index_source_shape(func, x, dim, index, source):
     if xs != ss:
         raise RuntimeError("source tensor shape must match self tensor shape, excluding the specified dimension. "
                            f"Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}")
+
+
+@validates(aten.index_copy.default)
+def _index_copy_dims(x, dim, index, source):
+    """A source of another dimensionality than self (neither a scalar): CPU's IndexError (the meta kernel's is a
+    RuntimeError)."""
+    if x.dim() and source.dim() and x.dim() != source.dim():
+        raise IndexError(f"index_copy_(): When source and destination are not scalars, their dimensionality must "
+                         f"match. Source dimensionality ({source.dim()}), destination dimensionality ({x.dim()})")
 
 
 validates(aten.index_add.default)(_index_func_shapes("index_add"))

@@ -60,11 +60,31 @@ def check_exact_out(func, target_func, meta_args, meta_kwargs) -> None:
                                f"{CPP_NAMES.get(out.dtype, out.dtype)} instead")
 
 
+# out= forms whose CPU kernels refuse inputs they cannot cast into out= with a TypeError of their own (torch's
+# out= wrapper, which the tpu runs, raises a RuntimeError): the op's name in CPU's message
+_CAST_OUT_TYPE_ERROR = {aten.cat.out: "torch.cat()"}
+
+
+def _refuse_cat_out_cast(func, meta_args, out) -> None:
+    """``torch.cat(float_tensors, out=int_tensor)``: CPU's TypeError."""
+    tensors = meta_args[0] if meta_args else None
+    if not tensors or not isinstance(out, torch.Tensor):
+        return
+    result = tensors[0].dtype
+    for t in tensors[1:]:
+        result = torch.promote_types(result, t.dtype)
+    if not torch.can_cast(result, out.dtype):
+        raise TypeError(f"{_CAST_OUT_TYPE_ERROR[func]}: input types can't be cast to the desired output type "
+                        f"{TYPE_NAMES.get(out.dtype, out.dtype)}")
+
+
 def check_inplace_result(func, target_func, meta_args, meta_kwargs) -> None:
     """An in-place op stores its result into ``self``: torch refuses a result dtype that cannot be cast to
     ``self``'s (``int_tensor.mul_(float_tensor)``), which meta kernels do not check. ``target_func``: the
     functional overload; the arguments are meta tensors (called before the in-place meta kernel)."""
     check_exact_out(func, target_func, meta_args, meta_kwargs)
+    if func in _CAST_OUT_TYPE_ERROR:
+        _refuse_cat_out_cast(func, meta_args, meta_kwargs.get("out"))
     if target_func is func or not func._schema.name.endswith("_") or not meta_args:
         return
     self_meta = meta_args[0]
