@@ -224,3 +224,30 @@ def test_calls_needing_autograd_compile_as_usual(cache):
     torch.testing.assert_close(out.detach().cpu(), net(x).detach())
     torch.testing.assert_close(tnet.lin.weight.grad.cpu(), net.lin.weight.grad)
     assert torch_tpu.stats()["module_captures"] == before
+
+
+def test_a_module_of_a_class_defined_in_a_function_compiles_as_usual(cache):
+    """torch's package keeps only classes defined at a module's top level (its guards raised TypeError for a
+    class defined in a test or a notebook cell's function): such a module compiles as ``torch.compile`` does,
+    traced once, and computes CPU torch's values."""
+    class Local(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 6)
+
+        def forward(self, x):
+            return self.lin(x).relu() * 2
+
+    torch.manual_seed(0)
+    net = Local()
+    x = torch.randn(4, 6)
+    tnet = __import__("copy").deepcopy(net).to("tpu")
+    tnet.compile(backend="tpu", fullgraph=True, dynamic=False)
+    torch._dynamo.reset()
+    before = torch_tpu.stats()["module_captures"]
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(tnet(x.to("tpu")).cpu(), net(x))
+    assert torch_tpu.stats()["module_captures"] == before  # not captured for the disk
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == 1  # traced once, by dynamo

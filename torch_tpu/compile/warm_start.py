@@ -270,11 +270,19 @@ def _capture(module, args, kwargs, backend) -> tuple:
         return backend(gm, example_inputs)
 
     named_backend.__wrapped__ = backend  # (floats.py recognizes the backend through it)
+    local = next((type(m) for m in module.modules() if "<locals>" in type(m).__qualname__), None)
+    if local is not None:  # (torch's package refuses it, after tracing: found before, so it is traced once)
+        raise NotCapturable(f"{local.__qualname__} is defined inside a function; torch can keep only classes "
+                            "defined at a module's top level")
     _STATE.capturing = True
     try:
         with _no_aot_cache_key():
             fn = aot_compile_fullgraph(module._call_impl, (args, kwargs),
                                        Hooks(guard_filter_fn=_guard_filter(dropped)), named_backend, dynamic=False)
+    except (TypeError, torch._dynamo.exc.PackageError) as exc:
+        if "cannot be saved into torch.compile() package" not in str(exc):
+            raise
+        raise NotCapturable(str(exc)) from exc  # (another object of a local class the guards read)
     finally:
         _STATE.capturing = False
     sources = [name for name, _ in dropped]

@@ -387,10 +387,12 @@ def like_elsewhere(func, args, kwargs):
     return func(meta, *args[1:], **kwargs)
 
 
+# (getattr, never the packet's ``__getattr__``: that makes a new OpOverload object and caches it in place of the
+# one the op table's keys hold, so every table keyed by the old object misses it: zeros_like had "no lowering")
 _LIKE_FACTORIES = [getattr(getattr(aten, name), overload)
                    for name in ("zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
                    for overload in getattr(aten, name).overloads()
-                   if not getattr(aten, name).__getattr__(overload)._schema.is_mutable
+                   if not getattr(getattr(aten, name), overload)._schema.is_mutable
                    and "out" not in overload]
 
 
