@@ -400,14 +400,21 @@ def _import_notices_kept_off(quiet: bool):
     import diffusers.utils.logging as diffusers_logging
     import transformers.utils.logging as transformers_logging
 
+    import logging
+
     levels = [(lib, lib.get_verbosity()) for lib in (diffusers_logging, transformers_logging)]
+    was_disabled = logging.root.manager.disable
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for lib, _ in levels:
             lib.set_verbosity_error()
+        # log records of the other libraries diffusers imports (torchao's "Failed to load ..._C_mxfp8" for a
+        # CUDA extension, torch's pytree deprecation it triggers): below ERROR, none is about this run
+        logging.disable(max(was_disabled, logging.WARNING))
         try:
             yield
         finally:
+            logging.disable(was_disabled)
             for lib, level in levels:
                 lib.set_verbosity(level)
 

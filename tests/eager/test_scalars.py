@@ -72,7 +72,7 @@ def test_every_scalar_kind_as_a_constant_of_one_fused_graph(op, monkeypatch):
     XLA folds: every kind and special value (-0.0 + 0.0 is 0.0, uint8 + 300 wraps), all in one graph."""
     from torch_tpu.engine import fused, graph_sets
 
-    monkeypatch.setattr(graph_sets, "dynamic_numbers", lambda sites, numbers: set())  # every one a constant
+    monkeypatch.setattr(graph_sets, "dynamic_numbers", lambda sites, numbers: (set(), set()))  # every one a constant
     fn = BINARY[op]
     scalars = SCALARS + [300, -1, 2 ** 40]
     if op == "clamp_max":

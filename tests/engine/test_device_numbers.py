@@ -234,7 +234,8 @@ def test_empty_cache_frees_the_kept_scalars_and_runs_no_collection(monkeypatch):
 def test_a_fused_graph_passes_a_changing_number_seen_before_as_a_device_scalar():
     """A number that changes where it enters a fused graph (a timestep) is an input of its program; a value
     seen there before is passed as a kept device scalar (strict ops do the same), one program serves every
-    value, and each value computes as itself."""
+    value but the first, and each value computes as itself. The first value seen there stays a constant of
+    the first program (the next identical call's first step reuses it), so it is not held."""
     x = torch.randn(5)
     xt = x.to("tpu")
     device_numbers.release()
@@ -247,5 +248,6 @@ def test_a_fused_graph_passes_a_changing_number_seen_before_as_a_device_scalar()
         assert torch_tpu.stats()["cache_misses"] == before
     held = [slot for _, _, places in device_numbers.LAUNCH_PLACES.values() for slots in places for slot in slots
             if hasattr(slot[1], "dtype")]
-    assert {float(slot[1]) for slot in held} >= {0.25, 0.6180339}, held
+    assert {float(slot[1]) for slot in held} >= {0.6180339}, held
+    assert 0.25 not in {float(slot[1]) for slot in held}, held
     assert all(slot[1].weak_type and str(slot[1].dtype) == "float64" for slot in held), held

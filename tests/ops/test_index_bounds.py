@@ -365,3 +365,20 @@ def test_unique_consecutive_dim(eager_mode, case):
 def test_index_argument_dtypes_compiled(case, dtype):
     D.check_raises(lambda x, i: INDEX_ARGS[case](x, i) * 1, torch.arange(12.0).reshape(3, 4),
                    torch.tensor([2, 0, 1], dtype=dtype), modes=["compiled"])
+
+
+EMPTY_DIM_CASES = {
+    # (x's shape, the indexing, whether CPU raises): an index into a dim of size 0 raises where the result has
+    # elements; an empty result checks no index (the gather of a dim of size 0 could not even be built)
+    "into_empty_dim": ((0, 3), lambda x, i: x[i], True),
+    "into_empty_inner_dim": ((2, 0), lambda x, i: x[:, i], True),
+    "put_into_empty_dim": ((0, 3), lambda x, i: x.index_put((i,), torch.ones(3)), True),
+    "bad_index_empty_result": ((0, 3), lambda x, i: x[:, i + 5], False),
+    "empty_index_into_empty_dim": ((0, 3), lambda x, i: x[i[:0]], False),
+}
+
+
+@pytest.mark.parametrize("case", list(EMPTY_DIM_CASES), ids=list(EMPTY_DIM_CASES))
+def test_an_index_into_an_empty_dim_raises_as_cpu_does(case, eager_mode):
+    shape, fn, raises = EMPTY_DIM_CASES[case]
+    D.check(fn, torch.zeros(shape), torch.tensor([0]), match=INDEX_ERR, expect_raise=raises)

@@ -95,6 +95,8 @@ HIGHER_CATEGORY = {
     "eq_float16_complex128": (torch.eq, F16, _zero(0.1 + 0j, torch.complex128)),  # in complex32 on CPU
     "eq_float32_complex128": (torch.eq, F16.float(), _zero(0.1 + 0j, torch.complex128)),  # in complex64
     "mul_float32_complex128": (torch.mul, F32R, _zero(0.1 + 0.3j, torch.complex128)),
+    # bfloat16 has no complex type: complex64 of the 0-dim's parts as they are (not rounded to bfloat16)
+    "mul_bfloat16_complex128": (torch.mul, BF16R, _zero(1 / 3 + 1j, torch.complex128)),
 }
 
 # the other operand orders and counts: the 0-dim operand first, both 0-dim, two dimensioned operands

@@ -335,9 +335,10 @@ def _run(g: _Graph) -> None:
     # not in an SPMD program over several processes: every process runs the same program, and a number may
     # differ between them (``torch.full((3,), rank + 1)``), so there each is an input (local data)
     constants = {}
+    firsts = ()
     if g.number_sites and g.mesh is None:
         numbers = {i: inputs[i] for i in g.number_sites}
-        dynamic = graph_sets.dynamic_numbers(g.number_sites, numbers)
+        dynamic, firsts = graph_sets.dynamic_numbers(g.number_sites, numbers)
         constants = {i: v for i, v in numbers.items() if i not in dynamic}
     in_sig = []
     waits = False  # an input is a value of a graph waiting to launch
@@ -354,6 +355,14 @@ def _run(g: _Graph) -> None:
     # are looked up in several tables per flush, and a 1000-node tuple hashes in tens of us
     in_sig = graph_keys.interned(tuple(in_sig))
     structure = graph_keys.interned(tuple(parts))
+    if constants:
+        if firsts and not graph_sets.known_with_constants(structure, in_sig):
+            # first values of varying numbers: constants only in the program compiled with them (graph_sets)
+            for i in firsts:
+                del constants[i]
+            in_sig = graph_keys.interned(tuple(type(inputs[i]) if i in firsts else k for i, k in enumerate(in_sig)))
+        if constants:
+            graph_sets.flushed_with_constants(structure, in_sig)
     _STATE.last_constants = len(constants)
     # the program's parameters: the inputs less its constants (None: all of them)
     params = tuple(i for i in range(len(inputs)) if i not in constants) if constants else None

@@ -65,7 +65,7 @@ def donation_for(base, donatable: tuple) -> tuple:
     return out
 
 
-def dynamic_numbers(sites: dict, numbers: dict) -> set:
+def dynamic_numbers(sites: dict, numbers: dict) -> tuple[set, set]:
     """Which of a graph's Python numbers (``{input position: number}``) its program takes as inputs; the
     others are constants of the program. ``sites``: for each, where it enters the graph (the op, its place
     in the code, ``call_sites.number_site``, the argument): a number's history is kept per place, so the
@@ -77,27 +77,52 @@ def dynamic_numbers(sites: dict, numbers: dict) -> set:
     number whose value changes at its place in the code (a loop's counter, a scheduled learning rate, a
     timestep) is an input from the time a second value is seen there, in this graph or an earlier one,
     and stays one: so a denoising loop whose glue takes ``1 - i / steps`` compiles that glue once with
-    it as an input, not once per value. The first value seen there stays a constant: the graph that met it
-    first was compiled with it, and meets it again in the next identical call (a denoising loop's first step),
-    which then reuses that program instead of compiling the graph once more with the number as an input.
-    Ints past int64 are always inputs (they fail as on CPU)."""
+    it as an input, not once per value. Ints past int64 are always inputs (they fail as on CPU).
+
+    Returns ``(inputs, firsts)``: ``firsts`` are numbers that are the first value seen at a place that varies
+    since. Such a number stays a constant where the graph holding it was compiled with it as one
+    (``known_with_constants``: the next identical pipeline call's first step reuses its first program), and
+    is an input elsewhere (a periodic schedule's first value, met again in other graphs, makes no second
+    program for each). A place whose number changes inside this graph (a loop's steps fused into one graph)
+    is an input at each of its uses, its first value's too."""
     history = _NUMBER_SITES
-    dynamic = set()
+    dynamic, firsts = set(), set()
+    in_graph: dict = {}  # site -> the value this graph holds there, or _VARIES_HERE
     for i, site in sites.items():
         number = numbers[i]
         value = value_key(number)
+        here = in_graph.get(site, value)
+        in_graph[site] = value if here == value else _VARIES_HERE
         seen = history.get(site)
         if seen is None:
             history[site] = value
         elif type(seen) is _Varies:
-            if value != seen.first:
-                dynamic.add(i)
+            (firsts if value == seen.first else dynamic).add(i)
         elif seen != value:
             history[site] = _Varies(seen)
             dynamic.add(i)
         if type(number) is int and not -2 ** 63 <= number < 2 ** 63:
             dynamic.add(i)
-    return dynamic
+    if _VARIES_HERE in in_graph.values():
+        dynamic.update(i for i, site in sites.items() if in_graph[site] is _VARIES_HERE)
+    firsts -= dynamic
+    return dynamic, firsts
+
+
+_VARIES_HERE = object()
+
+# (graph structure, input signature with its constants) of the graphs flushed with numbers as constants
+_WITH_CONSTANTS: dict = caches.register("fused graphs with constants",
+                                        caches.Bounded(program_cache.max_programs))
+
+
+def known_with_constants(structure, in_sig) -> bool:
+    """Whether a graph of this structure was flushed before with these constants (its program exists)."""
+    return (structure, in_sig) in _WITH_CONSTANTS
+
+
+def flushed_with_constants(structure, in_sig) -> None:
+    _WITH_CONSTANTS[(structure, in_sig)] = True
 
 
 class _Varies:

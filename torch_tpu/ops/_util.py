@@ -138,8 +138,9 @@ def torch_operands(*xs):
 def _complex_zero_dim(xs, zero, common):
     """A complex 0-dim operand with floating tensors: torch computes in the complex type of the tensors'
     precision (float32 with a complex128 0-dim is complex64; float16's complex32, which JAX lacks, as
-    complex64 of the parts rounded to float16), where JAX takes complex128."""
-    half = common.itemsize <= 2
+    complex64 of the parts rounded to float16; bfloat16 has no complex type: complex64 of the parts as they
+    are), where JAX takes complex128."""
+    half = common == jnp.float16
     target = jnp.result_type(jnp.float32 if half else common, jnp.complex64)
 
     def cast(z):

@@ -132,6 +132,22 @@ def _index_put(x, indices, values, accumulate=False):
                            f"{TYPE_NAMES.get(values.dtype, values.dtype)} for the source.")
 
 
+@validates(aten.index.Tensor, aten.index_put.default)
+def _index_into_an_empty_dim(x, indices, *_, **__):
+    """An integer index into a dim of size 0, where the result has elements: CPU's IndexError (the lowering's
+    gather cannot even be built for it). An empty result is no error, as on CPU (``zeros(0, 3)[:, [5]]``)."""
+    tensors = [(d, i) for d, i in enumerate(indices) if isinstance(i, torch.Tensor) and i.dtype != torch.bool]
+    if not any(d < x.dim() and x.shape[d] == 0 for d, _ in tensors):
+        return
+    if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
+        return  # (a mask's dims count differently; the mask check speaks for it)
+    indexed = {d for d, _ in tensors}
+    rest = [s for d, s in enumerate(x.shape) if d not in indexed]
+    count = torch.broadcast_shapes(*[i.shape for _, i in tensors]).numel()
+    if count and all(rest):
+        raise IndexError("index is out of bounds for dimension with size 0")
+
+
 @validates(aten.masked_select.default)
 def _masked_select(x, mask):
     if mask.dtype != torch.bool:
