@@ -8,7 +8,7 @@ eager and torch.compile (dynamic=False and the default dynamic=None); and across
 ``TORCH_TPU_CACHE_DIR`` (``twin_disk.py``).
 
 The broad sweep: ``TORCH_TPU_TWIN_SWEEP=N`` runs every N-th hand-written twin (1: all 3000+) in every
-mode, ``TORCH_TPU_TWIN_OPINFO=K`` the OpInfo twins of K ops; ``bench/twin_sweep.py`` prints a catalogue.
+mode, ``TORCH_TPU_TWIN_OPINFO=K`` the OpInfo twins of K ops; ``bench/lane/sweep_twins.py`` prints a catalogue.
 The default run keeps a small stride of each.
 
 Log of the round (twins tried -> failing; what a failure was). Each twin runs A,B and B,A per mode:

@@ -1,7 +1,7 @@
 """TORCH_TPU_CPU_FALLBACK=1 runs every op without a tpu lowering on the CPU, in every mode.
 
 ``FALLBACK`` is the whole list of OpInfos of torch's database that reach such an op, with the ops each
-one falls back to (``bench/sweep_fallbacks.py`` finds them: every OpInfo whose name the op table does not
+one falls back to (``bench/lane/sweep_fallbacks.py`` finds them: every OpInfo whose name the op table does not
 lower runs on the tpu and the ops counted in ``stats()["cpu_fallback_ops"]`` are listed; sparse layouts,
 which the tpu has no storage for, and complex32 are out of scope). Each one's first float32 samples run
 on the tpu beside CPU torch, in strict and fused eager, and must match, with each fallback counted under

@@ -3,7 +3,7 @@
 ``error_inputs``), each case reduced to a small input and compared against CPU torch through
 ``differential`` (equal results and inputs afterwards, gradients included, or both raise) in the eager
 modes and, where the op reaches compiled graphs, in ``torch.compile``. The sweep itself is
-``bench/sweep_opinfo.py``. All cases run in one crash-tolerant child process.
+``bench/lane/sweep_opinfo.py``. All cases run in one crash-tolerant child process.
 """
 import pytest
 import torch

@@ -4,7 +4,7 @@ the ops counted in ``stats()["cpu_fallback_ops"]`` are printed per OpInfo with w
 CPU torch. ``tests/eager/test_cpu_fallback.py``'s ``FALLBACK`` is this list: rerun after a torch upgrade or a new
 lowering and update it.
 
-    TORCH_TPU_CPU_FALLBACK=1 PYTHONPATH=$PWD python3 bench/sweep_fallbacks.py [--out /tmp/fallbacks.jsonl]
+    TORCH_TPU_CPU_FALLBACK=1 PYTHONPATH=$PWD python3 bench/lane/sweep_fallbacks.py [--out /tmp/fallbacks.jsonl]
 
 One process, about 20 minutes on 2 CPU cores (each OpInfo compiles its programs).
 """
@@ -18,7 +18,7 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # the repository root: tests.harness
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root (bench/lane/): tests.harness
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ Each (op, phase) runs in a worker process (restarted after a crash or hang). The
 at the end and written as JSON lines: tags [wrong value] [wrong dtype] [wrong shape] [silent]
 [tpu raised] [unclear error] [crash] [hang].
 
-    PYTHONPATH=$PWD python3 bench/sweep_opinfo.py --out /tmp/sweep.jsonl [--ops a,b] [--phases dtype,fused]
+    PYTHONPATH=$PWD python3 bench/lane/sweep_opinfo.py --out /tmp/sweep.jsonl [--ops a,b] [--phases dtype,fused]
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository root (bench/lane/)
 EXTRA = ["float16", "float64", "int64", "int32", "int8", "uint8", "int16", "bool", "complex64"]
 CAP = {"inplace": 3, "compiled": 2, "dtype": 3, "f32all": 6, "noncontig": 3, "fused": 4, "backward": 3, "errors": 12}
 
