@@ -4,12 +4,15 @@ Dynamo hands us a torch-level FX graph (parameters and buffers lifted to inputs)
 functionalises it and decomposes it to core aten on fake tensors of the tpu device (static shapes), giving
 a forward graph (and a backward graph when gradients are needed). Each aten graph becomes ONE XLA program built
 from the same op table as eager (``lowering.py``), compiled ahead of time for the example shapes
-through ``compile_cache`` (so identical graphs, e.g. repeated transformer blocks, share a program).
+through the runtime's program cache (``runtime/program_cache.py``: identical graphs, e.g. repeated transformer
+blocks, share a program).
 AOTAutograd's runtime wrappers write mutated inputs back (``copy_`` on the tpu tensor) and glue
 forward and backward into a ``torch.autograd.Function``.
 
 Registered as the dynamo backend "tpu" through the ``torch_dynamo_backends`` entry point, so
 ``import torch`` never imports dynamo.
+
+Why one module: the backend's entry and the wrappers AOTAutograd calls share its per-graph state.
 """
 from __future__ import annotations
 

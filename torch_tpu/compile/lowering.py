@@ -1,4 +1,8 @@
-"""An aten FX graph -> one XLA program, built from the op table eager mode uses."""
+"""An aten FX graph -> one XLA program, built from the op table eager mode uses.
+
+Why one module: an aten graph's per-node resolution and the program built from it are read together; what could
+stand apart already does (special_nodes.py, graph_outputs.py, missing_ops.py ...).
+"""
 from __future__ import annotations
 
 import operator

@@ -30,6 +30,9 @@ one computation instead of torch's math decomposition (about 14 aten ops, the sc
 several times); ``tpu::attention_backward`` is its gradient for query, key and value. ``eager/attention.py``
 routes SDPA to them in eager mode and rewrites dynamo's graphs to them. This module is imported at
 ``import torch`` for ``define()``, so it imports JAX only inside its functions (``_jax()``).
+
+Why one module: the ``tpu::attention`` op whole: its schema, meta kernel, lowering, block-size table and backward,
+read together.
 """
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ polynomials, so they agree with CPU torch to a few ulps on every platform. The l
 float32 where the target platform is a TPU (``use_precise``); elsewhere XLA's own functions are as good.
 
 Only JAX is imported here: the TPU lane's probe loads this file alone, on a host without torch.
+
+Why one module: one family of float32 functions built from the same range reductions and polynomial helpers.
 """
 from __future__ import annotations
 
