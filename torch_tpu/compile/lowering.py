@@ -307,7 +307,7 @@ def _read_back(node) -> bool:
     """A CPU result that comes from a tpu value copied to the host inside the graph (``x.cpu()``,
     ``x.tolist()``, ``.numpy()``: dynamo puts the copy in the graph), possibly viewed or computed on
     after the copy: the program computes it on the device and the runner copies it to the host
-    (``compile._graph_compiler``), which gives what eager gives."""
+    (``aot.graph_compiler_for``), which gives what eager gives."""
     todo, seen = [node], set()
     while todo:
         n = todo.pop()
