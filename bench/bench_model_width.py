@@ -282,8 +282,8 @@ def _profile(call, args) -> dict:
     """The device's timeline over two steady calls: busy and idle per call, the longest waits for the host."""
     import jax
 
-    sys.path.insert(0, str(HERE))
-    from profile_device_ops import _summarise
+    sys.path.insert(0, str(HERE / "profile"))
+    from device_ops import _summarise  # bench/profile/device_ops.py
 
     logdir = tempfile.mkdtemp(prefix="width-profile-")
     options = jax.profiler.ProfileOptions()

@@ -1,4 +1,8 @@
-"""``torch.tpu``: the device module, shaped like ``torch.cuda``."""
+"""``torch.tpu``: the device module, shaped like ``torch.cuda``.
+
+Why one module: ``torch.tpu``'s surface, shaped like ``torch.cuda``: many small functions users reach as one module
+(memory: device_memory.py).
+"""
 from __future__ import annotations
 
 import sys

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tests.harness import differential as D
+from tests.harness.compare import assert_low_precision_close
 
 DEV = "tpu"
 
@@ -188,4 +188,4 @@ def test_spatial_backward_matches_cpu(op, dtype):
         return
     x32 = x.float().requires_grad_()  # bf16: within CPU's own bf16 error (the pipelines' rule)
     (_SPATIAL[op](x32) ** 2).sum().backward()
-    D.assert_low_precision_close(xt.grad, xc.grad, x32.grad, where=f"{op} input gradient")
+    assert_low_precision_close(xt.grad, xc.grad, x32.grad, where=f"{op} input gradient")

@@ -24,6 +24,9 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from tests.harness import differential as D
+from tests.harness.errors import assert_device_works, Gap
+from tests.harness.inputs import per_device, rand
+from tests.harness.isolated import isolated_case_tests
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 ALL = ["strict", "fused", "compiled"]
@@ -31,7 +34,7 @@ EAGER = ["strict", "fused"]
 
 
 def _leaf(*shape, seed=0):
-    return D.rand(*shape, seed=seed).requires_grad_(True)
+    return rand(*shape, seed=seed).requires_grad_(True)
 
 
 def _on_tpu(t) -> bool:
@@ -729,7 +732,7 @@ def _repeat_interleave_wrong_size(r):
 SEQUENCES = {
     "accumulate": (_accumulate, [_leaf(3, 2)], ALL),
     "retain_twice": (_retain_twice, [_leaf(3, 2)], ALL),
-    "grad_penalty": (_grad_penalty, [D.rand(4, 2), _leaf(3, 2, seed=1), _leaf(3, seed=2)], EAGER),
+    "grad_penalty": (_grad_penalty, [rand(4, 2), _leaf(3, 2, seed=1), _leaf(3, seed=2)], EAGER),
     "grad_of_grad": (_grad_of_grad, [_leaf(3, 2)], EAGER),
     "allow_unused": (_allow_unused, [_leaf(3, 2), _leaf(2, seed=1)], ALL),
     "materialize_unused": (_materialize_unused, [_leaf(3, 2), _leaf(2, seed=1)], EAGER),
@@ -737,18 +740,18 @@ SEQUENCES = {
     "grad_outputs_bf16": (_grad_outputs(torch.bfloat16), [_leaf(3, 2)], EAGER),
     "grad_outputs_int": (_grad_outputs(torch.int64), [_leaf(3, 2)], EAGER),
     "tensor_hooks": (_tensor_hooks, [_leaf(3, 2)], ALL),
-    "module_hook": (_module_hook, [D.rand(4, 2)], ALL),
-    "module_pre_hook": (_module_pre_hook, [D.rand(4, 2)], EAGER),
-    "sgd_set_to_none": (_sgd_steps(True), [D.rand(4, 2)], ALL),
-    "sgd_zeroed": (_sgd_steps(False), [D.rand(4, 2)], EAGER),
-    "manual_sgd": (_manual_sgd, [_leaf(2, 3), D.rand(4, 2, seed=1)], ALL),
+    "module_hook": (_module_hook, [rand(4, 2)], ALL),
+    "module_pre_hook": (_module_pre_hook, [rand(4, 2)], EAGER),
+    "sgd_set_to_none": (_sgd_steps(True), [rand(4, 2)], ALL),
+    "sgd_zeroed": (_sgd_steps(False), [rand(4, 2)], EAGER),
+    "manual_sgd": (_manual_sgd, [_leaf(2, 3), rand(4, 2, seed=1)], ALL),
     "inplace_leaf_nograd": (_inplace_leaf_nograd, [_leaf(3, 2)], ALL),
     # compiled: CopySlices' backward graph holds new_empty_strided (had no lowering)
     "copyslices": (_copyslices, [_leaf(3, 2)], ALL),
     "copyslices_view_chain": (_copyslices_view_chain, [_leaf(3, 2)], ALL),
     "copyslices_compiled_fwd": (_copyslices_compiled_fwd, [_leaf(3, 2)], ["strict"]),
     "detach_toggle": (_detach_toggle, [_leaf(3, 2)], ALL),
-    "requires_grad_toggle": (_requires_grad_toggle, [_leaf(3, 2), D.rand(3, 2, seed=1)], EAGER),
+    "requires_grad_toggle": (_requires_grad_toggle, [_leaf(3, 2), rand(3, 2, seed=1)], EAGER),
     "cross_device": (_cross_device, [_leaf(3, 2)], EAGER),
     "two_grads": (_two_grads, [_leaf(3, 2)], ALL),
     "inputs_arg": (_inputs_arg, [_leaf(3, 2), _leaf(3, 2, seed=1)], EAGER),
@@ -784,21 +787,21 @@ SEQUENCES = {
     "split_inplace": (_split_inplace, [_leaf(4, 2)], ALL),
     "grad_bucket_view": (_grad_bucket_view, [_leaf(3, 2), _leaf(3, seed=1)], ALL),
     "grad_transposed_view": (_grad_transposed_view, [_leaf(3, 2)], ALL),
-    "compiled_outputs_alias": (_compiled_outputs_alias, [D.rand(3, 2)], EAGER),
-    "optimizer_grad_views": (_optimizer_grad_views, [D.rand(4, 2)], ["strict", "compiled"]),
-    "cpu_leaf_roundtrip": (_cpu_leaf_roundtrip, [D.rand(3, 2)], EAGER),
-    "cpu_leaf_through_compiled": (_cpu_leaf_through_compiled, [D.rand(3, 2)], ["strict"]),
+    "compiled_outputs_alias": (_compiled_outputs_alias, [rand(3, 2)], EAGER),
+    "optimizer_grad_views": (_optimizer_grad_views, [rand(4, 2)], ["strict", "compiled"]),
+    "cpu_leaf_roundtrip": (_cpu_leaf_roundtrip, [rand(3, 2)], EAGER),
+    "cpu_leaf_through_compiled": (_cpu_leaf_through_compiled, [rand(3, 2)], ["strict"]),
     # compiled: torch itself refuses at compile time (BackendCompilerFailed, w left unchanged, also with
     # backend="aot_eager"), so only the eager modes are compared with CPU
     "saved_leaf_modified_nograd": (_saved_leaf_modified_nograd, [_leaf(3, 2)], EAGER),
     "custom_functions": (_custom_functions, [_leaf(3, 2), _leaf(3, 2, seed=1)], ALL),
     "custom_function_compiled": (_custom_function_compiled, [_leaf(3, 2), _leaf(3, 2, seed=1)], ["strict"]),
-    "compiled_module_hook": (_compiled_module_hook, [D.rand(4, 2)], ["strict"]),
+    "compiled_module_hook": (_compiled_module_hook, [rand(4, 2)], ["strict"]),
     "compiled_tensor_hook_inside": (_compiled_tensor_hook_inside, [_leaf(3, 2)], ["strict"]),
     "noncontig_grad_outputs": (_noncontig_grad_outputs, [_leaf(3, 2)], ALL),
     "expanded_leaf": (_expanded_leaf, [_leaf(3, 2)], ALL),
     "item_in_hook": (_item_in_hook, [_leaf(3, 2)], EAGER),
-    "autograd_functional": (_autograd_functional, [D.rand(3)], EAGER),
+    "autograd_functional": (_autograd_functional, [rand(3)], EAGER),
     "index_fill_value_compiled": (_index_fill_value_compiled, [_leaf(5, 5), torch.tensor(-1.5, requires_grad=True)], EAGER),
     "repeat_interleave_sized": (_repeat_interleave_sized, [_leaf(4, 1), torch.tensor([0, 1, 2, 3])], ALL),
     "hook_on_stale_view": (_hook_on_stale_view, [_leaf(3, 2)], EAGER),
@@ -817,9 +820,9 @@ SEQUENCES = {
     "sdpa_double_backward": (_sdpa_double_backward, [_leaf(1, 3, 2), _leaf(1, 3, 2, seed=1)], EAGER),
     "repeat_interleave_wrong_size": (_repeat_interleave_wrong_size, [torch.tensor([0, 1, 2, 3])], ALL),
     # masked_scatter_backward (no lowering: compiled failed): mask broadcast, fewer ones than source
-    "masked_scatter_src_broadcast": (_masked_scatter_src, [_leaf(3, 4), D.rand(4, seed=3) > 0, _leaf(20, seed=1)],
+    "masked_scatter_src_broadcast": (_masked_scatter_src, [_leaf(3, 4), rand(4, seed=3) > 0, _leaf(20, seed=1)],
                                      ALL),
-    "masked_scatter_src_few": (_masked_scatter_src, [_leaf(3, 4), D.rand(3, 4, seed=3) > 1.5, _leaf(7, seed=1)],
+    "masked_scatter_src_few": (_masked_scatter_src, [_leaf(3, 4), rand(3, 4, seed=3) > 1.5, _leaf(7, seed=1)],
                                ALL),
 }
 
@@ -840,7 +843,7 @@ def _double_backward_compiled_refused():
     g, = torch.autograd.grad(f(x, w).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward"):
         g.pow(2).sum().backward()
-    D.assert_device_works()
+    assert_device_works()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -909,7 +912,7 @@ def _checkpoint_randn(mode):
     def run():
         from torch.utils.checkpoint import checkpoint
 
-        x = (D.rand(4, 3) + 3).to("tpu").requires_grad_(True)
+        x = (rand(4, 3) + 3).to("tpu").requires_grad_(True)
         with _mode(x, mode):
             torch.manual_seed(5)
             a = checkpoint(lambda t: t * torch.randn_like(t), x, use_reentrant=False)
@@ -997,18 +1000,18 @@ def _compiled_jacrev(x):
 
 
 FUNC = {
-    "grad": (_func_grad, [D.rand(3, 2)]),
-    "vjp": (_func_vjp, [D.rand(3, 2)]),
-    "jacrev": (_func_jacrev, [D.rand(3, 2)]),
-    "jacfwd": (_func_jacfwd, [D.rand(3, 2)]),
-    "vmap_grad": (_func_vmap_grad, [D.rand(3, 2)]),
-    "vmap": (_func_vmap, [D.rand(5, 2), D.rand(3, 2, seed=1)]),
-    "hessian": (_func_hessian, [D.rand(3)]),
-    "functional_call": (_func_functional_call, [D.rand(4, 2)]),
-    "compiled_grad_after_op": (_func_compiled(_compiled_grad_after_op), [D.rand(3, 2)]),
-    "compiled_grad_of_input": (_func_compiled(_compiled_grad_of_input), [D.rand(3, 2)]),
-    "compiled_vmap": (_func_compiled(_compiled_vmap), [D.rand(3, 2)]),
-    "compiled_jacrev": (_func_compiled(_compiled_jacrev), [D.rand(3, 2)]),
+    "grad": (_func_grad, [rand(3, 2)]),
+    "vjp": (_func_vjp, [rand(3, 2)]),
+    "jacrev": (_func_jacrev, [rand(3, 2)]),
+    "jacfwd": (_func_jacfwd, [rand(3, 2)]),
+    "vmap_grad": (_func_vmap_grad, [rand(3, 2)]),
+    "vmap": (_func_vmap, [rand(5, 2), rand(3, 2, seed=1)]),
+    "hessian": (_func_hessian, [rand(3)]),
+    "functional_call": (_func_functional_call, [rand(4, 2)]),
+    "compiled_grad_after_op": (_func_compiled(_compiled_grad_after_op), [rand(3, 2)]),
+    "compiled_grad_of_input": (_func_compiled(_compiled_grad_of_input), [rand(3, 2)]),
+    "compiled_vmap": (_func_compiled(_compiled_vmap), [rand(3, 2)]),
+    "compiled_jacrev": (_func_compiled(_compiled_jacrev), [rand(3, 2)]),
 }
 
 
@@ -1041,9 +1044,9 @@ def _amp_step(m, x, y, inf_grad=False):
 
 def _amp_case(inf_grad, modes):
     def run():
-        x = D.rand(5, 8)
+        x = rand(5, 8)
         D.check(lambda m, x, y: _amp_step(m, x.requires_grad_(True), y, inf_grad),
-                D.per_device(_amp_model), x, torch.tensor([0, 3, 1, 2, 0]),
+                per_device(_amp_model), x, torch.tensor([0, 3, 1, 2, 0]),
                 modes=modes, atol=2e-2, rtol=2e-2)
     return run
 
@@ -1063,7 +1066,7 @@ def _amp_compiled_like_eager():
 
     got = []
     for compiled in (False, True):
-        x, w = D.rand(4, 8).to("tpu").requires_grad_(True), D.rand(8, 3, seed=1).to("tpu").requires_grad_(True)
+        x, w = rand(4, 8).to("tpu").requires_grad_(True), rand(8, 3, seed=1).to("tpu").requires_grad_(True)
         got.append([t.detach().cpu() for t in step(x, w, compiled)])
     for what, e, g in zip(("h", "loss", "x.grad", "w.grad"), *got):
         assert e.dtype == g.dtype, f"[wrong dtype] {what}: eager {e.dtype}, compiled {g.dtype}"
@@ -1100,18 +1103,18 @@ ISOLATED_CASES["amp:compiled_like_eager"] = _amp_compiled_like_eager
 
 # Known gaps (strict xfail: the day they pass, the mark must go)
 XFAIL = {
-    "seq:leaf_view_base_changed": D.Gap("a view v of a leaf that is itself an autograd view of a tensor not requiring "
+    "seq:leaf_view_base_changed": Gap("a view v of a leaf that is itself an autograd view of a tensor not requiring "
     "grad, after an in-place write bumped their version: torch refreshes v's grad_fn by replaying the views "
     "from the base for every __torch_dispatch__ subclass (TwoTensor on the CPU fails alike) and asserts on the "
     "missing grad_fn ('new_fn INTERNAL ASSERT FAILED', a RuntimeError; the process survives); CPU tensors "
     "take the as_strided path. torch's C++, not reachable from the backend", r"new_fn INTERNAL ASSERT FAILED"),
-    "seq:sdpa_3d_input_modified": D.Gap("q changed in place after SDPA, then backward: tpu::attention saves q, k, v "
+    "seq:sdpa_3d_input_modified": Gap("q changed in place after SDPA, then backward: tpu::attention saves q, k, v "
     "for its backward (as CPU's flash kernel does for 4-D inputs, where CPU raises the same version error: "
     "seq:sdpa_4d_input_modified); CPU's math path, which it takes for 3-D inputs, saves scaled copies and "
     "runs. Matching it would mean copying q, k, v at every forward",
         r"\[tpu raised\] \(mode strict\) CPU returned a value; tpu raised at the call: builtins.RuntimeError: one of "
         r"the variables needed for gradient computation has been modified by an inplace operation"),
-    "func:compiled_grad_of_input": D.Gap("torch.compile of torch.func.grad applied directly to a graph input: dynamo "
+    "func:compiled_grad_of_input": Gap("torch.compile of torch.func.grad applied directly to a graph input: dynamo "
     "fakeifies the tpu tensor (a traceable wrapper subclass) inside the grad transform's level and fails with "
     "'Cannot access storage of TensorWrapper' (backend='eager' too: dynamo/functorch, not the tpu lowering); "
     "any op on the input before the transform works (func:compiled_grad_after_op)",
@@ -1119,4 +1122,4 @@ XFAIL = {
 }
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=180)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=180)

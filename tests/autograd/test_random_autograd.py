@@ -26,10 +26,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.harness import differential as D
+from tests.harness.compare import sync
+from tests.harness.errors import _exc_text, is_clear
+from tests.harness.inputs import fuzz_seeds
+from tests.harness.isolated import isolated_case_tests
+from tests.harness.modes import _in_mode
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow, pytest.mark.fuzz]
-SEEDS = D.fuzz_seeds(10)
+SEEDS = fuzz_seeds(10)
 COMPILED_SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_COMPILED_SEEDS", str(max(1, len(SEEDS) // 5)))))
 
 SHAPES = [(3, 4), (4,), (2, 3, 4), (4, 4), (2, 4), (1, 4), (3, 1, 2)]
@@ -843,11 +847,11 @@ def _compare(seed, cpu, tpu, where):
     tpu_errors = dict(tpu.errors)
     for label, e in cpu.errors:
         tpu_exc = tpu_errors.get(label)
-        if tpu_exc is not None and not D.is_clear(tpu_exc):
-            problems.append(f"[unclear error] step {label}: CPU {D._exc_text(e)}; tpu {D._exc_text(tpu_exc)}")
+        if tpu_exc is not None and not is_clear(tpu_exc):
+            problems.append(f"[unclear error] step {label}: CPU {_exc_text(e)}; tpu {_exc_text(tpu_exc)}")
     a, b = cpu.obs, tpu.obs
     gap = next((i for i, (label, x) in enumerate(b) if x[0] == "raised" and KNOWN_GAPS.search(
-        D._exc_text(tpu_errors.get(label, Exception())))), None)
+        _exc_text(tpu_errors.get(label, Exception())))), None)
     if gap is not None:  # a known gap (see KNOWN_GAPS): compare what came before it
         a, b = a[:gap], b[:gap]
     for i in range(max(len(a), len(b))):
@@ -864,7 +868,7 @@ def _compare(seed, cpu, tpu, where):
     if problems:
         pytest.fail(f"seed {seed} ({where}): {len(problems)} mismatch(es):\n" + "\n".join(problems[:8])
                     + "\nsteps on CPU:\n  " + "\n  ".join(cpu.log) + "\nsteps on tpu:\n  " + "\n  ".join(tpu.log)
-                    + "\ntpu errors:\n  " + "\n  ".join(f"{n}: {D._exc_text(e)}" for n, e in tpu.errors))
+                    + "\ntpu errors:\n  " + "\n  ".join(f"{n}: {_exc_text(e)}" for n, e in tpu.errors))
 
 
 def run_seed(seed, mode):
@@ -872,13 +876,13 @@ def run_seed(seed, mode):
 
     compiled, switch = mode == "compiled", mode == "fused"
     cpu = Program(seed, "cpu", compiled=compiled, switch_modes=switch).run()
-    with D._in_mode("strict" if compiled else mode):
+    with _in_mode("strict" if compiled else mode):
         tpu = Program(seed, "tpu", compiled=compiled, switch_modes=switch)
         try:
             tpu.run()
-            D.sync()
+            sync()
         except Exception as exc:  # noqa: BLE001 - outside a step: name the seed and its steps
-            pytest.fail(f"[tpu raised] seed {seed} ({mode}) outside a step: {D._exc_text(exc)}\nsteps on tpu:\n  "
+            pytest.fail(f"[tpu raised] seed {seed} ({mode}) outside a step: {_exc_text(exc)}\nsteps on tpu:\n  "
                         + "\n  ".join(tpu.log) + "\nsteps on CPU:\n  " + "\n  ".join(cpu.log))
     _compare(seed, cpu, tpu, mode)
 
@@ -891,4 +895,4 @@ for _s in COMPILED_SEEDS:
     ISOLATED_CASES[f"compiled:{_s}"] = (lambda s: lambda: run_seed(s, "compiled"))(_s)
 
 
-results, test_seed = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)
+results, test_seed = isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

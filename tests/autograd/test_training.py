@@ -29,15 +29,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.inputs import leaf_per_device, module_per_device, per_device, rand
+from tests.harness.isolated import isolated_case_tests
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 O = torch.optim
 EAGER = ["strict", "fused"]
-X = D.rand(6, 4)
+X = rand(6, 4)
 
 
-_module = D.module_per_device
-_leaf = D.leaf_per_device
+_module = module_per_device
+_leaf = leaf_per_device
 
 
 def MLP():
@@ -169,7 +171,7 @@ def _autocast_loop(dtype, cache_enabled=True):
 # multi_margin_loss
 
 
-MM_X = D.rand(5, 4, seed=3)
+MM_X = rand(5, 4, seed=3)
 MM_X[0, 1] = MM_X[0, 0] - 1  # a margin of exactly 0: no gradient on CPU
 MM_T = torch.tensor([0, 2, 1, 3, 2])
 
@@ -225,7 +227,7 @@ CASES = {
         _multi_margin(p, m, w, r), _leaf(5, 4, seed=3), MM_T.clone(), modes=EAGER, atol=1e-5, rtol=1e-4))
        for p, m, w, r in ((1, 1.0, False, "mean"), (2, 0.5, True, "sum"), (1, 1.0, True, "none"),
                           (2, 1.0, False, "none"))},
-    "multi_margin:tie_float64": lambda: D.check(_multi_margin(1, 1.0, True, "mean"), D.per_device(
+    "multi_margin:tie_float64": lambda: D.check(_multi_margin(1, 1.0, True, "mean"), per_device(
         lambda d: MM_X.double().to(d).requires_grad_()), MM_T.clone(), modes=EAGER),
     "multi_margin:unbatched": lambda: D.check(_multi_margin_unbatched, _leaf(5, 4, seed=3), MM_T.clone(), modes=EAGER,
                                               atol=1e-5),
@@ -248,4 +250,4 @@ def test_sparse_embedding_gradient_is_refused_clearly():
     torch.testing.assert_close((m.weight.detach() * 2).cpu(), m.weight.detach().cpu() * 2)
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

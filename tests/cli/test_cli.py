@@ -83,11 +83,11 @@ def test_an_unknown_option_shows_the_subcommand_usage(tmp_path, capsys):
 
 
 def test_the_demo_model_warns_about_prompts_it_was_not_trained_on(tmp_path):
-    from torch_tpu import cli
+    from torch_tpu.cli import arguments
 
     def notes(*extra):
-        args = cli._parser().parse_args(["generate", "--output", str(tmp_path / "o.png"), *extra])
-        return cli.validate_generate(args)
+        args = arguments.parser().parse_args(["generate", "--output", str(tmp_path / "o.png"), *extra])
+        return arguments.validate_generate(args)
 
     assert notes() == [] and notes("--prompt", "A Yellow  Triangle") == []
     warning = notes("--prompt", "a purple hexagon")
@@ -121,8 +121,9 @@ BAD_ARGUMENTS = [
 @pytest.mark.parametrize("extra,message", BAD_ARGUMENTS, ids=[m for _, m in BAD_ARGUMENTS])
 def test_bad_arguments_fail_before_loading(extra, message, tmp_path, monkeypatch, capsys):
     from torch_tpu import cli
+    from torch_tpu.cli import loading
 
-    with cli._import_notices_kept_off(True):  # (diffusers' imports log to the stream an earlier test captured)
+    with loading.import_notices_kept_off(True):  # (diffusers' imports log to the stream an earlier test captured)
         import diffusers
 
         assert diffusers.DiffusionPipeline is not None  # (resolves diffusers' lazy import of the pipeline module)
@@ -140,14 +141,14 @@ def test_bad_arguments_fail_before_loading(extra, message, tmp_path, monkeypatch
 
 
 def test_size_rounding_is_announced_and_help_shows_defaults(tmp_path):
-    from torch_tpu import cli
+    from torch_tpu.cli import arguments
 
-    args = cli._parser().parse_args(["generate", "--height", "70", "--width", "64",
-                                     "--output", str(tmp_path / "o.png")])
-    notes = cli.validate_generate(args)
+    args = arguments.parser().parse_args(["generate", "--height", "70", "--width", "64",
+                                          "--output", str(tmp_path / "o.png")])
+    notes = arguments.validate_generate(args)
     assert args.height == 64 and args.width == 64 and args.dtype == "float32"
     assert notes == ["note: --height 70 is not a multiple of 16; using 64"]
-    help_text = cli._parser()._subparsers._group_actions[0].choices["generate"].format_help()
+    help_text = arguments.parser()._subparsers._group_actions[0].choices["generate"].format_help()
     assert "(default: 4)" in help_text and "--warmup" in help_text and "--quiet" in help_text
 
 
@@ -163,22 +164,22 @@ def test_a_failure_after_validation_is_one_line_without_traceback(tmp_path):
 
 _COLLECTOR_PROBE = r"""
 import gc, sys
-from torch_tpu import cli
+from torch_tpu.cli import loading
 
 def state():
     return gc.isenabled(), gc.get_freeze_count() > 0
 
 out = {"start": state()}
-with cli._collector_paused_while_loading(program=False):
+with loading.collector_paused_while_loading(program=False):
     out["library_call"] = state()
-with cli._collector_paused_while_loading(program=True):
+with loading.collector_paused_while_loading(program=True):
     out["loading"] = state()
-    cli._loaded()
+    loading.loaded()
     out["loaded"] = state()
 out["after"] = state()
 gc.unfreeze()
 try:
-    with cli._collector_paused_while_loading(program=True):
+    with loading.collector_paused_while_loading(program=True):
         raise RuntimeError("the model failed to load")
 except RuntimeError:
     pass

@@ -24,6 +24,9 @@ import torch._dynamo
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, assert_same_value, read, sync
+from tests.harness.errors import assert_device_works, expected_failure, is_clear, KnownGap
+from tests.harness.inputs import DEV, ids, per_device, rand
 import torch_tpu
 
 pytestmark = pytest.mark.usefixtures("watchdog")
@@ -62,7 +65,7 @@ def compiled(fn, cpu="plain"):
         if d == "cpu":
             return fn if cpu == "plain" else torch.compile(fn, backend="eager", dynamic=False)
         return torch.compile(fn, backend="tpu", dynamic=False)
-    return D.per_device(make)
+    return per_device(make)
 
 
 def call(label, f):
@@ -172,43 +175,43 @@ def _fill_overlapping_view(x):
 
 
 OVERLAP_CASES = [
-    ("add_ shifted", _add_shifted, (D.rand(6),)),
-    ("add_ shifted 2d", _add_shifted, (D.rand(4, 3),)),
-    ("copy_ shifted", _copy_shifted, (D.rand(6),)),
-    ("t add_", _t_add, (D.rand(4, 4),)),
-    ("out= shifted", _out_shifted, (D.rand(4, 3),)),
-    ("setitem shifted", _setitem_shifted, (D.rand(6),)),
-    ("index_add_ source is self", _index_add_self, (D.rand(5),)),
-    ("clamp_ by shifted", _clamp_tensor, (D.rand(6),)),
-    ("lerp_ shifted", _lerp_shifted, (D.rand(4, 3),)),
-    ("mul out= shifted", _mul_out_shifted, (D.rand(6),)),
-    ("sub_ alpha shifted", _sub_alpha_shifted, (D.rand(4, 3),)),
-    ("views made from one input", _args_shifted, (D.rand(6),)),
-    ("earlier write lands", _earlier_write_lands, (D.rand(6),)),
-    ("unrelated write first", _unrelated_write_first, (D.rand(5), D.rand(3, seed=1))),
-    ("no overlap: a copy", _mul_by_copy, (D.rand(6),)),
-    ("full overlap allowed", _full_overlap, (D.rand(4, 3),)),
-    ("mask from shifted view", _masked_fill_shifted_mask, (D.rand(6),)),
-    ("interleaved halves", _interleaved, (D.rand(6),)),
-    ("diagonal += row", _diag_add_row, (D.rand(4, 4),)),
-    ("fill_ a self-overlapping view", _fill_overlapping_view, (D.rand(6),)),
+    ("add_ shifted", _add_shifted, (rand(6),)),
+    ("add_ shifted 2d", _add_shifted, (rand(4, 3),)),
+    ("copy_ shifted", _copy_shifted, (rand(6),)),
+    ("t add_", _t_add, (rand(4, 4),)),
+    ("out= shifted", _out_shifted, (rand(4, 3),)),
+    ("setitem shifted", _setitem_shifted, (rand(6),)),
+    ("index_add_ source is self", _index_add_self, (rand(5),)),
+    ("clamp_ by shifted", _clamp_tensor, (rand(6),)),
+    ("lerp_ shifted", _lerp_shifted, (rand(4, 3),)),
+    ("mul out= shifted", _mul_out_shifted, (rand(6),)),
+    ("sub_ alpha shifted", _sub_alpha_shifted, (rand(4, 3),)),
+    ("views made from one input", _args_shifted, (rand(6),)),
+    ("earlier write lands", _earlier_write_lands, (rand(6),)),
+    ("unrelated write first", _unrelated_write_first, (rand(5), rand(3, seed=1))),
+    ("no overlap: a copy", _mul_by_copy, (rand(6),)),
+    ("full overlap allowed", _full_overlap, (rand(4, 3),)),
+    ("mask from shifted view", _masked_fill_shifted_mask, (rand(6),)),
+    ("interleaved halves", _interleaved, (rand(6),)),
+    ("diagonal += row", _diag_add_row, (rand(4, 4),)),
+    ("fill_ a self-overlapping view", _fill_overlapping_view, (rand(6),)),
 ]
 
 
-@pytest.mark.parametrize("fn,args", [c[1:] for c in OVERLAP_CASES], ids=D.ids(OVERLAP_CASES))
+@pytest.mark.parametrize("fn,args", [c[1:] for c in OVERLAP_CASES], ids=ids(OVERLAP_CASES))
 def test_overlapping_write_in_graph(fn, args):
     D.check(fn, *args, modes=["compiled"])
 
 
-@pytest.mark.xfail(strict=True, raises=D.KnownGap, reason="CPU computes a write whose input overlaps it in a layout it calls 'too "
+@pytest.mark.xfail(strict=True, raises=KnownGap, reason="CPU computes a write whose input overlaps it in a layout it calls 'too "
                    "hard' (non-dense views: x[:, 1:] and x[:, :-1]) element after element, each reading the "
                    "earlier writes; tpu eager (strict too) reads every input first. Not compiled-specific")
 def test_too_hard_overlap_is_order_dependent():
     def f(x):
         x[:, 1:].addcmul_(x[:, :-1], x[:, 1:])
         return x
-    with D.expected_failure(r"\[wrong value\] result \(mode compiled\)"):
-        D.check(f, D.rand(4, 4), modes=["compiled"])
+    with expected_failure(r"\[wrong value\] result \(mode compiled\)"):
+        D.check(f, rand(4, 4), modes=["compiled"])
 
 
 def test_overlap_then_distinct_inputs_same_function():
@@ -221,7 +224,7 @@ def test_overlap_then_distinct_inputs_same_function():
     D.check_sequence([call("distinct", lambda c, x, y: c(x, y)), call("same twice", lambda c, x, y: c(x, x)),
                       call("overlapping", lambda c, x, y: c(x[1:], x[:-1])),
                       call("distinct again", lambda c, x, y: c(y, x))],
-                     compiled(f), D.rand(5), D.rand(5, seed=1))
+                     compiled(f), rand(5), rand(5, seed=1))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -252,7 +255,7 @@ def test_aliased_inputs_then_distinct(fn, mode):
         call("x[1:], x[:-1]", lambda c, x, y: c(x[1:], x[:-1])),
         call("distinct again", lambda c, x, y: c(x, y)),
         call("y twice", lambda c, x, y: c(y, y)),
-    ], compiled(fn), D.rand(5), D.rand(5, seed=1), modes=[mode])
+    ], compiled(fn), rand(5), rand(5, seed=1), modes=[mode])
 
 
 def test_views_of_one_base_2d():
@@ -262,7 +265,7 @@ def test_views_of_one_base_2d():
         call("base and its transpose", lambda c, x, y: c(x, x.t())),
         call("interleaved strided", lambda c, x, y: c(x.view(-1)[::2][:4], x.view(-1)[1::2][:4])),
         call("distinct offsets", lambda c, x, y: c(x[1], y[2])),
-    ], compiled(_mul_read), D.rand(4, 4), D.rand(4, 4, seed=1))
+    ], compiled(_mul_read), rand(4, 4), rand(4, 4, seed=1))
 
 
 def test_view_and_base_written():
@@ -273,7 +276,7 @@ def test_view_and_base_written():
 
     D.check_sequence([call("view, base", lambda c, x: c(x[1:3], x)), call("row, base", lambda c, x: c(x[0], x)),
                       call("clone, base", lambda c, x: c(x[0].clone(), x)),
-                      call("view, base again", lambda c, x: c(x[2:4], x))], compiled(f), D.rand(4, 3))
+                      call("view, base again", lambda c, x: c(x[2:4], x))], compiled(f), rand(4, 3))
 
 
 def test_returned_views_written_by_caller():
@@ -289,7 +292,7 @@ def test_returned_views_written_by_caller():
 
     D.check_sequence([call("plain", mutate), call("offset input", lambda c, x: mutate(c, x[1:])),
                       call("transposed input", lambda c, x: mutate(c, x.t())), call("plain again", mutate)],
-                     compiled(f), D.rand(4, 4))
+                     compiled(f), rand(4, 4))
 
 
 def test_aliases_in_a_list_argument():
@@ -299,7 +302,7 @@ def test_aliases_in_a_list_argument():
 
     D.check_sequence([call("distinct", lambda c, x: c([x[0].clone(), x[1]])), call("same", lambda c, x: c([x[0], x[0]])),
                       call("overlap", lambda c, x: c([x[:, :2], x[:, 1:]])),
-                      call("distinct again", lambda c, x: c([x[1], x[2]]))], compiled(f), D.rand(3, 3))
+                      call("distinct again", lambda c, x: c([x[1], x[2]]))], compiled(f), rand(3, 3))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -319,7 +322,7 @@ def test_scalar_argument_kinds():
         call("cpu 0-dim int64", lambda c, x: c(x, torch.tensor(3))),
         call("0-dim float64", lambda c, x: c(x, torch.tensor(0.25, dtype=torch.float64, device=x.device))),
         call("0-dim again", lambda c, x: c(x, torch.tensor(2.0, device=x.device))),
-    ], compiled(f), D.rand(3, 4))
+    ], compiled(f), rand(3, 4))
 
 
 def test_grad_modes_and_inference_tensors():
@@ -348,7 +351,7 @@ def test_grad_modes_and_inference_tensors():
     D.check_sequence([call("grad", with_grad), call("no_grad", no_grad),
                       call("inference tensors outside", inference_tensors_outside),
                       call("plain", lambda c, x, w: c(x, w)), call("grad again", with_grad)],
-                     compiled(f), D.rand(3, 4), D.rand(3, 4, seed=1), atol=1e-5, rtol=1e-5)
+                     compiled(f), rand(3, 4), rand(3, 4, seed=1), atol=1e-5, rtol=1e-5)
 
 
 def test_cpu_tensors_to_a_tpu_compiled_function():
@@ -358,7 +361,7 @@ def test_cpu_tensors_to_a_tpu_compiled_function():
         return x * 2 + 1
 
     D.check_sequence([call("tpu", lambda c, x: c(x)), call("cpu", lambda c, x: (lambda r: (r, r.device.type))(c(x.cpu()))),
-                      call("tpu again", lambda c, x: c(x))], compiled(f), D.rand(3))
+                      call("tpu again", lambda c, x: c(x))], compiled(f), rand(3))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -373,12 +376,12 @@ def _train(d, make_opt, sched=None, compile_step=True, accum=1, set_to_none=True
     scheduler = sched(opt) if sched else None
     fwd = torch.compile(m, backend="tpu", dynamic=False) if d != "cpu" else m
     step = torch.compile(opt.step, backend="tpu", dynamic=False) if (d != "cpu" and compile_step) else opt.step
-    xs = [D.rand(3, 4, seed=s).to(d) for s in range(accum)]
-    ys = [D.rand(3, 2, seed=10 + s).to(d) for s in range(accum)]
+    xs = [rand(3, 4, seed=s).to(d) for s in range(accum)]
+    ys = [rand(3, 2, seed=10 + s).to(d) for s in range(accum)]
     outs = []
     for i in range(steps):
         if i == 2 and counts is not None:
-            D.sync()
+            sync()
             before = torch_tpu.stats().get("graph_compiles", 0)
         opt.zero_grad(set_to_none=set_to_none)
         for x, y in zip(xs, ys):
@@ -388,7 +391,7 @@ def _train(d, make_opt, sched=None, compile_step=True, accum=1, set_to_none=True
             scheduler.step()
         outs += [p.detach().clone() for p in m.parameters()]
     if counts is not None:
-        D.sync()
+        sync()
         counts.append(torch_tpu.stats().get("graph_compiles", 0) - before)
     return outs
 
@@ -405,23 +408,23 @@ TRAINING = [
 ]
 
 
-@pytest.mark.parametrize("name,make_opt,kw", TRAINING, ids=D.ids(TRAINING))
+@pytest.mark.parametrize("name,make_opt,kw", TRAINING, ids=ids(TRAINING))
 def test_compiled_model_and_step_match_cpu(name, make_opt, kw):
     """Compiled forward+backward and a compiled optimizer step: parameters after every step equal CPU's
     (a compiled step after a compiled model computed from doubled state while this file was written), and
     once warm no step compiles a graph."""
     exp = _train("cpu", make_opt, **kw)
     counts = []
-    got = D.read(_train(D.DEV, make_opt, counts=counts, **kw))
-    D.assert_same(exp, got, where=name, atol=1e-4, rtol=1e-4)
+    got = read(_train(DEV, make_opt, counts=counts, **kw))
+    assert_same(exp, got, where=name, atol=1e-4, rtol=1e-4)
     assert counts == [0], f"[recompiles] {name}: {counts[0]} graph compiles in warm steps"
 
 
 def test_float_lr_scheduler_does_not_recompile_each_step():
     counts = []
     sched = {"sched": lambda o: torch.optim.lr_scheduler.StepLR(o, 1, gamma=0.5)}
-    got = D.read(_train(D.DEV, lambda ps: torch.optim.SGD(ps, lr=0.1), counts=counts, **sched))
-    D.assert_same(_train("cpu", lambda ps: torch.optim.SGD(ps, lr=0.1), **sched), got, atol=1e-4, rtol=1e-4)
+    got = read(_train(DEV, lambda ps: torch.optim.SGD(ps, lr=0.1), counts=counts, **sched))
+    assert_same(_train("cpu", lambda ps: torch.optim.SGD(ps, lr=0.1), **sched), got, atol=1e-4, rtol=1e-4)
     assert counts == [0], f"[recompiles] {counts[0]} graph compiles in 2 warm steps"
 
 
@@ -448,30 +451,30 @@ def _bad_with_grad(x, w, i):
 
 @pytest.mark.parametrize("fn", [_bad_then_write, _write_then_bad], ids=lambda f: f.__name__)
 def test_launch_blocking_bad_index_raises_at_call_with_cpu_writes(fn):
-    x, i = D.rand(4, 3), torch.tensor([1, 9])
+    x, i = rand(4, 3), torch.tensor([1, 9])
     cpu_x = x.clone()
     with pytest.raises(IndexError):
         fn(cpu_x, i)
     with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING):
         c = torch.compile(fn, backend="tpu", dynamic=False)
-        tx = x.to(D.DEV)
+        tx = x.to(DEV)
         with pytest.raises(IndexError, match="(?i)index") as info:
-            c(tx, i.to(D.DEV))  # at the call, not at a later read
-        assert D.is_clear(info.value)
-        D.assert_same_value(cpu_x, D.read(tx), where="input after the error")
-        good = c(tx, torch.tensor([0, 3], device=D.DEV))  # the program still serves good indices
+            c(tx, i.to(DEV))  # at the call, not at a later read
+        assert is_clear(info.value)
+        assert_same_value(cpu_x, read(tx), where="input after the error")
+        good = c(tx, torch.tensor([0, 3], device=DEV))  # the program still serves good indices
         exp = fn(cpu_x, torch.tensor([0, 3]))
-    D.assert_same(exp, D.read(good), where="good indices after the error")
-    D.assert_device_works()
+    assert_same(exp, read(good), where="good indices after the error")
+    assert_device_works()
 
 
 def test_launch_blocking_bad_index_in_a_training_graph():
-    x, w, i = D.rand(4, 3), D.rand(4, 3, seed=1), torch.tensor([1, 9])
+    x, w, i = rand(4, 3), rand(4, 3, seed=1), torch.tensor([1, 9])
     with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING):
         c = torch.compile(_bad_with_grad, backend="tpu", dynamic=False)
-        tx = x.to(D.DEV).requires_grad_()
-        tw = w.to(D.DEV)
+        tx = x.to(DEV).requires_grad_()
+        tw = w.to(DEV)
         with pytest.raises(IndexError, match="(?i)index"):
-            c(tx, tw, i.to(D.DEV))
-        D.assert_same_value(w + 1, D.read(tw), where="w after the error (its add_ came first)")
-    D.assert_device_works()
+            c(tx, tw, i.to(DEV))
+        assert_same_value(w + 1, read(tw), where="w after the error (its add_ came first)")
+    assert_device_works()

@@ -14,6 +14,10 @@ import torch._dynamo
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read
+from tests.harness.errors import assert_device_works, expected_failure, is_clear, KnownGap
+from tests.harness.inputs import DEV, rand
+from tests.harness.isolated import assert_isolated_ok, run_isolated
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -30,7 +34,7 @@ def test_module_compile_linear_fullgraph_static_isolated():
     refuses this (a torch.nn module's own forward is a frame dynamo skips, so fullgraph finds nothing to
     compile): on the tpu the process must live and raise what CPU torch raises (the op's Python kernels,
     linear's among them, run as plain Python there); without fullgraph the module runs and matches CPU."""
-    proc = D.run_isolated("""
+    proc = run_isolated("""
         def outcome(device, backend, fullgraph):
             torch.manual_seed(0)
             m = torch.nn.Linear(4, 3).to(device)
@@ -49,7 +53,7 @@ def test_module_compile_linear_fullgraph_static_isolated():
         torch.testing.assert_close(tpu, cpu, atol=1e-5, rtol=1e-5)
         print("OK")
     """, timeout=180)
-    D.assert_isolated_ok(proc)
+    assert_isolated_ok(proc)
 
 
 def test_default_dynamic_second_shape():
@@ -58,12 +62,12 @@ def test_default_dynamic_second_shape():
         return (x * 2).sum(-1)
     c = torch.compile(f, backend="tpu")
     for shape in [(2, 3), (4, 3), (2, 3)]:
-        x = D.rand(*shape)
+        x = rand(*shape)
         try:
-            got = D.read(c(x.to(D.DEV)))
+            got = read(c(x.to(DEV)))
         except Exception as e:  # noqa: BLE001
             pytest.fail(f"[tpu raised] shape {shape}: {type(e).__name__}: {e}")
-        D.assert_same(f(x), got, where=f"shape {shape}")
+        assert_same(f(x), got, where=f"shape {shape}")
 
 
 def test_dynamic_true_refused_clearly():
@@ -71,12 +75,12 @@ def test_dynamic_true_refused_clearly():
         return x + 1
     c = torch.compile(f, backend="tpu", dynamic=True)
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
-        D.read(c(torch.ones(3, device=D.DEV)))
-    assert D.is_clear(info.value) and "dynamic" in str(info.value).lower(), f"[unclear error] {info.value!r}"
+        read(c(torch.ones(3, device=DEV)))
+    assert is_clear(info.value) and "dynamic" in str(info.value).lower(), f"[unclear error] {info.value!r}"
 
 
 def test_bool_mask_in_compiled_fn():
-    D.check(lambda x, m: x[m] * 2, D.rand(4, 3), torch.tensor([True, False, True, True]), modes=["compiled"])
+    D.check(lambda x, m: x[m] * 2, rand(4, 3), torch.tensor([True, False, True, True]), modes=["compiled"])
 
 
 def test_bool_mask_setitem_in_compiled_fn():
@@ -84,11 +88,11 @@ def test_bool_mask_setitem_in_compiled_fn():
         y = x.clone()
         y[y > 0] = 0.0
         return y
-    D.check(f, D.rand(4, 3), modes=["compiled"])
+    D.check(f, rand(4, 3), modes=["compiled"])
 
 
 def test_bad_index_in_compiled_fn():
-    D.check(lambda x, i: (x * 2)[i], D.rand(4, 3), torch.tensor([0, 7]), modes=["compiled"], match=r"(?i)index")
+    D.check(lambda x, i: (x * 2)[i], rand(4, 3), torch.tensor([0, 7]), modes=["compiled"], match=r"(?i)index")
 
 
 def test_bad_index_with_input_writes_in_compiled_fn():
@@ -99,10 +103,10 @@ def test_bad_index_with_input_writes_in_compiled_fn():
         x[i] = 5
         return x * 2
 
-    D.check(f, D.rand(4, 3), torch.tensor([1, 9]), modes=["compiled"], match=r"(?i)index", expect_raise=True)
+    D.check(f, rand(4, 3), torch.tensor([1, 9]), modes=["compiled"], match=r"(?i)index", expect_raise=True)
 
 
-@pytest.mark.xfail(strict=True, raises=D.KnownGap, reason="a compiled graph is one program: its writes to inputs after an op "
+@pytest.mark.xfail(strict=True, raises=KnownGap, reason="a compiled graph is one program: its writes to inputs after an op "
                    "whose device-side index check fails still land (the error is raised at the next wait); CPU "
                    "stops at the failing op. Strict and fused eager do the same (asynchronous checks, as CUDA's "
                    "device-side asserts; engine/recovery.py replays graphs that fail as a whole, not failed "
@@ -115,8 +119,8 @@ def test_bad_index_then_input_write_in_compiled_fn():
         x.mul_(3)
         return y
 
-    with D.expected_failure(r"^Failed: \[wrong value\] input 0 after the error \(mode compiled\)"):
-        D.check(f, D.rand(4, 3), torch.tensor([1, 9]), modes=["compiled"], match=r"(?i)index", expect_raise=True)
+    with expected_failure(r"^Failed: \[wrong value\] input 0 after the error \(mode compiled\)"):
+        D.check(f, rand(4, 3), torch.tensor([1, 9]), modes=["compiled"], match=r"(?i)index", expect_raise=True)
 
 
 def test_compiled_scalar_type_variants():
@@ -127,10 +131,10 @@ def test_compiled_scalar_type_variants():
     u = torch.tensor([1, 2, 200], dtype=torch.uint8)
     for s in [2, 2.0, True, -0.0]:
         try:
-            got = D.read(c(u.to(D.DEV), s))
+            got = read(c(u.to(DEV), s))
         except Exception as e:  # noqa: BLE001
             pytest.fail(f"[tpu raised] scalar {s!r}: {type(e).__name__}: {e}")
-        D.assert_same(f(u, s), got, where=f"u * {s!r}", signed_zeros=True)
+        assert_same(f(u, s), got, where=f"u * {s!r}", signed_zeros=True)
 
 
 def test_compiled_inplace_on_input():
@@ -138,7 +142,7 @@ def test_compiled_inplace_on_input():
         x.add_(y)
         x[0] = -1
         return x.sum()
-    D.check(f, D.rand(3, 2), D.rand(3, 2, seed=1), modes=["compiled"])
+    D.check(f, rand(3, 2), rand(3, 2, seed=1), modes=["compiled"])
 
 
 def test_compiled_training_step_matches_cpu():
@@ -147,7 +151,7 @@ def test_compiled_training_step_matches_cpu():
         m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1)).to(d)
         c = torch.compile(m, backend="tpu", fullgraph=True, dynamic=False) if d != "cpu" else m
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        x = D.rand(5, 3).to(d)
+        x = rand(5, 3).to(d)
         for _ in range(2):
             opt.zero_grad()
             F.mse_loss(c(x), torch.zeros(5, 1, device=d)).backward()
@@ -155,10 +159,10 @@ def test_compiled_training_step_matches_cpu():
         return [p.detach() for p in m.parameters()]
     exp = run("cpu")
     try:
-        got = D.read(run(D.DEV))
+        got = read(run(DEV))
     except Exception as e:  # noqa: BLE001
         pytest.fail(f"[tpu raised] compiled training: {type(e).__name__}: {e}")
-    D.assert_same(exp, got, where="parameters", atol=1e-5, rtol=1e-5)
+    assert_same(exp, got, where="parameters", atol=1e-5, rtol=1e-5)
 
 
 def test_compiled_error_then_eager_works():
@@ -167,8 +171,8 @@ def test_compiled_error_then_eager_works():
         return x @ x
     c = torch.compile(f, backend="tpu", dynamic=False)
     with pytest.raises(RuntimeError, match="same reduction dim"):  # (CPU: RuntimeError, mat1 and mat2 shapes)
-        D.read(c(torch.ones(2, 3, device=D.DEV)))
-    D.assert_device_works()
+        read(c(torch.ones(2, 3, device=DEV)))
+    assert_device_works()
 
 
 def test_compiled_empty_and_zero_dim():
@@ -185,10 +189,10 @@ def test_ops_with_python_kernels_in_frames_dynamo_skips(module, grad):
     def make():
         torch.manual_seed(0)
         if module == "rms_norm":
-            return torch.nn.RMSNorm(8), (D.rand(2, 8),)
+            return torch.nn.RMSNorm(8), (rand(2, 8),)
         if module == "linear":
-            return torch.nn.Linear(8, 3), (D.rand(2, 5, 8),)
-        return torch.nn.MultiheadAttention(8, 2, batch_first=True), (D.rand(1, 3, 8),) * 3
+            return torch.nn.Linear(8, 3), (rand(2, 5, 8),)
+        return torch.nn.MultiheadAttention(8, 2, batch_first=True), (rand(1, 3, 8),) * 3
 
     m, inputs = make()
     expect = m(*inputs)
@@ -196,13 +200,13 @@ def test_ops_with_python_kernels_in_frames_dynamo_skips(module, grad):
     for fullgraph in (False, True):
         torch._dynamo.reset()
         dev, _ = make()
-        dev = dev.to(D.DEV)
+        dev = dev.to(DEV)
         dev.compile(backend="tpu", fullgraph=fullgraph, dynamic=False)
         with torch.set_grad_enabled(grad):
             if fullgraph:
                 with pytest.raises(RuntimeError, match="found no compiled frames"):
-                    dev(*[t.to(D.DEV) for t in inputs])
+                    dev(*[t.to(DEV) for t in inputs])
                 continue
-            got = dev(*[t.to(D.DEV) for t in inputs])
+            got = dev(*[t.to(DEV) for t in inputs])
         got = got[0] if isinstance(got, tuple) else got
         torch.testing.assert_close(got.detach().cpu(), expect.detach(), atol=1e-5, rtol=1e-5)

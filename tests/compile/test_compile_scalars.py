@@ -35,6 +35,9 @@ import torch._dynamo
 import torch._dynamo.utils as dynamo_utils
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read
+from tests.harness.counting import counting, program_cache_sizes
+from tests.harness.inputs import DEV, ids, per_device, rand, t
 import torch_tpu
 
 pytestmark = pytest.mark.slow
@@ -46,18 +49,18 @@ SHORT = [0.5, 1.5, NAN, -INF, 3e39]  # for ops dynamo keeps the float a constant
 
 
 def _x(dtype=torch.float32):
-    return D.t(1.5, -2.0, 0.0, 3.25, dtype=dtype)
+    return t(1.5, -2.0, 0.0, 3.25, dtype=dtype)
 
 
 def _xi():
-    return D.t(3, -4, 0, 7)
+    return t(3, -4, 0, 7)
 
 
 def _compiled(fn, dynamic=False):
     def make(d):
         torch._dynamo.reset()
         return fn if d == "cpu" else torch.compile(fn, backend="tpu", dynamic=dynamic)
-    return D.per_device(make)
+    return per_device(make)
 
 
 def _frames() -> int:
@@ -125,19 +128,19 @@ def test_changing_float_compiles_twice_then_never():
     dynamo_utils.counters.clear()
     c = torch.compile(f, backend="tpu", dynamic=False)
     x = _x()
-    xt = x.to(D.DEV)
+    xt = x.to(DEV)
     for s in (0.5, 1.5):
-        D.assert_same(f(x, s), D.read(c(xt, s)))
+        assert_same(f(x, s), read(c(xt, s)))
     gc.collect()
-    sizes = D.program_cache_sizes()
-    with D.counting() as n:
+    sizes = program_cache_sizes()
+    with counting() as n:
         for i in range(30):
             s = 0.25 * i - 3
-            D.assert_same(f(x, s), D.read(c(xt, s)), where=f"s={s}")
+            assert_same(f(x, s), read(c(xt, s)), where=f"s={s}")
     gc.collect()
     assert _frames() == 2 and n.graph_compiles == 0 and n.compiles == 0, (
         f"[recompiles] {_frames()} dynamo frames, {n.graph_compiles} graph compiles for 30 new floats")
-    grown = {k: (v, D.program_cache_sizes().get(k)) for k, v in sizes.items() if D.program_cache_sizes().get(k, 0) > v}
+    grown = {k: (v, program_cache_sizes().get(k)) for k, v in sizes.items() if program_cache_sizes().get(k, 0) > v}
     assert not grown, f"[growth] caches grew over 30 calls: {grown}"
 
 
@@ -149,7 +152,7 @@ def test_changing_float_after_dynamo_reset():
         torch._dynamo.reset()
         c = torch.compile(f, backend="tpu", dynamic=False)
         for v in (s, s + 1, s + 2):
-            D.assert_same(f(x, v), D.read(c(x.to(D.DEV), v)), where=f"s={v}")
+            assert_same(f(x, v), read(c(x.to(DEV), v)), where=f"s={v}")
 
 
 def _train(d, make_opt, make_sched, steps=5):
@@ -159,7 +162,7 @@ def _train(d, make_opt, make_sched, steps=5):
     opt = make_opt(m.parameters())
     sched = make_sched(opt)
     step = torch.compile(opt.step, backend="tpu", dynamic=False) if d != "cpu" else opt.step
-    x, y = D.rand(3, 4, seed=1).to(d), D.rand(3, 2, seed=2).to(d)
+    x, y = rand(3, 4, seed=1).to(d), rand(3, 2, seed=2).to(d)
     params = []
     for _ in range(steps):
         opt.zero_grad()
@@ -180,15 +183,15 @@ OPTIMIZER_CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,make_opt,make_sched", OPTIMIZER_CASES, ids=D.ids(OPTIMIZER_CASES))
+@pytest.mark.parametrize("name,make_opt,make_sched", OPTIMIZER_CASES, ids=ids(OPTIMIZER_CASES))
 def test_compiled_optimizer_step_with_scheduler(name, make_opt, make_sched):
     """5 steps: every step's parameters equal CPU eager's; the step compiles at most twice (was once per
     step up to dynamo's recompile limit, then eager)."""
     exp = _train("cpu", make_opt, make_sched)
     dynamo_utils.counters.clear()
-    with D.counting() as n:
-        got = D.read(_train(D.DEV, make_opt, make_sched))
-    D.assert_same(exp, got, where=name, atol=1e-5, rtol=1e-4)
+    with counting() as n:
+        got = read(_train(DEV, make_opt, make_sched))
+    assert_same(exp, got, where=name, atol=1e-5, rtol=1e-4)
     assert _frames() <= 2 and n.graph_compiles <= 2, (
         f"[recompiles] {name}: {_frames()} dynamo frames, {n.graph_compiles} graph compiles in 5 steps")
 
@@ -200,12 +203,12 @@ def test_graph_constants_key_their_program_by_value():
 
     from torch_tpu.compile import lowering
 
-    gm = make_fx(lambda x: (x * torch.tensor(1.5),))(torch.ones(3, device=D.DEV))
-    x = D.t(1.0, 2.0, 3.0)
-    first = lowering.graph_compiler("inference")(gm, [x.to(D.DEV)])([x.to(D.DEV)])
+    gm = make_fx(lambda x: (x * torch.tensor(1.5),))(torch.ones(3, device=DEV))
+    x = t(1.0, 2.0, 3.0)
+    first = lowering.graph_compiler("inference")(gm, [x.to(DEV)])([x.to(DEV)])
     gm._tensor_constant0 = torch.tensor(2.5)
-    second = lowering.graph_compiler("inference")(gm, [x.to(D.DEV)])([x.to(D.DEV)])
-    D.assert_same([x * 1.5, x * 2.5], D.read([first[0], second[0]]))
+    second = lowering.graph_compiler("inference")(gm, [x.to(DEV)])([x.to(DEV)])
+    assert_same([x * 1.5, x * 2.5], read([first[0], second[0]]))
 
 
 SIGNED_ZERO = [
@@ -215,7 +218,7 @@ SIGNED_ZERO = [
 ]
 
 
-@pytest.mark.parametrize("fn", [c[1] for c in SIGNED_ZERO], ids=D.ids(SIGNED_ZERO))
+@pytest.mark.parametrize("fn", [c[1] for c in SIGNED_ZERO], ids=ids(SIGNED_ZERO))
 def test_signed_zero_float_constant(fn):
     """-0.0 after 0.0 (and back) as a graph constant: dynamo's ``==`` guard held for both, so the program
     for +0.0 ran for -0.0 (now: ``floats._install_signed_zero_guard``, for this backend's frames)."""
@@ -252,7 +255,7 @@ OVERFLOWING = [
 ]
 
 
-@pytest.mark.parametrize("fn", [c[1] for c in OVERFLOWING], ids=D.ids(OVERFLOWING))
+@pytest.mark.parametrize("fn", [c[1] for c in OVERFLOWING], ids=ids(OVERFLOWING))
 def test_overflowing_float_scalar(fn):
     """A float past float32's range where CPU refuses it: also once the float is a program input
     (now: ``compile/scalar_checks.py`` checks input floats' values as eager does; ``where``'s constant

@@ -15,6 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read
+from tests.harness.errors import is_clear
+from tests.harness.inputs import DEV, per_device, rand
+from tests.harness.isolated import isolated_case_tests
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 def compiled(fn, cpu="plain", **kw):
@@ -26,7 +30,7 @@ def compiled(fn, cpu="plain", **kw):
         if d == "cpu":
             return fn if cpu == "plain" else torch.compile(fn, backend="eager", **kw)
         return torch.compile(fn, backend="tpu", **kw)
-    return D.per_device(make)
+    return per_device(make)
 
 
 def call(label, f):
@@ -37,7 +41,7 @@ def _module(make, seed=0):
     def on(device):
         torch.manual_seed(seed)
         return make().to(device)
-    return D.per_device(on)
+    return per_device(on)
 
 
 def seq(calls, *args, **kw):
@@ -53,7 +57,7 @@ def _f_affine(x):
 
 
 def _recompile_dtype():
-    x = D.rand(3, 4)
+    x = rand(3, 4)
     D.check_sequence([
         call("float32", lambda c, x: c(x)),
         call("float64", lambda c, x: c(x.double())),
@@ -80,14 +84,14 @@ def _recompile_requires_grad():
         call("x requires grad", lambda c, x, w: torch.autograd.grad(c(x.detach().requires_grad_(), w),
                                                                      [x], allow_unused=True)
              if False else c(x.detach().requires_grad_(), w)),
-    ], compiled(f, dynamic=False), D.rand(2, 3), D.rand(3, 4, seed=2), atol=1e-5, rtol=1e-5)
+    ], compiled(f, dynamic=False), rand(2, 3), rand(3, 4, seed=2), atol=1e-5, rtol=1e-5)
 
 
 def _recompile_layouts():
     def f(x):
         return x * torch.arange(x.shape[-1], device=x.device) + x.sum(-1, keepdim=True)
 
-    base = D.rand(4, 4)
+    base = rand(4, 4)
     D.check_sequence([
         call("contiguous", lambda c, x: c(x)),
         call("transposed", lambda c, x: c(x.t())),
@@ -109,7 +113,7 @@ def _zero_dim_vs_one_elem():
         call("0-dim again", lambda c, x, y: c(x, y)),
         call("1x1", lambda c, x, y: c(x.reshape(1, 1), y)),
         call("0-dim int", lambda c, x, y: c(torch.tensor(3, device=x.device), y)),
-    ], compiled(f, dynamic=False), torch.tensor(2.5), D.rand(3))
+    ], compiled(f, dynamic=False), torch.tensor(2.5), rand(3))
 
 
 def _python_scalar_changes():
@@ -125,7 +129,7 @@ def _python_scalar_changes():
         call("s=-0.0 False", lambda c, x: c(x, -0.0, False)),
         call("s=True", lambda c, x: c(x, True, True)),
         call("s=2 True again", lambda c, x: c(x, 2, True)),
-    ], compiled(f), D.rand(3), signed_zeros=True)
+    ], compiled(f), rand(3), signed_zeros=True)
 
 
 def _scalar_int_dtype_changes():
@@ -189,7 +193,7 @@ def _module_attribute_changes():
         m = _EpsNorm().to(d)
         return m, (m if d == "cpu" else torch.compile(m, backend="tpu"))
 
-    pair = D.per_device(make)
+    pair = per_device(make)
     D.check_sequence([
         call("first", lambda p, x: p[1](x)),
         call("eps=1.0", lambda p, x: set_("eps", 1.0)(p[0], p[1], x)),
@@ -198,7 +202,7 @@ def _module_attribute_changes():
         call("buffer in place", lambda p, x: shift_inplace(p[0], p[1], x)),
         call("act swapped", lambda p, x: swap_act(p[0], p[1], x)),
         call("eps back", lambda p, x: set_("eps", 1e-5)(p[0], p[1], x)),
-    ], pair, D.rand(3, 4), atol=1e-5, rtol=1e-5)
+    ], pair, rand(3, 4), atol=1e-5, rtol=1e-5)
 
 
 def _train_eval_toggle():
@@ -224,7 +228,7 @@ def _train_eval_toggle():
         call("eval", lambda p, x: stats(p, x, "eval")),
         call("train again", lambda p, x: stats(p, x, "train")),
         call("eval under no_grad", no_grad_eval),
-    ], D.per_device(make), D.rand(5, 4), atol=1e-5, rtol=1e-5)
+    ], per_device(make), rand(5, 4), atol=1e-5, rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -249,7 +253,7 @@ def _graph_breaks():
         call("positive", lambda c, x: c(x.abs())),
         call("negative", lambda c, x: c(-x.abs())),
         call("positive again", lambda c, x: c(x.abs() + 1)),
-    ], compiled(_graph_break_print_item, dynamic=False), D.rand(4))
+    ], compiled(_graph_break_print_item, dynamic=False), rand(4))
 
 
 def _host_outputs():
@@ -264,7 +268,7 @@ def _host_outputs():
         return list(out) + [[o.device.type for o in out[:2]]]
 
     D.check_sequence([call("host copies", run), call("host copies again", run)], compiled(f, dynamic=False),
-                     D.rand(3))
+                     rand(3))
 
 
 def _fma_inplace_methods():
@@ -276,7 +280,7 @@ def _fma_inplace_methods():
         z = x.clone().add_(a, alpha=al)
         return x, y, z
 
-    D.check(f, D.rand(3), D.rand(3, seed=1), D.rand(3, seed=2), torch.tensor(3.0), modes=["compiled"])
+    D.check(f, rand(3), rand(3, seed=1), rand(3, seed=2), torch.tensor(3.0), modes=["compiled"])
 
 
 def _middle_graph_output_mutated():
@@ -298,7 +302,7 @@ def _middle_graph_output_mutated():
         call("plain", lambda c, x: c(x)),
         call("outputs mutated", mutate_after),
         call("again", lambda c, x: c(x)),
-    ], compiled(f, dynamic=False), D.rand(3))
+    ], compiled(f, dynamic=False), rand(3))
 
 
 def _fullgraph_break_raises():
@@ -312,7 +316,7 @@ def _fullgraph_break_raises():
 
     for fn in (f, item_break):
         D.check_sequence([call("fullgraph", lambda c, x: c(x))],
-                         compiled(fn, cpu="eager", fullgraph=True, dynamic=False), D.rand(3))
+                         compiled(fn, cpu="eager", fullgraph=True, dynamic=False), rand(3))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -332,7 +336,7 @@ def _retain_graph_twice():
         return out, g1, w.grad
 
     D.check_sequence([call("retain twice", twice), call("retain twice again", twice)],
-                     compiled(f, dynamic=False), D.rand(3), D.rand(3, seed=2), atol=1e-5, rtol=1e-5)
+                     compiled(f, dynamic=False), rand(3), rand(3, seed=2), atol=1e-5, rtol=1e-5)
 
 
 def _double_backward():
@@ -345,7 +349,7 @@ def _double_backward():
     def outcome(device, backend):
         import torch._dynamo
         torch._dynamo.reset()
-        x = D.rand(3).to(device).requires_grad_()
+        x = rand(3).to(device).requires_grad_()
         out = torch.compile(f, backend=backend, dynamic=False)(x)
         (g,) = torch.autograd.grad(out, x, create_graph=True)
         try:
@@ -355,8 +359,8 @@ def _double_backward():
         return g.detach().cpu(), None
 
     exp_g, exp_err = outcome("cpu", "aot_eager")
-    got_g, got_err = outcome(D.DEV, "tpu")
-    D.assert_same(exp_g, D.read(got_g), where="first gradient", atol=1e-5, rtol=1e-5)
+    got_g, got_err = outcome(DEV, "tpu")
+    assert_same(exp_g, read(got_g), where="first gradient", atol=1e-5, rtol=1e-5)
     assert exp_err is not None and "double backward" in exp_err, f"test setup: CPU {exp_err!r}"
     assert got_err is not None and "double backward" in got_err, f"[unclear error] CPU: {exp_err}; tpu: {got_err}"
 
@@ -371,7 +375,7 @@ def _grads_of_views():
         out.backward()
         return out, x.grad
 
-    D.check_sequence([call("views", run), call("views again", run)], compiled(f, dynamic=False), D.rand(3, 3),
+    D.check_sequence([call("views", run), call("views again", run)], compiled(f, dynamic=False), rand(3, 3),
                      atol=1e-5, rtol=1e-5)
 
 
@@ -399,7 +403,7 @@ def _no_grad_inference_mode():
         call("inference_mode", under(torch.inference_mode)),
         call("grad again", grad_after),
         call("inference_mode again", under(torch.inference_mode)),
-    ], compiled(f, dynamic=False), D.rand(2, 3), D.rand(3, 2, seed=3), atol=1e-5, rtol=1e-5)
+    ], compiled(f, dynamic=False), rand(2, 3), rand(3, 2, seed=3), atol=1e-5, rtol=1e-5)
 
 
 def _detach_inside():
@@ -413,7 +417,7 @@ def _detach_inside():
         a.sum().backward()
         return a, b, x.grad
 
-    D.check_sequence([call("detach", run)], compiled(f, dynamic=False), D.rand(3), atol=1e-5, rtol=1e-5)
+    D.check_sequence([call("detach", run)], compiled(f, dynamic=False), rand(3), atol=1e-5, rtol=1e-5)
 
 
 def _inplace_on_leaf_raises():
@@ -424,7 +428,7 @@ def _inplace_on_leaf_raises():
     def run(c, x):
         return c(x.detach().clone().requires_grad_())
 
-    D.check_sequence([call("in-place on a leaf", run)], compiled(f, cpu="eager", dynamic=False), D.rand(3))
+    D.check_sequence([call("in-place on a leaf", run)], compiled(f, cpu="eager", dynamic=False), rand(3))
 
 
 def _outputs_alias_inputs():
@@ -443,7 +447,7 @@ def _outputs_alias_inputs():
         call("aliases", lambda c, x: c(x)),
         call("aliases mutated by caller", mutate),
         call("again", lambda c, x: c(x)),
-    ], compiled(f, dynamic=False), D.rand(3, 3))
+    ], compiled(f, dynamic=False), rand(3, 3))
 
 
 def _alias_grad():
@@ -457,7 +461,7 @@ def _alias_grad():
         r.sum().backward()
         return t, r, x.grad
 
-    D.check_sequence([call("alias grad", run)], compiled(f, dynamic=False), D.rand(3, 3), atol=1e-5, rtol=1e-5)
+    D.check_sequence([call("alias grad", run)], compiled(f, dynamic=False), rand(3, 3), atol=1e-5, rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -473,7 +477,7 @@ def _inplace_on_input_views():
 
     D.check_sequence([call("views", lambda c, x: c(x)), call("views again", lambda c, x: c(x)),
                       call("on a transposed input", lambda c, x: (c(x.t()), x)[1])],
-                     compiled(f, dynamic=False), D.rand(4, 4))
+                     compiled(f, dynamic=False), rand(4, 4))
 
 
 _GLOBAL = {}
@@ -498,7 +502,7 @@ def _captured_global_inplace():
 
     D.check_sequence([call("1", run), call("2", run), call("outside write",
                                                                lambda p, x: (p[1].fill_(-1), run(p, x))[1])],
-                     D.per_device(make), D.rand(3))
+                     per_device(make), rand(3))
 
 
 def _setattr_buffer_inside():
@@ -518,7 +522,7 @@ def _setattr_buffer_inside():
         return m, (m if d == "cpu" else torch.compile(m, backend="tpu", dynamic=False))
 
     D.check_sequence([call(str(i), lambda p, x: (p[1](x), p[0].count)) for i in range(3)],
-                     D.per_device(make), D.rand(3))
+                     per_device(make), rand(3))
 
 
 def _compiled_optimizer_steps(opt_cls, **kw):
@@ -530,7 +534,7 @@ def _compiled_optimizer_steps(opt_cls, **kw):
             m = torch.nn.Linear(3, 2).to(d)
             opt = opt_cls(m.parameters(), **kw)
             step = opt.step if d == "cpu" else torch.compile(opt.step, backend="tpu", dynamic=False)
-            x = D.rand(4, 3).to(d)
+            x = rand(4, 3).to(d)
             outs = []
             for i in range(4):
                 if i == 2:  # a changed hyperparameter: the step must not reuse the old lr
@@ -541,8 +545,8 @@ def _compiled_optimizer_steps(opt_cls, **kw):
                 outs += [p.detach().clone() for p in m.parameters()]
             return outs
         exp = go("cpu")
-        got = D.read(go(D.DEV))
-        D.assert_same(exp, got, where=f"{opt_cls.__name__} steps", atol=1e-5, rtol=1e-5)
+        got = read(go(DEV))
+        assert_same(exp, got, where=f"{opt_cls.__name__} steps", atol=1e-5, rtol=1e-5)
     return run
 
 
@@ -574,7 +578,7 @@ def _module_convert_between_calls():
         call("half", lambda m, x: m.half()(x.half())),
         call("load_state_dict", load),
         call("weight in place", lambda m, x: (m[0].weight.data.mul_(-1), m(x))[1]),
-    ], D.per_device(make), D.rand(2, 4), atol=2e-3, rtol=2e-3)
+    ], per_device(make), rand(2, 4), atol=2e-3, rtol=2e-3)
 
 
 def _compile_method_nested_twice():
@@ -620,7 +624,7 @@ def _compile_method_nested_twice():
         call("module compiled twice", twice),
         call("method after weight change", lambda p, x: (p[0].lin.bias.data.fill_(3), p[1](x))[1]),
         call("twice after weight change", twice),
-    ], D.per_device(make), D.rand(2, 3), atol=1e-5, rtol=1e-5)
+    ], per_device(make), rand(2, 3), atol=1e-5, rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -636,7 +640,7 @@ def _options_modes():
         D.check_sequence([call(f"{kw} 1", lambda c, x, w: c(x, w)),
                           call(f"{kw} 2", lambda c, x, w: c(x * 2, w)),
                           call(f"{kw} new shape", lambda c, x, w: c(x[:1], w))],
-                         compiled(f, **kw), D.rand(3, 4), D.rand(4, 2, seed=5), atol=1e-5, rtol=1e-5)
+                         compiled(f, **kw), rand(3, 4), rand(4, 2, seed=5), atol=1e-5, rtol=1e-5)
 
 
 def _dynamic_none_batches():
@@ -645,7 +649,7 @@ def _dynamic_none_batches():
 
     D.check_sequence([call(f"batch {n}", (lambda n: lambda c, x: c(x[:n]))(n)) for n in (4, 2, 3, 1, 4, 2)]
                      + [call("batch 0", lambda c, x: c(x[:0]))],
-                     compiled(f), D.rand(4, 5), atol=1e-6, rtol=1e-6)
+                     compiled(f), rand(4, 5), atol=1e-6, rtol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -682,7 +686,7 @@ def _captured_state_changes():
     D.check_sequence([call("first", lambda p, x: p[1](x))]
                      + [call(w, change(w)) for w in ("scale", "w replaced", "w in place", "cpu mask in place",
                                                      "cpu mask replaced")],
-                     D.per_device(make), D.rand(3))
+                     per_device(make), rand(3))
 
 
 def _default_dtype_and_grad_mode_changes():
@@ -700,7 +704,7 @@ def _default_dtype_and_grad_mode_changes():
         return go
 
     D.check_sequence([call("float32", with_default(torch.float32)), call("float64", with_default(torch.float64)),
-                      call("float32 again", with_default(torch.float32))], compiled(f, dynamic=False), D.rand(3))
+                      call("float32 again", with_default(torch.float32))], compiled(f, dynamic=False), rand(3))
 
 
 def _parameter_swaps_and_hooks():
@@ -737,7 +741,7 @@ def _parameter_swaps_and_hooks():
 
     D.check_sequence([call("first", grads), call("weight replaced", new_weight), call("bias frozen", freeze_bias),
                       call("forward hook", hook), call("pre hook", pre_hook)],
-                     D.per_device(make), D.rand(4, 3), atol=1e-5, rtol=1e-5)
+                     per_device(make), rand(4, 3), atol=1e-5, rtol=1e-5)
 
 
 def _aliased_inputs():
@@ -751,7 +755,7 @@ def _aliased_inputs():
         call("overlapping views", lambda c, x: c(x[:, 0:2], x[:, 1:3])),
         call("view and base", lambda c, x: c(x[1], x)),
         call("distinct again", lambda c, x: c(x[2], x[0])),
-    ], compiled(f, dynamic=False), D.rand(3, 3))
+    ], compiled(f, dynamic=False), rand(3, 3))
 
 
 def _views_of_outputs():
@@ -787,9 +791,9 @@ def _views_of_outputs():
 
     D.check_sequence([call("views of an output mutated", mutate), call("again", mutate),
                       call("with grad", mutate_grad), call("no grad again", mutate)],
-                     compiled(f, dynamic=False), D.rand(3, 3))
+                     compiled(f, dynamic=False), rand(3, 3))
     D.check_sequence([call("input returned", mutate_returned), call("input returned again", mutate_returned)],
-                     compiled(inplace_returned, dynamic=False), D.rand(3, 3))
+                     compiled(inplace_returned, dynamic=False), rand(3, 3))
 
 
 def _errors_between_calls():
@@ -805,7 +809,7 @@ def _errors_between_calls():
         call("ok again", lambda c, x, y: c(x, y)),
         call("wrong dtype", lambda c, x, y: c(x, y.double())),
         call("ok after all", lambda c, x, y: c(x * 2, y)),
-    ], compiled(f, dynamic=False), D.rand(2, 3), D.rand(3, 2, seed=2), atol=1e-5, rtol=1e-5)
+    ], compiled(f, dynamic=False), rand(2, 3), rand(3, 2, seed=2), atol=1e-5, rtol=1e-5)
 
 
 def _backward_errors_and_inner_backward():
@@ -832,9 +836,9 @@ def _backward_errors_and_inner_backward():
         return w.grad * 2
 
     D.check_sequence([call("backward twice", twice_no_retain), call("after", after)],
-                     compiled(f, dynamic=False), D.rand(3), D.rand(3, seed=3), atol=1e-5, rtol=1e-5)
+                     compiled(f, dynamic=False), rand(3), rand(3, seed=3), atol=1e-5, rtol=1e-5)
     D.check_sequence([call("backward inside", lambda c, x, w: c(x, w)), call("again", lambda c, x, w: c(x, w))],
-                     compiled(inner, dynamic=False), D.rand(3), D.rand(3, seed=3), atol=1e-5, rtol=1e-5)
+                     compiled(inner, dynamic=False), rand(3), rand(3, seed=3), atol=1e-5, rtol=1e-5)
 
 
 def _grad_mode_inside():
@@ -857,7 +861,7 @@ def _grad_mode_inside():
         return s, t, a, b, w.grad
 
     D.check_sequence([call("grad", with_grad), call("outer no_grad", outer_no_grad), call("grad again", with_grad)],
-                     compiled(f, dynamic=False), D.rand(3), D.rand(3, seed=3), atol=1e-5, rtol=1e-5)
+                     compiled(f, dynamic=False), rand(3), rand(3, seed=3), atol=1e-5, rtol=1e-5)
 
 
 def _structured_returns():
@@ -871,7 +875,7 @@ def _structured_returns():
                 "none": None, "int": int(x.shape[0]) * 3}
 
     D.check_sequence([call("dict", lambda c, x: c(x)), call("other shape", lambda c, x: c(x[:2]))],
-                     compiled(f), D.rand(3))
+                     compiled(f), rand(3))
 
 
 def _vmap_and_double_compile():
@@ -889,9 +893,9 @@ def _vmap_and_double_compile():
         return torch.compile(torch.compile(f, backend="tpu", dynamic=False), backend="tpu", dynamic=False)
 
     D.check_sequence([call("vmap", vm), call("plain", lambda c, x: c(x[0]))], compiled(f, dynamic=False),
-                     D.rand(2, 3), atol=1e-5, rtol=1e-5)
+                     rand(2, 3), atol=1e-5, rtol=1e-5)
     D.check_sequence([call("compiled twice", lambda c, x: c(x)), call("again", lambda c, x: c(x * 2))],
-                     D.per_device(compile_twice), D.rand(2, 3), atol=1e-5, rtol=1e-5)
+                     per_device(compile_twice), rand(2, 3), atol=1e-5, rtol=1e-5)
 
 
 def _int_overflow_and_promotion():
@@ -933,7 +937,7 @@ def _inference_tensors_and_mutated_nonleaf():
                       call("inference tensor written", inference_input),
                       call("inference tensor cloned", inference_input_no_write),
                       call("non-leaf again", nonleaf)],
-                     compiled(f, cpu="eager", dynamic=False), D.rand(3), D.rand(3, seed=4), atol=1e-5, rtol=1e-5)
+                     compiled(f, cpu="eager", dynamic=False), rand(3), rand(3, seed=4), atol=1e-5, rtol=1e-5)
 
 
 def _cpu_inputs_to_tpu_compiled():
@@ -946,15 +950,15 @@ def _cpu_inputs_to_tpu_compiled():
 
     torch._dynamo.reset()
     c = torch.compile(f, backend="tpu", dynamic=False)
-    x = D.rand(3, 2)
+    x = rand(3, 2)
     try:
         got = c(x.clone())
     except Exception as e:  # noqa: BLE001
-        assert D.is_clear(e), f"[unclear error] {type(e).__name__}: {e}"
+        assert is_clear(e), f"[unclear error] {type(e).__name__}: {e}"
     else:
         assert got.device.type == "cpu", f"[wrong device] {got.device}"
-        D.assert_same(f(x), D.read(got), where="cpu input")
-    D.assert_same(f(x), D.read(c(x.to(D.DEV))), where="tpu input after")
+        assert_same(f(x), read(got), where="cpu input")
+    assert_same(f(x), read(c(x.to(DEV))), where="tpu input after")
 
 
 def _overlapping_output_views():
@@ -969,7 +973,7 @@ def _overlapping_output_views():
         p[1].fill_(9)
         return p, q
 
-    D.check_sequence([call("overlapping views", mutate)], compiled(f, dynamic=False), D.rand(3, 2))
+    D.check_sequence([call("overlapping views", mutate)], compiled(f, dynamic=False), rand(3, 2))
 
 
 def _resize_input():
@@ -1011,7 +1015,7 @@ def _inplace_on_nonleaf_input_grad():
 
     D.check_sequence([call("x.mul_(-3); return x", run(f, -3)), call("again, s=2.5", run(f, 2.5)),
                       call("write through views", run(g, 2)), call("no_grad write, return x", run(h, 1.5))],
-                     D.per_device(make), D.rand(4, 3), atol=1e-5, rtol=1e-5, signed_zeros=False)
+                     per_device(make), rand(4, 3), atol=1e-5, rtol=1e-5, signed_zeros=False)
 
 
 def _returned_written_input_beside_grad_input_write():
@@ -1043,7 +1047,7 @@ def _returned_written_input_beside_grad_input_write():
         return (lambda fn: fn) if d == "cpu" else (lambda fn: torch.compile(fn, backend="tpu", dynamic=False))
 
     D.check_sequence([call("diagonal write, return y", run(f)), call("mul_, return y.add_", run(h))],
-                     D.per_device(make), D.rand(2, 5), D.rand(5, seed=2), atol=1e-5, rtol=1e-5, signed_zeros=False)
+                     per_device(make), rand(2, 5), rand(5, seed=2), atol=1e-5, rtol=1e-5, signed_zeros=False)
 
 
 def _float_after_shape_change():
@@ -1065,7 +1069,7 @@ def _float_after_shape_change():
     D.check_sequence([call("4x4, 0", go((4, 4), 0)), call("2x3, 0", go((2, 3), 0)),
                       call("4x4, -0.25", go((4, 4), -0.25)), call("4x4, 1.5", go((4, 4), 1.5)),
                       call("2x3, 1.5", go((2, 3), 1.5)), call("4x4, -0.25 again", go((4, 4), -0.25))],
-                     compiled(f), D.rand(1))
+                     compiled(f), rand(1))
 
 
 def _input_rank_change_dynamic_none():
@@ -1080,7 +1084,7 @@ def _input_rank_change_dynamic_none():
         return lambda c, x: c(x, torch.arange(float(torch.Size(yshape).numel()), device=x.device).reshape(yshape))
 
     D.check_sequence([call("y (4,)", go((4,))), call("y (3, 4)", go((3, 4))), call("y (4,) again", go((4,))),
-                      call("y (1, 4)", go((1, 4)))], compiled(f), D.rand(3, 4))
+                      call("y (1, 4)", go((1, 4)))], compiled(f), rand(3, 4))
 
 
 ISOLATED_CASES = {
@@ -1137,4 +1141,4 @@ ISOLATED_CASES = {
 }
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

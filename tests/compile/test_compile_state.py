@@ -81,7 +81,8 @@ import torch
 import torch._dynamo
 import torch.nn as nn
 
-from tests.harness import differential as D
+from tests.harness.compare import assert_same, read, sync
+from tests.harness.inputs import DEV
 from torch_tpu import EagerMode
 
 pytestmark = pytest.mark.usefixtures("watchdog")
@@ -573,9 +574,9 @@ def compiled_in_checkpoint_and_backward_hook(dev):
 def test_state_change_between_compiled_calls(name):
     fn = CASES[name]
     expect = fn("cpu")
-    got = D.read(fn(D.DEV))
-    D.sync()
-    D.assert_same(expect, got, where=name, atol=1e-2, rtol=1e-2)
+    got = read(fn(DEV))
+    sync()
+    assert_same(expect, got, where=name, atol=1e-2, rtol=1e-2)
 
 
 def test_steady_compiled_call_runs_no_stand_in_code():
@@ -585,10 +586,10 @@ def test_steady_compiled_call_runs_no_stand_in_code():
     import sys
 
     m = lin("cpu", 3, 2)
-    mt = lin(D.DEV, 3, 2)
-    c = comp(D.DEV, mt)
+    mt = lin(DEV, 3, 2)
+    c = comp(DEV, mt)
     x = X("cpu", 4, 3)
-    xt = x.to(D.DEV)
+    xt = x.to(DEV)
     with torch.no_grad():
         c(xt)
         calls = []
@@ -609,7 +610,7 @@ def test_steady_compiled_call_runs_no_stand_in_code():
             assert t._tpu_fake_inner.device.type == "meta" and t._tpu_fake_inner.shape == t.shape
         m.weight.data = torch.ones(5, 3)
         m.bias.data = torch.zeros(5)
-        mt.weight.data = torch.ones(5, 3, device=D.DEV)
-        mt.bias.data = torch.zeros(5, device=D.DEV)
+        mt.weight.data = torch.ones(5, 3, device=DEV)
+        mt.bias.data = torch.zeros(5, device=DEV)
         torch.testing.assert_close(c(xt).cpu(), m(x))
         assert mt.weight.__dict__["_tpu_fake_inner"].shape == (5, 3)

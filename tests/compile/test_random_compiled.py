@@ -20,11 +20,13 @@ import pytest
 import torch
 import torch._dynamo
 
-from tests.harness import differential as D
+from tests.harness.compare import assert_same, read, sync
+from tests.harness.errors import assert_device_works, _exc_text, is_clear
+from tests.harness.inputs import DEV, fuzz_seeds
 
 pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 
-SEEDS = D.fuzz_seeds(3)
+SEEDS = fuzz_seeds(3)
 
 # ---------------------------------------------------------------------------------------------------
 # the program: a list of steps chosen from the seed, interpreted by one Python function that dynamo
@@ -269,7 +271,7 @@ def _run(fn, x, y, idx, s, rg, device):
     else:
         xin = leaf
     yin, iin = y.clone().to(device), idx.clone().to(device)
-    rd = (lambda v: v) if device == "cpu" else D.read
+    rd = (lambda v: v) if device == "cpu" else read
     try:
         out = fn(xin, yin, iin, s)
         res = rd(out)
@@ -281,7 +283,7 @@ def _run(fn, x, y, idx, s, rg, device):
                 sum(o.float().sum() for o in outs).backward()
                 grad = rd(leaf.grad)
         after = rd((xin.detach(), yin))
-        D.sync()
+        sync()
     except Exception as exc:  # noqa: BLE001
         return exc
     return res, after, grad
@@ -304,34 +306,34 @@ def _check_seed(seed: int, dynamic) -> list[str]:
         where = f"seed {seed} call {label!r} (x {x.dtype}{list(x.shape)}, y {y.dtype}{list(y.shape)}, " \
                 f"idx {idx.tolist()}, s {s!r}, requires_grad/layout {rg})"
         exp = _run(fn, x, y, idx, s, rg, "cpu")
-        got = _run(compiled, x, y, idx, s, rg, D.DEV)
+        got = _run(compiled, x, y, idx, s, rg, DEV)
         if isinstance(exp, Exception) and not isinstance(got, Exception):
             # torch.compile drops ops whose results are unused (``s - x`` with a bool ``s``, ``x[bad]``):
             # their errors go with them in torch's own backends too. The reference is then CPU compiled
             # with backend="aot_eager", which must return a value for the case to pass
             ref = _run(torch.compile(fn, backend="aot_eager", dynamic=dynamic), x, y, idx, s, rg, "cpu")
             if isinstance(ref, Exception):
-                problems.append(f"[silent] {where}: CPU raised {D._exc_text(exp)}; tpu returned a value")
+                problems.append(f"[silent] {where}: CPU raised {_exc_text(exp)}; tpu returned a value")
                 continue
             exp = ref
         if isinstance(exp, Exception):
-            if not D.is_clear(got):
-                problems.append(f"[unclear error] {where}: {type(got).__module__}.{D._exc_text(got)}")
+            if not is_clear(got):
+                problems.append(f"[unclear error] {where}: {type(got).__module__}.{_exc_text(got)}")
             continue
         if isinstance(got, Exception):
             ref = _run(torch.compile(fn, backend="aot_eager", dynamic=dynamic), x, y, idx, s, rg, "cpu")
-            if isinstance(ref, Exception) and D.is_clear(got):
+            if isinstance(ref, Exception) and is_clear(got):
                 continue  # dynamo itself fails on this call (CPU backend="aot_eager" raises too)
-            problems.append(f"[tpu raised] {where}: {type(got).__module__}.{D._exc_text(got)}")
+            problems.append(f"[tpu raised] {where}: {type(got).__module__}.{_exc_text(got)}")
             try:
-                D.assert_device_works()
+                assert_device_works()
             except pytest.fail.Exception as f:
                 problems.append(str(f).splitlines()[0])
                 break
             continue
         for what, e, g in zip(("result", "inputs after", "grad"), exp, got):
             try:
-                D.assert_same(e, g, where=f"{where} {what}", signed_zeros=False,
+                assert_same(e, g, where=f"{where} {what}", signed_zeros=False,
                               atol={torch.bfloat16: 2e-2, torch.float32: 1e-4}, rtol={torch.float32: 1e-4})
             except pytest.fail.Exception as f:
                 problems.append(str(f).splitlines()[0])
@@ -394,7 +396,7 @@ def _module_run(seed: int, device: str, how: str) -> list:
     torch._dynamo.reset()
     torch.manual_seed(seed)
     m = _module(seed).to(device)
-    backend = "tpu" if device == D.DEV else "aot_eager"
+    backend = "tpu" if device == DEV else "aot_eager"
     if how == "method":
         m.compile(backend=backend, dynamic=False)
         f = m
@@ -415,9 +417,9 @@ def _module_run(seed: int, device: str, how: str) -> list:
                     y = f(x)
             row = [y.detach(), y.requires_grad, *[b.detach().clone() for b in m.buffers()],
                    *[p.grad for p in m.parameters()], x.grad]
-            rows.append(row if device == "cpu" else D.read(row))
+            rows.append(row if device == "cpu" else read(row))
             if device != "cpu":
-                D.sync()
+                sync()
         except Exception as exc:  # noqa: BLE001
             rows.append(exc)
     return rows
@@ -430,19 +432,19 @@ def test_random_compiled_modules_match_cpu(how):
         # one seed per variant by default (a different one each), more with TORCH_TPU_FUZZ_SEEDS
         offset = ["fullgraph", "graph_breaks", "method"].index(how)
         for seed in range(offset, offset + max(1, len(SEEDS) // 3) * 3, 3):
-            exp, got = _module_run(seed, "cpu", how), _module_run(seed, D.DEV, how)
+            exp, got = _module_run(seed, "cpu", how), _module_run(seed, DEV, how)
             for j, (e, g) in enumerate(zip(exp, got)):
                 where = f"seed {seed} ({how}) call {j} {_module_calls(seed)[j]}"
                 if isinstance(e, Exception) or isinstance(g, Exception):
                     if not isinstance(e, Exception):
-                        problems.append(f"[tpu raised] {where}: {D._exc_text(g)}")
+                        problems.append(f"[tpu raised] {where}: {_exc_text(g)}")
                     elif not isinstance(g, Exception):
-                        problems.append(f"[silent] {where}: CPU raised {D._exc_text(e)}")
-                    elif not D.is_clear(g):
-                        problems.append(f"[unclear error] {where}: {D._exc_text(g)}")
+                        problems.append(f"[silent] {where}: CPU raised {_exc_text(e)}")
+                    elif not is_clear(g):
+                        problems.append(f"[unclear error] {where}: {_exc_text(g)}")
                     continue
                 try:
-                    D.assert_same(e, g, where=where, atol=1e-4, rtol=1e-4)
+                    assert_same(e, g, where=where, atol=1e-4, rtol=1e-4)
                 except pytest.fail.Exception as f:
                     problems.append(str(f).splitlines()[0])
             if problems:

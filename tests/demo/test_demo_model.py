@@ -92,10 +92,10 @@ def test_the_readme_snippet_draws_the_prompts_with_diffusers_defaults(tmp_path):
     that imports nothing of torch_tpu's, moved to the tpu, called with diffusers' defaults but the size
     (max_sequence_length 512, 28 steps). The T5 tokenizer caps the sequence at the 16 tokens the model
     was trained on: the pictures are those of the explicit call on CPU torch, and judged right."""
-    from tests.harness import differential as D
+    from tests.harness.isolated import assert_isolated_ok, run_isolated
 
     out = tmp_path / "images.npy"
-    proc = D.run_isolated(f"""
+    proc = run_isolated(f"""
         import numpy as np, torch
         from diffusers import FluxPipeline
         pipe = FluxPipeline.from_pretrained({str(shipped.WEIGHTS)!r}).to("tpu")
@@ -108,7 +108,7 @@ def test_the_readme_snippet_draws_the_prompts_with_diffusers_defaults(tmp_path):
         print("T5 tokens", embeds.shape[1], type(pipe.tokenizer_2).__name__)
         print("OK")
     """, timeout=600)
-    D.assert_isolated_ok(proc)
+    assert_isolated_ok(proc)
     assert "T5 tokens 16 CappedT5Tokenizer" in proc.stdout, proc.stdout
     pipe = shipped.load_pipeline()
     pipe.set_progress_bar_config(disable=True)

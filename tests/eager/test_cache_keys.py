@@ -8,7 +8,7 @@ eager and torch.compile (dynamic=False and the default dynamic=None); and across
 ``TORCH_TPU_CACHE_DIR`` (``twin_disk.py``).
 
 The broad sweep: ``TORCH_TPU_TWIN_SWEEP=N`` runs every N-th hand-written twin (1: all 3000+) in every
-mode, ``TORCH_TPU_TWIN_OPINFO=K`` the OpInfo twins of K ops; ``bench/twin_sweep.py`` prints a catalogue.
+mode, ``TORCH_TPU_TWIN_OPINFO=K`` the OpInfo twins of K ops; ``bench/lane/sweep_twins.py`` prints a catalogue.
 The default run keeps a small stride of each.
 
 Log of the round (twins tried -> failing; what a failure was). Each twin runs A,B and B,A per mode:
@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.isolated import assert_isolated_ok, run_isolated
 from tests.harness import twin_cases, twin_disk
 from tests.harness import twins
 
@@ -158,10 +159,10 @@ def test_twins_through_the_persistent_cache(tmp_path):
     code = "import runpy, sys\nsys.argv = ['twin_disk.py', '{role}', 'strict', {pat!r}]\n" \
            "runpy.run_path({path!r}, run_name='__main__')\n"
     path = twin_disk.__file__
-    first = D.run_isolated(code.format(role="a", pat=_DISK, path=path), timeout=240, env=env)
-    D.assert_isolated_ok(first, expect="DONE")
-    second = D.run_isolated(code.format(role="b", pat=_DISK, path=path), timeout=240, env=env)
-    D.assert_isolated_ok(second, expect="DONE")
+    first = run_isolated(code.format(role="a", pat=_DISK, path=path), timeout=240, env=env)
+    assert_isolated_ok(first, expect="DONE")
+    second = run_isolated(code.format(role="b", pat=_DISK, path=path), timeout=240, env=env)
+    assert_isolated_ok(second, expect="DONE")
     problems = [ln for ln in (first.stdout + second.stdout).splitlines() if ln.startswith("PROBLEM")]
     assert not problems, "\n".join(problems)
     assert int(second.stdout.split("DONE")[-1].split()[0]) >= 20

@@ -1,7 +1,7 @@
 """TORCH_TPU_CPU_FALLBACK=1 runs every op without a tpu lowering on the CPU, in every mode.
 
 ``FALLBACK`` is the whole list of OpInfos of torch's database that reach such an op, with the ops each
-one falls back to (``bench/sweep_fallbacks.py`` finds them: every OpInfo whose name the op table does not
+one falls back to (``bench/lane/sweep_fallbacks.py`` finds them: every OpInfo whose name the op table does not
 lower runs on the tpu and the ops counted in ``stats()["cpu_fallback_ops"]`` are listed; sparse layouts,
 which the tpu has no storage for, and complex32 are out of scope). Each one's first float32 samples run
 on the tpu beside CPU torch, in strict and fused eager, and must match, with each fallback counted under
@@ -18,7 +18,8 @@ from torch.utils import _pytree as pytree
 
 import torch_tpu
 
-from tests.harness import differential as D
+from tests.harness.counting import opinfo_db
+from tests.harness.inputs import rand
 
 pytest.importorskip("expecttest")  # common_methods_invocations imports it
 
@@ -50,7 +51,7 @@ FALLBACK = {
                               ("laguerre", "l"), ("legendre", "p")) for v in variants},
 }
 SAMPLES = 3
-_OPS = {(op.name + ("." + op.variant_test_name if op.variant_test_name else "")): op for op in D.opinfo_db()}
+_OPS = {(op.name + ("." + op.variant_test_name if op.variant_test_name else "")): op for op in opinfo_db()}
 
 
 def test_the_list_names_opinfos_that_exist():
@@ -136,7 +137,7 @@ def test_compiled_graphs_with_such_ops_run_op_by_op(fallback_on):
         return torch.special.bessel_j0(x * 2) + 1, torch.linalg.lstsq(a, b).solution * 2, \
             torch.special.chebyshev_polynomial_t(x, 3).sum()
 
-    x, a, b = D.rand(6, seed=1), D.rand(5, 3, seed=2), D.rand(5, 2, seed=3)
+    x, a, b = rand(6, seed=1), rand(5, 3, seed=2), rand(5, 2, seed=3)
     ref = f(x, a, b)
     torch_tpu.reset_stats()
     with pytest.warns(RuntimeWarning, match="no tpu lowering: TORCH_TPU_CPU_FALLBACK=1 runs it on the CPU"):

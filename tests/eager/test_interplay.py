@@ -26,15 +26,19 @@ import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness.errors import expected_failure, Gap
+from tests.harness.inputs import per_device, rand
+from tests.harness.isolated import assert_isolated_result, isolated_fixture, param_of
+from tests.harness.modes import _in_mode
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 EAGER = ["strict", "fused"]
 ALL = ["strict", "fused", "compiled"]
-X = D.rand(3, 4)
+X = rand(3, 4)
 
 
 def _leaf():
-    return D.per_device(lambda d: X.clone().to(d).requires_grad_())
+    return per_device(lambda d: X.clone().to(d).requires_grad_())
 
 
 def _boom(*_):
@@ -171,11 +175,11 @@ HOOK_CASES = {
     "tensor_hook": lambda: D.check(_tensor_hook, _leaf(), modes=EAGER, expect_raise=True),
     "leaf_hook": lambda: D.check(_leaf_hook, _leaf(), modes=EAGER, expect_raise=True),
     "post_accumulate_hook": lambda: D.check(_post_accumulate_hook, _leaf(), modes=EAGER, expect_raise=True),
-    "module_full_hook": lambda: D.check(_module_full_hook, D.per_device(_linear), _leaf(), modes=EAGER,
+    "module_full_hook": lambda: D.check(_module_full_hook, per_device(_linear), _leaf(), modes=EAGER,
                                         expect_raise=True),
-    "module_pre_hook": lambda: D.check(_module_pre_hook, D.per_device(_linear), _leaf(), modes=EAGER,
+    "module_pre_hook": lambda: D.check(_module_pre_hook, per_device(_linear), _leaf(), modes=EAGER,
                                        expect_raise=True),
-    "module_legacy_hook": lambda: D.check(_module_legacy_hook, D.per_device(_linear), _leaf(), modes=EAGER,
+    "module_legacy_hook": lambda: D.check(_module_legacy_hook, per_device(_linear), _leaf(), modes=EAGER,
                                           expect_raise=True),
     "unpack_hook": lambda: D.check(_unpack_hook, _leaf(), modes=EAGER, expect_raise=True),
     "checkpoint_recompute": lambda: D.check(_checkpoint_recompute, _leaf(), modes=EAGER, expect_raise=True),
@@ -183,7 +187,7 @@ HOOK_CASES = {
     "interrupt_hook": lambda: D.check(_interrupt_hook, _leaf(), modes=EAGER),
     "tensor_hook_then_continue": lambda: D.check(_then_continue(_tensor_hook), _leaf(), modes=EAGER),
     "unpack_hook_then_continue": lambda: D.check(_then_continue(_unpack_hook), _leaf(), modes=EAGER),
-    "module_hook_then_continue": lambda: D.check(_module_then_continue, D.per_device(_linear), _leaf(),
+    "module_hook_then_continue": lambda: D.check(_module_then_continue, per_device(_linear), _leaf(),
                                                  modes=EAGER, atol=1e-5, rtol=1e-5),
 }
 
@@ -215,7 +219,7 @@ def _param_subclass_module(d):
 
 GAP_CASES = {
     "grad_fn_hook": lambda: D.check(_grad_fn_hook, _leaf(), modes=EAGER, expect_raise=True),
-    "param_subclass_kept": lambda: D.check(_param_subclass_kept, D.per_device(_param_subclass_module),
+    "param_subclass_kept": lambda: D.check(_param_subclass_kept, per_device(_param_subclass_module),
                                            modes=EAGER),
 }
 
@@ -312,7 +316,7 @@ def _bounded_caches():
 
     limit = int(os.environ["TORCH_TPU_MAX_CACHED_PROGRAMS"])
     for mode in ("strict", "fused"):
-        with D._in_mode(mode):
+        with _in_mode(mode):
             for n in range(2, 2 + 3 * limit // 2):
                 x = torch.arange(n, dtype=torch.float32).to("tpu")
                 v = x[1::2]
@@ -368,7 +372,7 @@ def _threads_share_pending(mode):
     """Threads consume values another thread left pending, synchronize and switch modes meanwhile."""
     def run():
         a = X.clone()
-        with D._in_mode(mode):
+        with _in_mode(mode):
             ta = a.to("tpu")
             tb = ta * 2 + 1
             tb.add_(3)
@@ -401,15 +405,15 @@ def _threads_share_pending(mode):
 def _switch_with_pending(x):
     """Pending in-place writes through views, an autograd graph built in fused mode and run backward in
     strict mode (and back)."""
-    with D._in_mode("fused"):
+    with _in_mode("fused"):
         y = x * 2
         v = y[1:]
         v.mul_(3)
         loss = (y.sin() * x).sum()
-    with D._in_mode("strict"):
+    with _in_mode("strict"):
         v.add_(1)
         loss.backward(retain_graph=True)
-    with D._in_mode("fused"):
+    with _in_mode("fused"):
         loss.backward()
     return y, v, x.grad
 
@@ -558,22 +562,22 @@ def _case_of_item(item):
     return cs.params.get("name") if cs is not None and item.originalname in ("test_case", "test_gap") else None
 
 
-results = D.isolated_fixture(__file__, _case_of_item, timeout_per_case=120)
+results = isolated_fixture(__file__, _case_of_item, timeout_per_case=120)
 # in a child of its own: a small program bound, so that a few dozen shapes pass it
-growth_results = D.isolated_fixture(__file__, D.param_of("test_growth"), timeout_per_case=120,
+growth_results = isolated_fixture(__file__, param_of("test_growth"), timeout_per_case=120,
                                     env={"TORCH_TPU_MAX_CACHED_PROGRAMS": "24"})
 
 
 @pytest.mark.parametrize("name", [n for n in ISOLATED_CASES if not n.startswith("gap:")])
 def test_case(results, name):
-    D.assert_isolated_result(results, name)
+    assert_isolated_result(results, name)
 
 
 _GAP_REASONS = {
-    "gap:grad_fn_hook": D.Gap("a hook on a C++ autograd node (grad_fn.register_hook) that raises in a tpu "
+    "gap:grad_fn_hook": Gap("a hook on a C++ autograd node (grad_fn.register_hook) that raises in a tpu "
                               "backward still aborts the process: torch calls it with no Python entry point to "
                               "guard", r"\[crash\]"),
-    "gap:param_subclass_kept": D.Gap("module.to('tpu') turns a Parameter subclass into a plain Parameter (torch's "
+    "gap:param_subclass_kept": Gap("module.to('tpu') turns a Parameter subclass into a plain Parameter (torch's "
                                      "Module._apply: the tpu wrapper is not shallow-copy compatible): the case's "
                                      "isinstance check is False on the tpu",
                                      r"\[wrong value\] result \(mode strict\)\[0\] \(torch.bool\[\]\): CPU "
@@ -583,13 +587,13 @@ _GAP_REASONS = {
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=gap.mark()) for n, gap in _GAP_REASONS.items()])
 def test_gap(results, name):
-    with D.expected_failure(_GAP_REASONS[name]):
-        D.assert_isolated_result(results, name)
+    with expected_failure(_GAP_REASONS[name]):
+        assert_isolated_result(results, name)
 
 
 @pytest.mark.parametrize("name", list(GROWTH_CASES))
 def test_growth(growth_results, name):
-    D.assert_isolated_result(growth_results, name)
+    assert_isolated_result(growth_results, name)
 
 
 ISOLATED_CASES.update({f"{k}": v for k, v in GROWTH_CASES.items()})

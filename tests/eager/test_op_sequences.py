@@ -17,7 +17,7 @@
 Every differential case runs on CPU torch and on the tpu in strict and in fused mode (both raise, or
 equal results and inputs afterwards). Mixed-device cases whose CPU-only run cannot be the reference
 (the CPU run has no second device) assert the CUDA rule directly. All cases run in one crash-tolerant
-child process (``differential.run_cases_isolated``).
+child process (``isolated.run_cases_isolated``).
 """
 import warnings
 
@@ -25,13 +25,18 @@ import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same_value, read
+from tests.harness.errors import assert_device_works, Gap, is_clear
+from tests.harness.inputs import per_device, rand, t
+from tests.harness.isolated import assert_isolated_result, case_and_mode, isolated_fixture
+from tests.harness.modes import _in_mode
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 MODES = ["strict", "fused"]
 
 
 def _leaf(*shape, seed=0, dtype=torch.float32):
-    return D.rand(*shape, seed=seed, dtype=dtype).requires_grad_(True)
+    return rand(*shape, seed=seed, dtype=dtype).requires_grad_(True)
 
 
 def _grad_of(x):
@@ -426,8 +431,8 @@ AUTOGRAD = {
     "saved_modified_by_out": (_saved_modified_by_out, lambda: [_leaf(4)]),
     "saved_base_modified_via_view_fill": (_saved_base_modified_via_view_fill, lambda: [_leaf(2, 3).abs()
                                                                                         .detach().requires_grad_()]),
-    "version_bumps": (_version_bumps, lambda: [D.rand(3, 3)]),
-    "view_version_shared": (_view_version_shared, lambda: [D.rand(4)]),
+    "version_bumps": (_version_bumps, lambda: [rand(3, 3)]),
+    "view_version_shared": (_view_version_shared, lambda: [rand(4)]),
     "inplace_on_leaf": (_inplace_on_leaf, lambda: [_leaf(3)]),
     "inplace_on_leaf_view": (_inplace_on_leaf_view, lambda: [_leaf(2, 3)]),
     "inplace_on_leaf_no_grad": (_inplace_on_leaf_no_grad, lambda: [_leaf(3)]),
@@ -441,9 +446,9 @@ AUTOGRAD = {
     "grad_zero_then_accumulate": (_grad_zero_then_accumulate, lambda: [_leaf(3)]),
     "grad_none_then_again": (_grad_none_then_again, lambda: [_leaf(3)]),
     "noncontig_leaf_grad": (_noncontig_leaf_grad,
-                            lambda: [D.per_device(lambda d: D.rand(4, 3).to(d).t().requires_grad_())]),
+                            lambda: [per_device(lambda d: rand(4, 3).to(d).t().requires_grad_())]),
     "expanded_leaf_grad": (_expanded_leaf_grad,
-                           lambda: [D.per_device(lambda d: D.rand(3, 1).to(d).expand(3, 4).requires_grad_())]),
+                           lambda: [per_device(lambda d: rand(3, 1).to(d).expand(3, 4).requires_grad_())]),
     "retain_grad_view": (_retain_grad_view, lambda: [_leaf(4)]),
     "retain_grad_transpose": (_retain_grad_transpose, lambda: [_leaf(2, 3)]),
     "double_backward_sin": (_double_backward(torch.sin), lambda: [_leaf(4)]),
@@ -463,11 +468,11 @@ AUTOGRAD = {
     "no_grad_then_autograd": (_no_grad_then_autograd, lambda: [_leaf(3)]),
     "no_grad_inplace_then_backward": (_no_grad_inplace_then_backward, lambda: [_leaf(3)]),
     "inference_tensor_saved": (_inference_tensor_saved, lambda: [_leaf(3)]),
-    "inference_tensor_inplace_outside": (_inference_tensor_inplace_outside, lambda: [D.rand(3)]),
-    "inference_tensor_read_outside": (_inference_tensor_read_outside, lambda: [D.rand(3)]),
+    "inference_tensor_inplace_outside": (_inference_tensor_inplace_outside, lambda: [rand(3)]),
+    "inference_tensor_read_outside": (_inference_tensor_read_outside, lambda: [rand(3)]),
     "inference_tensor_add_no_save": (_inference_tensor_add_no_save, lambda: [_leaf(3)]),
     "detach_inplace_grad_ok": (_detach_inplace_grad_ok, lambda: [_leaf(3)]),
-    "requires_grad_after_inplace": (_requires_grad_after_inplace, lambda: [D.rand(3)]),
+    "requires_grad_after_inplace": (_requires_grad_after_inplace, lambda: [rand(3)]),
     "set_data_then_backward": (_set_data_then_backward, lambda: [_leaf(3)]),
     "optimizer_then_stale_graph": (_optimizer_then_stale_graph, lambda: [_leaf(3)]),
     "unbind_inplace": (_unbind_inplace, lambda: [_leaf(2, 3)]),
@@ -496,10 +501,10 @@ def _warned(fn):
     return run
 
 
-A23 = D.rand(2, 3, seed=1)
-B34 = D.rand(3, 4, seed=2)
-I23 = D.t([[-7, 7, 5], [-5, 0, 3]], dtype=torch.int64)
-HALF = D.t([12.0, 0.3333, 300.0, 1.001], dtype=torch.float16)
+A23 = rand(2, 3, seed=1)
+B34 = rand(3, 4, seed=2)
+I23 = t([[-7, 7, 5], [-5, 0, 3]], dtype=torch.int64)
+HALF = t([12.0, 0.3333, 300.0, 1.001], dtype=torch.float16)
 
 OUT = {
     "add_out_int_from_float": (lambda a: torch.add(a, a, out=_e(a, 2, 3, dtype=torch.int32)), [A23]),
@@ -511,7 +516,7 @@ OUT = {
     "mm_out_double": (lambda a, b: torch.mm(a, b, out=_e(a, 2, 4, dtype=torch.float64)), [A23, B34]),
     "mm_out_wrong_shape": (_warned(lambda a, b: torch.mm(a, b, out=_e(a, 3, 3))), [A23, B34]),
     "matmul_out": (lambda a, b: torch.matmul(a, b, out=_e(a, 2, 4)), [A23, B34]),
-    "matmul_out_noncontig": (lambda a, b, o: (torch.matmul(a, b, out=o.t()), o), [A23, B34, D.rand(4, 2)]),
+    "matmul_out_noncontig": (lambda a, b, o: (torch.matmul(a, b, out=o.t()), o), [A23, B34, rand(4, 2)]),
     "bmm_out_wrong_dtype": (lambda a: torch.bmm(a[None], a.t()[None], out=_e(a, 1, 2, 2, dtype=torch.int64)),
                             [A23]),
     "add_out_wrong_shape": (_warned(lambda a: torch.add(a, 1, out=_e(a, 5))), [A23]),
@@ -523,10 +528,10 @@ OUT = {
     "add_out_row_of_base": (lambda a, base: (torch.sub(a[0], 1, out=base[1]), base), [A23, torch.zeros(3, 3)]),
     "out_noncontig_wrong_shape": (_warned(lambda a, base: (torch.add(a, 1, out=base[:, ::2]), base)),
                                   [A23, torch.zeros(3, 6)]),
-    "add_out_alias_input": (lambda a, b: (torch.add(a, b, out=a), a), [A23, D.rand(2, 3, seed=3)]),
-    "mul_out_alias_other": (lambda a, b: (torch.mul(a, b, out=b), b), [A23, D.rand(2, 3, seed=3)]),
+    "add_out_alias_input": (lambda a, b: (torch.add(a, b, out=a), a), [A23, rand(2, 3, seed=3)]),
+    "mul_out_alias_other": (lambda a, b: (torch.mul(a, b, out=b), b), [A23, rand(2, 3, seed=3)]),
     "cumsum_out_alias": (lambda a: (torch.cumsum(a, 1, out=a), a), [A23]),
-    "exp_out_alias_transpose": (lambda a: (torch.exp(a.t(), out=a), a), [D.rand(3, 3)]),
+    "exp_out_alias_transpose": (lambda a: (torch.exp(a.t(), out=a), a), [rand(3, 3)]),
     "sum_out": (lambda a: torch.sum(a, 1, out=_e(a, 2)), [A23]),
     "sum_out_wrong_dtype": (lambda a: torch.sum(a, 1, out=_e(a, 2, dtype=torch.int64)), [A23]),
     "sum_out_int_to_float": (lambda i: torch.sum(i, 1, out=_e(i, 2, dtype=torch.float32)), [I23]),
@@ -550,7 +555,7 @@ OUT = {
     "neg_out_bool": (lambda i: torch.neg(i, out=_e(i, 2, 3, dtype=torch.bool)), [I23]),
     "eq_out_float": (lambda a: torch.eq(a, 0.5, out=_e(a, 2, 3)), [A23]),
     "eq_out_int": (lambda a: torch.gt(a, 0.0, out=_e(a, 2, 3, dtype=torch.int64)), [A23]),
-    "addmm_out_alias_bias": (lambda c, a, b: (torch.addmm(c, a, b, out=c), c), [D.rand(2, 4), A23, B34]),
+    "addmm_out_alias_bias": (lambda c, a, b: (torch.addmm(c, a, b, out=c), c), [rand(2, 4), A23, B34]),
     "out_requires_grad_input": (lambda x: torch.add(x, 1, out=_e(x, 3)), [_leaf(3)]),
     "out_requires_grad_out": (lambda x: torch.add(x.detach(), 1, out=x), [_leaf(3)]),
     "out_then_reuse": (lambda a: (lambda o: (torch.add(a, 1, out=o), torch.mul(a, 2, out=o), o))(_e(a, 2, 3)),
@@ -560,10 +565,10 @@ OUT = {
                                                           torch.prod(a, 1, out=_e(a, 2, dtype=torch.int64)),
                                                           torch.cumsum(a, 1, out=_e(a, 2, 3, dtype=torch.int64))),
                                                [A23]),
-    "inplace_partial_overlap_transpose": (lambda a: a.add_(a.t()), [D.rand(3, 3)]),
-    "out_partial_overlap_transpose": (lambda a: torch.add(a, 1, out=a.t()), [D.rand(3, 3)]),
-    "copy_partial_overlap_transpose": (lambda a: a.copy_(a.t()), [D.rand(3, 3)]),
-    "inplace_full_overlap_ok": (lambda a: a.mul_(a[:]), [D.rand(3, 3)]),
+    "inplace_partial_overlap_transpose": (lambda a: a.add_(a.t()), [rand(3, 3)]),
+    "out_partial_overlap_transpose": (lambda a: torch.add(a, 1, out=a.t()), [rand(3, 3)]),
+    "copy_partial_overlap_transpose": (lambda a: a.copy_(a.t()), [rand(3, 3)]),
+    "inplace_full_overlap_ok": (lambda a: a.mul_(a[:]), [rand(3, 3)]),
     "resize_then_op": (lambda a: (lambda x: (x.resize_(2, 3), x.mul_(0).add_(a), x.stride()))(a.flatten()[:5].clone()),
                        [A23]),
     "out_zero_dim": (lambda a: torch.sum(a, out=_e(a, 1)), [A23]),
@@ -634,11 +639,11 @@ def _raises(fn, *pattern):
         if isinstance(r, torch.Tensor):
             r.cpu()
     except Exception as e:  # noqa: BLE001
-        assert D.is_clear(e), f"[unclear error] {type(e).__name__}: {e}"
+        assert is_clear(e), f"[unclear error] {type(e).__name__}: {e}"
         text = str(e).lower()
         for p in pattern:
             assert p in text, f"[unclear error] the error does not name {p!r}: {type(e).__name__}: {e}"
-        D.assert_device_works()
+        assert_device_works()
         return
     pytest.fail("[silent] tpu returned a value where CUDA's rule is an error")
 
@@ -658,11 +663,11 @@ def _rule_device_results():
 def _product_into_input(fn):
     """mm/matmul with out= aliasing an input: CPU torch zeroes the output before it reads the inputs
     (its result is all zeros, an artefact of its kernel); the tpu must give the product itself."""
-    a = D.rand(3, 3)
+    a = rand(3, 3)
     x = a.to("tpu")
     r = fn(x)
     assert r is x, "[wrong structure] out= must return the out tensor"
-    D.assert_same_value(a @ a, D.read(x), where="the out= input after the call")
+    assert_same_value(a @ a, read(x), where="the out= input after the call")
 
 
 DEVICE_RULES = {
@@ -690,12 +695,12 @@ DEVICE_RULES = {
 # --------------------------------------------------------------------------------------------------
 # 4. type promotion across ops
 
-NEG_I = D.t(-7, 7, -7, 7, -1, 0, dtype=torch.int64)
-DEN_I = D.t(2, -2, -2, 2, 3, 5, dtype=torch.int64)
-NEG_F = D.t(-7.5, 7.5, -7.5, 7.5, -0.0, 3.0)
-DEN_F = D.t(2.0, -2.0, -2.0, 2.0, 2.0, float("inf"))
+NEG_I = t(-7, 7, -7, 7, -1, 0, dtype=torch.int64)
+DEN_I = t(2, -2, -2, 2, 3, 5, dtype=torch.int64)
+NEG_F = t(-7.5, 7.5, -7.5, 7.5, -0.0, 3.0)
+DEN_F = t(2.0, -2.0, -2.0, 2.0, 2.0, float("inf"))
 
-I8 = D.t(100, -100, 5, dtype=torch.int8)
+I8 = t(100, -100, 5, dtype=torch.int8)
 
 PROMO = {
     "int_div_int": (lambda a, b: a / b, [NEG_I, DEN_I]),
@@ -713,60 +718,60 @@ PROMO = {
     "div_trunc_int": (lambda a, b: torch.div(a, b, rounding_mode="trunc"), [NEG_I, DEN_I]),
     "div_floor_float": (lambda a, b: torch.div(a, b, rounding_mode="floor"), [NEG_F, DEN_F]),
     "floordiv_int8_min_by_neg1": (lambda a: a // torch.tensor(-1, dtype=torch.int8, device=a.device),
-                                  [D.t(-128, 127, dtype=torch.int8)]),
-    "uint8_plus_int8": (lambda a, b: a + b, [D.t(200, 3, dtype=torch.uint8), D.t(-100, 5, dtype=torch.int8)]),
-    "uint8_minus_wrap": (lambda a: a - 10, [D.t(3, 200, dtype=torch.uint8)]),
-    "uint8_neg": (lambda a: -a, [D.t(3, 200, 0, dtype=torch.uint8)]),
-    "half_plus_bf16": (lambda a: a.half() + a.bfloat16(), [D.t(1.5, 3.25, 1000.0)]),
+                                  [t(-128, 127, dtype=torch.int8)]),
+    "uint8_plus_int8": (lambda a, b: a + b, [t(200, 3, dtype=torch.uint8), t(-100, 5, dtype=torch.int8)]),
+    "uint8_minus_wrap": (lambda a: a - 10, [t(3, 200, dtype=torch.uint8)]),
+    "uint8_neg": (lambda a: -a, [t(3, 200, 0, dtype=torch.uint8)]),
+    "half_plus_bf16": (lambda a: a.half() + a.bfloat16(), [t(1.5, 3.25, 1000.0)]),
     "half_times_0dim_bf16": (lambda a: a.half() * torch.tensor(3.0, dtype=torch.bfloat16, device=a.device),
-                             [D.t(1.5, 3.25, 1000.0)]),
-    "bool_add_bool": (lambda m: m + m, [D.t(True, False, True)]),
-    "bool_mul_bool": (lambda m: m * m.logical_not(), [D.t(True, False, True)]),
-    "bool_sub_bool": (lambda m: m - m, [D.t(True, False, True)]),
-    "bool_neg": (lambda m: -m, [D.t(True, False, True)]),
-    "bool_plus_int_scalar": (lambda m: m + 3, [D.t(True, False, True)]),
-    "bool_div_bool": (lambda m: m / m, [D.t(True, False, True)]),
-    "bool_sum": (lambda m: (m.sum(), m.sum(0).dtype), [D.t(True, False, True)]),
-    "bool_cumsum": (lambda m: m.cumsum(0), [D.t(True, False, True)]),
-    "bool_prod": (lambda m: m.prod(), [D.t(True, False, True)]),
-    "int8_add_wrap": (lambda a: a + a, [D.t(100, -100, 127, dtype=torch.int8)]),
-    "int8_mul_scalar_wrap": (lambda a: a * 3, [D.t(100, -100, 127, dtype=torch.int8)]),
-    "int32_mul_wrap": (lambda a: a * a, [D.t(2 ** 20, -(2 ** 17) - 3, 65536, dtype=torch.int32)]),
-    "int64_mul_wrap": (lambda a: a * a, [D.t(2 ** 40, -(2 ** 33) - 3, 3037000500, dtype=torch.int64)]),
-    "int64_big_exact": (lambda a: (a + 1, a - 1), [D.t(2 ** 53 + 1, -(2 ** 62), dtype=torch.int64)]),
-    "int8_sum_default": (lambda a: (a.sum(), a.sum(0)), [D.t(100, 100, 100, dtype=torch.int8)]),
-    "int8_sum_dtype_int8": (lambda a: a.sum(dtype=torch.int8), [D.t(100, 100, 100, dtype=torch.int8)]),
-    "int8_cumsum_default": (lambda a: a.cumsum(0), [D.t(100, 100, 100, dtype=torch.int8)]),
-    "int8_cumsum_dtype": (lambda a: a.cumsum(0, dtype=torch.int8), [D.t(100, 100, 100, dtype=torch.int8)]),
-    "int32_cumsum_wrap": (lambda a: a.cumsum(0, dtype=torch.int32), [D.t(2 ** 30, 2 ** 30, 2 ** 30,
+                             [t(1.5, 3.25, 1000.0)]),
+    "bool_add_bool": (lambda m: m + m, [t(True, False, True)]),
+    "bool_mul_bool": (lambda m: m * m.logical_not(), [t(True, False, True)]),
+    "bool_sub_bool": (lambda m: m - m, [t(True, False, True)]),
+    "bool_neg": (lambda m: -m, [t(True, False, True)]),
+    "bool_plus_int_scalar": (lambda m: m + 3, [t(True, False, True)]),
+    "bool_div_bool": (lambda m: m / m, [t(True, False, True)]),
+    "bool_sum": (lambda m: (m.sum(), m.sum(0).dtype), [t(True, False, True)]),
+    "bool_cumsum": (lambda m: m.cumsum(0), [t(True, False, True)]),
+    "bool_prod": (lambda m: m.prod(), [t(True, False, True)]),
+    "int8_add_wrap": (lambda a: a + a, [t(100, -100, 127, dtype=torch.int8)]),
+    "int8_mul_scalar_wrap": (lambda a: a * 3, [t(100, -100, 127, dtype=torch.int8)]),
+    "int32_mul_wrap": (lambda a: a * a, [t(2 ** 20, -(2 ** 17) - 3, 65536, dtype=torch.int32)]),
+    "int64_mul_wrap": (lambda a: a * a, [t(2 ** 40, -(2 ** 33) - 3, 3037000500, dtype=torch.int64)]),
+    "int64_big_exact": (lambda a: (a + 1, a - 1), [t(2 ** 53 + 1, -(2 ** 62), dtype=torch.int64)]),
+    "int8_sum_default": (lambda a: (a.sum(), a.sum(0)), [t(100, 100, 100, dtype=torch.int8)]),
+    "int8_sum_dtype_int8": (lambda a: a.sum(dtype=torch.int8), [t(100, 100, 100, dtype=torch.int8)]),
+    "int8_cumsum_default": (lambda a: a.cumsum(0), [t(100, 100, 100, dtype=torch.int8)]),
+    "int8_cumsum_dtype": (lambda a: a.cumsum(0, dtype=torch.int8), [t(100, 100, 100, dtype=torch.int8)]),
+    "int32_cumsum_wrap": (lambda a: a.cumsum(0, dtype=torch.int32), [t(2 ** 30, 2 ** 30, 2 ** 30,
                                                                           dtype=torch.int32)]),
-    "uint8_sum_default": (lambda a: a.sum(), [D.t(200, 200, dtype=torch.uint8)]),
-    "int16_prod_default": (lambda a: a.prod(), [D.t(300, 300, 300, dtype=torch.int16)]),
-    "int32_cumprod": (lambda a: a.cumprod(0), [D.t(1000, 1000, 1000, 1000, dtype=torch.int32)]),
-    "int64_prod_wrap": (lambda a: a.prod(), [D.t(2 ** 40, 2 ** 40, dtype=torch.int64)]),
-    "half_sum_dtype": (lambda a: (a.half().sum(), a.bfloat16().sum(), a.half().cumsum(0)), [D.t(1.5, 2.5, 1000.0)]),
+    "uint8_sum_default": (lambda a: a.sum(), [t(200, 200, dtype=torch.uint8)]),
+    "int16_prod_default": (lambda a: a.prod(), [t(300, 300, 300, dtype=torch.int16)]),
+    "int32_cumprod": (lambda a: a.cumprod(0), [t(1000, 1000, 1000, 1000, dtype=torch.int32)]),
+    "int64_prod_wrap": (lambda a: a.prod(), [t(2 ** 40, 2 ** 40, dtype=torch.int64)]),
+    "half_sum_dtype": (lambda a: (a.half().sum(), a.bfloat16().sum(), a.half().cumsum(0)), [t(1.5, 2.5, 1000.0)]),
     "mean_int_raises": (lambda a: a.mean(), [NEG_I]),
     "mean_int_dtype": (lambda a: a.mean(dtype=torch.float64), [NEG_I]),
-    "mean_bool_raises": (lambda m: m.mean(), [D.t(True, False)]),
+    "mean_bool_raises": (lambda m: m.mean(), [t(True, False)]),
     "nanmean_int": (lambda a: a.nanmean(), [NEG_I]),
     "var_int": (lambda a: a.var(), [NEG_I]),
     "float_to_int_casts": (lambda a: (a.to(torch.int32), a.to(torch.int8), a.to(torch.int64), a.long()),
-                           [D.t(-1.7, 1.7, 2.5, -0.5, 126.9, -127.9)]),
-    "float_to_uint8_in_range": (lambda a: a.to(torch.uint8), [D.t(0.2, 1.7, 254.9, 128.5)]),
-    "double_to_int64_big": (lambda a: a.long(), [D.t(2.0 ** 52 + 0.5, -(2.0 ** 60), dtype=torch.float64)]),
-    "half_to_int16": (lambda a: a.half().short(), [D.t(-1000.5, 65.25, 2047.0)]),
+                           [t(-1.7, 1.7, 2.5, -0.5, 126.9, -127.9)]),
+    "float_to_uint8_in_range": (lambda a: a.to(torch.uint8), [t(0.2, 1.7, 254.9, 128.5)]),
+    "double_to_int64_big": (lambda a: a.long(), [t(2.0 ** 52 + 0.5, -(2.0 ** 60), dtype=torch.float64)]),
+    "half_to_int16": (lambda a: a.half().short(), [t(-1000.5, 65.25, 2047.0)]),
     "int_to_bool_to_float": (lambda a: a.bool().float(), [NEG_I]),
-    "float_to_bool": (lambda a: a.bool(), [D.t(-0.0, 0.0, 1e-30, float("nan"))]),
+    "float_to_bool": (lambda a: a.bool(), [t(-0.0, 0.0, 1e-30, float("nan"))]),
     "clamp_int_float_tensor_bounds": (lambda a: torch.clamp(a, min=torch.tensor([-1.5], device=a.device)), [NEG_I]),
     "clamp_float_double_tensor_bounds": (lambda a: torch.clamp(a, torch.full((6,), -1.0, dtype=torch.float64,
                                                                               device=a.device), 2.0), [NEG_F]),
     "clamp_int_float_scalar": (lambda a: torch.clamp(a, 0.5, 3.5), [NEG_I]),
     "clamp_int8_int_tensor": (lambda a: torch.clamp(a, max=torch.tensor(1000, device=a.device)),
-                              [D.t(100, -100, dtype=torch.int8)]),
+                              [t(100, -100, dtype=torch.int8)]),
     "clamp_inplace_int_float_bound": (lambda a: a.clamp_(0.5, 3.5), [NEG_I]),
     "clamp_min_gt_max": (lambda a: torch.clamp(a, min=torch.tensor(2.0, device=a.device),
                                                max=torch.tensor(-1.0, device=a.device)), [NEG_F]),
-    "clamp_bool_tensor": (lambda m: torch.clamp(m, max=torch.tensor(False, device=m.device)), [D.t(True, False)]),
+    "clamp_bool_tensor": (lambda m: torch.clamp(m, max=torch.tensor(False, device=m.device)), [t(True, False)]),
     "zero_dim_float_vs_int_tensor": (lambda a: a * torch.tensor(1.5, dtype=torch.float64, device=a.device), [NEG_I]),
     "zero_dim_int_vs_int8": (lambda a: a.to(torch.int8) + torch.tensor(300, device=a.device), [NEG_I]),
     "zero_dim_both": (lambda a: a[0] + torch.tensor(1.5, dtype=torch.float64, device=a.device), [NEG_I]),
@@ -774,29 +779,29 @@ PROMO = {
     "zero_dim_complex_vs_float": (lambda a: a * torch.tensor(1 + 2j, device=a.device), [NEG_F]),
     "complex_ops": (lambda a: (lambda c: (c * c, c.abs(), c.conj(), c.real, (c + 1).angle()))(
         torch.complex(a, a.flip(0))), [NEG_F]),
-    "complex_sum": (lambda a: torch.complex(a, -a).sum(), [D.t(1.0, 2.0)]),
+    "complex_sum": (lambda a: torch.complex(a, -a).sum(), [t(1.0, 2.0)]),
     "where_int_float_scalar": (lambda a: torch.where(a > 0, a, 0.5), [NEG_I]),
     "where_int8_int_scalar": (lambda a: torch.where(a > 0, a.to(torch.int8), 1000), [NEG_I]),
     "add_alpha_float_int_raises": (lambda a: torch.add(a, a, alpha=0.5), [NEG_I]),
     "sub_alpha_int": (lambda a: torch.sub(a, a, alpha=3), [NEG_I]),
-    "shift_int8_large": (lambda a: (a << 9, a >> 9, a << 3), [D.t(1, -1, 100, dtype=torch.int8)]),
+    "shift_int8_large": (lambda a: (a << 9, a >> 9, a << 3), [t(1, -1, 100, dtype=torch.int8)]),
     "shift_int64_by_tensor": (lambda a: a << torch.tensor([1, 63, 64, 0, 2, 3], device=a.device), [NEG_I]),
-    "abs_int8_min": (lambda a: a.abs(), [D.t(-128, 5, dtype=torch.int8)]),
+    "abs_int8_min": (lambda a: a.abs(), [t(-128, 5, dtype=torch.int8)]),
     "bitwise_bool_uint8": (lambda m: m & torch.tensor([3, 2], dtype=torch.uint8, device=m.device),
-                           [D.t(True, False)]),
-    "pow_int_float_scalar": (lambda a: a ** 0.5, [D.t(4, 9, dtype=torch.int32)]),
-    "pow_int_0dim_float": (lambda a: a ** torch.tensor(2.0, device=a.device), [D.t(4, 9, dtype=torch.int32)]),
-    "sqrt_int": (lambda a: torch.sqrt(a), [D.t(4, 9, dtype=torch.int32)]),
-    "sigmoid_bool": (lambda m: m.sigmoid(), [D.t(True, False)]),
+                           [t(True, False)]),
+    "pow_int_float_scalar": (lambda a: a ** 0.5, [t(4, 9, dtype=torch.int32)]),
+    "pow_int_0dim_float": (lambda a: a ** torch.tensor(2.0, device=a.device), [t(4, 9, dtype=torch.int32)]),
+    "sqrt_int": (lambda a: torch.sqrt(a), [t(4, 9, dtype=torch.int32)]),
+    "sigmoid_bool": (lambda m: m.sigmoid(), [t(True, False)]),
     "int_tensor_inplace_float_raises": (lambda a: a.mul_(1.5), [NEG_I]),
     "int_tensor_inplace_div_raises": (lambda a: a.div_(2), [NEG_I]),
     "int_inplace_0dim_float_tensor_raises": (lambda a: a.add_(torch.tensor(1.5, device=a.device)), [NEG_I]),
     "float_inplace_double_tensor": (lambda a: a.add_(torch.ones(6, dtype=torch.float64, device=a.device)), [NEG_F]),
-    "float16_inplace_float32": (lambda a: a.half().add_(a), [D.t(1.0009765625, 2.0, 65504.0)]),
+    "float16_inplace_float32": (lambda a: a.half().add_(a), [t(1.0009765625, 2.0, 65504.0)]),
     "zero_dim_narrow_maximum": (lambda a: torch.maximum(a, torch.tensor(1000, device=a.device)), [I8]),
     "zero_dim_narrow_lt": (lambda a: a < torch.tensor(1000, device=a.device), [I8]),
     "zero_dim_narrow_eq_half": (lambda h: h.half() == torch.tensor(0.1, dtype=torch.float64, device=h.device),
-                                [D.t(0.1, 0.2, 0.3)]),
+                                [t(0.1, 0.2, 0.3)]),
     "zero_dim_narrow_floordiv": (lambda a: a // torch.tensor(-300, device=a.device), [I8]),
     "zero_dim_narrow_remainder": (lambda a: a % torch.tensor(-300, device=a.device), [I8]),
     "zero_dim_narrow_fmod": (lambda a: torch.fmod(a, torch.tensor(-300, device=a.device)), [I8]),
@@ -809,12 +814,12 @@ PROMO = {
     "zero_dim_narrow_uint8_max": (lambda a: torch.maximum(a.to(torch.uint8), torch.tensor(-1, device=a.device)),
                                   [I8]),
     "zero_dim_narrow_clamp_half": (lambda h: torch.clamp(h.half(), min=torch.tensor(
-        0.1, dtype=torch.float64, device=h.device)), [D.t(0.1, 0.2, 0.3)]),
+        0.1, dtype=torch.float64, device=h.device)), [t(0.1, 0.2, 0.3)]),
     "zero_dim_both_zero_dim": (lambda a: torch.maximum(a[0], torch.tensor(1000, device=a.device)), [I8]),
     "zero_dim_where_narrow": (lambda a: torch.where(a > 0, a, torch.tensor(1000, device=a.device)), [I8]),
     "zero_dim_cpu_narrow_lt": (lambda a: a < torch.tensor(1000), [I8]),
     "var_mean_int": (lambda a: torch.var_mean(a, 0), [NEG_I]),
-    "std_bool": (lambda m: m.std(), [D.t(True, False)]),
+    "std_bool": (lambda m: m.std(), [t(True, False)]),
     "conj_view": (lambda a: (lambda c: (c.conj(), c.conj() * 1, c.conj().imag, torch._neg_view(c),
                                         c.conj().resolve_conj()))(torch.complex(a, a.flip(0))), [NEG_F]),
     "conj_mH": (lambda a: torch.complex(a, a.flip(0)).reshape(2, 3).mH, [NEG_F]),
@@ -847,7 +852,7 @@ for _fam, _cases in FAMILIES.items():
 
 def _in_mode_case(fn, mode):
     def run():
-        with D._in_mode(mode):
+        with _in_mode(mode):
             fn()
     return run
 
@@ -857,11 +862,11 @@ for _n, _fn in DEVICE_RULES.items():
         ISOLATED_CASES[f"rule:{_n}:{_m}"] = _in_mode_case(_fn, _m)
 
 
-results = D.isolated_fixture(__file__, D.case_and_mode, timeout_per_case=120)
+results = isolated_fixture(__file__, case_and_mode, timeout_per_case=120)
 
 
-# gaps left open, each a strict xfail of the failure it expects: "fam:name" -> D.Gap(reason, match)
-XFAIL: dict[str, D.Gap] = {}
+# gaps left open, each a strict xfail of the failure it expects: "fam:name" -> Gap(reason, match)
+XFAIL: dict[str, Gap] = {}
 
 
 def _ids(fam, cases):
@@ -872,28 +877,28 @@ def _ids(fam, cases):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", _ids("autograd", AUTOGRAD))
 def test_autograd_sequence(results, case, mode):
-    D.assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))
+    assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", _ids("out", OUT))
 def test_out_argument(results, case, mode):
-    D.assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))
+    assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", _ids("mixed", MIXED))
 def test_mixed_devices(results, case, mode):
-    D.assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))
+    assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", _ids("rule", DEVICE_RULES))
 def test_mixed_device_rules(results, case, mode):
-    D.assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))
+    assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))
 
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", _ids("promo", PROMO))
 def test_promotion(results, case, mode):
-    D.assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))
+    assert_isolated_result(results, f"{case}:{mode}", XFAIL.get(case))

@@ -39,6 +39,9 @@ import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness.counting import backend_objects, program_cache_sizes
+from tests.harness.inputs import per_device, rand
+from tests.harness.modes import _in_mode
 from tests.harness import hangs
 import torch_tpu
 
@@ -64,7 +67,7 @@ def _default_dtype_ops(x):
 def test_default_dtype_changes_between_calls(dtype):
     """The same calls under float32, then under another default dtype, then float32 again: each result
     has the dtype CPU torch gives (the op entries of the first pass served the second)."""
-    x = D.rand(2, 3)
+    x = rand(2, 3)
     modes = ALL if dtype is torch.bfloat16 else EAGER  # compiled graphs once (dynamo guards the default)
     D.check(_default_dtype_ops, x, modes=modes)
     old = torch.get_default_dtype()
@@ -115,12 +118,12 @@ def _out_wrong_device(x):
 def test_cpu_tensors_allowed_with_tpu(case):
     fn = {"cpu_scalar_mix": _cpu_scalar_mix, "cpu_scalar_inplace": _cpu_scalar_inplace,
           "cpu_index": _cpu_index}[case]
-    D.check(fn, D.rand(4), modes=EAGER)
+    D.check(fn, rand(4), modes=EAGER)
 
 
 @pytest.mark.parametrize("mode", EAGER)
 def test_cpu_nonscalar_and_wrong_out_device_raise_naming_both(mode):
-    with D._in_mode(mode):
+    with _in_mode(mode):
         x = torch.ones(4, device="tpu")
         for fn in (_cpu_nonscalar, _out_wrong_device, lambda x: torch.add(torch.ones(4), torch.ones(4),
                                                                             out=torch.empty(4, device="tpu")),
@@ -134,7 +137,7 @@ def test_cpu_nonscalar_and_wrong_out_device_raise_naming_both(mode):
 def test_second_device_is_refused(mode):
     """``.to("tpu:1")`` of a tpu tensor returned a tpu:0 tensor without a word (one device per
     process): now a clear error, like a factory or a CPU tensor's ``.to("tpu:1")``."""
-    with D._in_mode(mode):
+    with _in_mode(mode):
         x = torch.ones(3, device="tpu")
         for make in (lambda: x.to("tpu:1"), lambda: x.to(torch.device("tpu", 1)), lambda: x.tpu(1),
                      lambda: torch.ones(3).to("tpu:1"), lambda: torch.zeros(2, device="tpu:1"),
@@ -202,8 +205,8 @@ def test_use_deterministic_algorithms():
     old = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        D.check(_deterministic_ops, D.rand(4), torch.tensor([0, 0, 3, 1]), modes=ALL)
-        D.check(_uninitialised, D.rand(4), modes=EAGER)
+        D.check(_deterministic_ops, rand(4), torch.tensor([0, 0, 3, 1]), modes=ALL)
+        D.check(_uninitialised, rand(4), modes=EAGER)
     finally:
         torch.use_deterministic_algorithms(old)
     assert (torch.empty(64, device="tpu").cpu() == 0).all()  # off again: no fill
@@ -213,7 +216,7 @@ def test_use_deterministic_algorithms():
 def test_non_blocking_copies_see_the_value_at_the_call(mode):
     """``non_blocking=True`` both ways, then an in-place write on the source: the copy holds the value
     the source had when the copy was asked for."""
-    with D._in_mode(mode):
+    with _in_mode(mode):
         for pin in (False, True):
             c = torch.arange(6.0)
             c = c.pin_memory() if pin else c
@@ -314,7 +317,7 @@ def test_threads_each_with_own_tensors_and_a_shared_one(mode):
     """Threads computing on their own tensors, threads reading one shared tensor, a thread calling
     ``torch.tpu.synchronize()`` and two calling ``torch_tpu.sync()`` (a fused flush from two threads at
     once) while the main thread queues work: every value equals CPU torch's, nothing hangs."""
-    shared = D.rand(8, 8, seed=3)
+    shared = rand(8, 8, seed=3)
     tshared = shared.to("tpu")
 
     def reader(k):
@@ -330,12 +333,12 @@ def test_threads_each_with_own_tensors_and_a_shared_one(mode):
                 fn()
         return run
 
-    with D._in_mode(mode):
+    with _in_mode(mode):
         targets = [_own_work(k, 30) for k in range(3)] + [reader(k) for k in range(2)]
         targets += [syncing(torch.tpu.synchronize), syncing(torch_tpu.sync), syncing(torch_tpu.sync)]
 
         def main_work():
-            m, tm = D.rand(5, 5), D.rand(5, 5).to("tpu")
+            m, tm = rand(5, 5), rand(5, 5).to("tpu")
             for _ in range(60):
                 tm = tm * 0.9 + 1
                 m = m * 0.9 + 1
@@ -350,9 +353,9 @@ def test_backward_in_threads(mode):
     parameters: the gradients and weights equal CPU torch's."""
     def train(seed):
         def run():
-            torch_w = D.rand(5, 5, seed=seed)
+            torch_w = rand(5, 5, seed=seed)
             ws = [torch_w.clone().to(d).requires_grad_() for d in ("cpu", "tpu")]
-            xs = [D.rand(3, 5, seed=seed + 10).to(d) for d in ("cpu", "tpu")]
+            xs = [rand(3, 5, seed=seed + 10).to(d) for d in ("cpu", "tpu")]
             for _ in range(4):
                 for w, x in zip(ws, xs):
                     loss = ((x @ w).sin() @ w.t()).pow(2).mean()
@@ -363,7 +366,7 @@ def test_backward_in_threads(mode):
             torch.testing.assert_close(ws[1].detach().cpu(), ws[0].detach(), atol=1e-5, rtol=1e-5)
         return run
 
-    with D._in_mode(mode):
+    with _in_mode(mode):
         _run_threads([train(k) for k in range(3)])
 
 
@@ -416,7 +419,7 @@ def test_mode_switch_in_a_thread_while_main_computes():
         stop.set()
 
     def main_work():
-        x, tx = D.rand(4, 4), D.rand(4, 4).to("tpu")
+        x, tx = rand(4, 4), rand(4, 4).to("tpu")
         i = 0
         while not stop.is_set() or i < 20:
             tx = (tx @ tx.t() * 0.1).sin() + 0.5
@@ -435,7 +438,7 @@ def test_lazy_module_moved_before_first_call_raises_clearly():
     parameter" from inside copy_; now an error that says what to do, which works."""
     with pytest.raises(RuntimeError, match="lazy module.*call the module once on the CPU"):
         torch.nn.LazyLinear(3).to("tpu")
-    D.check(lambda m, x: m(x), D.per_device(lambda d: _initialised_lazy().to(d)), D.rand(2, 4), modes=EAGER)
+    D.check(lambda m, x: m(x), per_device(lambda d: _initialised_lazy().to(d)), rand(2, 4), modes=EAGER)
 
 
 def _initialised_lazy():
@@ -473,7 +476,7 @@ def test_device_checks_of_a_loop_that_never_waits_stay_bounded(mode, fail_at, mo
     from torch_tpu.engine import deferred_errors
 
     monkeypatch.setattr(deferred_errors, "_COMPACT_AT", 512)
-    with D._in_mode(mode), torch.no_grad():
+    with _in_mode(mode), torch.no_grad():
         torch.manual_seed(0)
         emb = torch.nn.Embedding(50, 8)
         ids = torch.randint(0, 50, (4, 5))
@@ -510,8 +513,8 @@ def _footprint():
     gc.collect()
     st = torch_tpu.stats()
     return {"compiles": st["compiles"], "cache_misses": st["cache_misses"], "graph_compiles": st["graph_compiles"],
-            "caches": {**caches.sizes(), **D.program_cache_sizes()}, "device bytes": memory.in_use(),
-            "objects": len(gc.get_objects()), "backend objects": D.backend_objects()}
+            "caches": {**caches.sizes(), **program_cache_sizes()}, "device bytes": memory.in_use(),
+            "objects": len(gc.get_objects()), "backend objects": backend_objects()}
 
 
 def _assert_no_growth(before, after, what):
@@ -542,7 +545,7 @@ def test_training_loop_with_schedules_shapes_and_eval_stops_growing(mode):
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=400)
         return m, opt, sched
 
-    data = [(D.rand(b, 6, seed=b), D.rand(b, 3, seed=b + 1)) for b in (3, 5, 8)]
+    data = [(rand(b, 6, seed=b), rand(b, 3, seed=b + 1)) for b in (3, 5, 8)]
     models = {"cpu": make("cpu"), "tpu": make("tpu")}
     tdata = [(x.to("tpu"), y.to("tpu")) for x, y in data]
     marks = {}
@@ -570,7 +573,7 @@ def test_training_loop_with_schedules_shapes_and_eval_stops_growing(mode):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # CPU torch's batch_norm waits on its thread pool on a loaded machine
     try:
-        with D._in_mode(mode):
+        with _in_mode(mode):
             for i in range(73):
                 if i in (48, 72):
                     marks[i] = _footprint()
@@ -614,10 +617,10 @@ def test_packed_sequences():
         torch.manual_seed(0)
         return torch.nn.GRU(2, 3).to(d)
 
-    x = D.rand(3, 4, 3)
-    D.check(_packed_lstm, D.per_device(lambda d: x.clone().to(d).requires_grad_()), D.per_device(lstm),
+    x = rand(3, 4, 3)
+    D.check(_packed_lstm, per_device(lambda d: x.clone().to(d).requires_grad_()), per_device(lstm),
             modes=EAGER, atol=1e-5, rtol=1e-5)
-    D.check(_packed_gru, D.rand(2, 2), D.rand(3, 2, seed=3), D.per_device(gru), modes=["strict"], atol=1e-5,
+    D.check(_packed_gru, rand(2, 2), rand(3, 2, seed=3), per_device(gru), modes=["strict"], atol=1e-5,
             rtol=1e-5)
 
 
@@ -633,8 +636,8 @@ def test_cpu_index_tensors_in_compiled_graphs():
     were refused ("a cpu tensor that aten.index.Tensor uses on the CPU"): the index is uploaded with
     the call. A CPU 0-dim value mixes with tpu tensors there too."""
     i = torch.tensor([1, 3])
-    D.check(_index_with_cpu, D.rand(4), D.per_device(lambda d: i.clone()),
-            D.per_device(lambda d: torch.tensor(7.0)), modes=ALL)
+    D.check(_index_with_cpu, rand(4), per_device(lambda d: i.clone()),
+            per_device(lambda d: torch.tensor(7.0)), modes=ALL)
 
 
 @pytest.mark.parametrize("mode", EAGER)
@@ -659,7 +662,7 @@ def test_random_ops_from_threads_draw_distinct_numbers(mode, monkeypatch):
                 outs[k].append(torch.randn(4, device="tpu").cpu())
         return run
 
-    with D._in_mode(mode):
+    with _in_mode(mode):
         _run_threads([draw(k) for k in range(4)])
     values = [tuple(v.tolist()) for k in outs for v in outs[k]]
     assert len(set(values)) == len(values) == 60, "[wrong value] two draws were equal"

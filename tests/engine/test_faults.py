@@ -50,6 +50,10 @@ import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness.errors import is_clear
+from tests.harness.inputs import rand
+from tests.harness.isolated import assert_isolated_ok, run_isolated
+from tests.harness.modes import _in_mode
 import torch_tpu
 from torch_tpu.eager import backward_errors
 from torch_tpu.engine import fused
@@ -151,7 +155,7 @@ SWEEP = {"strict": (1, 6, 13, 20, 41), "fused": (1, 2, 3, 4), "compiled": (1, 5,
 def test_nth_launch_fails_in_a_training_step(mode, kind):
     for n in SWEEP[mode]:
         snaps, ctx, err = [], None, None
-        with D._in_mode(STRICT if mode == "compiled" else mode):
+        with _in_mode(STRICT if mode == "compiled" else mode):
             # (an interrupt inside backward killed the process: tested in a child process below)
             with fault("run", n, kind, when=lambda: kind != "interrupt" or not backward_errors.in_backward()) as st:
                 try:
@@ -162,7 +166,7 @@ def test_nth_launch_fails_in_a_training_step(mode, kind):
             if err is None:  # fused: the graph ran op by op (a warning), every value computed
                 continue
             if not isinstance(err, KeyboardInterrupt):
-                assert D.is_clear(err), f"[unclear error] launch {n}: {type(err).__module__}.{err!r}"
+                assert is_clear(err), f"[unclear error] launch {n}: {type(err).__module__}.{err!r}"
                 if kind == "oom":
                     assert isinstance(err, torch.OutOfMemoryError), repr(err)
             tb = err.__traceback__
@@ -180,7 +184,7 @@ def test_nth_launch_fails_in_a_training_step(mode, kind):
                 ok.append("exp_avg_sq" in k and torch.allclose(got, before[k] * 0.999, atol=1e-6))
                 assert any(ok), f"[wrong value] launch {n} ({kind}): {k} is neither CPU's before nor after"
         # the same sequence again, whole: CPU's values
-        with D._in_mode(STRICT if mode == "compiled" else mode):
+        with _in_mode(STRICT if mode == "compiled" else mode):
             again = []
             _train("tpu", 2, compiled=mode == "compiled", snaps=again)
         for k, v in _REF[-1].items():
@@ -192,7 +196,7 @@ def test_nth_launch_fails_in_a_training_step(mode, kind):
 
 
 def test_an_interrupt_raised_by_an_op_in_backward_leaves_backward():
-    proc = D.run_isolated("""
+    proc = run_isolated("""
         import torch_tpu.eager.backward_errors as be
         from jax import stages
         real = stages.Compiled.__call__
@@ -225,7 +229,7 @@ def test_an_interrupt_raised_by_an_op_in_backward_leaves_backward():
         import os
         os._exit(0)
     """, env={"TORCH_TPU_CACHE_DIR": ""})
-    D.assert_isolated_ok(proc)
+    assert_isolated_ok(proc)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -325,7 +329,7 @@ def test_a_failed_compiled_launch_names_the_graph_and_writes_nothing(fresh):
         with fault("run", 1, kind):
             with pytest.raises(err, match="compiled graph") as info:
                 step()
-        assert D.is_clear(info.value)
+        assert is_clear(info.value)
         for p, b in zip(net.parameters(), before):
             torch.testing.assert_close(p.detach().cpu(), b)
     step()
@@ -446,11 +450,11 @@ def _errors_mid_graph(x, p):
 
 
 USER_CASES = {
-    "custom_function_backward_raises": (_custom_backward_raises(RuntimeError), (D.rand(4, 3), D.rand(4, 3, seed=2))),
-    "custom_function_backward_interrupt": (_custom_backward_raises(_Int), (D.rand(4, 3), D.rand(4, 3, seed=2))),
-    "module_hooks_raise": (_hooks_raise, (D.rand(4, 3),)),
-    "generator_closed_early": (_generator_closed_early, (D.rand(4, 3),)),
-    "errors_in_the_middle_of_a_graph": (_errors_mid_graph, (D.rand(4, 3), torch.ones(3))),
+    "custom_function_backward_raises": (_custom_backward_raises(RuntimeError), (rand(4, 3), rand(4, 3, seed=2))),
+    "custom_function_backward_interrupt": (_custom_backward_raises(_Int), (rand(4, 3), rand(4, 3, seed=2))),
+    "module_hooks_raise": (_hooks_raise, (rand(4, 3),)),
+    "generator_closed_early": (_generator_closed_early, (rand(4, 3),)),
+    "errors_in_the_middle_of_a_graph": (_errors_mid_graph, (rand(4, 3), torch.ones(3))),
 }
 
 
@@ -489,7 +493,7 @@ def test_an_interrupt_inside_jaxs_trace_cache_does_not_stick(fresh, monkeypatch)
         def __getattr__(self, name):
             return getattr(real, name)
 
-    with D._in_mode("strict"):
+    with _in_mode("strict"):
         for n in range(1, 12):
             x = torch.randn(20 + n)
             tx = x.to("tpu")

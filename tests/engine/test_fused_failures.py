@@ -14,6 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read, sync
+from tests.harness.errors import assert_device_works, _exc_text, is_clear
+from tests.harness.inputs import DEV
 from tests.harness.failing_ops import boom_everywhere_op
 
 pytestmark = pytest.mark.usefixtures("watchdog")
@@ -79,19 +82,19 @@ def test_failure_stops_at_the_op_under_launch_blocking(case):
 def test_work_after_a_failing_op_runs_until_the_wait(fused):
     """Fused mode: ``x[bad]`` then ``p.add_(1)`` -- the error is raised at the read, naming the index op,
     and ``p.add_(1)`` ran (asynchronous device errors); every value stays readable."""
-    x, p = X.clone().to(D.DEV), torch.ones(3).to(D.DEV)
+    x, p = X.clone().to(DEV), torch.ones(3).to(DEV)
     with pytest.raises(IndexError) as info:  # (CPU's class; the deferred DeviceAssertError is one)
-        D.read(SCENARIOS["bad_then_inplace"](x, p, BAD.to(D.DEV)))
-    assert D.is_clear(info.value) and "index" in str(info.value).lower(), f"[unclear error] {info.value}"
-    D.assert_same(X, D.read(x), where="x")
-    D.assert_same(torch.ones(3) + 1, D.read(p), where="p (its add_ was issued before the wait)")
+        read(SCENARIOS["bad_then_inplace"](x, p, BAD.to(DEV)))
+    assert is_clear(info.value) and "index" in str(info.value).lower(), f"[unclear error] {info.value}"
+    assert_same(X, read(x), where="x")
+    assert_same(torch.ones(3) + 1, read(p), where="p (its add_ was issued before the wait)")
 
 
 def _run_then_fail_then_read(d, case):
     x, p = X.clone().to(d), torch.ones(3).to(d)
     err = None
     try:
-        D.read(SCENARIOS[case](x, p, BAD.to(d)))
+        read(SCENARIOS[case](x, p, BAD.to(d)))
     except Exception as e:  # noqa: BLE001
         err = e
     return err, x, p
@@ -103,18 +106,18 @@ def test_values_still_usable_after_failure(fused, case):
     """After the failed graph, the surviving tensors take part in new ops (never 'a deferred value was
     lost')."""
     err_c, xc, pc = _run_then_fail_then_read("cpu", case)
-    err_t, xt, pt = _run_then_fail_then_read(D.DEV, case)
+    err_t, xt, pt = _run_then_fail_then_read(DEV, case)
     assert err_c is not None
     assert err_t is not None, "[silent] the failing op returned a value"
-    D.assert_same((xc * 2 + pc).sum(0), D.read((xt * 2 + pt).sum(0)), where="new work on the survivors")
-    D.assert_same(pc, D.read(pt), where="parameter")
+    assert_same((xc * 2 + pc).sum(0), read((xt * 2 + pt).sum(0)), where="new work on the survivors")
+    assert_same(pc, read(pt), where="parameter")
 
 
 @pytest.mark.parametrize("case", ["inplace_then_bad_index", "inplace_then_bad_gather",
                                   "inplace_then_bad_embedding", "inplace_then_bad_cross_entropy"])
 def test_error_names_the_failing_op(fused, case):
     """The error blames the op that failed (index/gather/embedding/nll), not the first op of the graph."""
-    err, _, _ = _run_then_fail_then_read(D.DEV, case)
+    err, _, _ = _run_then_fail_then_read(DEV, case)
     assert err is not None, "[silent] no error"
     msg = str(err).lower()
     names = {"inplace_then_bad_index": ("index",), "inplace_then_bad_gather": ("gather",),
@@ -146,19 +149,19 @@ def test_repeated_failures_do_not_leak(fused):
     """Twenty failing graphs in a row leave device memory where it was."""
     import gc
 
-    x = X.clone().to(D.DEV)
-    D.read(x)
+    x = X.clone().to(DEV)
+    read(x)
     gc.collect()
-    D.sync()
+    sync()
     base = torch.tpu.memory_allocated()
     for _ in range(20):
         with pytest.raises(IndexError, match="index"):  # each one raises
-            D.read((x * 2)[BAD.to(D.DEV)])
+            read((x * 2)[BAD.to(DEV)])
     gc.collect()
-    D.sync()
+    sync()
     grown = torch.tpu.memory_allocated() - base
     assert grown <= 1024, f"[growth] device memory grew by {grown} bytes over 20 failed graphs"
-    D.assert_device_works()
+    assert_device_works()
 
 
 class _Interrupting(torch.nn.Module):
@@ -181,8 +184,8 @@ def test_exception_in_forward_resets_module_depth(fused, exc):
     """After ``forward`` raised, the end of the next outermost module call flushes again (the module
     depth went back to zero), and the results are right."""
     torch.manual_seed(0)
-    m = _Interrupting(exc("stop")).to(D.DEV)
-    x = X[:, :3].to(D.DEV)
+    m = _Interrupting(exc("stop")).to(DEV)
+    x = X[:, :3].to(DEV)
     with pytest.raises(exc):
         m(x)
     import torch_tpu
@@ -195,7 +198,7 @@ def test_exception_in_forward_resets_module_depth(fused, exc):
     torch.manual_seed(0)
     mc = _Interrupting(exc("stop"))
     mc.armed = False
-    D.assert_same(mc(X[:, :3]), D.read(y), where="output", atol=1e-5, rtol=1e-5)
+    assert_same(mc(X[:, :3]), read(y), where="output", atol=1e-5, rtol=1e-5)
 
 
 def test_exception_in_nested_forward(fused):
@@ -213,26 +216,26 @@ def test_exception_in_nested_forward(fused):
 
     import torch_tpu
 
-    m = Outer().to(D.DEV)
-    x = X[:, :3].to(D.DEV)
+    m = Outer().to(DEV)
+    x = X[:, :3].to(DEV)
     before = torch_tpu.stats()["flushes"]
     y = m(x)
     after = torch_tpu.stats()["flushes"]
     assert after > before, "[wrong value] outer module call did not flush at its end"
-    D.assert_same(X[:, :3] + 1, D.read(y), where="output")
+    assert_same(X[:, :3] + 1, read(y), where="output")
 
 
 def test_fused_graph_error_then_strict(fused):
     """A failed fused graph, then leaving fused mode: the mode switch must not raise the old error again
     nor lose values."""
-    x = X.clone().to(D.DEV)
+    x = X.clone().to(DEV)
     x.add_(1)
     with pytest.raises(IndexError, match="index"):
-        D.read(x[BAD.to(D.DEV)])
+        read(x[BAD.to(DEV)])
     import torch_tpu
 
     with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_NEVER):
-        D.assert_same(X + 1, D.read(x), where="value after the failed graph, in strict mode")
+        assert_same(X + 1, read(x), where="value after the failed graph, in strict mode")
 
 
 def test_large_pending_graph_with_one_bad_op(fused):
@@ -306,7 +309,7 @@ def _train_through_failure(make_opt, warm_steps, failing):
             opt.step()
         err = None
         try:
-            D.read(failing(x, d, m))
+            read(failing(x, d, m))
         except Exception as e:  # noqa: BLE001
             err = e
         after_err = [p.detach().clone() for p in m.parameters()]
@@ -317,9 +320,9 @@ def _train_through_failure(make_opt, warm_steps, failing):
 
     ec, pc1, pc2 = run("cpu")
     try:
-        et, pt1, pt2 = run(D.DEV)
+        et, pt1, pt2 = run(DEV)
     except Exception as e:  # noqa: BLE001
-        pytest.fail(f"[device broken] training after the failed graph raised: {D._exc_text(e)}")
+        pytest.fail(f"[device broken] training after the failed graph raised: {_exc_text(e)}")
     assert ec is not None and et is not None, f"[silent] {ec!r} {et!r}"
-    D.assert_same(pc1, D.read(pt1), where="parameters right after the error", atol=1e-5, rtol=1e-5)
-    D.assert_same(pc2, D.read(pt2), where="parameters after one more step", atol=1e-5, rtol=1e-5)
+    assert_same(pc1, read(pt1), where="parameters right after the error", atol=1e-5, rtol=1e-5)
+    assert_same(pc2, read(pt2), where="parameters after one more step", atol=1e-5, rtol=1e-5)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import torch_tpu
-from torch_tpu import EagerMode, cli
+from torch_tpu import EagerMode
+from torch_tpu.cli import arguments as cli_arguments
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
@@ -21,10 +22,10 @@ def _strict_after():
 
 
 def _cli_modes() -> dict:
-    parser = cli._parser()
+    parser = cli_arguments.parser()
     generate = parser._subparsers._group_actions[0].choices["generate"]
     mode = next(a for a in generate._actions if a.dest == "mode")
-    return {name: cli._MODES[name] for name in mode.choices}
+    return {name: cli_arguments.MODES[name] for name in mode.choices}
 
 
 def test_every_cli_mode_name_sets_the_mode_the_cli_runs():

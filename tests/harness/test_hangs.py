@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.harness import differential as D
+from tests.harness.isolated import run_cases_isolated
 from tests.harness import hangs
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="CPU accounting reads /proc")
@@ -73,6 +73,6 @@ ISOLATED_CASES = {
 
 
 def test_the_isolated_runner_reports_a_hang_and_goes_on():
-    results = D.run_cases_isolated(__file__, ["waits_forever", "passes"], stall_s=3)
+    results = run_cases_isolated(__file__, ["waits_forever", "passes"], stall_s=3)
     assert results["waits_forever"][0] == "hang" and "no progress" in results["waits_forever"][1], results
     assert results["passes"] == ("pass", ""), results

@@ -5,16 +5,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tests.harness import differential as D
+from tests.harness.inputs import per_device, rand
 from tests.harness.twins import Twin
 
-PD = D.per_device
+PD = per_device
 
 
 def _r(*s, dtype=torch.float32, seed=0):
-    t = D.rand(*s, seed=seed)
+    t = rand(*s, seed=seed)
     if dtype.is_complex:
-        return torch.complex(t, D.rand(*s, seed=seed + 9)).to(dtype)
+        return torch.complex(t, rand(*s, seed=seed + 9)).to(dtype)
     if dtype == torch.bool:
         return t > 0
     if not dtype.is_floating_point:
@@ -363,9 +363,9 @@ def opinfo_twins(ops_limit=None, seed=0, per_op=6):
                     if label == "contig":
                         continue
                     vv = v  # the layout maker draws new values: the sample's own are copied into the view
-                    mine.append(Twin(f"op_{name}_{si}[contig|{label}]", a, _call_of(op, D.per_device(
+                    mine.append(Twin(f"op_{name}_{si}[contig|{label}]", a, _call_of(op, per_device(
                         lambda d, v=vv, x=x: _filled(v.make(d), x)), s.args, s.kwargs), family="opinfo layout"))
-                mine.append(Twin(f"op_{name}_{si}[plain|negbit]", a, _call_of(op, D.per_device(
+                mine.append(Twin(f"op_{name}_{si}[plain|negbit]", a, _call_of(op, per_device(
                     lambda d, x=x: torch._neg_view((-x).clone().to(d))), s.args, s.kwargs), family="opinfo neg bit"))
             for where, v in _numbers(s):
                 for label, nv in _number_variants(v):

@@ -12,6 +12,7 @@ import torch  # noqa: E402
 
 import torch_tpu  # noqa: E402,F401
 from tests.harness import twin_cases, twins  # noqa: E402
+from tests.harness.modes import _in_mode  # noqa: E402
 
 
 def main(role, mode, pattern, limit=10 ** 9):
@@ -22,7 +23,7 @@ def main(role, mode, pattern, limit=10 ** 9):
     for tw in cases:
         call = tw.a if role == "a" else tw.b
         n += 1
-        with twins.D._in_mode(mode):
+        with _in_mode(mode):
             probs = twins._compare(f"{tw.name} {role} {mode}", twins._call(call[0], call[1], "cpu", mode, {}),
                                    twins._call(call[0], call[1], "tpu", mode, {}), tw.tol)
         for p in probs:

@@ -19,7 +19,10 @@ import pytest
 import torch
 
 import torch_tpu
-from tests.harness import differential as D
+from tests.harness.compare import assert_same, assert_same_value, _Host, read, sync
+from tests.harness.errors import _exc_text, is_clear
+from tests.harness.inputs import DEV, materialise, _tensor_leaves
+from tests.harness.modes import _in_mode
 
 MODES = ("strict", "fused", "compiled", "compiled_dyn")
 
@@ -42,16 +45,16 @@ def _compiled(fn, dynamic, memo):
 
 
 def _call(fn, args, device, mode, memo):
-    inputs = D.materialise(args, device)
+    inputs = materialise(args, device)
     f = fn
     if device != "cpu" and mode in ("compiled", "compiled_dyn"):
         f = _compiled(fn, False if mode == "compiled" else None, memo)
     try:
         out = f(*inputs)
         if device != "cpu":
-            out = D.read(out)
-            ins = D.read(inputs)
-            D.sync()
+            out = read(out)
+            ins = read(inputs)
+            sync()
         else:
             ins = inputs
         return out, ins, None
@@ -64,20 +67,20 @@ def _compare(label, cpu, tpu, tol):
     got, got_in, texc = tpu
     if cexc is not None:
         if texc is None:
-            return [f"[silent] {label}: CPU raised {D._exc_text(cexc)}; tpu returned a value"]
-        if not D.is_clear(texc):
-            return [f"[unclear error] {label}: {type(texc).__name__}: {D._exc_text(texc)}"]
+            return [f"[silent] {label}: CPU raised {_exc_text(cexc)}; tpu returned a value"]
+        if not is_clear(texc):
+            return [f"[unclear error] {label}: {type(texc).__name__}: {_exc_text(texc)}"]
         return []
     if texc is not None:
-        return [f"[tpu raised] {label}: {type(texc).__module__}.{D._exc_text(texc)}"]
+        return [f"[tpu raised] {label}: {type(texc).__module__}.{_exc_text(texc)}"]
     atol = rtol = tol
     try:
-        D.assert_same(exp, got, where=label, atol=atol, rtol=rtol, signed_zeros=True)
-        el = D._tensor_leaves(exp_in)
-        gl = [x for x in torch.utils._pytree.tree_leaves(got_in, is_leaf=lambda x: isinstance(x, D._Host))
-              if isinstance(x, D._Host)]
+        assert_same(exp, got, where=label, atol=atol, rtol=rtol, signed_zeros=True)
+        el = _tensor_leaves(exp_in)
+        gl = [x for x in torch.utils._pytree.tree_leaves(got_in, is_leaf=lambda x: isinstance(x, _Host))
+              if isinstance(x, _Host)]
         for i, (e, g) in enumerate(zip(el, gl)):
-            D.assert_same_value(e, g, where=f"{label} input {i} after", atol=atol, rtol=rtol,
+            assert_same_value(e, g, where=f"{label} input {i} after", atol=atol, rtol=rtol,
                                 check_requires_grad=False, signed_zeros=True)
     except pytest.fail.Exception as f:
         return [str(f).splitlines()[0][:400]]
@@ -96,10 +99,10 @@ def run_twin(tw: Twin, modes: Sequence[str] = MODES) -> list[str]:
                 torch._dynamo.reset()
             memo: dict = {}
             eager = "fused" if mode == "fused" else "strict"
-            with D._in_mode(eager):
+            with _in_mode(eager):
                 for i, (fn, args) in enumerate(calls):
                     cpu = _call(fn, args, "cpu", mode, memo)
-                    tpu = _call(fn, args, D.DEV, mode, memo)
+                    tpu = _call(fn, args, DEV, mode, memo)
                     problems += _compare(f"{tw.name} {mode} {order} call {'AB'[i] if order == 'AB' else 'BA'[i]}",
                                          cpu, tpu, tw.tol)
     return problems
@@ -111,6 +114,6 @@ def alone(call, mode="strict") -> list[str]:
     torch_tpu.reset_caches()
     torch._dynamo.reset()
     memo: dict = {}
-    with D._in_mode("fused" if mode == "fused" else "strict"):
+    with _in_mode("fused" if mode == "fused" else "strict"):
         return _compare(f"alone {mode}", _call(call[0], call[1], "cpu", mode, memo),
-                        _call(call[0], call[1], D.DEV, mode, memo), None)
+                        _call(call[0], call[1], DEV, mode, memo), None)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import torch_tpu
-from tests.harness.differential import programs_run, run_isolated
+from tests.harness.counting import programs_run
+from tests.harness.isolated import run_isolated
 
 from diffusers.models import embeddings  # noqa: E402  (after torch_tpu: the import hook patches it)
 import diffusers.models.transformers.transformer_flux as transformer_flux  # noqa: E402

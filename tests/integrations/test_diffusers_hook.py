@@ -3,7 +3,7 @@ patched on its own, whatever the other loaded diffusers modules do when asked fo
 that fails says why instead of leaving diffusers half patched in silence."""
 import pytest
 
-from tests.harness.differential import run_isolated
+from tests.harness.isolated import run_isolated
 from torch_tpu.integrations import diffusers_hook
 
 

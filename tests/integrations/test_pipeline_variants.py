@@ -26,7 +26,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.harness import differential as D
+from tests.harness.isolated import isolated_case_tests
 import torch_tpu
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
@@ -312,4 +312,4 @@ ISOLATED_CASES = {
 }
 XFAIL = {}
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=240)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=240)

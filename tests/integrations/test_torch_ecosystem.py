@@ -32,19 +32,22 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.errors import expected_failure, KnownGap
+from tests.harness.inputs import per_device, rand
+from tests.harness.isolated import isolated_case_tests
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 ALL = ["strict", "fused", "compiled"]
 EAGER = ["strict", "fused"]
 
-A = D.rand(3, 4)
-B = D.rand(3, 4, seed=2)
-V = D.rand(4, seed=3)
-M = D.rand(4, 4, seed=4)
+A = rand(3, 4)
+B = rand(3, 4, seed=2)
+V = rand(4, seed=3)
+M = rand(4, 4, seed=4)
 
 
 def _leaf(t):
-    return D.per_device(lambda d: t.clone().to(d).requires_grad_())
+    return per_device(lambda d: t.clone().to(d).requires_grad_())
 
 
 def _module(make, seed=0):
@@ -52,7 +55,7 @@ def _module(make, seed=0):
     def on(device):
         torch.manual_seed(seed)
         return make().to(device)
-    return D.per_device(on)
+    return per_device(on)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -112,7 +115,7 @@ def _orthogonal_default(x):
     m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
     with torch.no_grad():
         for i, p in enumerate(m.parameters()):
-            p.copy_(D.rand(*p.shape, seed=10 + i))
+            p.copy_(rand(*p.shape, seed=10 + i))
     m = m.to(x.device)
     PZ.orthogonal(m[0], "weight")
     y = m(x)
@@ -130,7 +133,7 @@ def _orthogonal_map(kind, use_trivialization=True):
         out = 4 if use_trivialization else 3
         lin = torch.nn.Linear(4, out)
         with torch.no_grad():
-            lin.weight.copy_(D.rand(out, 4, seed=7) + 2 * torch.eye(out, 4))
+            lin.weight.copy_(rand(out, 4, seed=7) + 2 * torch.eye(out, 4))
         lin = lin.to(x.device)
         PZ.orthogonal(lin, "weight", orthogonal_map=kind, use_trivialization=use_trivialization)
         w = lin.weight
@@ -180,7 +183,7 @@ def _custom_parametrization_cached(x):
     return y, lin.weight, grad
 
 
-QR_A = D.rand(5, 3)
+QR_A = rand(5, 3)
 
 
 def _ormqr_all(a, c, ct):
@@ -317,7 +320,7 @@ def _dirichlet_rsample_grad(c):
 DG_ALPHA = torch.tensor([0.3, 1.0, 2.5, 7.0, 8.0, 30.0, 0.05, 12.0])
 DG_TOTAL = DG_ALPHA + torch.tensor([0.2, 3.0, 1.5, 9.0, 0.4, 25.0, 0.1, 7.0])
 # points in each of torch's branches: near 0, near 1, both parameters large (at and off the mean), the rest
-DG_X = torch.stack([D.rand(8, seed=s, low=0.02, high=0.98) for s in range(4)]
+DG_X = torch.stack([rand(8, seed=s, low=0.02, high=0.98) for s in range(4)]
                    + [torch.full((8,), 0.5), torch.full((8,), 0.999), torch.full((8,), 1e-4), DG_ALPHA / DG_TOTAL])
 
 
@@ -403,7 +406,7 @@ def _autocast_lists(low):
 def _autocast_direct_convolution():
     """torch._convolution called directly (CUDA's autocast list names it; F.conv* never call it): CPU
     and CUDA have kernels, the PrivateUse1 route ends in convolution_overrideable."""
-    x, w = D.rand(1, 2, 5, 5), D.rand(3, 2, 3, 3, seed=2)
+    x, w = rand(1, 2, 5, 5), rand(3, 2, 3, 3, seed=2)
     args = ((1, 1), (0, 0), (1, 1), False, (0, 0), 1, False, False, True, True)
     ref = torch._convolution(x, w, None, *args)
     torch.testing.assert_close(torch._convolution(x.to("tpu"), w.to("tpu"), None, *args).cpu(), ref)
@@ -503,7 +506,7 @@ def _bilinear_grads(a, b, w, bias):
     return y, a.grad, b.grad, w.grad, bias.grad
 
 
-BL = (D.rand(2, 3), D.rand(2, 4, seed=2), D.rand(5, 3, 4, seed=3), D.rand(5, seed=4))
+BL = (rand(2, 3), rand(2, 4, seed=2), rand(5, 3, 4, seed=3), rand(5, seed=4))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -569,7 +572,7 @@ def _optimizer_case(name):
     lin = _module(lambda: torch.nn.Linear(3, 2))
     fes = [None] if cls is O.LBFGS else [True, False]
     return lambda: [D.check(_optimizer_steps(cls, **kw, **({} if fe is None else {"foreach": fe})), lin,
-                            D.rand(4, 3), modes=EAGER, atol=1e-5, rtol=1e-4) for fe in fes]
+                            rand(4, 3), modes=EAGER, atol=1e-5, rtol=1e-4) for fe in fes]
 
 
 def _clip(norm_type, foreach, nonfinite=False, error=False):
@@ -645,7 +648,7 @@ def _schedulers(m, x):
 
 def _fused_optimizer(cls, **kw):
     return lambda: D.check(_optimizer_steps(cls, fused=True, **kw), _module(lambda: torch.nn.Linear(3, 2)),
-                           D.rand(4, 3), modes=EAGER, atol=1e-5, rtol=1e-4)
+                           rand(4, 3), modes=EAGER, atol=1e-5, rtol=1e-4)
 
 
 def _scaler_fused(make):
@@ -848,24 +851,24 @@ ISOLATED_CASES = {
     "spectral_norm": lambda: D.check(_spectral_norm, _module(LIN), A.clone(), modes=EAGER, atol=1e-5),
     "custom_parametrization_cached": lambda: D.check(_custom_parametrization_cached, _leaf(A), modes=EAGER),
     "geqrf": lambda: [D.check(torch.geqrf, a, modes=ALL, atol=1e-5)
-                      for a in (QR_A.clone(), D.rand(2, 3, 5), torch.complex(D.rand(4, 3), D.rand(4, 3, seed=5)))],
-    "ormqr": lambda: D.check(_ormqr_all, QR_A.clone(), D.rand(5, 2, seed=2), D.rand(2, 5, seed=3), modes=ALL,
+                      for a in (QR_A.clone(), rand(2, 3, 5), torch.complex(rand(4, 3), rand(4, 3, seed=5)))],
+    "ormqr": lambda: D.check(_ormqr_all, QR_A.clone(), rand(5, 2, seed=2), rand(2, 5, seed=3), modes=ALL,
                              atol=1e-5),
-    "ormqr_batched_broadcast": lambda: D.check(lambda a, c: torch.ormqr(*torch.geqrf(a), c), D.rand(2, 5, 3),
-                                               D.rand(5, 2), modes=EAGER, atol=1e-5),
+    "ormqr_batched_broadcast": lambda: D.check(lambda a, c: torch.ormqr(*torch.geqrf(a), c), rand(2, 5, 3),
+                                               rand(5, 2), modes=EAGER, atol=1e-5),
     "qr_ops_refused_dtypes": lambda: [
         D.check(f, a, modes=ALL, expect_raise=True)
         for a in (QR_A.int(), QR_A.half(), QR_A.bfloat16(), QR_A > 0)
         for f in (torch.geqrf, lambda a: torch.ormqr(a, a[0], a),
                   lambda a: torch.linalg.householder_product(a, a[0]))],
-    "ormqr_bad_shapes": lambda: D.check(lambda a, c: torch.ormqr(*torch.geqrf(a), c), QR_A.clone(), D.rand(4, 2),
+    "ormqr_bad_shapes": lambda: D.check(lambda a, c: torch.ormqr(*torch.geqrf(a), c), QR_A.clone(), rand(4, 2),
                                         modes=EAGER, expect_raise=True),
     "dist_normal": lambda: D.check(_normal, A.clone(), B.clone(), modes=ALL),
     "dist_normal_rsample_grad": lambda: D.check(_rsample_normal, _leaf(A), _leaf(B), modes=EAGER),
     "dist_categorical_bernoulli": lambda: D.check(_categorical_bernoulli, A.clone(), modes=EAGER),
     "dist_mvn": lambda: D.check(_mvn, _leaf(A), _leaf(M), modes=EAGER, atol=1e-5),
     "dist_dirichlet_density": lambda: D.check(_dirichlet_density, _leaf(A), modes=EAGER, atol=1e-5),
-    "dist_more_densities": lambda: D.check(_more_densities, A.clone(), B.clone(), D.rand(3, 4, seed=9), modes=EAGER,
+    "dist_more_densities": lambda: D.check(_more_densities, A.clone(), B.clone(), rand(3, 4, seed=9), modes=EAGER,
                                            atol=1e-4, rtol=1e-4),
     **{f"dist_sample_{n}": (lambda n=n: D.check(_sample_stats(n), RATES.clone(), modes=EAGER)) for n in SAMPLED},
     "dist_sample_compiled": lambda: [D.check(_sample_stats(n), RATES.clone(), modes=["compiled"])
@@ -885,9 +888,9 @@ ISOLATED_CASES = {
                  "dirichlet_bfloat16", "poisson_long", "binomial_half", "binomial_mixed_dtypes")},
     "autocast_cuda_lists_float16": _autocast_lists(torch.float16),
     "autocast_cuda_lists_bfloat16": _autocast_lists(torch.bfloat16),
-    "autocast_train_bfloat16": lambda: D.check(_autocast_train(torch.bfloat16), _module(LIN), D.rand(3, 4), modes=EAGER,
+    "autocast_train_bfloat16": lambda: D.check(_autocast_train(torch.bfloat16), _module(LIN), rand(3, 4), modes=EAGER,
                                                atol=2e-2, rtol=2e-2),
-    "autocast_train_float16": lambda: D.check(_autocast_train(torch.float16), _module(LIN), D.rand(3, 4), modes=EAGER,
+    "autocast_train_float16": lambda: D.check(_autocast_train(torch.float16), _module(LIN), rand(3, 4), modes=EAGER,
                                               atol=2e-2, rtol=2e-2),
     "autocast_compiled_and_checkpoint": _autocast_compiled_like_eager,
     "autocast_mixed_promote": lambda: D.check(_autocast_mixed_promote, A.clone(), modes=EAGER, atol=2e-2, rtol=2e-2),
@@ -898,7 +901,7 @@ ISOLATED_CASES = {
                          D.check(lambda a, b, w, bias: F.bilinear(a[None], b[None], w), *[t.clone() for t in BL],
                                  modes=EAGER, atol=1e-5)],
     "bilinear_grads": lambda: D.check(_bilinear_grads, *[_leaf(t) for t in BL], modes=EAGER, atol=1e-4, rtol=1e-4),
-    "bilinear_bad_shapes": lambda: D.check(lambda a, b, w: F.bilinear(a, b, w), BL[0].clone(), D.rand(2, 5),
+    "bilinear_bad_shapes": lambda: D.check(lambda a, b, w: F.bilinear(a, b, w), BL[0].clone(), rand(2, 5),
                                            BL[2].clone(), modes=EAGER, expect_raise=True),
     **{f"optim_{n}": _optimizer_case(n) for n in OPTIMIZERS},
     "optim_fused_adam": lambda: [_fused_optimizer(cls, **kw)() for cls, kw in (
@@ -945,13 +948,13 @@ def test_direct_convolution_overrideable():
     _autocast_direct_convolution()
 
 
-@pytest.mark.xfail(strict=True, raises=D.KnownGap,
+@pytest.mark.xfail(strict=True, raises=KnownGap,
                    reason="torch.compile of torch.func.grad over a tpu tensor: dynamo cannot fake a "
                                        "functorch TensorWrapper of a tpu tensor ('Cannot access storage of "
                                        "TensorWrapper'); vmap and jacrev compile")
 def test_func_grad_compiled():
-    with D.expected_failure(r"Cannot access storage of TensorWrapper"):
+    with expected_failure(r"Cannot access storage of TensorWrapper"):
         D.check(_grad_compiled, A.clone(), modes=["compiled"])
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

@@ -27,7 +27,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.harness import differential as D
+from tests.harness.inputs import rand
+from tests.harness.isolated import isolated_case_tests
 import torch_tpu
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
@@ -177,7 +178,7 @@ def _pinned_loader_ema_offload():
     x = torch.arange(12.0).reshape(2, 6).t()
     pinned = x.pin_memory()
     assert pinned.stride() == x.stride() and torch.equal(pinned, x) and pinned.data_ptr() != x.data_ptr()
-    data = torch.utils.data.TensorDataset(D.rand(8, 6), D.rand(8, 3, seed=2))
+    data = torch.utils.data.TensorDataset(rand(8, 6), rand(8, 3, seed=2))
 
     def run(device):
         torch.manual_seed(0)
@@ -420,7 +421,7 @@ ISOLATED_CASES = {
 }
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=240)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=240)
 
 
 @pytest.mark.xfail(strict=True, raises=NotImplementedError,

@@ -13,14 +13,16 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.inputs import leaf_per_device, module_per_device, rand
+from tests.harness.isolated import isolated_case_tests
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 ALL = ["strict", "fused", "compiled"]
 EAGER = ["strict", "fused"]
 
 
-_module = D.module_per_device
-_leaf = D.leaf_per_device
+_module = module_per_device
+_leaf = leaf_per_device
 
 
 def _grads(m, x, out):
@@ -213,8 +215,8 @@ def _layer_case(fn, make, shape, modes):
 # ---------------------------------------------------------------------------------------------------
 # argument checks: what CPU torch refuses, every executor refuses (compiled programs at compile time)
 
-F32 = D.rand(2, 3)
-F64 = D.rand(3, 2, seed=2).double()
+F32 = rand(2, 3)
+F64 = rand(3, 2, seed=2).double()
 INTS = torch.tensor([1, 2, 3])
 
 CHECK_CASES = {
@@ -238,7 +240,7 @@ def _int_pow_tensor_exponent():
 # ---------------------------------------------------------------------------------------------------
 # complex math-bit views, compiled
 
-Z = torch.complex(D.rand(3, 2), D.rand(3, 2, seed=3))
+Z = torch.complex(rand(3, 2), rand(3, 2, seed=3))
 
 def _tensor_constants(x, t):
     """``torch.tensor(..., device=x.device)`` inside a compiled function (diffusers' UNet builds its
@@ -272,7 +274,7 @@ def _encoder_nested_refused():
         layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
         return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=nested).eval()
 
-    x, kpm = D.rand(2, 3, 8), KPM.clone()
+    x, kpm = rand(2, 3, 8), KPM.clone()
     with torch.no_grad():
         ref = encoder(True)(x, src_key_padding_mask=kpm)
         with pytest.raises(NotImplementedError, match="enable_nested_tensor=False"):
@@ -300,22 +302,22 @@ SCATTER_SHAPES = {
 
 
 MISC_CASES = {
-    "cdist": lambda: D.check(_cdist_all_p, D.rand(2, 5), D.rand(3, 5, seed=2), modes=ALL, atol=1e-5, rtol=1e-5),
+    "cdist": lambda: D.check(_cdist_all_p, rand(2, 5), rand(3, 5, seed=2), modes=ALL, atol=1e-5, rtol=1e-5),
     "cdist_batched_mm_path_grads": lambda: D.check(_cdist_grads, _leaf(2, 30, 4), _leaf(2, 27, 4, seed=3),
                                                     modes=EAGER, atol=1e-4, rtol=1e-4),
     # torch's meta kernels broadcast src into the view: CPU refuses any other shape (the tpu returned values)
-    "scatter_src_shapes": lambda: [D.check(f, D.rand(4, 6), modes=ALL, expect_raise=True)
+    "scatter_src_shapes": lambda: [D.check(f, rand(4, 6), modes=ALL, expect_raise=True)
                                    for f in SCATTER_SHAPES.values()],
     "encoder_nested_refused": _encoder_nested_refused,
-    "captured_cpu_mask": lambda: D.check(_captured_cpu_mask, D.rand(2, 3), modes=ALL),
+    "captured_cpu_mask": lambda: D.check(_captured_cpu_mask, rand(2, 3), modes=ALL),
     "captured_cpu_compute_refused": _captured_cpu_compute_refused,
-    "tensor_constants": lambda: [D.check(_tensor_constants, D.rand(3), t, modes=ALL) for t in (3, 4)],
+    "tensor_constants": lambda: [D.check(_tensor_constants, rand(3), t, modes=ALL) for t in (3, 4)],
     "conj_compiled": lambda: D.check(lambda z: z.conj() * 2, Z.clone(), modes=ALL),
     "conj_physical_compiled": lambda: D.check(lambda z: torch.conj_physical(z) + z, Z.clone(), modes=ALL),
     "imag_of_conj_compiled": lambda: D.check(lambda z: z.conj().imag * 1, Z.clone(), modes=ALL),
     "grid_sample_compiled": lambda: D.check(
-        lambda x, g: F.grid_sample(x, g, align_corners=False), D.rand(1, 2, 4, 4),
-        D.rand(1, 3, 3, 2, seed=4, low=-1, high=1), modes=ALL, atol=1e-5, rtol=1e-5),
+        lambda x, g: F.grid_sample(x, g, align_corners=False), rand(1, 2, 4, 4),
+        rand(1, 3, 3, 2, seed=4, low=-1, high=1), modes=ALL, atol=1e-5, rtol=1e-5),
     "lstm_bf16": _lstm_bf16,
     "int_pow_tensor_exponent": _int_pow_tensor_exponent,
 }
@@ -328,4 +330,4 @@ ISOLATED_CASES.update({f"check:{k}": _check_case(*v) for k, v in CHECK_CASES.ite
 ISOLATED_CASES.update({f"misc:{k}": v for k, v in MISC_CASES.items()})
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)

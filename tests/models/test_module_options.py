@@ -20,13 +20,16 @@ import torch.nn.functional as F
 from torch.nn.utils import rnn as rnn_utils
 
 from tests.harness import differential as D
+from tests.harness.errors import assert_device_works
+from tests.harness.inputs import leaf_per_device, module_per_device, rand
+from tests.harness.isolated import isolated_case_tests
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 EAGER = ["strict", "fused"]
 TOL = dict(atol=1e-4, rtol=1e-4)
 
-_module = D.module_per_device
-_leaf = D.leaf_per_device
+_module = module_per_device
+_leaf = leaf_per_device
 
 
 def _weights(o):
@@ -51,8 +54,8 @@ def _case(fn, make, *args, modes=EAGER, **kw):
 B, L, S, E = 2, 3, 4, 8
 KPM = torch.tensor([[False, False, True, False], [False, False, False, False]])
 BOOL_MASK = torch.tensor([[False, True, False, False], [False, False, True, True], [True, False, False, False]])
-FLOAT_MASK = D.rand(L, S, seed=7)
-MASK3D = D.rand(B * 2, L, S, seed=8)
+FLOAT_MASK = rand(L, S, seed=7)
+MASK3D = rand(B * 2, L, S, seed=8)
 
 
 def _mha(**call):
@@ -171,7 +174,7 @@ LAYER_CASES = {
     "encoder_stack_norm_first": _case(_encoder_stack, _encoder_stack_make(True), _leaf(B, L, E), KPM_L.clone()),
     "transformer": _case(_transformer, lambda: nn.Transformer(E, 2, 1, 1, 16, dropout=0.0, batch_first=True),
                          _leaf(B, S, E), _leaf(B, L, E, seed=2)),
-    "encoder_stack_eval_kpm": _case(_enc_eval_kpm, _encoder_stack_make(False), D.rand(B, L, E), KPM_L.clone()),
+    "encoder_stack_eval_kpm": _case(_enc_eval_kpm, _encoder_stack_make(False), rand(B, L, E), KPM_L.clone()),
 }
 
 
@@ -231,7 +234,7 @@ RNN_CASES = {
     "rnn_unbatched": _case(_rnn_plain, lambda: nn.GRU(3, 4, num_layers=2), _leaf(4, 3)),
     "rnn_cell_relu": _case(lambda m, x: [m(x)] + _grads(m, x, m(x)), lambda: nn.RNNCell(3, 4, nonlinearity="relu"),
                            _leaf(2, 3)),
-    "rnn_utils": lambda: D.check(_utils, D.rand(3, 2), D.rand(2, 2, seed=2), D.rand(4, 2, seed=3), modes=EAGER),
+    "rnn_utils": lambda: D.check(_utils, rand(3, 2), rand(2, 2, seed=2), rand(4, 2, seed=3), modes=EAGER),
 }
 
 
@@ -265,13 +268,13 @@ EMB_CASES = {
     "scale_grad_by_freq": _case(_emb_grad, lambda: nn.Embedding(6, 3, scale_grad_by_freq=True, padding_idx=0),
                                 IDX.clone()),
     "from_pretrained_frozen": lambda: D.check(lambda w, i: nn.Embedding.from_pretrained(w, padding_idx=1)(i),
-                                              D.rand(6, 3), IDX.clone(), modes=EAGER),
+                                              rand(6, 3), IDX.clone(), modes=EAGER),
     "bag_mean_offsets": _case(_bag, lambda: nn.EmbeddingBag(6, 3, mode="mean"), IDX.flatten(),
                               torch.tensor([0, 3, 3, 5])),
     "bag_max_last_offset": _case(_bag, lambda: nn.EmbeddingBag(6, 3, mode="max", include_last_offset=True),
                                  IDX.flatten(), torch.tensor([0, 2, 5, 8])),
     "bag_sum_psw_padding": _case(_bag, lambda: nn.EmbeddingBag(6, 3, mode="sum", padding_idx=2), IDX.flatten(),
-                                 torch.tensor([0, 4]), D.rand(8, seed=4)),
+                                 torch.tensor([0, 4]), rand(8, seed=4)),
     "bag_max_norm": _case(lambda m, i, o: [m(i, o), m.weight.detach().clone()],
                           lambda: nn.EmbeddingBag(6, 3, max_norm=0.7), IDX.flatten(), torch.tensor([0, 3])),
 }
@@ -391,11 +394,11 @@ def _cpu_sd_onto(assign):
 PLUMB_CASES = {
     "tied_forward_grad": _case(_tied, _Tied, IDX.clone()),
     "tied_sgd_steps": _case(_tied_step, _Tied, IDX.clone()),
-    "half_conv_block": _case(_converted(torch.float16), _conv_block, D.rand(2, 2, 4, 4), atol=1e-2, rtol=1e-2),
-    "bfloat16_conv_block": _case(_converted(torch.bfloat16), _conv_block, D.rand(2, 2, 4, 4), atol=5e-2, rtol=5e-2),
-    "half_method_eval": _case(_half_method("half"), lambda: _conv_block().eval(), D.rand(2, 2, 4, 4),
+    "half_conv_block": _case(_converted(torch.float16), _conv_block, rand(2, 2, 4, 4), atol=1e-2, rtol=1e-2),
+    "bfloat16_conv_block": _case(_converted(torch.bfloat16), _conv_block, rand(2, 2, 4, 4), atol=5e-2, rtol=5e-2),
+    "half_method_eval": _case(_half_method("half"), lambda: _conv_block().eval(), rand(2, 2, 4, 4),
                               atol=1e-2, rtol=1e-2),
-    "double_method": _case(_half_method("double"), _conv_block, D.rand(2, 2, 4, 4)),
+    "double_method": _case(_half_method("double"), _conv_block, rand(2, 2, 4, 4)),
     "load_strict_false": _case(_state_dict_load(False, False), _mlp, _module(_mlp, seed=3)),
     "load_strict_false_assign": _case(_state_dict_load(False, True), _mlp, _module(_mlp, seed=3)),
     "load_strict_raises": _case(_state_dict_load(True, False), _mlp, _module(_mlp, seed=3)),
@@ -467,7 +470,7 @@ def _emb_sparse_refused():
     out = m(IDX.to("tpu"))
     with pytest.raises(NotImplementedError, match=r"sparse=False"):
         out.sum().backward()
-    D.assert_device_works()
+    assert_device_works()
 
 
 def _channels_last(m, x):
@@ -511,7 +514,7 @@ MORE_CASES = {
     "max_unpool": _case(_unpool, lambda: nn.MaxUnpool2d(2), _leaf(1, 2, 5, 4)),
     "deepcopy_tied": _case(_deepcopy, _Tied, IDX.clone()),
     "clip_grads": _case(_clip, _mlp, _leaf(2, 3)),
-    "fuse_conv_bn": _case(_fuse, _seq_conv_bn(), D.rand(1, 2, 5, 5)),
+    "fuse_conv_bn": _case(_fuse, _seq_conv_bn(), rand(1, 2, 5, 5)),
     "to_empty": _case(_to_empty, lambda: nn.Linear(3, 4), _leaf(2, 3)),
     "spectral_norm": _case(_spectral, lambda: nn.utils.parametrizations.spectral_norm(nn.Linear(3, 4)), _leaf(2, 3)),
     "orthogonal": _case(_spectral, lambda: nn.utils.parametrizations.orthogonal(nn.Linear(4, 4)), _leaf(2, 4)),
@@ -520,7 +523,7 @@ MORE_CASES = {
     "adaptive_log_softmax": _case(_adaptive_ls, lambda: nn.AdaptiveLogSoftmaxWithLoss(4, 10, [3, 6], div_value=2.0),
                                   _leaf(5, 4), torch.tensor([0, 4, 9, 2, 7])),
     "index_copy_add_0d_index": lambda: [
-        D.check(_index_0d(op, d), D.rand(*xs), D.rand(*ss, seed=3) if ss else torch.tensor(1.5), modes=EAGER)
+        D.check(_index_0d(op, d), rand(*xs), rand(*ss, seed=3) if ss else torch.tensor(1.5), modes=EAGER)
         for op in ("index_copy", "index_add") for xs, ss, d in INDEX_0D],
     "bilinear": _case(_fwd_grad, lambda: nn.Bilinear(3, 2, 4), _leaf(2, 3), _leaf(2, 2, seed=3)),
     "lrn": _case(_fwd_grad, lambda: nn.LocalResponseNorm(3, alpha=0.1), _leaf(2, 5, 3, 3)),
@@ -531,12 +534,12 @@ MORE_CASES = {
     "ctc_unbatched_int32": _case(_ctc, lambda: nn.CTCLoss(), _leaf(5, 4), torch.tensor([1, 2], dtype=torch.int32),
                                  torch.tensor(5), torch.tensor(2)),
     "ctc_tuple_lengths": lambda: D.check(lambda lp, t: F.ctc_loss(lp.log_softmax(-1), t, (5, 4), (2, 2)),
-                                         D.rand(5, 2, 4), torch.tensor([[1, 2], [3, 3]]), modes=EAGER, **TOL),
+                                         rand(5, 2, 4), torch.tensor([[1, 2], [3, 3]]), modes=EAGER, **TOL),
     "decoder_eval": _case(lambda m, x, mem: m.eval()(x, mem), lambda: nn.TransformerDecoder(_dec()(), 2),
-                          D.rand(2, 3, 8), D.rand(2, 4, 8, seed=2)),
+                          rand(2, 3, 8), rand(2, 4, 8, seed=2)),
     "mha_mixed_mask_types": _case(_mha(key_padding_mask=True, attn_mask=True), _mha_make(), _leaf(2, 3, 8),
                                   _leaf(2, 4, 8, seed=2), _leaf(2, 4, 8, seed=3), KPM.clone(), FLOAT_MASK.clone()),
-    "mha_eval_fastpath_kpm": _case(_mha_eval_kpm, _mha_make(), D.rand(2, 4, 8), KPM.clone()),
+    "mha_eval_fastpath_kpm": _case(_mha_eval_kpm, _mha_make(), rand(2, 4, 8), KPM.clone()),
     "emb_sparse_refused": _emb_sparse_refused,
 }
 
@@ -656,11 +659,11 @@ def _bag_ids(m, i, o):
 
 
 BATCH3_CASES = {
-    "emb_renorm_view": lambda: D.check(_emb_view_renorm, D.rand(3, 6) * 3, IDX.clone(), modes=EAGER),
-    "emb_pretrained_maxnorm_input": lambda: D.check(_emb_pretrained, D.rand(6, 3) * 3, IDX.clone(), modes=EAGER),
+    "emb_renorm_view": lambda: D.check(_emb_view_renorm, rand(3, 6) * 3, IDX.clone(), modes=EAGER),
+    "emb_pretrained_maxnorm_input": lambda: D.check(_emb_pretrained, rand(6, 3) * 3, IDX.clone(), modes=EAGER),
     "tied_half": _case(_tied_half, _Tied, IDX.clone(), atol=1e-2, rtol=1e-2),
-    "state_dict_roundtrip": _case(_sd_roundtrip, _mlp, D.rand(2, 3)),
-    "buffers_inplace": _case(_bufs, _Buf, D.rand(2, 3)),
+    "state_dict_roundtrip": _case(_sd_roundtrip, _mlp, rand(2, 3)),
+    "buffers_inplace": _case(_bufs, _Buf, rand(2, 3)),
     # per_sample_weights' gradient (_embedding_bag_per_sample_weights_backward) had no lowering
     "bag_2d_psw": _case(_bag_2d_psw, lambda: nn.EmbeddingBag(6, 3, mode="sum"), IDX.clone(), _leaf(2, 4)),
     "bag_psw_grads": _bag_psw_cases,
@@ -670,7 +673,7 @@ BATCH3_CASES = {
                                      torch.tensor([2, 2, 1, 4, 2]), torch.tensor([0, 2, 4])),
     "mha_dropout_eval": _case(_mha_dropout_eval, lambda: nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True),
                               _leaf(2, 4, 8), KPM.clone()),
-    "enc_eval_float_mask": _case(_enc_eval_float_mask, _enc(), D.rand(2, 3, 8), CAUSAL.clone(), KPM_L.clone()),
+    "enc_eval_float_mask": _case(_enc_eval_float_mask, _enc(), rand(2, 3, 8), CAUSAL.clone(), KPM_L.clone()),
     "lstm_flatten": _case(_lstm_flatten, lambda: nn.LSTM(3, 4, num_layers=2), _leaf(4, 2, 3)),
     "param_reassign": _case(_param_reassign, lambda: nn.Linear(3, 4), _leaf(2, 3)),
     "weight_data_swap": _case(_weight_data_swap, lambda: nn.Linear(3, 4), _leaf(2, 3)),
@@ -682,7 +685,7 @@ BATCH3_CASES = {
     "embedding_max_norm_p3_grad": lambda: D.check(
         lambda w, i: [F.embedding(i, w, max_norm=1.0, norm_type=3.0),
                       torch.autograd.grad(F.embedding(i, w, max_norm=1.0).sum(), w)[0]],
-        D.leaf_per_device(6, 3), IDX.clone(), modes=EAGER),
+        leaf_per_device(6, 3), IDX.clone(), modes=EAGER),
 }
 
 
@@ -719,12 +722,12 @@ def _bad_h0(m, x):
 
 
 BATCH4_CASES = {
-    "renorm_then_use": lambda: D.check(_renorm_then_use, D.rand(6, 3) * 3, IDX.clone(), modes=EAGER),
-    "pack_sorted_bad": lambda: D.check(_pack_sorted_bad, D.rand(4, 3, 2), modes=EAGER, expect_raise=True),
-    "pad_packed_opts": lambda: D.check(_pad_packed_opts, D.rand(4, 3, 2), modes=EAGER),
+    "renorm_then_use": lambda: D.check(_renorm_then_use, rand(6, 3) * 3, IDX.clone(), modes=EAGER),
+    "pack_sorted_bad": lambda: D.check(_pack_sorted_bad, rand(4, 3, 2), modes=EAGER, expect_raise=True),
+    "pad_packed_opts": lambda: D.check(_pad_packed_opts, rand(4, 3, 2), modes=EAGER),
     "mha_fn_separate_static_kv": lambda: D.check(
-        _mha_fn_separate, _leaf(3, 2, 8), D.rand(4, 2, 8, seed=2), D.rand(4, 2, 8, seed=3), _leaf(8, 8, seed=4),
-        D.rand(8, 8, seed=5), _leaf(8, 8, seed=6), _leaf(8, 8, seed=7), D.rand(4, 4, 4, seed=8), modes=EAGER, **TOL),
+        _mha_fn_separate, _leaf(3, 2, 8), rand(4, 2, 8, seed=2), rand(4, 2, 8, seed=3), _leaf(8, 8, seed=4),
+        rand(8, 8, seed=5), _leaf(8, 8, seed=6), _leaf(8, 8, seed=7), rand(4, 4, 4, seed=8), modes=EAGER, **TOL),
     "gru_bad_h0": _case(_bad_h0, lambda: nn.GRU(3, 4), _leaf(2, 3, 3), expect_raise=True),
     "lstm_bad_input_size": _case(lambda m, x: m(x)[0], lambda: nn.LSTM(3, 4), _leaf(2, 3, 5), expect_raise=True),
     "mha_bad_mask_shape": _case(lambda m, x: m(x, x, x, attn_mask=torch.zeros(2, 2, device=x.device))[0],
@@ -746,4 +749,4 @@ for _prefix, _cases in (("mha", MHA_CASES), ("layer", LAYER_CASES), ("rnn", RNN_
 XFAIL = {}
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=120)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=120)

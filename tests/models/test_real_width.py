@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import torch_tpu
-from tests.harness import differential as D
+from tests.harness.compare import assert_low_precision_close
 
 pytestmark = pytest.mark.check_lowering  # every program also lowered for a TPU (tests/conftest.py)
 
@@ -125,4 +125,4 @@ def test_pipeline_shaped_transformer_matches_cpu(references, name, mode):
         got = model(**kwargs)[0]
     assert got.dtype == expected.dtype and got.shape == expected.shape
     # bf16 through two blocks: within CPU's own bf16 error (the pipelines' rule)
-    D.assert_low_precision_close(got, expected, expected_fp32, where=f"{name} ({mode})")
+    assert_low_precision_close(got, expected, expected_fp32, where=f"{name} ({mode})")

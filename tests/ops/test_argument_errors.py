@@ -9,6 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.compare import read
+from tests.harness.inputs import DEV
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -230,7 +232,7 @@ def test_negative_size_message(eager_mode, case):
 def test_negative_size_not_overflow(eager_mode):
     """The message must say what is wrong (negative size), not 'integer multiplication overflow'."""
     with pytest.raises(RuntimeError, match="non-negative") as info:  # (CPU's class and words)
-        D.read(torch.zeros(-1, 2, device=D.DEV))
+        read(torch.zeros(-1, 2, device=DEV))
     assert "overflow" not in str(info.value).lower(), f"[unclear error] {info.value}"
 
 
@@ -292,7 +294,7 @@ SUPPORT = {
 def test_random_support(eager_mode, case):
     cpu = RANDOM[case]("cpu")
     assert SUPPORT[case](cpu), "test setup: the CPU reference is outside the stated support"
-    got = D.read(RANDOM[case](D.DEV))
+    got = read(RANDOM[case](DEV))
     assert got.dtype == cpu.dtype and got.shape == tuple(cpu.shape), (
         f"[wrong dtype] {case}: CPU {cpu.dtype}{list(cpu.shape)}, tpu {got.dtype}{list(got.shape)}")
     assert SUPPORT[case](got.value), f"[wrong value] {case}: tpu values outside the support: {got.value[:20].tolist()}"
@@ -532,5 +534,5 @@ def test_random_bounds_and_factory_dtypes_raise(eager_mode, case):
 @pytest.mark.parametrize("case", sorted(RANDOM_BOUNDS_OK))
 def test_random_bounds_at_the_edges(eager_mode, case):
     fn = RANDOM_BOUNDS_OK[case]
-    got, ref = fn(D.DEV).cpu(), fn("cpu")
+    got, ref = fn(DEV).cpu(), fn("cpu")
     assert got.dtype == ref.dtype and got.shape == ref.shape

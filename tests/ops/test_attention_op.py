@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
-from tests.harness.differential import programs_run
+from tests.harness.counting import programs_run
 from torch_tpu.compile import lowering
 from torch_tpu.ops import attention as attention_lowering
 

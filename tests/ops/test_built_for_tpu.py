@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.inputs import rand
 from tests.ops import test_linalg as linalg_cases
 from torch_tpu.ops import attention
 from torch_tpu.runtime import platform, stable_keys
@@ -33,24 +34,24 @@ def test_programs_here_are_built_for_a_tpu():
 def test_spectral_family(dtype):
     """eigh, SVD (XLA:TPU's own algorithm for float32, QDWH and eigh for float64), QR, pinv, rank."""
     D.check(linalg_cases._spectral_family, linalg_cases._spd(2, dtype=dtype),
-            D.rand(2, 5, 3, seed=5, low=-1, high=1).to(dtype), modes=ALL, atol=linalg_cases.TOL[dtype],
+            rand(2, 5, 3, seed=5, low=-1, high=1).to(dtype), modes=ALL, atol=linalg_cases.TOL[dtype],
             rtol=linalg_cases.TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_lu_family_and_gradients(dtype):
     """The LU family (float64: Gaussian elimination, XLA:TPU having no 64-bit LU) and every op's gradient."""
-    D.check(linalg_cases._lu_family, linalg_cases._square(2, 3, dtype=dtype), D.rand(2, 3, 4, 2, seed=5).to(dtype),
+    D.check(linalg_cases._lu_family, linalg_cases._square(2, 3, dtype=dtype), rand(2, 3, 4, 2, seed=5).to(dtype),
             modes=ALL, atol=linalg_cases.TOL[dtype], rtol=linalg_cases.TOL[dtype])
     D.check(linalg_cases._grads, linalg_cases._grad_leaf(linalg_cases._square(2, dtype=dtype)),
             linalg_cases._grad_leaf(linalg_cases._spd(2, seed=3, dtype=dtype)),
-            linalg_cases._grad_leaf(D.rand(2, 4, 3, seed=5).to(dtype)), modes=ALL,
+            linalg_cases._grad_leaf(rand(2, 4, 3, seed=5).to(dtype)), modes=ALL,
             atol=linalg_cases.TOL[dtype] * 10, rtol=linalg_cases.TOL[dtype] * 10)
 
 
 def test_matrix_exp_float64():
     """float64 matrix_exp: its Pade step solved with our LU (XLA:TPU's LU is 32-bit only)."""
-    a = (D.rand(2, 3, 3, seed=3) * 0.5).double()
+    a = (rand(2, 3, 3, seed=3) * 0.5).double()
     D.check(lambda a: [torch.linalg.matrix_exp(a), torch.linalg.matrix_exp(a - a.mT)], a, modes=ALL,
             atol=1e-12, rtol=1e-12)
 

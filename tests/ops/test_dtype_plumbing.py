@@ -36,6 +36,11 @@ import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same_value, _Host
+from tests.harness.errors import assert_device_works, is_clear
+from tests.harness.inputs import rand
+from tests.harness.isolated import isolated_case_tests
+from tests.harness.modes import _in_mode
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 ALL = ["strict", "fused", "compiled"]
@@ -43,8 +48,8 @@ EAGER = ["strict", "fused"]
 F8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
 VALS = torch.tensor([0.0, -0.0, 1.0, -1.5, 0.3, 100.0, 448.0, 449.0, 465.0, 500.0, 57344.0, 61440.0, 1e6, -1e6,
                      float("inf"), -float("inf"), float("nan"), 1e-9, 2 ** -9])
-Z = torch.complex(D.rand(3, 4), D.rand(3, 4, seed=3))
-X = D.rand(4, 6)
+Z = torch.complex(rand(3, 4), rand(3, 4, seed=3))
+X = rand(4, 6)
 
 CASES = {}
 
@@ -100,18 +105,18 @@ for _dt in F8:
 case("fp8:matmul_saturates", lambda x: x[:16].reshape(4, 4) @ x[:16].reshape(4, 4), VALS.to(torch.float8_e4m3fn))
 case("fp8:scaled_mm_bias_bf16", lambda a, b, bias: torch._scaled_mm(
     a, b.t(), torch.tensor(1.0, device=a.device), torch.tensor(1.0, device=a.device), bias=bias,
-    out_dtype=torch.bfloat16), (D.rand(4, 16) * 4).to(torch.float8_e4m3fn),
-    (D.rand(16, 16, seed=2) * 4).to(torch.float8_e4m3fn), D.rand(16, seed=5).bfloat16())
+    out_dtype=torch.bfloat16), (rand(4, 16) * 4).to(torch.float8_e4m3fn),
+    (rand(16, 16, seed=2) * 4).to(torch.float8_e4m3fn), rand(16, seed=5).bfloat16())
 case("fp8:scaled_mm_fp8_out_scale_result", lambda a, b: torch._scaled_mm(
     a, b.t(), torch.tensor(2.0, device=a.device), torch.tensor(3.0, device=a.device),
     scale_result=torch.tensor(0.25, device=a.device), out_dtype=torch.float8_e4m3fn),
-    (D.rand(4, 16) * 8).to(torch.float8_e4m3fn), (D.rand(16, 16, seed=2) * 8).to(torch.float8_e4m3fn))
+    (rand(4, 16) * 8).to(torch.float8_e4m3fn), (rand(16, 16, seed=2) * 8).to(torch.float8_e4m3fn))
 case("fp8:scaled_mm_rowwise", lambda a, b, sa, sb: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16),
-     (D.rand(4, 16) * 4).to(torch.float8_e4m3fn), (D.rand(16, 16, seed=2) * 4).to(torch.float8_e4m3fn),
-     D.rand(4, 1, low=0.5, high=2), D.rand(1, 16, seed=7, low=0.5, high=2), modes=EAGER)
+     (rand(4, 16) * 4).to(torch.float8_e4m3fn), (rand(16, 16, seed=2) * 4).to(torch.float8_e4m3fn),
+     rand(4, 1, low=0.5, high=2), rand(1, 16, seed=7, low=0.5, high=2), modes=EAGER)
 case("fp8:scaled_mm_float_inputs_refused", lambda a, b: torch._scaled_mm(
     a, b.t(), torch.tensor(1.0, device=a.device), torch.tensor(1.0, device=a.device)),
-    D.rand(4, 16), D.rand(8, 16).to(torch.float8_e4m3fn), expect_raise=True, modes=EAGER)
+    rand(4, 16), rand(8, 16).to(torch.float8_e4m3fn), expect_raise=True, modes=EAGER)
 
 
 # CPU torch has no fp8 add/mul kernel: refused as on CPU (and on CUDA); through float32 it computes
@@ -187,9 +192,9 @@ def _float_to_int_family(dt):
             exp = torch.tensor([0 if math.isnan(v) else ii.max if v >= ii.max else ii.min if v <= ii.min else int(v)
                                 for v in special.to(src).tolist()], dtype=dt)
             for mode in EAGER:
-                with D._in_mode(mode):
+                with _in_mode(mode):
                     got = special.to(src).to("tpu").to(dt).cpu()
-                D.assert_same_value(exp, D._Host(got), where=f"{src} -> {dt} {mode}")
+                assert_same_value(exp, _Host(got), where=f"{src} -> {dt} {mode}")
 
     CASES[f"f2i:{n}:out_of_range_saturates"] = saturates
 
@@ -325,7 +330,7 @@ def _expanded_fill_modes():
     with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
         torch.compile(_expanded_fill, backend="tpu", dynamic=False)(x)
     assert "expanded view" in str(info.value), info.value
-    D.assert_device_works()
+    assert_device_works()
 
 
 CASES["expand:fill_compiled_refused"] = _expanded_fill_modes
@@ -351,7 +356,7 @@ REPRS = {
 def _repr_case(make):
     def run():
         for mode in EAGER:
-            with D._in_mode(mode):
+            with _in_mode(mode):
                 exp, got = repr(make("cpu")), repr(make("tpu"))
             assert "device='tpu:0'" in got, got
             assert _strip_device(got) == exp, f"[wrong value] repr ({mode}):\nCPU {exp}\ntpu {got}"
@@ -371,7 +376,7 @@ def _save_load(x, **kw):
 RTRIP = {"pickle": lambda x: pickle.loads(pickle.dumps(x)), "deepcopy": copy.deepcopy, "save": _save_load}
 STORED = {"fp8": torch.tensor([0.5, 448.0, -3.0]).to(torch.float8_e4m3fn), "complex128": Z.to(torch.complex128),
           "bool": torch.tensor([True, False, True]), "empty": torch.empty(0, 4),
-          "uint16": torch.tensor([1, 65535], dtype=torch.uint16), "bf16_noncontig": D.rand(3, 4).bfloat16().t()}
+          "uint16": torch.tensor([1, 65535], dtype=torch.uint16), "bf16_noncontig": rand(3, 4).bfloat16().t()}
 for _k, _v in STORED.items():
     for _r, _f in RTRIP.items():
         case(f"roundtrip:{_r}:{_k}", lambda x, f=_f: (lambda y: (y, y.device == x.device, y.stride()))(f(x)), _v,
@@ -384,12 +389,12 @@ def _param_save(x):
     return out["p"], isinstance(out["p"], torch.nn.Parameter), out["p"].requires_grad, out["p"] is out["alias"]
 
 
-case("save:parameter", _param_save, D.rand(3), modes=EAGER)
+case("save:parameter", _param_save, rand(3), modes=EAGER)
 
 
 def _callable_map_location():
     """torch.load(map_location=callable) of a tpu checkpoint: called like torch calls it for CPU ones."""
-    x = D.rand(3, 2)
+    x = rand(3, 2)
     for src in ("cpu", "tpu"):
         for ml, where in ((lambda s, loc: s, "cpu"), (lambda s, loc: None, src)):
             buf = io.BytesIO()
@@ -426,7 +431,7 @@ def _rng_state_roundtrip():
 def _rng_same_in_strict_and_fused():
     outs = []
     for mode in EAGER:
-        with D._in_mode(mode):
+        with _in_mode(mode):
             torch.tpu.manual_seed(11)
             x = torch.empty(5, device="tpu")
             r = [torch.randn(4, device="tpu"), torch.rand(3, device="tpu"), torch.randint(0, 100, (4,), device="tpu"),
@@ -478,7 +483,7 @@ def _tpu_api():
                        (lambda: T.current_stream(2), RuntimeError), (lambda: T.CUDAGraph(), AttributeError)):
         with pytest.raises(error) as info:
             bad()
-        assert D.is_clear(info.value), info.value
+        assert is_clear(info.value), info.value
     assert T.Stream().device.type == "tpu" and T.Event(enable_timing=True).device.type == "tpu"  # (test_streams.py)
     acc = torch.accelerator
     x = torch.ones(1024, device="tpu")
@@ -501,5 +506,5 @@ CASES["api:tpu_and_accelerator"] = _tpu_api
 
 ISOLATED_CASES = CASES
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=180)
 

@@ -30,6 +30,8 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 from tests.harness import differential as D
+from tests.harness.errors import expected_failure, Gap
+from tests.harness.inputs import per_device, rand
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 bf, hf, c64, c128 = torch.bfloat16, torch.float16, torch.complex64, torch.complex128
@@ -37,7 +39,7 @@ CL = torch.channels_last
 
 
 def r(*shape, dtype=torch.float32, seed=0):
-    return D.rand(*shape, dtype=dtype, seed=seed)
+    return rand(*shape, dtype=dtype, seed=seed)
 
 
 def cr(*shape, dtype=c64, seed=0):
@@ -51,7 +53,7 @@ def _zeros(n, like):
 
 def cl(t):
     """``t`` in channels_last on each device."""
-    return D.per_device(lambda d: t.clone().to(d).contiguous(memory_format=CL))
+    return per_device(lambda d: t.clone().to(d).contiguous(memory_format=CL))
 
 
 def layouts(*ts):
@@ -200,7 +202,7 @@ FORMAT_CASES = {
     "cl_conv_bf16": (lambda x, w: F.conv2d(x, w), [cl(r(2, 3, 6, 6, dtype=bf)), r(4, 3, 3, 3, seed=1, dtype=bf)]),
     "cl_conv_permute_view": (lambda x, w: F.conv2d(x, w).permute(0, 2, 3, 1).view(2, 16, 4), [cl(X4), W4]),
     "cl_conv3d_stays_contiguous": (lambda x: F.conv3d(x, torch.ones(2, 3, 3, 3, 3, device=x.device)),
-                                   [D.per_device(lambda d: r(1, 3, 4, 4, 4).to(d).contiguous(memory_format=torch.channels_last_3d))]),
+                                   [per_device(lambda d: r(1, 3, 4, 4, 4).to(d).contiguous(memory_format=torch.channels_last_3d))]),
     "cl_pads_roll": (lambda x: (F.pad(x, (1, 2, 0, 1)), F.pad(x, (1, 1, 1, 1), mode="reflect"),
                                 F.pad(x, (1, 1, 1, 1), mode="replicate"), F.pad(x, (1, 1, 1, 1), mode="circular"),
                                 x.roll(1, 2), x.roll((1, 2), (2, 3)), x.roll(3), x.flip(1)), [cl(X4)]),
@@ -369,17 +371,17 @@ _STRIDES_DIFFER = r"^Failed: \[wrong value\] result \(mode strict\)\[\d\]: CPU \
 XFAIL = {
     "batch_norm_backward_contiguous_grad_cl_input": (
         _bn_bw_contiguous_grad, [cl(X4)],
-        D.Gap("training batch_norm runs torch's decomposition on the tpu: with a contiguous incoming gradient and "
+        Gap("training batch_norm runs torch's decomposition on the tpu: with a contiguous incoming gradient and "
               "a channels_last input its input gradient is contiguous (elementwise layout rules); CPU's kernel "
               "gives the input's channels_last (values equal)", _STRIDES_DIFFER)),
     "group_norm_backward_cl": (
         _gn_bw, [cl(X4)],
-        D.Gap("autograd's native_group_norm formula passes contiguous inputs to the backward on every device but "
+        Gap("autograd's native_group_norm formula passes contiguous inputs to the backward on every device but "
               "CPU (derivatives.yaml), so the input gradient of a channels_last group_norm is contiguous on the "
               "tpu, channels_last on CPU (values equal)", _STRIDES_DIFFER)),
     "channel_shuffle_cl": (
         lambda x: F.channel_shuffle(x, 3).stride(), [cl(r(2, 6, 4, 4))],
-        D.Gap("channel_shuffle runs torch's decomposition (a contiguous clone of a 5-d view) on the tpu; CPU's "
+        Gap("channel_shuffle runs torch's decomposition (a contiguous clone of a 5-d view) on the tpu; CPU's "
               "kernel keeps channels_last (values equal)", _STRIDES_DIFFER)),
 }
 
@@ -387,7 +389,7 @@ XFAIL = {
 @pytest.mark.parametrize("name", [pytest.param(n, marks=XFAIL[n][2].mark()) for n in sorted(XFAIL)])
 def test_known_differences(name):
     fn, args, gap = XFAIL[name]
-    with D.expected_failure(gap):
+    with expected_failure(gap):
         D.check(fn, *args, modes=["strict"])
 
 

@@ -12,10 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.inputs import per_device, rand
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
-_BASE = D.rand(4, 3, seed=7)
+_BASE = rand(4, 3, seed=7)
 
 KINDS = {
     "empty": lambda d: torch.zeros(0, 3, device=d),
@@ -63,4 +64,4 @@ OPS = {
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_input_kind(eager_mode, op, kind):
-    D.check(OPS[op], D.per_device(KINDS[kind]))
+    D.check(OPS[op], per_device(KINDS[kind]))

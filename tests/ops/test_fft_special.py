@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.inputs import rand
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -57,7 +58,7 @@ FFT_CASES = {
 
 
 def _inputs():
-    return D.rand(4, 6, seed=3), (D.rand(4, 6, seed=4) + 1j * D.rand(4, 6, seed=5)).to(torch.complex64)
+    return rand(4, 6, seed=3), (rand(4, 6, seed=4) + 1j * rand(4, 6, seed=5)).to(torch.complex64)
 
 
 @pytest.mark.parametrize("name", list(FFT_CASES))
@@ -83,7 +84,7 @@ def test_fft_backward():
 def test_fftfreq_dtypes():
     D.check(lambda x: [torch.fft.fftfreq(7, 0.3, device=x.device), torch.fft.fftfreq(8, dtype=torch.float64, device=x.device),
                        torch.fft.rfftfreq(9, 2.0, device=x.device), torch.fft.rfftfreq(1, device=x.device)],
-            D.rand(2), modes=ALL)
+            rand(2), modes=ALL)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -170,7 +171,7 @@ OTHER_CASES = {
                               + [torch.nn.functional.interpolate(x, scale_factor=sf, mode=m, antialias=True,
                                                                  recompute_scale_factor=r)
                                  for m in ("bilinear", "bicubic") for sf in (0.3, (0.7, 1.3)) for r in (False, True)],
-                              (D.rand(2, 3, 17, 13, seed=7),)),
+                              (rand(2, 3, 17, 13, seed=7),)),
     # fractional max pooling with given samples (CPU's window starts, first maximum, a NaN wins)
     "fractional_max_pool": (lambda x, u, x3, u3: [
         F.fractional_max_pool2d(x, k, output_size=o, return_indices=True, _random_samples=u)
@@ -181,10 +182,10 @@ OTHER_CASES = {
                                    _random_samples=u),
            F.fractional_max_pool2d((x * 5).long(), 2, output_size=(5, 4), return_indices=True, _random_samples=u),
            F.fractional_max_pool3d(x3, (2, 3, 2), output_size=(4, 3, 5), return_indices=True, _random_samples=u3)],
-        (D.rand(2, 3, 11, 9, seed=9), D.rand(2, 3, 2, seed=10, low=0, high=1), D.rand(2, 2, 7, 8, 9, seed=11),
-         D.rand(2, 2, 3, seed=12, low=0, high=1))),
+        (rand(2, 3, 11, 9, seed=9), rand(2, 3, 2, seed=10, low=0, high=1), rand(2, 2, 7, 8, 9, seed=11),
+         rand(2, 2, 3, seed=12, low=0, high=1))),
     "fractional_max_pool_too_large": (lambda x, u: F.fractional_max_pool2d(x, 2, output_size=(11, 9), _random_samples=u),
-                                      (D.rand(2, 3, 11, 9, seed=9), D.rand(2, 3, 2, seed=10, low=0, high=1))),
+                                      (rand(2, 3, 11, 9, seed=9), rand(2, 3, 2, seed=10, low=0, high=1))),
     "rrelu_eval": (lambda x: [torch.nn.functional.rrelu(x), torch.nn.functional.rrelu(x, 0.1, 0.3),
                               torch.nn.functional.rrelu(x.clone(), inplace=True), torch.nn.RReLU().eval()(x.double())],
                    (_NORMAL[:40],)),
@@ -207,7 +208,7 @@ def _aa_grads(x):
 
 
 def test_interpolate_antialias_backward():
-    D.check(_aa_grads, D.rand(2, 3, 17, 13, seed=8), modes=ALL, atol=1e-4, rtol=1e-4)
+    D.check(_aa_grads, rand(2, 3, 17, 13, seed=8), modes=ALL, atol=1e-4, rtol=1e-4)
 
 
 def _fmp_grads(x, u, x3, u3):
@@ -220,8 +221,8 @@ def _fmp_grads(x, u, x3, u3):
 
 
 def test_fractional_max_pool_backward():
-    D.check(_fmp_grads, D.rand(2, 3, 11, 9, seed=9), D.rand(2, 3, 2, seed=10, low=0, high=1),
-            D.rand(2, 2, 7, 8, 9, seed=11), D.rand(2, 2, 3, seed=12, low=0, high=1), modes=ALL, atol=1e-5, rtol=1e-5)
+    D.check(_fmp_grads, rand(2, 3, 11, 9, seed=9), rand(2, 3, 2, seed=10, low=0, high=1),
+            rand(2, 2, 7, 8, 9, seed=11), rand(2, 2, 3, seed=12, low=0, high=1), modes=ALL, atol=1e-5, rtol=1e-5)
 
 
 def _rrelu_train(x):
@@ -250,17 +251,17 @@ def _ctc(lp, tg, il, tl, **kw):
 
 
 CTC_CASES = {
-    "padded_mean": (D.rand(6, 2, 5, seed=20), torch.tensor([[1, 2, 1], [3, 1, 0]]), [6, 6], [3, 2], {}),
-    "concatenated_sum": (D.rand(8, 3, 4, seed=21), torch.tensor([1, 2, 2, 3, 1, 1]), [8, 7, 5], [2, 3, 1],
+    "padded_mean": (rand(6, 2, 5, seed=20), torch.tensor([[1, 2, 1], [3, 1, 0]]), [6, 6], [3, 2], {}),
+    "concatenated_sum": (rand(8, 3, 4, seed=21), torch.tensor([1, 2, 2, 3, 1, 1]), [8, 7, 5], [2, 3, 1],
                          {"reduction": "sum"}),
-    "empty_target_none": (D.rand(8, 3, 4, seed=22), torch.tensor([[1, 1, 1], [2, 2, 0], [3, 0, 0]]), [8, 4, 5],
+    "empty_target_none": (rand(8, 3, 4, seed=22), torch.tensor([[1, 1, 1], [2, 2, 0], [3, 0, 0]]), [8, 4, 5],
                           [3, 2, 0], {"reduction": "none"}),
-    "impossible": (D.rand(3, 2, 4, seed=23), torch.tensor([[1, 1, 1, 1], [2, 0, 0, 0]]), [3, 3], [4, 1],
+    "impossible": (rand(3, 2, 4, seed=23), torch.tensor([[1, 1, 1, 1], [2, 0, 0, 0]]), [3, 3], [4, 1],
                    {"reduction": "none"}),
-    "impossible_zero_infinity": (D.rand(3, 2, 4, seed=23), torch.tensor([[1, 1, 1, 1], [2, 0, 0, 0]]), [3, 3],
+    "impossible_zero_infinity": (rand(3, 2, 4, seed=23), torch.tensor([[1, 1, 1, 1], [2, 0, 0, 0]]), [3, 3],
                                  [4, 1], {"zero_infinity": True}),
-    "unbatched_blank_last": (D.rand(7, 5, seed=24), torch.tensor([1, 3, 2]), [7], [3], {"blank": 4}),
-    "double": (D.rand(10, 4, 6, seed=25).double(), torch.tensor([[1, 2, 3, 4, 5], [5, 5, 1, 2, 0], [3, 3, 3, 0, 0],
+    "unbatched_blank_last": (rand(7, 5, seed=24), torch.tensor([1, 3, 2]), [7], [3], {"blank": 4}),
+    "double": (rand(10, 4, 6, seed=25).double(), torch.tensor([[1, 2, 3, 4, 5], [5, 5, 1, 2, 0], [3, 3, 3, 0, 0],
                                                                  [1, 2, 0, 0, 0]]), [10, 9, 8, 10], [5, 4, 3, 2], {}),
 }
 
@@ -272,7 +273,7 @@ def test_ctc_loss(name):
 
 
 def test_ctc_loss_tensor_lengths():
-    D.check(lambda lp, tg, il, tl: _ctc(lp, tg, il, tl), D.rand(7, 2, 5, seed=26), torch.tensor([[1, 3, 2], [0, 0, 1]]),
+    D.check(lambda lp, tg, il, tl: _ctc(lp, tg, il, tl), rand(7, 2, 5, seed=26), torch.tensor([[1, 3, 2], [0, 0, 1]]),
             torch.tensor([7, 6]), torch.tensor([3, 3]), modes=["strict", "fused"], atol=1e-4, rtol=1e-4)
-    D.check(lambda lp, tg, il, tl: F.ctc_loss(lp, tg, il, tl), D.rand(7, 2, 5, seed=26),
+    D.check(lambda lp, tg, il, tl: F.ctc_loss(lp, tg, il, tl), rand(7, 2, 5, seed=26),
             torch.tensor([[1, 3, 2], [0, 0, 1]]), torch.tensor([7., 6.]), torch.tensor([3, 3]), modes=["strict"])

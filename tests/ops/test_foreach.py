@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness.inputs import DEV
 
 
 def _list(dev, dtypes=(torch.float32,) * 3, seed=0):
@@ -135,6 +136,6 @@ def test_foreach(eager_mode, case):
 
 def test_foreach_scalars_on_the_device_raise_as_on_cuda():
     """The packed scalars must be a CPU tensor (torch reads them on the host); CUDA refuses its own."""
-    a = _list(D.DEV)
+    a = _list(DEV)
     with pytest.raises(RuntimeError, match="Expected scalars to be on CPU"):
-        F._foreach_addcmul(a, a, a, torch.tensor([0.5, 2.0, -1.0], device=D.DEV))
+        F._foreach_addcmul(a, a, a, torch.tensor([0.5, 2.0, -1.0], device=DEV))

@@ -11,6 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read
+from tests.harness.inputs import DEV, rand
+from tests.harness.isolated import isolated_case_tests
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 ALL = ["strict", "fused", "compiled"]
@@ -25,7 +28,7 @@ def _c(fn, *args, modes=EAGER, **kw):
 
 
 def _r(*shape, dtype=torch.float32, seed=0, low=-2.0, high=2.0):
-    return D.rand(*shape, dtype=dtype, seed=seed, low=low, high=high)
+    return rand(*shape, dtype=dtype, seed=seed, low=low, high=high)
 
 
 def _grad(fn):
@@ -817,7 +820,7 @@ def _compiled_scalar_sequence():
     x = torch.tensor([1, 2, 3])
     for s, d in ((1, torch.float32), (2.5, torch.float64), (True, torch.float16), (3, torch.float64),
                  (2 ** 40, torch.float32)):
-        D.assert_same(f(x, s, d), D.read(cf(x.to(D.DEV), s, d)), where=f"s={s!r} dtype={d}", atol=1e-3, rtol=1e-3)
+        assert_same(f(x, s, d), read(cf(x.to(DEV), s, d)), where=f"s={s!r} dtype={d}", atol=1e-3, rtol=1e-3)
 
 
 SEQ_CASES["compiled_scalar_types"] = _compiled_scalar_sequence
@@ -832,4 +835,4 @@ _NO_LOWERING = "no tpu lowering and no torch decomposition: a clear NotImplement
 XFAIL = {}  # (pad:interpolate_uint8_nearest passes since uint8 resizes follow CPU's fixed-point kernel)
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=120)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, XFAIL, timeout_per_case=120)

@@ -11,6 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read, sync
+from tests.harness.errors import is_clear
+from tests.harness.inputs import DEV, noncontig, t
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -52,7 +55,7 @@ OPS = {
     "getitem_dim1": (3, lambda v: (lambda x, i: x[:, i], (X, _idx(v)))),
     "getitem_pair": (3, lambda v: (lambda x, i: x[torch.tensor([0, 1], device=i.device), i], (X, _idx(v)))),
     "getitem_int32": (4, lambda v: (lambda x, i: x[i], (X, _idx(v, torch.int32)))),
-    "getitem_noncontig": (3, lambda v: (lambda x, i: x[i], (D.noncontig(X), _idx(v)))),
+    "getitem_noncontig": (3, lambda v: (lambda x, i: x[i], (noncontig(X), _idx(v)))),
     "index_select": (4, lambda v: (lambda x, i: torch.index_select(x, 0, i), (X, _idx(v)))),
     "index_select_dim1": (3, lambda v: (lambda x, i: torch.index_select(x, 1, i), (X, _idx(v)))),
     "gather": (4, lambda v: (lambda x, i: torch.gather(x, 0, i), (X, _idx2(v)))),
@@ -132,7 +135,7 @@ def test_failed_write_keeps_in_range_entries(eager_mode, op, bad):
     entries only: CPU torch's result for the same write without the bad entry."""
     n, build = PARTIAL_WRITES[op]
     fn, (x, i) = build([2, _bad_values(n)[bad], 0])
-    x_tpu, i_tpu = x.to(D.DEV), i.to(D.DEV)
+    x_tpu, i_tpu = x.to(DEV), i.to(DEV)
     try:
         fn(x.clone(), i)
     except Exception as exc:  # noqa: BLE001 - its class is the contract
@@ -141,11 +144,11 @@ def test_failed_write_keeps_in_range_entries(eager_mode, op, bad):
         raise AssertionError(f"test setup: CPU torch accepted {op} with {bad}")
     with pytest.raises(cpu_error) as info:
         fn(x_tpu, i_tpu)
-        D.sync()
-    assert D.is_clear(info.value), f"[unclear error] {info.value!r}"
+        sync()
+    assert is_clear(info.value), f"[unclear error] {info.value!r}"
     fn_ok, (expected, i_ok) = build([2, 0])
     fn_ok(expected, i_ok)
-    D.assert_same(expected, D.read(x_tpu), where=f"{op} after the failed write")
+    assert_same(expected, read(x_tpu), where=f"{op} after the failed write")
 
 
 @pytest.mark.parametrize("bad", BINCOUNT_BAD)
@@ -322,16 +325,16 @@ def test_bool_mask_compiled():
 
 
 BINCOUNT = {
-    "counts": (D.t(0, 1, 1, 3), None, 0),
-    "weights_minlength": (D.t(0, 1, 1, 3), D.t(0.5, 1.0, 2.0, 3.0), 6),
-    "int_weights_are_double": (D.t(2, 0), D.t(1, 4), 0),
-    "half_weights_are_double": (D.t(2, 0), D.t(1.5, 4.0, dtype=torch.float16), 0),
+    "counts": (t(0, 1, 1, 3), None, 0),
+    "weights_minlength": (t(0, 1, 1, 3), t(0.5, 1.0, 2.0, 3.0), 6),
+    "int_weights_are_double": (t(2, 0), t(1, 4), 0),
+    "half_weights_are_double": (t(2, 0), t(1.5, 4.0, dtype=torch.float16), 0),
     "empty": (torch.zeros(0, dtype=torch.int64), None, 3),
-    "negative": (D.t(0, -1), None, 0),
-    "two_dim": (D.t(0, 1).reshape(1, 2), None, 0),
-    "float_input": (D.t(0.5), None, 0),
-    "weights_length": (D.t(0, 1), D.t(1.0), 0),
-    "negative_minlength": (D.t(0, 1), None, -1),
+    "negative": (t(0, -1), None, 0),
+    "two_dim": (t(0, 1).reshape(1, 2), None, 0),
+    "float_input": (t(0.5), None, 0),
+    "weights_length": (t(0, 1), t(1.0), 0),
+    "negative_minlength": (t(0, 1), None, -1),
 }
 
 
@@ -343,13 +346,13 @@ def test_bincount(eager_mode, case):
 
 
 UNIQUE_CONSECUTIVE = {
-    "rows": (D.t(1, 1, 2, 2, 1, 3, 3, 4, 4, 3, 3, 3, 4, 4, 3).reshape(3, 5), 0),
-    "cols": (D.t(1, 1, 2, 2, 1, 3, 3, 4, 4, 3, 3, 3, 4, 4, 3).reshape(3, 5), 1),
-    "last_dim": (D.t(1, 1, 1, 1, 2, 2).reshape(3, 2), -1),
+    "rows": (t(1, 1, 2, 2, 1, 3, 3, 4, 4, 3, 3, 3, 4, 4, 3).reshape(3, 5), 0),
+    "cols": (t(1, 1, 2, 2, 1, 3, 3, 4, 4, 3, 3, 3, 4, 4, 3).reshape(3, 5), 1),
+    "last_dim": (t(1, 1, 1, 1, 2, 2).reshape(3, 2), -1),
     "empty_selected": (torch.zeros(0, 3, dtype=torch.int64), 0),
     "empty_not_selected": (torch.zeros(0, 3, dtype=torch.int64), 1),
-    "dim_out_of_range": (D.t(1, 2).reshape(1, 2), 2),
-    "zero_dim": (D.t(5).reshape(()), 0),
+    "dim_out_of_range": (t(1, 2).reshape(1, 2), 2),
+    "zero_dim": (t(5).reshape(()), 0),
 }
 
 

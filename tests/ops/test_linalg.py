@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness.inputs import per_device, rand
+from tests.harness.isolated import assert_isolated_ok, run_isolated
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("watchdog"),
               pytest.mark.filterwarnings("ignore:torch.triangular_solve is deprecated")]
@@ -23,11 +25,11 @@ TOL = {torch.float32: 2e-4, torch.float64: 1e-9}
 
 def _square(*batch, n=4, seed=0, dtype=torch.float64):
     """Well-conditioned square matrices (a random matrix plus n on the diagonal)."""
-    return (D.rand(*batch, n, n, seed=seed, low=-1, high=1).double() + n * torch.eye(n, dtype=torch.float64)).to(dtype)
+    return (rand(*batch, n, n, seed=seed, low=-1, high=1).double() + n * torch.eye(n, dtype=torch.float64)).to(dtype)
 
 
 def _spd(*batch, n=4, seed=0, dtype=torch.float64):
-    a = D.rand(*batch, n, n, seed=seed, low=-1, high=1).double()
+    a = rand(*batch, n, n, seed=seed, low=-1, high=1).double()
     return (a @ a.mT + n * torch.eye(n, dtype=torch.float64)).to(dtype)
 
 
@@ -66,24 +68,24 @@ def _spectral_family(s, r):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_lu_family(dtype):
-    D.check(_lu_family, _square(2, 3, dtype=dtype), D.rand(2, 3, 4, 2, seed=5).to(dtype), modes=ALL,
+    D.check(_lu_family, _square(2, 3, dtype=dtype), rand(2, 3, 4, 2, seed=5).to(dtype), modes=ALL,
             atol=TOL[dtype], rtol=TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_triangular_family(dtype):
-    D.check(_triangular_family, _spd(3, dtype=dtype), D.rand(3, 4, 2, seed=5).to(dtype), modes=ALL,
+    D.check(_triangular_family, _spd(3, dtype=dtype), rand(3, 4, 2, seed=5).to(dtype), modes=ALL,
             atol=TOL[dtype], rtol=TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_spectral_family(dtype):
-    D.check(_spectral_family, _spd(2, dtype=dtype), D.rand(2, 5, 3, seed=5, low=-1, high=1).to(dtype),
+    D.check(_spectral_family, _spd(2, dtype=dtype), rand(2, 5, 3, seed=5, low=-1, high=1).to(dtype),
             modes=ALL, atol=TOL[dtype], rtol=TOL[dtype])
 
 
 def test_rectangular_lu():
-    r = D.rand(2, 5, 3, seed=7).double()
+    r = rand(2, 5, 3, seed=7).double()
     D.check(lambda r: [*torch.linalg.lu_factor(r), *torch.linalg.lu(r), *torch.linalg.lu(r.mT),
                        *torch.linalg.lu_factor(r.mT)], r, modes=ALL)
 
@@ -111,18 +113,18 @@ def _weighted_grads(outs, inputs):
 
 
 def _grad_leaf(t):
-    return D.per_device(lambda d: t.clone().to(d).requires_grad_())
+    return per_device(lambda d: t.clone().to(d).requires_grad_())
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_gradients(dtype):
     D.check(_grads, _grad_leaf(_square(2, dtype=dtype)), _grad_leaf(_spd(2, seed=3, dtype=dtype)),
-            _grad_leaf(D.rand(2, 4, 3, seed=5).to(dtype)), modes=ALL, atol=TOL[dtype] * 10, rtol=TOL[dtype] * 10)
+            _grad_leaf(rand(2, 4, 3, seed=5).to(dtype)), modes=ALL, atol=TOL[dtype] * 10, rtol=TOL[dtype] * 10)
 
 
 def test_gradient_of_strided_det():
     """A non-contiguous real A: torch keeps LU(A), not LU(A^T), and its backward solves with adjoint=True."""
-    base = D.rand(2, 4, 8, seed=2).double() + torch.eye(4, 8, dtype=torch.float64) * 4
+    base = rand(2, 4, 8, seed=2).double() + torch.eye(4, 8, dtype=torch.float64) * 4
 
     def fn(x):
         a = x[..., ::2]
@@ -196,8 +198,8 @@ def test_programs_loaded_from_disk_run(tmp_path):
         print("OK" if torch.allclose(got, want) else f"WRONG {got} {want}")
     """
     env = {"TORCH_TPU_CACHE_DIR": str(tmp_path)}
-    D.assert_isolated_ok(D.run_isolated(code, env=env))  # cold: compiles and stores the programs
-    D.assert_isolated_ok(D.run_isolated(code, env=env))  # warm: loads them from disk
+    assert_isolated_ok(run_isolated(code, env=env))  # cold: compiles and stores the programs
+    assert_isolated_ok(run_isolated(code, env=env))  # warm: loads them from disk
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -209,12 +211,12 @@ def test_matrix_exp_and_orthogonal_parametrization(dtype):
         (out * torch.linspace(-1, 1, out.numel(), device=a.device, dtype=a.dtype).reshape(out.shape)).sum().backward()
         return out, a.grad, torch.linalg.matrix_exp(b)
 
-    a = D.per_device(lambda d: (D.rand(2, 3, 3, seed=3) * 0.5).to(dtype).to(d).requires_grad_())
+    a = per_device(lambda d: (rand(2, 3, 3, seed=3) * 0.5).to(dtype).to(d).requires_grad_())
     D.check(fn, a, torch.zeros(0, 2, 2, dtype=dtype), modes=ALL, atol=TOL[dtype], rtol=TOL[dtype])
 
     def orthogonal(d):
         torch.manual_seed(0)
         return torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(4, 4, dtype=dtype)).to(d)
 
-    D.check(lambda m, x: [m(x), m.weight], D.per_device(orthogonal), D.rand(2, 4).to(dtype), modes=["strict"],
+    D.check(lambda m, x: [m(x), m.weight], per_device(orthogonal), rand(2, 4).to(dtype), modes=["strict"],
             atol=TOL[dtype], rtol=TOL[dtype])

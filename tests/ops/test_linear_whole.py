@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_tpu
-from tests.harness.differential import programs_run
+from tests.harness.counting import programs_run
 
 
 class _Ops(TorchDispatchMode):

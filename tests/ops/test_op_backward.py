@@ -2,7 +2,7 @@
 
 An exception inside a built-in backward can kill the process (SIGABRT / "SystemError
 run_backward returned NULL"), so every case here runs in a crash-tolerant child process
-(``differential.run_cases_isolated``): a case that kills its process is reported as a crash and the
+(``isolated.run_cases_isolated``): a case that kills its process is reported as a crash and the
 child restarts for the remaining cases. Each case runs forward and backward on CPU and on the tpu and
 compares outputs and input gradients (loss = sum of every float output times fixed weights).
 
@@ -16,6 +16,15 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from tests.harness import differential as D
+from tests.harness.counting import opinfo_db
+from tests.harness.inputs import rand
+from tests.harness.isolated import (
+    assert_isolated_ok,
+    assert_isolated_result,
+    case_and_mode,
+    isolated_fixture,
+    run_isolated,
+)
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 MODES = ["strict", "fused"]
@@ -68,7 +77,7 @@ def _opinfos():
         tpu_ops.load()
         lowered = {k._schema.name.split("::", 1)[1] for k in LOWERINGS}
         _OPINFO = {}
-        for op in D.opinfo_db():
+        for op in opinfo_db():
             name = op.name + ("." + op.variant_test_name if op.variant_test_name else "")
             if name in RANDOM or not op.supports_autograd:
                 continue
@@ -147,7 +156,7 @@ OPINFO_NAMES = [
 
 
 def _r(*shape, seed=0):
-    return D.rand(*shape, seed=seed).requires_grad_(True)
+    return rand(*shape, seed=seed).requires_grad_(True)
 
 
 EXTRA = {
@@ -171,9 +180,9 @@ EXTRA = {
     "max_pool2d": (lambda x: F.max_pool2d(x, 2), lambda: [_r(1, 2, 4, 4)]),
     "max_pool1d": (lambda x: F.max_pool1d(x, 2), lambda: [_r(1, 2, 4)]),
     "grid_sample_bilinear": (lambda x, g: F.grid_sample(x, g, align_corners=False),
-                             lambda: [_r(1, 2, 3, 3), (D.rand(1, 2, 2, 2, seed=5) * 0.9).requires_grad_(True)]),
+                             lambda: [_r(1, 2, 3, 3), (rand(1, 2, 2, 2, seed=5) * 0.9).requires_grad_(True)]),
     "grid_sample_nearest": (lambda x, g: F.grid_sample(x, g, mode="nearest", align_corners=True),
-                            lambda: [_r(1, 2, 3, 3), (D.rand(1, 2, 2, 2, seed=5) * 0.9).requires_grad_(True)]),
+                            lambda: [_r(1, 2, 3, 3), (rand(1, 2, 2, 2, seed=5) * 0.9).requires_grad_(True)]),
     "conv2d": (lambda x, w: F.conv2d(x, w, padding=1), lambda: [_r(1, 2, 4, 4), _r(3, 2, 3, 3, seed=1)]),
     "conv2d_stride_groups": (lambda x, w: F.conv2d(x, w, stride=2, groups=2),
                              lambda: [_r(1, 4, 5, 5), _r(2, 2, 3, 3, seed=1)]),
@@ -372,30 +381,30 @@ for _n in sorted(FUSED_TOO):
     ISOLATED_CASES[f"extra:{_n}:fused"] = _make_case("extra", _n, "fused")
 
 
-results = D.isolated_fixture(__file__, D.case_and_mode, timeout_per_case=120)
+results = isolated_fixture(__file__, case_and_mode, timeout_per_case=120)
 
 
 @pytest.mark.parametrize("mode", ["strict"])
 @pytest.mark.parametrize("case", [f"opinfo:{n}" for n in OPINFO_NAMES])
 def test_backward_opinfo(results, case, mode):
-    D.assert_isolated_result(results, f"{case}:{mode}")
+    assert_isolated_result(results, f"{case}:{mode}")
 
 
 @pytest.mark.parametrize("mode", ["strict"])
 @pytest.mark.parametrize("case", [f"extra:{n}" for n in EXTRA])
 def test_backward_composite(results, case, mode):
-    D.assert_isolated_result(results, f"{case}:{mode}")
+    assert_isolated_result(results, f"{case}:{mode}")
 
 
 @pytest.mark.parametrize("mode", ["fused"])
 @pytest.mark.parametrize("case", [f"extra:{n}" for n in sorted(FUSED_TOO)])
 def test_backward_composite_fused(results, case, mode):
-    D.assert_isolated_result(results, f"{case}:{mode}")
+    assert_isolated_result(results, f"{case}:{mode}")
 
 
 @pytest.mark.parametrize("name", sorted(RAISING_BACKWARD))
 def test_error_inside_backward_keeps_process(name):
-    proc = D.run_isolated(RAISING_BACKWARD[name], timeout=120)
+    proc = run_isolated(RAISING_BACKWARD[name], timeout=120)
     if name != "builtin_backward_no_lowering":
         assert "NO-RAISE" not in proc.stdout, f"[silent] the error in backward was not reported: {proc.stdout[-500:]}"
-    D.assert_isolated_ok(proc, expect=r"(RAISED|RAN)[\s\S]*OK")
+    assert_isolated_ok(proc, expect=r"(RAISED|RAN)[\s\S]*OK")

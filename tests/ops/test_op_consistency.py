@@ -25,12 +25,13 @@ import torch_tpu
 import torch_tpu.ops as tpu_ops
 from torch_tpu.ops.registry import LOWERINGS
 
-from tests.harness import differential as D
+from tests.harness.counting import opinfo_db
+from tests.harness.errors import expected_failure
 
 pytestmark = pytest.mark.slow
 
 pytest.importorskip("expecttest")  # common_methods_invocations imports it
-op_db = D.opinfo_db()
+op_db = opinfo_db()
 
 # Samples per (op, dtype): the first ones the OpInfo yields. Each new input shape is a new XLA compile
 # (~0.1 s on 2 CPU cores), so this cap is what keeps the file within its time budget.
@@ -319,7 +320,7 @@ def _compare(name, sample, cpu_out, tpu_out, dtype):
 
 @pytest.mark.parametrize("op,dtype", _params())
 def test_op_matches_cpu(op, dtype):
-    with D.expected_failure(KNOWN_FAILURES.get((_full_name(op), str(dtype).replace("torch.", "")))):
+    with expected_failure(KNOWN_FAILURES.get((_full_name(op), str(dtype).replace("torch.", "")))):
         _check_op(op, dtype, MAX_SAMPLES.get(dtype, MAX_SAMPLES_OTHER))
 
 
@@ -343,7 +344,7 @@ _FUSED_PARAMS = _fused_params()
 @pytest.mark.parametrize("op,dtype", _FUSED_PARAMS)
 def test_op_matches_cpu_fused(op, dtype):
     gap = KNOWN_FAILURES.get((_full_name(op), str(dtype).replace("torch.", "")))
-    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE), D.expected_failure(gap):
+    with torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE), expected_failure(gap):
         _check_op(op, dtype, 1)
 
 

@@ -3,13 +3,15 @@
 ``error_inputs``), each case reduced to a small input and compared against CPU torch through
 ``differential`` (equal results and inputs afterwards, gradients included, or both raise) in the eager
 modes and, where the op reaches compiled graphs, in ``torch.compile``. The sweep itself is
-``bench/sweep_opinfo.py``. All cases run in one crash-tolerant child process.
+``bench/lane/sweep_opinfo.py``. All cases run in one crash-tolerant child process.
 """
 import pytest
 import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.inputs import per_device, rand, t
+from tests.harness.isolated import isolated_case_tests
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 ALL = ["strict", "fused", "compiled"]
@@ -22,7 +24,7 @@ def _ints(*shape, dtype=torch.int32, seed=0, low=-9, high=10):
 
 
 def _cplx(*shape, seed=0, scale=3.0):
-    return torch.complex(D.rand(*shape, seed=seed) * scale, D.rand(*shape, seed=seed + 7) * scale)
+    return torch.complex(rand(*shape, seed=seed) * scale, rand(*shape, seed=seed + 7) * scale)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -58,8 +60,8 @@ WRONG_VALUE_CASES = {
                                     _cplx(5), _cplx(5, seed=3), modes=ALL),
     "vdot_complex_grad": lambda: D.check(
         lambda a, b: torch.autograd.grad(torch.vdot(a, b).real + torch.vdot(a, b).imag * 2, (a, b)),
-        D.per_device(lambda d: _cplx(4).to(d).requires_grad_()),
-        D.per_device(lambda d: _cplx(4, seed=5).to(d).requires_grad_()), modes=EAGER, atol=1e-5, rtol=1e-5),
+        per_device(lambda d: _cplx(4).to(d).requires_grad_()),
+        per_device(lambda d: _cplx(4, seed=5).to(d).requires_grad_()), modes=EAGER, atol=1e-5, rtol=1e-5),
     # complex logaddexp: torch's log1p(exp(min - max)) + max keeps the imaginary part unwrapped; the
     # principal log of jnp.logaddexp differed by 2 pi
     "logaddexp_complex": lambda: D.check(torch.logaddexp, _cplx(6, 5, scale=5.0), _cplx(6, 5, seed=2, scale=5.0),
@@ -70,16 +72,16 @@ WRONG_VALUE_CASES = {
     # as_strided_copy / as_strided_scatter read and write the *storage* of a view (offsets absolute)
     "as_strided_copy_of_view": lambda: D.check(
         lambda x: [torch.as_strided_copy(x.t()[1:], (2, 2), (1, 2)), torch.as_strided_copy(x[1:], (2, 3), (3, 1)),
-                   torch.as_strided_copy(x.t(), (3,), (4,), 0)], D.rand(3, 4), modes=EAGER),
+                   torch.as_strided_copy(x.t(), (3,), (4,), 0)], rand(3, 4), modes=EAGER),
     "as_strided_scatter_of_view": lambda: D.check(
         lambda x, s: [torch.as_strided_scatter(x.t()[1:], s, (2, 2), (1, 2)),
                       torch.as_strided_scatter(x[1:], s, (2, 2), (4, 1), 0), torch.as_strided_scatter(x, s, (2, 2), (1, 4))],
-        D.rand(3, 4), D.rand(2, 2, seed=1), modes=EAGER, check_stride=True),
+        rand(3, 4), rand(2, 2, seed=1), modes=EAGER, check_stride=True),
     "as_strided_scatter_grad": lambda: D.check(
         lambda x, s: torch.autograd.grad((torch.as_strided_scatter(x, s, (2, 2), (1, 3), 1) *
                                           torch.arange(9.0, device=x.device).reshape(3, 3)).sum(), (x, s)),
-        D.per_device(lambda d: D.rand(3, 3).to(d).requires_grad_()),
-        D.per_device(lambda d: D.rand(2, 2, seed=1).to(d).requires_grad_()), modes=EAGER),
+        per_device(lambda d: rand(3, 3).to(d).requires_grad_()),
+        per_device(lambda d: rand(2, 2, seed=1).to(d).requires_grad_()), modes=EAGER),
     # polygamma(n >= 2) at the poles 0, -1, -2 ...: CPU's zeta gives (-1)^(n+1) inf (the tpu: NaN/finite)
     "polygamma_poles": lambda: D.check(
         lambda x: [torch.polygamma(n, x) for n in (2, 3, 4)] + [torch.polygamma(2, x.float())],
@@ -97,17 +99,17 @@ WRONG_VALUE_CASES = {
                    F.interpolate(x[:, :, 0], scale_factor=2.3, mode="linear"),
                    F.interpolate(x, size=(3, 4), mode="bilinear", antialias=True),
                    F.interpolate(x, scale_factor=0.7, mode="bicubic", antialias=True)],
-        D.rand(2, 3, 7, 9).double() * 100, modes=ALL),
+        rand(2, 3, 7, 9).double() * 100, modes=ALL),
     "sdpa_float64": lambda: D.check(
         lambda q, k, v, m: [F.scaled_dot_product_attention(q, k, v, is_causal=True),
                             F.scaled_dot_product_attention(q, k, v, attn_mask=m)],
-        D.rand(2, 4, 3, 8).double(), D.rand(2, 4, 5, 8, seed=1).double(), D.rand(2, 4, 5, 8, seed=2).double(),
-        D.rand(3, 5, seed=3).double(), modes=ALL),
+        rand(2, 4, 3, 8).double(), rand(2, 4, 5, 8, seed=1).double(), rand(2, 4, 5, 8, seed=2).double(),
+        rand(3, 5, seed=3).double(), modes=ALL),
     "sdpa_float64_grad": lambda: D.check(
         lambda q, k, v: torch.autograd.grad((F.scaled_dot_product_attention(q, k, v) *
                                              torch.linspace(-1, 1, 24, device=q.device).double().reshape(1, 3, 8)).sum(),
                                             (q, k, v)),
-        *[D.per_device(lambda d, s=s: D.rand(1, 3, 8, seed=s).double().to(d).requires_grad_()) for s in range(3)],
+        *[per_device(lambda d, s=s: rand(1, 3, 8, seed=s).double().to(d).requires_grad_()) for s in range(3)],
         modes=EAGER),
 }
 
@@ -117,7 +119,7 @@ def _uint8_bilinear():
     fixed-point passes)"""
     D.check(lambda x: [F.interpolate(x, scale_factor=1.7, mode="bilinear"),
                        F.interpolate(x, size=(4, 5), mode="bicubic", antialias=True)],
-            (D.rand(1, 2, 7, 9, low=0, high=255)).to(torch.uint8), modes=EAGER)
+            (rand(1, 2, 7, 9, low=0, high=255)).to(torch.uint8), modes=EAGER)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -153,19 +155,19 @@ TPU_RAISED_CASES = {
     "masked_select_out": lambda: D.check(
         lambda x: [torch.masked_select(x, x > 0, out=torch.empty(0, device=x.device)),
                    torch.masked_select(x, x > 1, out=torch.empty(7, device=x.device)),
-                   torch.nonzero(x > 0, out=torch.empty(0, dtype=torch.long, device=x.device))], D.rand(3, 4),
+                   torch.nonzero(x > 0, out=torch.empty(0, dtype=torch.long, device=x.device))], rand(3, 4),
         modes=EAGER),
     # index_fill's backward for a tensor value calls aten._unique (no lowering: NotImplementedError)
     "index_fill_tensor_value_grad": lambda: D.check(
         lambda a, v: torch.autograd.grad((torch.index_fill(a, 1, torch.tensor([0, 2, 2], device=a.device), v) *
                                           torch.arange(12.0, device=a.device).reshape(3, 4)).sum(), (a, v)),
-        D.per_device(lambda d: D.rand(3, 4).to(d).requires_grad_()),
-        D.per_device(lambda d: torch.tensor(2.0, device=d).requires_grad_()), modes=EAGER),
+        per_device(lambda d: rand(3, 4).to(d).requires_grad_()),
+        per_device(lambda d: torch.tensor(2.0, device=d).requires_grad_()), modes=EAGER),
     "unique_private": lambda: D.check(lambda x: [torch._unique(x), torch._unique(x, return_inverse=True)],
                                       torch.tensor([3, 1, 3, 0]), modes=EAGER),
     "shrink_backward": lambda: D.check(
         lambda x: torch.autograd.grad((F.hardshrink(x, 0.5) * 2 + F.softshrink(x, 1.0) * 3 + F.hardshrink(x)).sum(), x),
-        D.per_device(lambda d: torch.tensor([-2.0, -1.0, -0.5, -0.2, 0.0, 0.5, 0.7, 1.0, 3.0], device=d).requires_grad_()),
+        per_device(lambda d: torch.tensor([-2.0, -1.0, -0.5, -0.2, 0.0, 0.5, 0.7, 1.0, 3.0], device=d).requires_grad_()),
         modes=ALL),
 }
 
@@ -207,61 +209,61 @@ def _aminmax_out(x):
 
 SILENT_CASES = {
     "as_strided_copy_out_of_storage": lambda: D.check_raises(
-        lambda x: torch.as_strided_copy(x, (2, 2), (200, 2)), D.rand(4, 4), modes=EAGER),
+        lambda x: torch.as_strided_copy(x, (2, 2), (200, 2)), rand(4, 4), modes=EAGER),
     "as_strided_scatter_out_of_storage": lambda: D.check_raises(
-        lambda x, s: torch.as_strided_scatter(x, s, (2, 2), (200, 200)), D.rand(4, 4), D.rand(2, 2), modes=EAGER),
+        lambda x, s: torch.as_strided_scatter(x, s, (2, 2), (200, 200)), rand(4, 4), rand(2, 2), modes=EAGER),
     "as_strided_scatter_src_shape": lambda: D.check_raises(
-        lambda x, s: torch.as_strided_scatter(x, s, (2, 2), (1, 2)), D.rand(4, 4), D.rand(3), modes=EAGER),
+        lambda x, s: torch.as_strided_scatter(x, s, (2, 2), (1, 2)), rand(4, 4), rand(3), modes=EAGER),
     "masked_scatter_uint8_mask": lambda: D.check_raises(
-        lambda x, m, s: torch.masked_scatter(x, m, s), D.rand(4), torch.tensor([1, 0, 1, 0], dtype=torch.uint8),
-        D.rand(4, seed=1), modes=ALL),
+        lambda x, m, s: torch.masked_scatter(x, m, s), rand(4), torch.tensor([1, 0, 1, 0], dtype=torch.uint8),
+        rand(4, seed=1), modes=ALL),
     "masked_scatter__uint8_mask": lambda: D.check_raises(
-        lambda x, m, s: x.masked_scatter_(m, s), D.rand(4), torch.tensor([1, 0, 1, 0], dtype=torch.uint8),
-        D.rand(4, seed=1), modes=EAGER),
-    "complex_mixed_dtypes": lambda: D.check_raises(torch.complex, D.rand(3), D.rand(3).double(), modes=ALL),
-    "polar_mixed_dtypes": lambda: D.check_raises(torch.polar, D.rand(3), D.rand(3).double(), modes=ALL),
+        lambda x, m, s: x.masked_scatter_(m, s), rand(4), torch.tensor([1, 0, 1, 0], dtype=torch.uint8),
+        rand(4, seed=1), modes=EAGER),
+    "complex_mixed_dtypes": lambda: D.check_raises(torch.complex, rand(3), rand(3).double(), modes=ALL),
+    "polar_mixed_dtypes": lambda: D.check_raises(torch.polar, rand(3), rand(3).double(), modes=ALL),
     "complex_out_dtype": lambda: D.check_raises(
         lambda a, b: torch.complex(a, b, out=torch.empty(3, dtype=torch.complex64, device=a.device)),
-        D.rand(3).double(), D.rand(3, seed=1).double(), modes=EAGER),
+        rand(3).double(), rand(3, seed=1).double(), modes=EAGER),
     "complex_out_dtype_ok": lambda: D.check(
         lambda a, b: torch.complex(a, b, out=torch.empty(3, dtype=torch.complex64, device=a.device)),
-        D.rand(3), D.rand(3, seed=1), modes=EAGER),
-    "aminmax_out_dtype": lambda: D.check_raises(_aminmax_out, D.rand(4, 3), modes=EAGER),
+        rand(3), rand(3, seed=1), modes=EAGER),
+    "aminmax_out_dtype": lambda: D.check_raises(_aminmax_out, rand(4, 3), modes=EAGER),
     # CPU's binary search compares by IEEE (a NaN in the sequence); jnp's in sort order
     "searchsorted_ieee_comparisons": lambda: D.check(
         lambda s, v: [torch.searchsorted(s[k], v, right=r) for k in range(len(s)) for r in (False, True)]
         + [torch.bucketize(v, s[0], right=True), torch.searchsorted(s[:2], v[None].expand(2, -1)),
            torch.searchsorted(s[:2, :0], v[None].expand(2, -1))],
-        D.t([[0.0, 1.0, float("nan")], [-0.0, 0.0, 0.0], [float("nan")] * 3, [float("-inf"), 0.0, float("inf")]]),
-        D.t(3.0, 0.5, float("nan"), -0.0, 0.0, 1.0, float("inf"), float("-inf")), modes=ALL, expect_raise=False),
+        t([[0.0, 1.0, float("nan")], [-0.0, 0.0, 0.0], [float("nan")] * 3, [float("-inf"), 0.0, float("inf")]]),
+        t(3.0, 0.5, float("nan"), -0.0, 0.0, 1.0, float("inf"), float("-inf")), modes=ALL, expect_raise=False),
     # reductions into a wider out=: CPU computes var/std in out's dtype and logsumexp's sum and log too
     "moments_into_wider_out": lambda: [D.check(
         lambda x: [torch.var(x, 1, out=_empty(x, o)), torch.std(x, -1, correction=0, keepdim=True, out=_empty(x, o)),
                    torch.var(x, [0], out=_empty(x, o)), torch.logsumexp(x, 1, out=_empty(x, o)),
                    torch.logsumexp(x, (0, 1), keepdim=True, out=_empty(x, o))],
-        (D.rand(6, 300, seed=2) * 4).to(dt), modes=EAGER, expect_raise=False, atol=1e-5, rtol=1e-5)
+        (rand(6, 300, seed=2) * 4).to(dt), modes=EAGER, expect_raise=False, atol=1e-5, rtol=1e-5)
         for dt, o in ((torch.float16, torch.float32), (torch.bfloat16, torch.float32), (torch.float32, torch.float64))],
     "logsumexp_into_wider_out_infinities": lambda: D.check(
         lambda x: [torch.logsumexp(x, 1, out=_empty(x, torch.float32)),
                    torch.logsumexp(x[:0], 1, out=_empty(x, torch.float32))],
-        D.t([[1.0, float("inf"), 2.0], [float("-inf")] * 3, [float("nan"), 1.0, 0.0]], dtype=torch.float16),
+        t([[1.0, float("inf"), 2.0], [float("-inf")] * 3, [float("nan"), 1.0, 0.0]], dtype=torch.float16),
         modes=EAGER, expect_raise=False),
     "var_all_half_into_float_out": lambda: D.check_raises(
-        lambda x: torch.var(x, out=_empty(x, torch.float32)), D.rand(3, 4).half(), modes=EAGER),
+        lambda x: torch.var(x, out=_empty(x, torch.float32)), rand(3, 4).half(), modes=EAGER),
     # out= of another dtype that CPU's kernels refuse (half/float/double/long inputs; the tpu cast into it)
-    "out_dtype_refused_more": lambda: [D.check_raises(_out_call(name), D.rand(4, 5).to(dt), modes=EAGER)
+    "out_dtype_refused_more": lambda: [D.check_raises(_out_call(name), rand(4, 5).to(dt), modes=EAGER)
                                        for name in _OUT_CALLS for dt in (torch.float16, torch.float32)],
     # CPU fills out= with ones in its own dtype when the base is 1, before any cast check
     "pow_of_one_out_any_dtype": lambda: [D.check(
         lambda e: torch.pow(base, e, out=torch.empty(3, dtype=dt, device=e.device)),
-        D.t(0.0, float("nan"), -2.0, 5.0).view(2, 2), modes=EAGER, expect_raise=False)
+        t(0.0, float("nan"), -2.0, 5.0).view(2, 2), modes=EAGER, expect_raise=False)
         for base in (1, 1.0, 1 + 0j) for dt in (torch.uint8, torch.bool, torch.float16, torch.int64)],
     "pow_of_two_or_true_out_uint8": lambda: [D.check_raises(
-        lambda e: torch.pow(base, e, out=torch.empty(4, dtype=torch.uint8, device=e.device)), D.rand(4),
+        lambda e: torch.pow(base, e, out=torch.empty(4, dtype=torch.uint8, device=e.device)), rand(4),
         modes=EAGER) for base in (2.0, True)],
     "kthvalue_out_is_input": lambda: D.check_raises(
         lambda x: torch.kthvalue(x, 2, 0, out=(x, torch.zeros((), dtype=torch.long, device=x.device))),
-        D.rand(5), modes=EAGER),
+        rand(5), modes=EAGER),
     "multinomial_int_probs": lambda: D.check_raises(lambda p: torch.multinomial(p, 2), torch.tensor([[1, 2]]),
                                                     modes=ALL),
     "scatter_reduce_bool_mean": lambda: D.check_raises(
@@ -277,26 +279,26 @@ SILENT_CASES = {
         for f in (lambda x: torch.masked_select(x, x > 1, out=x), lambda x: torch.masked_select(x, x > 1, out=x[2:]))],
     "masked_select_out_dtype": lambda: D.check_raises(
         lambda x: torch.masked_select(x, x > 0, out=torch.empty(0, dtype=torch.float64, device=x.device)),
-        D.rand(3, 4), modes=EAGER),
+        rand(3, 4), modes=EAGER),
     # index_add/index_reduce with a source of the wrong shape: the tpu broadcast it into the result
     "index_add_source_shape": lambda: D.check_raises(
-        lambda x, i: torch.index_add(x, 0, i, torch.tensor([2.0, 4.0], device=x.device)), D.rand(3, 2),
+        lambda x, i: torch.index_add(x, 0, i, torch.tensor([2.0, 4.0], device=x.device)), rand(3, 2),
         torch.tensor([0, 2]), modes=ALL),
     "index_add_source_0d": lambda: D.check_raises(
-        lambda x, i: torch.index_add(x, 0, i, torch.ones((), device=x.device)), D.rand(2), torch.tensor([0]),
+        lambda x, i: torch.index_add(x, 0, i, torch.ones((), device=x.device)), rand(2), torch.tensor([0]),
         modes=ALL),
     "index_add_source_dims": lambda: D.check_raises(
         lambda x: torch.index_add(x, 1, torch.tensor([0], device=x.device), torch.ones(3, device=x.device)),
-        D.rand(3, 2), modes=EAGER),
+        rand(3, 2), modes=EAGER),
     "index_reduce_source_shape": lambda: D.check_raises(
-        lambda x, i: torch.index_reduce(x, 0, i, torch.ones(2, 3, device=x.device), "prod"), D.rand(3, 2),
+        lambda x, i: torch.index_reduce(x, 0, i, torch.ones(2, 3, device=x.device), "prod"), rand(3, 2),
         torch.tensor([0, 2]), modes=EAGER),
     "index_add_ok_shapes": lambda: D.check(
         lambda x, i: [torch.index_add(x, 0, i, torch.ones(2, 2, device=x.device)),
                       x.clone().index_add_(-1, i[:1], torch.ones(3, 1, device=x.device)),
                       torch.index_add(x[0, 0], 0, i[:1], torch.ones((), device=x.device)),
                       torch.index_reduce(x, 0, i, torch.ones(2, 2, device=x.device), "amax")],
-        D.rand(3, 2), torch.tensor([0, 2]), modes=ALL),
+        rand(3, 2), torch.tensor([0, 2]), modes=ALL),
 }
 
 # in-place ops whose result broadcasts to another shape than self: CPU refuses, the tpu wrote (or resized)
@@ -307,15 +309,15 @@ _INPLACE_BROADCAST = {
 }
 for _k, _f in _INPLACE_BROADCAST.items():
     SILENT_CASES[f"inplace_broadcast_{_k}"] = (lambda f: lambda: D.check_raises(
-        f, D.rand(5, 1), D.rand(5, seed=1), modes=ALL))(_f)
+        f, rand(5, 1), rand(5, seed=1), modes=ALL))(_f)
 SILENT_CASES["inplace_broadcast_bitwise_left_shift_"] = lambda: D.check_raises(
     lambda x, y: x.bitwise_left_shift_(y), _ints(5, 1, low=0, high=9), _ints(5, seed=1, low=0, high=4), modes=ALL)
 SILENT_CASES["inplace_broadcast_intermediate_eager"] = lambda: D.check_raises(
-    lambda x, y: (x * 2).clamp_max_(y), D.rand(5, 1), D.rand(5, seed=1), modes=EAGER)
+    lambda x, y: (x * 2).clamp_max_(y), rand(5, 1), rand(5, seed=1), modes=EAGER)
 SILENT_CASES["inplace_same_shape_ok"] = lambda: D.check(
     lambda x, y: [x.clone().clamp_max_(y[:1]), x.clone().squeeze_(), x.clone().unsqueeze_(0),
                   torch.ones(5, 5, device=x.device).addr_(y, y, beta=2), x.clone().resize_as_(y), x.clone().atan2_(x)],
-    D.rand(5, 1), D.rand(5, seed=1), modes=ALL)
+    rand(5, 1), rand(5, seed=1), modes=ALL)
 
 # out= tensors that are (or overlap) an input the CPU kernel refuses to alias: the tpu computed them
 _I = torch.tensor([2, 1, 0])
@@ -328,11 +330,11 @@ _OUT_ALIAS = {
     "scatter_src_is_self": lambda x, i: torch.scatter(x, 0, i, x, out=x),
 }
 for _k, _f in _OUT_ALIAS.items():
-    SILENT_CASES[f"out_aliases_{_k}"] = (lambda f: lambda: D.check_raises(f, D.rand(3), _I.clone(), modes=EAGER))(_f)
+    SILENT_CASES[f"out_aliases_{_k}"] = (lambda f: lambda: D.check_raises(f, rand(3), _I.clone(), modes=EAGER))(_f)
 SILENT_CASES["out_aliases_allowed"] = lambda: D.check(
     lambda x, i: [torch.scatter(x, 0, i, torch.ones(3, device=x.device), out=x),
                   torch.scatter(x, 0, i, 2.0, reduce="add", out=x),
-                  torch.gather(x, 0, i, out=torch.empty(3, device=x.device))], D.rand(3), _I.clone(), modes=EAGER)
+                  torch.gather(x, 0, i, out=torch.empty(3, device=x.device))], rand(3), _I.clone(), modes=EAGER)
 
 _CONV_BAD = {
     "neg_padding": lambda x, w: F.conv2d(x, w, padding=-1),
@@ -347,7 +349,7 @@ _CONV_BAD = {
     "conv1d_neg_padding": lambda x, w: F.conv1d(x[0], w[0], padding=-1),
 }
 for _k, _f in _CONV_BAD.items():
-    SILENT_CASES[f"conv_{_k}"] = (lambda f: lambda: D.check_raises(f, D.rand(1, 1, 6, 6), D.rand(1, 1, 2, 2, seed=1),
+    SILENT_CASES[f"conv_{_k}"] = (lambda f: lambda: D.check_raises(f, rand(1, 1, 6, 6), rand(1, 1, 2, 2, seed=1),
                                                                    modes=ALL))(_f)
 
 
@@ -357,10 +359,10 @@ ISOLATED_CASES.update({f"silent:{k}": v for k, v in SILENT_CASES.items()})
 ISOLATED_CASES.update({f"raised:{k}": v for k, v in TPU_RAISED_CASES.items()})
 ISOLATED_CASES["value:uint8_bilinear"] = _uint8_bilinear
 ISOLATED_CASES["raised:inplace_broadcast_intermediate_compiled"] = lambda: D.check_raises(
-    lambda x, y: (x * 2).clamp_max_(y), D.rand(5, 1), D.rand(5, seed=1), modes=["compiled"])
+    lambda x, y: (x * 2).clamp_max_(y), rand(5, 1), rand(5, seed=1), modes=["compiled"])
 
 # Open gaps: name -> D.Gap(reason, match), a strict xfail of the failure it expects.
 GAPS = {}
 
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, GAPS, timeout_per_case=180)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, GAPS, timeout_per_case=180)

@@ -1,7 +1,7 @@
 """The precise float32 functions used on TPUs (ops/precise_f32.py, chosen by ops/elementary.py): within a few
 ulps of float64 on every platform, torch's special values, and the ops built from them equal CPU torch
 when forced on here (TORCH_TPU_F32_MATH=precise). Their error on the chip itself is measured by
-bench/tpu_probe.py (bench/results/tpu/probe.json)."""
+bench/probes/tpu_probe.py (bench/results/tpu/probe.json)."""
 import jax
 import numpy as np
 import pytest

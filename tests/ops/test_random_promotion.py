@@ -16,13 +16,13 @@ import warnings
 import pytest
 import torch
 
-from tests.harness import differential as D
+from tests.harness.inputs import fuzz_seeds
 import torch_tpu
 from torch_tpu.errors import DeviceAssertError
 
 pytestmark = pytest.mark.fuzz
 
-SEEDS = D.fuzz_seeds(200)
+SEEDS = fuzz_seeds(200)
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.complex64]
 NUMBERS = [0, 1, -1, 2, 7, True, False, 0.0, -0.0, 1.0, 2.5, -3.5, 1e10, float("inf"), float("nan"), 1 + 0j,

@@ -42,10 +42,11 @@ import torch
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.inputs import fuzz_seeds, per_device, PerDevice, t
 
 pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 
-SEEDS = D.fuzz_seeds(120)
+SEEDS = fuzz_seeds(120)
 COMPILED_SEEDS = range(int(os.environ.get("TORCH_TPU_FUZZ_COMPILED_SEEDS", "6")))
 
 INTS = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
@@ -116,7 +117,7 @@ SHAPES = [(5,), (3, 4), (2, 3, 2), (), (0,), (3, 0), (1, 5), (4, 1)]
 LAYOUTS = ["contiguous", "contiguous", "transposed", "step", "expanded"]
 
 
-def _tensor(r: random.Random, dtype, shape, layout=None, special=0.5, values=None) -> D.PerDevice:
+def _tensor(r: random.Random, dtype, shape, layout=None, special=0.5, values=None) -> PerDevice:
     """A tensor of ``shape`` on each device, built the same way: contiguous, a transposed view, a view
     sliced with step 2, or an expanded view (a stride 0 dimension). Returns a PerDevice with a label."""
     layout = layout or r.choice(LAYOUTS)
@@ -151,7 +152,7 @@ def _tensor(r: random.Random, dtype, shape, layout=None, special=0.5, values=Non
 
         def make(d, base=base):
             return base.clone().to(d)
-    p = D.per_device(lambda d, make=make: _flush_subnormals(make(d)) if d == "cpu" and _FLUSH[0] else make(d))
+    p = per_device(lambda d, make=make: _flush_subnormals(make(d)) if d == "cpu" and _FLUSH[0] else make(d))
     p.label = f"{str(dtype)[6:]}{list(shape)}{'' if layout == 'contiguous' else ':' + layout}"
     p.cpu_value = make("cpu")
     return p
@@ -515,7 +516,7 @@ def case(seed: int):
 
 
 def _tolerances(args):
-    low = any(isinstance(a, D.PerDevice) and a.cpu_value.dtype in LOW for a in args)
+    low = any(isinstance(a, PerDevice) and a.cpu_value.dtype in LOW for a in args)
     return dict(atol={torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float32: 1e-5},
                 rtol={torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float32: 2e-5}) if low else \
         dict(atol={torch.float32: 1e-5}, rtol={torch.float32: 2e-5})
@@ -536,7 +537,7 @@ def _flushing(fn):
 
 
 def _has_subnormals(args) -> bool:
-    return any(isinstance(a, D.PerDevice) and bool(_subnormal(a.cpu_value).any()) for a in args)
+    return any(isinstance(a, PerDevice) and bool(_subnormal(a.cpu_value).any()) for a in args)
 
 
 def run_seed(seed: int, modes) -> str | None:
@@ -586,11 +587,11 @@ def _halves(seed=0, n=300):
 
 REGRESSIONS = {
     # round(decimals=) has no integer kernel on CPU: the tpu returned values
-    "round_decimals_int": (lambda x: torch.round(x, decimals=-1), [D.t(15, -25, 7)], True),
-    "round_decimals0_int8": (lambda x: torch.round(x, decimals=0), [D.t(1, 2, dtype=torch.int8)], True),
+    "round_decimals_int": (lambda x: torch.round(x, decimals=-1), [t(15, -25, 7)], True),
+    "round_decimals0_int8": (lambda x: torch.round(x, decimals=0), [t(1, 2, dtype=torch.int8)], True),
     # histc has no integer kernel on CPU: the tpu counted
-    "histc_int64": (lambda x: torch.histc(x, 3, 0, 3), [D.t(1, 2, 2)], True),
-    "histc_uint8": (lambda x: torch.histc(x, 5), [D.t(1, 2, 9, dtype=torch.uint8)], True),
+    "histc_int64": (lambda x: torch.histc(x, 3, 0, 3), [t(1, 2, 2)], True),
+    "histc_uint8": (lambda x: torch.histc(x, 5), [t(1, 2, 9, dtype=torch.uint8)], True),
     # histc of float16/bfloat16: CPU computes the bin in the dtype; the tpu's float32 bins put values near an
     # edge into the next bin; min == max (not only 0 == 0) means the data's range
     "histc_half_edges": (lambda x: torch.histc(x, 37, -4.5, 4.5), [_halves().half()], False),
@@ -618,7 +619,7 @@ REGRESSIONS = {
     "round_decimals_float": (lambda x: (torch.round(x, decimals=-1), torch.round(x, decimals=2)),
                              [torch.arange(-400, 400, dtype=torch.float32) / 8], False),
     # a rounding division of bools: CPU has no kernel, the tpu divided (or asserted a zero divisor)
-    "div_trunc_bool": (lambda x: torch.div(x, True, rounding_mode="trunc"), [D.t(True, False)], True),
+    "div_trunc_bool": (lambda x: torch.div(x, True, rounding_mode="trunc"), [t(True, False)], True),
     # Scalars past the dtype's range: CPU raises (c10::checked_convert), the tpu stored or computed with inf
     "fill_half_overflow": (lambda x: x.fill_(70000.0), [torch.zeros(3, dtype=torch.float16)], True),
     "full_float_overflow": (lambda x: torch.full_like(x, 1e40), [torch.zeros(2)], True),
@@ -628,7 +629,7 @@ REGRESSIONS = {
                                  [torch.zeros(3, dtype=torch.float16)], True),
     "scatter_value_overflow": (lambda x: x.scatter(0, torch.tensor([0], device=x.device), 70000.0),
                                [torch.zeros(3, dtype=torch.float16)], True),
-    "threshold_value_overflow": (lambda x: torch.threshold(x, 0.5, 300), [D.t(1, 0, 3, dtype=torch.int8)], True),
+    "threshold_value_overflow": (lambda x: torch.threshold(x, 0.5, 300), [t(1, 0, 3, dtype=torch.int8)], True),
     "hardtanh_half_overflow": (lambda x: torch.nn.functional.hardtanh(x, -1e10, 1e10),
                                [torch.zeros(3, dtype=torch.float16)], True),
     # integer hardtanh: bounds past the dtype raise on CPU (the tpu clamped with them); negative bounds of
@@ -652,29 +653,29 @@ REGRESSIONS = {
                                            [float("inf"), float("inf"), 1.0]])], False),
     "var_mean_float64_welford": (lambda x: (torch.var_mean(x, 1), torch.std_mean(x[0, 0]), torch.var_mean(-x[1, 1])),
                                  [torch.tensor([[1.0, float("inf"), 3.0], [-0.0, -0.0, 0.0]], dtype=torch.float64)], False),
-    "leaky_relu_slope_overflow": (lambda x: F.leaky_relu(x, 1e40), [D.t(-1.0, 2.0)], True),
-    "elu_alpha_overflow": (lambda x: F.elu(x.half(), 1e40), [D.t(-1.0, 2.0)], True),
-    "elu_input_scale_overflow": (lambda x: torch.ops.aten.elu(x, 1, 1, 1e40), [D.t(-1.0, 2.0)], True),
-    "softplus_beta_overflow": (lambda x: F.softplus(x, 1e40), [D.t(-1.0, 2.0)], True),
-    "celu_alpha_zero": (lambda x: F.celu(x, 0.0), [D.t(-1.0, 2.0)], True),
-    "celu_alpha_zero_inplace": (lambda x: F.celu_(x, 0.0), [D.t(-1.0, 2.0)], True),
-    "celu_alpha_overflow": (lambda x: F.celu(x, 1e40), [D.t(-1.0, 2.0).bfloat16()], True),
-    "hardshrink_half_lambda": (lambda x: F.hardshrink(x, 70000.0), [D.t(-1.0, 2.0).half()], True),
-    "softshrink_lambda_overflow": (lambda x: F.softshrink(x, 1e40), [D.t(-1.0, 2.0)], True),
+    "leaky_relu_slope_overflow": (lambda x: F.leaky_relu(x, 1e40), [t(-1.0, 2.0)], True),
+    "elu_alpha_overflow": (lambda x: F.elu(x.half(), 1e40), [t(-1.0, 2.0)], True),
+    "elu_input_scale_overflow": (lambda x: torch.ops.aten.elu(x, 1, 1, 1e40), [t(-1.0, 2.0)], True),
+    "softplus_beta_overflow": (lambda x: F.softplus(x, 1e40), [t(-1.0, 2.0)], True),
+    "celu_alpha_zero": (lambda x: F.celu(x, 0.0), [t(-1.0, 2.0)], True),
+    "celu_alpha_zero_inplace": (lambda x: F.celu_(x, 0.0), [t(-1.0, 2.0)], True),
+    "celu_alpha_overflow": (lambda x: F.celu(x, 1e40), [t(-1.0, 2.0).bfloat16()], True),
+    "hardshrink_half_lambda": (lambda x: F.hardshrink(x, 70000.0), [t(-1.0, 2.0).half()], True),
+    "softshrink_lambda_overflow": (lambda x: F.softshrink(x, 1e40), [t(-1.0, 2.0)], True),
     "activation_parameters_in_range": (lambda x: (F.leaky_relu(x, 7e4), F.elu(x, 3e38), F.celu(x, 0.25),
                                                   F.hardshrink(x, 1.5), F.softshrink(x.double(), 1e40)),
-                                       [D.t(-1.0, 2.0, 0.1)], False),
-    "hardtanh_uint8_overflow": (lambda x: torch.nn.functional.hardtanh(x, 0.0, 300.0), [D.t(1, 200, dtype=torch.uint8)],
+                                       [t(-1.0, 2.0, 0.1)], False),
+    "hardtanh_uint8_overflow": (lambda x: torch.nn.functional.hardtanh(x, 0.0, 300.0), [t(1, 200, dtype=torch.uint8)],
                                 True),
-    "hardtanh_int8_overflow": (lambda x: torch.nn.functional.hardtanh(x, -200, 1), [D.t(1, -100, dtype=torch.int8)],
+    "hardtanh_int8_overflow": (lambda x: torch.nn.functional.hardtanh(x, -200, 1), [t(1, -100, dtype=torch.int8)],
                                True),
     "hardtanh_uint8_in_range_then_negative": (
         lambda x: (torch.nn.functional.hardtanh(x, 0.5, 2.5), torch.nn.functional.hardtanh(x, -1.0, 1.0)),
-        [D.t(1, 200, dtype=torch.uint8)], True),
-    "clamp_float_overflow": (lambda x: x.clamp(min=1e40), [D.t(1, 2)], True),
+        [t(1, 200, dtype=torch.uint8)], True),
+    "clamp_float_overflow": (lambda x: x.clamp(min=1e40), [t(1, 2)], True),
     "add_alpha_half_overflow": (lambda x: torch.add(x, x, alpha=70000.0), [torch.ones(2, dtype=torch.float16)], True),
     "addcmul_value_overflow": (lambda x: torch.addcmul(x, x, x, value=1e40), [torch.ones(2)], True),
-    "addcmul_int_value_overflow": (lambda x: torch.addcmul(x, x, x, value=300), [D.t(1, 2, dtype=torch.int8)], True),
+    "addcmul_int_value_overflow": (lambda x: torch.addcmul(x, x, x, value=300), [t(1, 2, dtype=torch.int8)], True),
     "lerp_weight_overflow": (lambda x: torch.lerp(x, x, 1e40), [torch.ones(2, dtype=torch.float16)], True),
     "pow_half_exponent_overflow": (lambda x: x ** 70000.0, [torch.ones(2, dtype=torch.float16)], True),
     # (the other side of the check: CPU fills one float16 element unchecked, its scalar_fill path, as
@@ -682,9 +683,9 @@ REGRESSIONS = {
     "full_half_one_element": (lambda x: (torch.full_like(x, 70000.0), torch.where(x > 0, 70000.0, x)),
                               [torch.zeros((), dtype=torch.float16)], False),
     # dtypes CPU kernels refuse: threshold of bool/complex, addcmul of bools, arange in bool/complex
-    "threshold_bool": (lambda x: torch.threshold(x, 0, 1), [D.t(True, False)], True),
+    "threshold_bool": (lambda x: torch.threshold(x, 0, 1), [t(True, False)], True),
     "threshold_complex": (lambda x: torch.threshold(x, 0, 1), [torch.tensor([1j])], True),
-    "addcmul_bool": (lambda x: torch.addcmul(x, x, x), [D.t(True, False)], True),
+    "addcmul_bool": (lambda x: torch.addcmul(x, x, x), [t(True, False)], True),
     "arange_bool": (lambda x: torch.arange(3, dtype=torch.bool, device=x.device), [torch.zeros(1)], True),
     "arange_complex": (lambda x: torch.arange(0, 3, dtype=torch.complex64, device=x.device), [torch.zeros(1)],
                        True),
@@ -702,7 +703,7 @@ REGRESSIONS = {
     "xlogy_double_half": (lambda x, y: torch.xlogy(x, y), [torch.tensor([1.0, 0.3, 3.0], dtype=torch.float64),
                                                             torch.tensor([0.3, 2.0, 7.1], dtype=torch.float16)], False),
     # heaviside of tensors of different dtypes: CPU refuses, torch's decomposition on the tpu computed
-    "heaviside_dtypes": (lambda x, v: torch.heaviside(x, v), [D.t(0.0, 2.0, -1.0), D.t(1, 1, 1, dtype=torch.int16)],
+    "heaviside_dtypes": (lambda x, v: torch.heaviside(x, v), [t(0.0, 2.0, -1.0), t(1, 1, 1, dtype=torch.int16)],
                          True),
     # torch.unique keeps every NaN as a value of its own (numpy's unique merged them: counts and inverse off)
     "unique_nans": (lambda x: torch.unique(x, return_inverse=True, return_counts=True),

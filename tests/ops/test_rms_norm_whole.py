@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu
-from tests.harness.differential import programs_run
+from tests.harness.counting import programs_run
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 1.6e-2, torch.float16: 1e-3}
 CASES = {  # name: (input dtype, weight dtype or None, normalized_shape, eps)

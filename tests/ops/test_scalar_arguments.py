@@ -14,6 +14,9 @@ import torch.nn.functional as F
 
 import torch_tpu
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read, sync
+from tests.harness.counting import counting, program_cache_sizes
+from tests.harness.inputs import DEV, rand, t
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -28,12 +31,12 @@ DTYPES = [torch.bool, torch.uint8, torch.int64, torch.bfloat16, torch.float32]
 
 def _input(dtype):
     if dtype == torch.bool:
-        return D.t(True, False, True, False)
+        return t(True, False, True, False)
     if dtype == torch.uint8:
-        return D.t(0, 1, 5, 250, dtype=dtype)
+        return t(0, 1, 5, 250, dtype=dtype)
     if dtype.is_floating_point:
-        return D.t(-2.5, -0.0, 0.0, 3.0, dtype=dtype)
-    return D.t(-7, 0, 1, 5, dtype=dtype)
+        return t(-2.5, -0.0, 0.0, 3.0, dtype=dtype)
+    return t(-7, 0, 1, 5, dtype=dtype)
 
 
 BINARY = {
@@ -94,19 +97,19 @@ def test_complex_scalar_after_real(eager_mode, op, dtype):
 
 
 def test_uint8_times_int_then_float(eager_mode):
-    D.check_orders(lambda u: u * 2, lambda u: u * 2.0, D.t(1, 2, 200, dtype=torch.uint8))
+    D.check_orders(lambda u: u * 2, lambda u: u * 2.0, t(1, 2, 200, dtype=torch.uint8))
 
 
 def test_int_plus_float_then_int(eager_mode):
-    D.check_orders(lambda i: i + 1.0, lambda i: i + 1, D.t(1, 2, 3))
+    D.check_orders(lambda i: i + 1.0, lambda i: i + 1, t(1, 2, 3))
 
 
 def test_bool_plus_true(eager_mode):
-    D.check_orders(lambda b: b + True, lambda b: b + 1, D.t(True, False))
+    D.check_orders(lambda b: b + True, lambda b: b + 1, t(True, False))
 
 
 def test_clamp_max_negative_zero(eager_mode):
-    D.check_orders(lambda x: x.clamp(max=0.0), lambda x: x.clamp(max=-0.0), D.t(0.0, -0.0, 1.0, -1.0),
+    D.check_orders(lambda x: x.clamp(max=0.0), lambda x: x.clamp(max=-0.0), t(0.0, -0.0, 1.0, -1.0),
                    signed_zeros=True)
 
 
@@ -115,7 +118,7 @@ def test_signed_zero_fill_and_full(eager_mode, v):
     D.check_sequence([lambda x: torch.full_like(x, 0.0), lambda x: torch.full_like(x, v),
                       lambda x: torch.full((3,), v, device=x.device), lambda x: x.clone().fill_(v),
                       lambda x: torch.where(x > 5, x, v), lambda x: x * v],
-                     D.t(1.0, 2.0, 3.0), signed_zeros=True)
+                     t(1.0, 2.0, 3.0), signed_zeros=True)
 
 
 FACTORIES = {
@@ -139,12 +142,12 @@ FACTORIES = {
 @pytest.mark.parametrize("name", sorted(FACTORIES))
 def test_factory_scalar_types(eager_mode, name):
     calls = [D.named(f"{name}[{i}]", (lambda x, f=f: f(x.device.type))) for i, f in enumerate(FACTORIES[name])]
-    D.check_both_orders(calls, D.t(0.0))
+    D.check_both_orders(calls, t(0.0))
 
 
 def test_arange_float_then_int(eager_mode):
     D.check_orders(lambda x: torch.arange(5.0, device=x.device), lambda x: torch.arange(5, device=x.device),
-                   D.t(0.0))
+                   t(0.0))
 
 
 ZERO_DIM = {
@@ -171,25 +174,25 @@ def test_zero_dim_tensor_as_scalar(eager_mode, op, dtype):
 def test_int_pow_negative(eager_mode, dtype):
     """CPU: ``int ** negative int scalar`` raises; ``int ** negative int tensor`` gives 0 (1 and -1
     excepted), never INT64_MIN."""
-    x = D.t(2, 1, 3, 0, dtype=dtype) if dtype == torch.uint8 else D.t(2, 1, -1, 3, dtype=dtype)
+    x = t(2, 1, 3, 0, dtype=dtype) if dtype == torch.uint8 else t(2, 1, -1, 3, dtype=dtype)
     D.check(lambda a: a ** -1, x)
-    D.check(lambda a, b: a ** b, x, D.t(-1, -2, -3, -1, dtype=dtype if dtype != torch.uint8 else torch.int64))
-    D.check(lambda a, b: torch.pow(a, b), x, D.t(0, 1, 2, 62, dtype=torch.int64))
+    D.check(lambda a, b: a ** b, x, t(-1, -2, -3, -1, dtype=dtype if dtype != torch.uint8 else torch.int64))
+    D.check(lambda a, b: torch.pow(a, b), x, t(0, 1, 2, 62, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("big", [2 ** 63, -(2 ** 63) - 1, 2 ** 64, 1e400])
 def test_scalar_out_of_range(eager_mode, big):
     """A scalar too big for int64 / float: CPU raises or saturates; the tpu must do the same."""
-    D.check(lambda x: x + big, D.t(1, 2))
-    D.check(lambda x: x * big, D.t(1.0, 2.0))
+    D.check(lambda x: x + big, t(1, 2))
+    D.check(lambda x: x * big, t(1.0, 2.0))
 
 
 @pytest.mark.parametrize("s", [300, -1, 256, 1.5, -0.5])
 def test_narrow_int_scalar_wrap(eager_mode, s):
     """Scalars cast into narrow integer dtypes (uint8/int8) follow torch's rules."""
     D.check_both_orders([lambda x: x + s, lambda x: x + 1, lambda x: x.clone().fill_(s) if isinstance(s, int) else x],
-                        D.t(1, 2, 250, dtype=torch.uint8))
-    D.check_both_orders([lambda x: x * s, lambda x: x * 2], D.t(-100, 2, 100, dtype=torch.int8))
+                        t(1, 2, 250, dtype=torch.uint8))
+    D.check_both_orders([lambda x: x * s, lambda x: x * 2], t(-100, 2, 100, dtype=torch.int8))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -200,10 +203,10 @@ def _warm_then_count(step, values, warm=2):
     """Run ``step(v)`` on the first ``warm`` values (compiling what it needs), then on the rest;
     returns the counters of the rest."""
     for v in values[:warm]:
-        D.read(step(v))
-    with D.counting() as c:
+        read(step(v))
+    with counting() as c:
         for v in values[warm:]:
-            D.read(step(v))
+            read(step(v))
     return c
 
 
@@ -236,8 +239,8 @@ VALUES = [0.01, 0.02, 0.013, 0.5, 0.7, 1.3, 3e-4]
 @pytest.mark.parametrize("name", sorted(STEPS))
 def test_changing_scalar_compiles_nothing(eager_mode, name):
     fn = STEPS[name]
-    x = D.rand(4).to(D.DEV)
-    g = D.rand(4, seed=1).to(D.DEV)
+    x = rand(4).to(DEV)
+    g = rand(4, seed=1).to(DEV)
     c = _warm_then_count(lambda v: fn(x, g, v), VALUES)
     assert c.compiles == 0 and c.cache_misses == 0, (
         f"[recompiles] {name}: {len(VALUES) - 2} calls with new scalar values compiled {c.compiles} programs "
@@ -250,7 +253,7 @@ def test_changing_scalar_values(eager_mode, name):
     show here)."""
     fn = STEPS[name]
     calls = [D.named(f"{name}({v})", (lambda x, g, v=v: fn(x, g, v))) for v in VALUES]
-    D.check_sequence(calls, D.rand(4), D.rand(4, seed=1))
+    D.check_sequence(calls, rand(4), rand(4, seed=1))
 
 
 def _model(d):
@@ -273,8 +276,8 @@ def _train_steps(d, make_opt, steps, sched=False):
     m = _model(d)
     opt = make_opt(m.parameters())
     s = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.7) if sched else None
-    x = D.rand(3, 4, seed=2).to(d)
-    y = D.rand(3, 2, seed=3).to(d)
+    x = rand(3, 4, seed=2).to(d)
+    y = rand(3, 2, seed=3).to(d)
     losses = []
     for _ in range(steps):
         opt.zero_grad()
@@ -290,18 +293,18 @@ def _train_steps(d, make_opt, steps, sched=False):
 @pytest.mark.parametrize("opt,sched", [("sgd", True), ("sgd_momentum_nesterov", False), ("adam", False),
                                        ("adam", True), ("adamw", False), ("rmsprop", False)])
 def test_optimizer_steps_compile_nothing_after_warmup(eager_mode, opt, sched):
-    m, o, _ = _train_steps(D.DEV, OPTIMIZERS[opt], 3, sched)
-    x = D.rand(3, 4, seed=2).to(D.DEV)
-    y = D.rand(3, 2, seed=3).to(D.DEV)
+    m, o, _ = _train_steps(DEV, OPTIMIZERS[opt], 3, sched)
+    x = rand(3, 4, seed=2).to(DEV)
+    y = rand(3, 2, seed=3).to(DEV)
     s = torch.optim.lr_scheduler.StepLR(o, 1, gamma=0.7) if sched else None
-    with D.counting() as c:
+    with counting() as c:
         for _ in range(3):
             o.zero_grad()
             torch.nn.functional.mse_loss(m(x), y).backward()
             o.step()
             if s:
                 s.step()
-        D.read(list(m.parameters()))
+        read(list(m.parameters()))
     assert c.compiles == 0 and c.cache_misses == 0, (
         f"[recompiles] {opt}{' + StepLR' if sched else ''}: 3 training steps after a 3-step warm-up compiled "
         f"{c.compiles} programs ({c.cache_misses} cache misses)")
@@ -310,21 +313,21 @@ def test_optimizer_steps_compile_nothing_after_warmup(eager_mode, opt, sched):
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
 def test_optimizer_matches_cpu(eager_mode, opt):
     mc, _, lc = _train_steps("cpu", OPTIMIZERS[opt], 4, sched=True)
-    mt, _, lt = _train_steps(D.DEV, OPTIMIZERS[opt], 4, sched=True)
-    D.assert_same(torch.stack(lc), D.read(torch.stack(lt)), where="losses", atol=1e-4, rtol=1e-4)
-    D.assert_same(list(mc.parameters()), D.read(list(mt.parameters())), where="parameters", atol=1e-4, rtol=1e-4)
+    mt, _, lt = _train_steps(DEV, OPTIMIZERS[opt], 4, sched=True)
+    assert_same(torch.stack(lc), read(torch.stack(lt)), where="losses", atol=1e-4, rtol=1e-4)
+    assert_same(list(mc.parameters()), read(list(mt.parameters())), where="parameters", atol=1e-4, rtol=1e-4)
 
 
 def test_nan_scalar_hits_cache(eager_mode):
-    x = D.rand(4).to(D.DEV)
+    x = rand(4).to(DEV)
     for _ in range(2):
-        D.read(x + NAN)
-        D.read(torch.full_like(x, NAN))
-    with D.counting() as c:
+        read(x + NAN)
+        read(torch.full_like(x, NAN))
+    with counting() as c:
         for _ in range(3):
-            D.read(x + NAN)
-            D.read(torch.full_like(x, NAN))
-            D.read(x.masked_fill(x > 0, NAN))
+            read(x + NAN)
+            read(torch.full_like(x, NAN))
+            read(x.masked_fill(x > 0, NAN))
     assert c.cache_misses <= 1 and c.compiles <= 1, (
         f"[recompiles] a NaN scalar compiled {c.compiles} programs / {c.cache_misses} cache misses over 3 calls")
 
@@ -332,26 +335,26 @@ def test_nan_scalar_hits_cache(eager_mode):
 def test_program_cache_does_not_grow_per_scalar_value(eager_mode):
     """40 distinct scalar values through a few ops: the backend's program caches must not grow with
     the number of values."""
-    x = D.rand(4).to(D.DEV)
+    x = rand(4).to(DEV)
     for v in (0.25, 0.5):
-        D.read([x * v, x + v, x.clamp(max=v)])
-    before = D.program_cache_sizes()
+        read([x * v, x + v, x.clamp(max=v)])
+    before = program_cache_sizes()
     for i in range(40):
         v = 1.0 + i / 7
-        D.read([x * v, x.clamp(max=v)])
-    after = D.program_cache_sizes()
+        read([x * v, x.clamp(max=v)])
+    after = program_cache_sizes()
     grown = {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0) > 3}
     assert not grown, f"[growth] program caches grew with the scalar values: {grown}"
 
 
 def test_memory_does_not_grow_per_scalar_value(eager_mode):
-    x = D.rand(64).to(D.DEV)
-    D.read(x * 0.5)
-    D.sync()
+    x = rand(64).to(DEV)
+    read(x * 0.5)
+    sync()
     base = torch.tpu.memory_allocated()
     for i in range(30):
-        D.read(x * (1 + i / 3))
-    D.sync()
+        read(x * (1 + i / 3))
+    sync()
     import gc
     gc.collect()
     grown = torch.tpu.memory_allocated() - base
@@ -362,7 +365,7 @@ def test_memory_does_not_grow_per_scalar_value(eager_mode):
 def test_compiled_scalar_variants(v):
     """Compiled programs (torch.compile backend='tpu') keyed by scalar type: constants baked per value
     by dynamo, but never one variant's program for another."""
-    D.check(lambda x: x * v + v, D.t(1, 2, 3, dtype=torch.uint8), modes=["compiled"], signed_zeros=True)
+    D.check(lambda x: x * v + v, t(1, 2, 3, dtype=torch.uint8), modes=["compiled"], signed_zeros=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -372,7 +375,7 @@ PAIR_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.float16, torch.bfloat1
 
 
 def _pair_input(dtype, shape=(3,)):
-    base = D.t(1, 0, 3) if dtype != torch.bool else D.t(True, False, True)
+    base = t(1, 0, 3) if dtype != torch.bool else t(True, False, True)
     return base.to(dtype).reshape(shape) if shape else base[2].to(dtype)
 
 
@@ -395,11 +398,11 @@ def test_tensor_pair_promotion(a, b):
 # --------------------------------------------------------------------------------------------------
 # pow across dtype kinds, and dtypes the device cannot hold
 
-POW_BASES = {"float": D.t(0.0, 1.0, 2.0, -1.5), "int": D.t(0, 1, 2, -3), "uint8": D.t(0, 1, 2, 3, dtype=torch.uint8),
-             "complex": torch.tensor([0j, 1j, 2 + 0j, -1 + 1j]), "bool": D.t(True, False, True, True)}
+POW_BASES = {"float": t(0.0, 1.0, 2.0, -1.5), "int": t(0, 1, 2, -3), "uint8": t(0, 1, 2, 3, dtype=torch.uint8),
+             "complex": torch.tensor([0j, 1j, 2 + 0j, -1 + 1j]), "bool": t(True, False, True, True)}
 POW_EXPONENTS = {"complex_scalar": 2.5 + 1j, "complex_0dim": torch.tensor(2.5 + 1j),
                  "complex_tensor": torch.tensor([2.5 + 1j, 1.5 + 0j, 1 + 0j, 0.5 - 2j]), "zero_complex": 0j,
-                 "bool_0dim": torch.tensor(True), "bool_tensor": D.t(True, False, False, True)}
+                 "bool_0dim": torch.tensor(True), "bool_tensor": t(True, False, False, True)}
 
 
 @pytest.mark.parametrize("e", sorted(POW_EXPONENTS))

@@ -1,6 +1,6 @@
 """64-bit floats and complex128 in programs built for a TPU, checked without a TPU.
 
-On a TPU v5e (bench/tpu_dtype_probe.py, bench/results/tpu/tpu_dtype_probe.json):
+On a TPU v5e (bench/probes/tpu_dtype_probe.py, bench/results/tpu/tpu_dtype_probe.json):
 - XLA:TPU's LU (the LuDecomposition custom call) takes float32 and complex64 only, so torch.linalg.det, slogdet,
   solve, inv, lu_factor, lu and matrix_exp of float64 failed to compile; their LU for a TPU is now ours
   (ops/linalg.py), traced here as for a TPU and run against CPU torch;

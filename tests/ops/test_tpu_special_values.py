@@ -1,6 +1,6 @@
 """Special values (signed zeros, infinities, NaN, huge values) in programs built for a TPU, checked without a TPU.
 
-On a TPU v5e (bench/tpu_semantics_probe.py, bench/results/tpu/tpu_semantics_probe.json) XLA:TPU's results differ
+On a TPU v5e (bench/probes/tpu_semantics_probe.py, bench/results/tpu/tpu_semantics_probe.json) XLA:TPU's results differ
 from CPU's: its remainder is NaN for x over +-inf (C's fmod gives x) and +0.0 for -0.0 over y, so torch.fmod,
 remainder and floor_divide by an infinity were NaN there (tests/ops/test_scalar_arguments.py caught it on the
 chip); inf / y is NaN for |y| past 2**126; atan2 and hypot of huge operands are wrong (atan2(3e38, -3e38) pi,

@@ -237,3 +237,17 @@ def test_no_module_is_too_long():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+LONG_LINES = 400  # past this, a module says at its top why it is one module
+
+
+def test_a_long_module_says_why_it_is_one():
+    """A module over 400 lines is one a newcomer cannot read at once: its docstring says why it stays one
+    ("Why one module: ..."), or it is split by responsibility."""
+    silent = {}
+    for p in PACKAGE.rglob("*.py"):
+        text = p.read_text()
+        if (n := len(text.splitlines())) > LONG_LINES and "Why one module:" not in (ast.get_docstring(ast.parse(text)) or ""):
+            silent[str(p.relative_to(PACKAGE))] = n
+    assert not silent, f"modules over {LONG_LINES} lines without a reason at their top: {silent}"

@@ -1,23 +1,29 @@
-"""The TPU lane (bench/tpu_lane.py) runs benchmark scripts on a machine with little device time to spare: a
+"""The TPU lane (bench/lane/tpu_lane.py) runs benchmark scripts on a machine with little device time to spare: a
 script refusing the lane's arguments there loses the whole step (the lane once passed ``--out`` to scripts
-that had no such option). The arguments are checked here, where it costs nothing."""
+that had no such option). The arguments are checked here, where it costs nothing; so is bench/README.md, the
+page that says which script answers which question."""
 import argparse
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+ROOT = BENCH.parent
+# bench/ itself: the user benchmarks; its folders: profilers, the chip lane and sweeps, the chip probes
+FOLDERS = {"profile", "lane", "probes", "results"}
 
 
 def _module(name):
-    spec = importlib.util.spec_from_file_location(f"bench_script_{name}", BENCH / f"{name}.py")
+    """The bench script ``bench/NAME.py`` (NAME may be in a folder: ``lane/tpu_lane``) as a module."""
+    spec = importlib.util.spec_from_file_location(f"bench_script_{name.replace('/', '_')}", BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-LANE = _module("tpu_lane")
+LANE = _module("lane/tpu_lane")
 
 
 @pytest.mark.parametrize("name", sorted(LANE.BENCH_ARGS))
@@ -25,6 +31,40 @@ def test_every_script_the_lane_runs_accepts_its_arguments(name, tmp_path):
     out = tmp_path / f"{name}.json"
     args = _module(f"bench_{name}").parser().parse_args(["--out", str(out), *LANE.BENCH_ARGS[name]])
     assert Path(args.out) == out
+
+
+def test_every_lane_step_has_its_function_and_its_scripts_exist():
+    """A step named in STEPS without its ``step_`` function, or a script moved away from the path the lane runs,
+    would fail on the chip only."""
+    for name in LANE.STEPS:
+        assert callable(getattr(LANE, f"step_{name}", None)), name
+    source = (BENCH / "lane" / "tpu_lane.py").read_text()
+    named = set(re.findall(r"bench/[\w/]+\.py", source))
+    assert named, "the lane names no script"
+    for path in sorted(named):
+        assert (ROOT / path).is_file(), f"tpu_lane.py runs {path}, which does not exist"
+    for name in LANE.BENCH_ARGS:
+        assert (BENCH / f"bench_{name}.py").is_file(), name
+
+
+def test_bench_holds_benchmarks_and_its_readme_lists_every_script():
+    """bench/ is what a user runs to measure the product: every script in it and in its folders has its line in
+    bench/README.md (which question it answers), and every script the page names exists."""
+    readme = (BENCH / "README.md").read_text()
+    folders = {p.name for p in BENCH.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert folders <= FOLDERS, f"bench/ has folders the README does not describe: {sorted(folders - FOLDERS)}"
+    scripts = [p.relative_to(BENCH).as_posix() for p in BENCH.glob("*.py")]
+    scripts += [p.relative_to(BENCH).as_posix() for folder in FOLDERS - {"results"} for p in (BENCH / folder).glob("*.py")]
+    assert "bench_model_width.py" in scripts and "lane/tpu_lane.py" in scripts
+    for script in scripts:
+        if script == "_common.py":
+            assert "`_common.py`" in readme
+            continue
+        assert re.search(rf"^\| `{re.escape(script)}` \| \S", readme, re.M), f"bench/README.md has no line for {script}"
+        if "/" not in script:
+            assert script.startswith("bench_"), f"{script}: a user benchmark is named bench_*.py"
+    for named in re.findall(r"^\| `([\w/]+\.py)` \|", readme, re.M):
+        assert (BENCH / named).is_file(), f"bench/README.md lists {named}, which does not exist"
 
 
 def test_a_benchmark_json_goes_where_it_is_told(tmp_path):

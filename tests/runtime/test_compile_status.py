@@ -1,6 +1,6 @@
 """The live 'compiling ...' status line (TORCH_TPU_COMPILE_STATUS): a compilation that runs past the
 threshold is announced on stderr with its end, a short one says nothing, 0 silences it; the CLI's
-runs show it and --quiet hides it (tests/test_cli.py)."""
+runs show it and --quiet hides it (tests/cli/test_cli.py)."""
 import re
 import time
 

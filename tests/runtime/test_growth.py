@@ -41,7 +41,8 @@ import threading
 import pytest
 import torch
 
-from tests.harness import differential as D
+from tests.harness.counting import backend_objects
+from tests.harness.inputs import rand
 import torch_tpu
 from torch_tpu.engine import device_numbers
 from torch_tpu.runtime import caches, memory
@@ -64,7 +65,7 @@ def _footprint():
     return {"live device buffers": len(jax.live_arrays()) - device_numbers.kept(),
             "live storages": memory.COUNTS.live,
             "device bytes": memory.in_use(), "open files": len(os.listdir("/proc/self/fd")),
-            "threads": threading.active_count(), "tensors and torch_tpu objects": D.backend_objects(),
+            "threads": threading.active_count(), "tensors and torch_tpu objects": backend_objects(),
             **{f"cache {k}": v for k, v in caches.sizes().items()}}
 
 
@@ -129,7 +130,7 @@ def _per_shape_fn(t):
 def test_dynamo_reset_releases_per_shape_programs():
     from torch_tpu.compile import specialize
 
-    xs = [D.rand(n, 3, seed=n) for n in (2, 3, 4, 5)]
+    xs = [rand(n, 3, seed=n) for n in (2, 3, 4, 5)]
     txs = [x.to("tpu") for x in xs]
     torch._dynamo.reset()
     gc.collect()
@@ -155,7 +156,7 @@ def test_per_shape_programs_are_bounded_and_reset(monkeypatch):
     torch._dynamo.reset()
     f = torch.compile(_per_shape_fn, backend="tpu")
     for n in range(2, 26):  # 24 sequence lengths
-        x = D.rand(n, 3, seed=n)
+        x = rand(n, 3, seed=n)
         torch.testing.assert_close(f(x.to("tpu")).cpu(), _per_shape_fn(x))
     kept = [len(c) for c in specialize._LIVE]
     if not kept:  # no per-shape graph: say how dynamo compiled (or fell back) instead
@@ -171,7 +172,7 @@ def test_per_shape_programs_are_bounded_and_reset(monkeypatch):
     from torch_tpu.runtime import caches  # the graph is still alive: the registry must count 0 programs
 
     assert caches.sizes()["per-shape compiled graphs"] == 0, caches.sizes()
-    x = D.rand(5, 3, seed=5)
+    x = rand(5, 3, seed=5)
     torch.testing.assert_close(f(x.to("tpu")).cpu(), _per_shape_fn(x))  # rebuilt after the reset
     torch._dynamo.reset()
 
@@ -192,7 +193,7 @@ def _train_setup(device, compiled):
 
 @pytest.mark.parametrize("mode", ["strict", "fused", "compiled"])
 def test_training_with_adamw_scheduler_and_scaler_stops_growing(mode):
-    data = [(D.rand(4, 6, seed=s), D.rand(4, 3, seed=s + 9)) for s in range(3)]
+    data = [(rand(4, 6, seed=s), rand(4, 3, seed=s + 9)) for s in range(3)]
     runs = {d: _train_setup(d, mode == "compiled") for d in ("cpu", "tpu")}
     tdata = [(x.to("tpu"), y.to("tpu")) for x, y in data]
 
@@ -219,7 +220,7 @@ def test_eager_loops_stop_growing(mode):
     """Views made and dropped, tensors deleted, tpu<->cpu round trips, deepcopy and state_dict save/load,
     graphs dropped without backward and retain_graph, hooks added and removed, device index errors at the
     next wait, threads that run ops and end: one loop of all of them."""
-    X = D.rand(8, 8)
+    X = rand(8, 8)
     m_cpu = torch.nn.Linear(8, 8)
     m = copy.deepcopy(m_cpu).to("tpu")
     bad = torch.tensor([9], device="tpu")
@@ -273,7 +274,7 @@ def test_inference_over_changing_shapes_stops_growing(mode):
     m_cpu = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 8))
     m = copy.deepcopy(m_cpu).to("tpu")
     fwd = torch.compile(m, backend="tpu") if mode == "compiled" else m
-    xs = [D.rand(b, s, 8, seed=b * 10 + s) for b in (1, 3) for s in (4, 7)]
+    xs = [rand(b, s, 8, seed=b * 10 + s) for b in (1, 3) for s in (4, 7)]
     txs = [x.to("tpu") for x in xs]
 
     def step(i):
@@ -309,7 +310,7 @@ def test_the_call_site_tables_are_registered_caches_emptied_by_reset():
     with the same graphs' values."""
     from torch_tpu.runtime import caches
 
-    x = D.rand(4, 6, seed=3)
+    x = rand(4, 6, seed=3)
     names = ("call site frames", "number site frames", "call site lines")
 
     def record():

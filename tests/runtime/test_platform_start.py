@@ -5,14 +5,14 @@ ask, a failed start raises at the first use, and a fork while the thread is star
 Each case runs in a fresh process (the platform starts once per process)."""
 import pytest
 
-from tests.harness import differential as D
+from tests.harness.isolated import run_isolated, stderr_excerpt
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 
 
 def _run(code: str, env: dict | None = None):
-    proc = D.run_isolated(code, timeout=120, env=env)
-    assert proc.returncode == 0, f"child failed or hung:\n{proc.stdout[-1500:]}\n{D.stderr_excerpt(proc.stderr)}"
+    proc = run_isolated(code, timeout=120, env=env)
+    assert proc.returncode == 0, f"child failed or hung:\n{proc.stdout[-1500:]}\n{stderr_excerpt(proc.stderr)}"
     return proc.stdout
 
 

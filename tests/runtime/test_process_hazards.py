@@ -18,6 +18,10 @@ import torch
 
 from tests.harness import jobs
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read
+from tests.harness.errors import assert_device_works, _exc_text, is_clear
+from tests.harness.inputs import DEV, rand
+from tests.harness.isolated import assert_isolated_ok, IsolatedBatch, run_isolated
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 
@@ -105,7 +109,7 @@ def _dist_snippet(world):
 
 @pytest.fixture(scope="module")
 def fork_batch():
-    b = D.IsolatedBatch({k: (v[0], None) for k, v in FORK.items()}, workers=2, timeout=120)
+    b = IsolatedBatch({k: (v[0], None) for k, v in FORK.items()}, workers=2, timeout=120)
     yield b
     b.close()
 
@@ -119,7 +123,7 @@ def test_fork(fork_batch, name):
             f"[silent] the forked child used the device without an error (CUDA raises): {proc.stdout[-300:]}")
     if name == "is_in_bad_fork":
         assert "BADFORK False" not in proc.stdout, "[silent] torch.tpu._is_in_bad_fork() is False in a forked child"
-    D.assert_isolated_ok(proc, expect=FORK[name][1])
+    assert_isolated_ok(proc, expect=FORK[name][1])
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -180,8 +184,8 @@ def _populate(tmp_path):
     program added. (Each test populates its own folder: a copied folder is not hit by JAX's cache.)"""
     cache = tmp_path / "xla-cache"
     cache.mkdir()
-    p1 = D.run_isolated(_POPULATE, timeout=180, env={"TORCH_TPU_CACHE_DIR": str(cache)})
-    D.assert_isolated_ok(p1)
+    p1 = run_isolated(_POPULATE, timeout=180, env={"TORCH_TPU_CACHE_DIR": str(cache)})
+    assert_isolated_ok(p1)
     files = json.loads(p1.stdout.split("FILES", 1)[1].splitlines()[0])
     return cache, files
 
@@ -198,14 +202,14 @@ def test_persistent_cache_swapped_entries(tmp_path):
     (cache / mul_f).write_bytes(b)
     (cache / add_f).write_bytes(a)
     names_before = {f.name for f in cache.iterdir()}
-    p2 = D.run_isolated(_VERIFY, timeout=180, env={"TORCH_TPU_CACHE_DIR": str(cache)})
+    p2 = run_isolated(_VERIFY, timeout=180, env={"TORCH_TPU_CACHE_DIR": str(cache)})
     new_names = {f.name for f in cache.iterdir()} - names_before
     assert not new_names, (f"test setup: the second process looked up other cache keys ({sorted(new_names)}), "
                            "so the swapped entries were never read")
     if "AssertionError: x*7.25 gave" in p2.stderr or "AssertionError: x+7.25 gave" in p2.stderr:
         pytest.fail("[wrong value] swapped persistent-cache entries ran one program for another: "
                     + p2.stdout.strip())
-    D.assert_isolated_ok(p2, expect=r"(VALUES|RAISED)[\s\S]*OK")
+    assert_isolated_ok(p2, expect=r"(VALUES|RAISED)[\s\S]*OK")
     if "RAISED" in p2.stdout:
         line = p2.stdout.split("RAISED", 1)[1].splitlines()[0]
         assert any(w in line.lower() for w in ("cache", "corrupt", "mismatch")), f"[unclear error] {line}"
@@ -216,8 +220,8 @@ def test_persistent_cache_corrupt_entry(tmp_path):
     for f in cache.iterdir():
         if f.is_file():
             f.write_bytes(b"\x00garbage" * 3)
-    p2 = D.run_isolated(_VERIFY, timeout=180, env={"TORCH_TPU_CACHE_DIR": str(cache)})
-    D.assert_isolated_ok(p2, expect=r"VALUES[\s\S]*OK")
+    p2 = run_isolated(_VERIFY, timeout=180, env={"TORCH_TPU_CACHE_DIR": str(cache)})
+    assert_isolated_ok(p2, expect=r"VALUES[\s\S]*OK")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -295,22 +299,22 @@ def test_device_api(eager_mode, case):
     exp = DEVICE_EXPECT[case]
     try:
         got = DEVICE_API[case]()
-        got = D.read(got)
+        got = read(got)
         err = None
     except Exception as e:  # noqa: BLE001
         err = e
     if isinstance(exp, str) and exp == "raise":
         assert err is not None, f"[silent] {case} returned {got!r}"
-        assert D.is_clear(err), f"[unclear error] {case}: {type(err).__module__}.{type(err).__name__}: {err}"
-        D.assert_device_works()
+        assert is_clear(err), f"[unclear error] {case}: {type(err).__module__}.{type(err).__name__}: {err}"
+        assert_device_works()
     else:
-        assert err is None, f"[tpu raised] {case}: {D._exc_text(err)}"
-        D.assert_same(exp, got, where=case)
+        assert err is None, f"[tpu raised] {case}: {_exc_text(err)}"
+        assert_same(exp, got, where=case)
 
 
 def test_repr_of_pending_and_views(eager_mode):
     x = torch.arange(6.0).reshape(2, 3)
-    xt = x.to(D.DEV)
+    xt = x.to(DEV)
     for a, b in [(x, xt), (x.t(), xt.t()), (x[1], xt[1]), (x[:0], xt[:0]), (x[0, 0], xt[0, 0]),
                  ((x * 2).bfloat16(), (xt * 2).bfloat16()), (x > 2, xt > 2)]:
         r = repr(b)
@@ -328,7 +332,7 @@ def test_launch_blocking_error_at_call():
 
 # Ops that had no lowering although CPU torch has a kernel (a user met a NotImplementedError)
 SEARCH = {
-    "nonzero_static_pad": (lambda x: torch.nonzero_static(x > 0, size=7, fill_value=-3), (D.rand(2, 3),)),
+    "nonzero_static_pad": (lambda x: torch.nonzero_static(x > 0, size=7, fill_value=-3), (rand(2, 3),)),
     "nonzero_static_cut": (lambda x: torch.nonzero_static(x, size=1), (torch.tensor([0.0, 2.0, 3.0]),)),
     "nonzero_static_empty": (lambda x: torch.nonzero_static(x, size=0), (torch.tensor([1, 0]),)),
     "nonzero_static_0d": (lambda x: torch.nonzero_static(x, size=2), (torch.tensor(5),)),

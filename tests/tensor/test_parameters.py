@@ -106,10 +106,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tests.harness import differential as D
+from tests.harness.compare import read, sync
+from tests.harness.errors import assert_device_works
+from tests.harness.inputs import DEV, rand
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
-X = D.rand(5, 3)
+X = rand(5, 3)
 IDS = torch.tensor([1, 2, 3, 6])
 HALF_TOL = {"atol": {torch.float32: 2e-4, torch.float16: 2e-3, torch.bfloat16: 1e-2},
             "rtol": {torch.float32: 2e-3, torch.float16: 2e-3, torch.bfloat16: 2e-2}}
@@ -526,7 +529,7 @@ def _fuse_bn(d):
     torch.manual_seed(0)
     conv, bn = nn.Conv2d(2, 3, 3).to(d), nn.BatchNorm2d(3).to(d)
     lin, bn1 = nn.Linear(3, 4).to(d), nn.BatchNorm1d(4).to(d)
-    x = D.rand(2, 2, 5, 5).to(d)
+    x = rand(2, 2, 5, 5).to(d)
     bn(conv(x))
     bn1(lin(X.to(d)))
     for mod in (conv, bn, lin, bn1):
@@ -859,8 +862,8 @@ def test_params(eager_mode, case, tmp_path):
     fn, tol = CASES[case]
     if case in _CPU_DIFFERS:
         with pytest.raises(RuntimeError, match="Integer division with addcdiv"):
-            D.read(fn(torch.device(D.DEV)))
-        D.assert_device_works()
+            read(fn(torch.device(DEV)))
+        assert_device_works()
         return
     D.check(lambda anchor: fn(anchor.device), torch.zeros(1), **tol)
 
@@ -870,7 +873,7 @@ def test_params(eager_mode, case, tmp_path):
 
 
 def _freed(shape=(2, 3)):
-    x = torch.arange(6.0, device=D.DEV).view(shape)
+    x = torch.arange(6.0, device=DEV).view(shape)
     v = x[1]
     x.untyped_storage().resize_(0)
     return x, v
@@ -883,27 +886,27 @@ def test_freed_storage_refused_clearly(eager_mode, use):
         use, r"freed with untyped_storage\(\)\.resize_\(0\).*resize_\(24\)")
     with pytest.raises(RuntimeError, match=msg):
         if use == "read":
-            D.read(x + 1)
+            read(x + 1)
         elif use == "view_read":
-            D.read(v * 2)
+            read(v * 2)
         elif use == "write":
-            x.copy_(torch.ones(2, 3, device=D.DEV))
-            D.sync()
+            x.copy_(torch.ones(2, 3, device=DEV))
+            sync()
         elif use == "view_write":
             v.fill_(1)
-            D.sync()
+            sync()
         elif use == "new_view":
             x[1]
         else:
             x.untyped_storage().resize_(12)
-    D.assert_device_works()
+    assert_device_works()
     x.untyped_storage().resize_(24)  # re-allocated: usable again
     x.fill_(2)
     assert torch.equal(v.cpu(), torch.full((3,), 2.0))
 
 
 def test_resize_of_a_live_storage_to_another_size_refused():
-    x = torch.arange(6.0, device=D.DEV)
+    x = torch.arange(6.0, device=DEV)
     with pytest.raises(RuntimeError, match=r"resize_\(12\).*only be freed"):
         x.untyped_storage().resize_(12)
     assert x.untyped_storage().resize_(24) is x.untyped_storage()  # its own size: nothing to do
@@ -916,7 +919,7 @@ def test_freed_storage_memory_counters():
     gc.collect()
     torch.tpu.synchronize()
     n = 1 << 18
-    x = torch.ones(n // 4, device=D.DEV)
+    x = torch.ones(n // 4, device=DEV)
     a1, live = torch.tpu.memory_allocated(), torch.tpu.memory_stats()["allocation.all.current"]
     x.untyped_storage().resize_(0)
     a2 = torch.tpu.memory_allocated()

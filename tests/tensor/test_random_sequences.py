@@ -12,13 +12,13 @@ import random
 import pytest
 import torch
 
-from tests.harness import differential as D
+from tests.harness.inputs import fuzz_seeds
 import torch_tpu
 from torch_tpu.engine import fused
 
 pytestmark = pytest.mark.fuzz
 
-SEEDS = D.fuzz_seeds(50)
+SEEDS = fuzz_seeds(50)
 
 # each entry: (name, function of (tensor, rng) -> tensor); names make failures readable
 VIEWS = [

@@ -14,6 +14,9 @@ import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read, sync
+from tests.harness.inputs import DEV
+from tests.harness.isolated import isolated_case_tests, run_isolated, stderr_excerpt
 
 pytestmark = pytest.mark.usefixtures("watchdog")
 
@@ -225,7 +228,7 @@ def test_set_(eager_mode, case):
 
 def test_set_cpu_source_raises(eager_mode):
     """CPU torch refuses a source on another device; so does tpu, naming both devices."""
-    y = torch.empty(0, device=D.DEV)
+    y = torch.empty(0, device=DEV)
     with pytest.raises(RuntimeError, match="cpu"):
         y.set_(torch.ones(2))
     with pytest.raises(RuntimeError, match="different device"):
@@ -235,10 +238,10 @@ def test_set_cpu_source_raises(eager_mode):
 
 def test_set_storage_cannot_grow(eager_mode):
     """CPU grows a storage too small for set_'s sizes; a tpu storage cannot grow, so it says so."""
-    x = X.clone().to(D.DEV)
+    x = X.clone().to(DEV)
     with pytest.raises(RuntimeError, match="cannot grow"):
-        torch.empty(0, device=D.DEV).set_(x.untyped_storage(), 1, (24,))
-    D.assert_same(X, D.read(x), where="tensor after the refused set_")
+        torch.empty(0, device=DEV).set_(x.untyped_storage(), 1, (24,))
+    assert_same(X, read(x), where="tensor after the refused set_")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -254,21 +257,21 @@ def _fused():
 def _iso_deepcopy_view():
     x = torch.arange(6.0, device="tpu").reshape(2, 3)
     y = copy.deepcopy(x[1])
-    D.assert_same(torch.tensor([3.0, 4.0, 5.0]), D.read(y), where="deepcopy(x[1])")
+    assert_same(torch.tensor([3.0, 4.0, 5.0]), read(y), where="deepcopy(x[1])")
 
 
 def _iso_deepcopy_views_share():
     x = torch.arange(6.0, device="tpu").reshape(2, 3)
     a, b = copy.deepcopy((x, x[1]))
     b.add_(10)
-    D.assert_same(torch.tensor([13.0, 14.0, 15.0]), D.read(a[1]), where="copied base after writing the copied view")
-    D.assert_same(torch.tensor([3.0, 4.0, 5.0]), D.read(x[1]), where="original")
+    assert_same(torch.tensor([13.0, 14.0, 15.0]), read(a[1]), where="copied base after writing the copied view")
+    assert_same(torch.tensor([3.0, 4.0, 5.0]), read(x[1]), where="original")
 
 
 def _iso_deepcopy_noncontig():
     x = torch.arange(6.0, device="tpu").reshape(2, 3).t()
     y = copy.deepcopy(x)
-    D.assert_same(torch.arange(6.0).reshape(2, 3).t(), D.read(y), where="deepcopy(x.t())", check_stride=True)
+    assert_same(torch.arange(6.0).reshape(2, 3).t(), read(y), where="deepcopy(x.t())", check_stride=True)
 
 
 def _iso_untyped_storage_clone():
@@ -276,7 +279,7 @@ def _iso_untyped_storage_clone():
     s = x.untyped_storage().clone()
     assert s.nbytes() == 24 and s.device.type == "tpu", (s.nbytes(), s.device)
     y = torch.empty(0, device="tpu").set_(s, 0, (6,), (1,))
-    D.assert_same(torch.arange(6.0), D.read(y), where="tensor on the cloned storage")
+    assert_same(torch.arange(6.0), read(y), where="tensor on the cloned storage")
 
 
 def _iso_untyped_storage_cpu():
@@ -304,7 +307,7 @@ def _iso_set_source_tensor():
     y = torch.empty(0, device="tpu")
     y.set_(x)
     y.add_(1)
-    D.assert_same(torch.arange(6.0) + 1, D.read(x), where="x after y.set_(x); y.add_(1)")
+    assert_same(torch.arange(6.0) + 1, read(x), where="x after y.set_(x); y.add_(1)")
 
 
 def _iso_deepcopy_module():
@@ -322,7 +325,7 @@ def _iso_deepcopy_pending_fused():
         x = torch.arange(6.0, device="tpu")
         y = x * 2 + 1          # pending
         z = copy.deepcopy(y)
-        D.assert_same(torch.arange(6.0) * 2 + 1, D.read(z), where="deepcopy of a pending value")
+        assert_same(torch.arange(6.0) * 2 + 1, read(z), where="deepcopy of a pending value")
 
 
 def _iso_deepcopy_module_pending_fused():
@@ -334,7 +337,7 @@ def _iso_deepcopy_module_pending_fused():
         with torch.no_grad():
             m.weight.add_(1)   # pending in-place update
         m2 = copy.deepcopy(m)
-        D.assert_same(ref, D.read(m2.weight.detach()), where="weight of the deep-copied module")
+        assert_same(ref, read(m2.weight.detach()), where="weight of the deep-copied module")
 
 
 def _iso_pickle_tensor():
@@ -343,13 +346,13 @@ def _iso_pickle_tensor():
     x = torch.arange(6.0, device="tpu").reshape(2, 3)
     y = pickle.loads(pickle.dumps(x[1]))
     assert y.device.type == "tpu", y.device
-    D.assert_same(torch.tensor([3.0, 4.0, 5.0]), D.read(y), where="pickled view")
+    assert_same(torch.tensor([3.0, 4.0, 5.0]), read(y), where="pickled view")
 
 
 ISOLATED_CASES = {name[len("_iso_"):]: fn for name, fn in dict(globals()).items() if name.startswith("_iso_")}
 
 
-results, test_isolated_storage = D.isolated_case_tests(__file__, dict(sorted(ISOLATED_CASES.items())),
+results, test_isolated_storage = isolated_case_tests(__file__, dict(sorted(ISOLATED_CASES.items())),
                                                        timeout_per_case=90)
 
 
@@ -420,12 +423,12 @@ def test_load_cpu_checkpoint_to_tpu(eager_mode, tmp_path):
     got = d["x"].cpu()
     exp = base.clone()
     exp[1] = -1
-    D.assert_same(exp, D.read(d["x"]), where="base after writing the loaded view")
+    assert_same(exp, read(d["x"]), where="base after writing the loaded view")
     assert torch.equal(got, exp)
 
 
 def test_save_tpu_load_cpu_keeps_sharing(eager_mode, tmp_path):
-    x = X.clone().to(D.DEV)
+    x = X.clone().to(DEV)
     torch.save((x, x[1], x.t()), tmp_path / "ck.pt")
     a, b, c = torch.load(tmp_path / "ck.pt", map_location="cpu")
     assert c.stride() == (1, 6), f"[wrong stride] transposed tensor came back with strides {c.stride()}"
@@ -438,20 +441,20 @@ def test_state_dict_load_into_tpu_module(eager_mode):
     """load_state_dict into a tpu module copies values and keeps parameters as parameters."""
     torch.manual_seed(0)
     src = torch.nn.Linear(3, 2)
-    dst = torch.nn.Linear(3, 2).to(D.DEV)
+    dst = torch.nn.Linear(3, 2).to(DEV)
     dst.load_state_dict(_roundtrip(src.state_dict()))
     assert isinstance(dst.weight, torch.nn.Parameter)
-    D.assert_same(src.weight, D.read(dst.weight), where="weight")
-    D.assert_same(src.bias, D.read(dst.bias), where="bias")
+    assert_same(src.weight, read(dst.weight), where="weight")
+    assert_same(src.bias, read(dst.bias), where="bias")
 
 
 def test_deepcopy_tensor_in_process(eager_mode):
     """deepcopy of a contiguous tensor (not a view): values equal, storage independent."""
-    x = X.clone().to(D.DEV)
+    x = X.clone().to(DEV)
     y = copy.deepcopy(x)
     y.add_(1)
-    D.assert_same(X, D.read(x), where="original after writing the copy")
-    D.assert_same(X + 1, D.read(y), where="copy")
+    assert_same(X, read(x), where="original after writing the copy")
+    assert_same(X + 1, read(y), where="copy")
 
 
 def _permuted_whole_storage_add(x):
@@ -479,10 +482,10 @@ def test_permuted_whole_storages_of_other_shapes_do_not_share_an_entry(eager_mod
 def test_permuted_whole_storage_write_keeps_its_storage_shape(eager_mode):
     """The internal invariant behind the test above (a crash needs a read program compiled before the
     bad write): after both writes, each storage holds an array of its own shape."""
-    x = X.clone().reshape(-1).to(D.DEV)
+    x = X.clone().reshape(-1).to(DEV)
     for make in (_permuted_whole_storage_add, _permuted_flat_memory_add):
         t, _ = make(x)
-        D.sync()
+        sync()
         st = t._tpu_storage
         assert tuple(st.value().shape) == tuple(st.shape), \
             f"[wrong shape] {make.__name__}: storage of shape {st.shape} holds an array of {st.value().shape}"
@@ -502,8 +505,8 @@ def test_a_whole_storage_written_in_another_order_launches_no_zeros(eager_mode):
     from torch_tpu.runtime import program_cache
 
     D.check(_transposed_casts, torch.randn(24))
-    x = torch.randn(24).to(D.DEV)
-    D.sync()
+    x = torch.randn(24).to(DEV)
+    sync()
     zeros = []
     original = program_cache.zeros
     program_cache.zeros = lambda *a: zeros.append(a) or original(*a)
@@ -544,8 +547,8 @@ def test_view_keys_before_the_first_math_bit(tmp_path):
     the same views of a conjugate or negative view made afterwards get keys of their own."""
     import json
 
-    proc = D.run_isolated(_MATH_BITS_CHILD, timeout=120, env={"TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
-    assert proc.returncode == 0, D.stderr_excerpt(proc.stderr)
+    proc = run_isolated(_MATH_BITS_CHILD, timeout=120, env={"TORCH_TPU_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, stderr_excerpt(proc.stderr)
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     c = torch.complex(torch.arange(6.0), -torch.arange(6.0) - 1).reshape(2, 3)
     assert not got["seen_before"] and got["seen_after"] and got["conj_is_conj"]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import torch_tpu
-from tests.harness.differential import programs_run
+from tests.harness.counting import programs_run
 from torch_tpu.errors import DeviceAssertError
 
 

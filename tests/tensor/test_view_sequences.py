@@ -3,13 +3,18 @@ middle of a sequence, cache-key collisions, dynamic-shape ops in sequence, rando
 
 Every case compares with CPU torch through ``differential`` (both raise, or equal results and equal
 inputs afterwards), in strict and fused eager mode (and compiled where it says so). The cases run in
-one crash-tolerant child process (``differential.run_cases_isolated``): a case that kills its process
+one crash-tolerant child process (``isolated.run_cases_isolated``): a case that kills its process
 fails alone and the rest go on; the suite pays the imports once.
 """
 import pytest
 import torch
 
 from tests.harness import differential as D
+from tests.harness.compare import assert_same, read
+from tests.harness.errors import assert_device_works, _exc_text, is_clear
+from tests.harness.inputs import DEV
+from tests.harness.isolated import isolated_case_tests
+from tests.harness.modes import _in_mode
 
 pytestmark = [pytest.mark.usefixtures("watchdog"), pytest.mark.slow]
 SE = ["strict", "fused"]
@@ -533,10 +538,10 @@ def _compiled_guards():
     for name, mk in list(variants.items()) + list(variants.items())[::-1]:
         exp = f(mk(base.clone()))
         try:
-            got = D.read(c(mk(base.clone().to(D.DEV))))
+            got = read(c(mk(base.clone().to(DEV))))
         except Exception as e:  # noqa: BLE001
-            pytest.fail(f"[tpu raised] compiled variant {name}: {D._exc_text(e)}")
-        D.assert_same(exp, got, where=f"compiled variant {name}")
+            pytest.fail(f"[tpu raised] compiled variant {name}: {_exc_text(e)}")
+        assert_same(exp, got, where=f"compiled variant {name}")
     torch._dynamo.reset()
 
 
@@ -548,13 +553,13 @@ def _compiled_inplace_on_views():
     c = torch.compile(f, backend="tpu", dynamic=False)
     for name, mk in [("row1", lambda b: b[1]), ("row2", lambda b: b[2]), ("col1", lambda b: b[:, 1]),
                      ("row1", lambda b: b[1]), ("diag", lambda b: b.diagonal()), ("col5", lambda b: b[:, 5])]:
-        bc, bt = SQ.clone(), SQ.clone().to(D.DEV)
+        bc, bt = SQ.clone(), SQ.clone().to(DEV)
         exp = c_cpu = f(mk(bc))
         try:
-            got = D.read((c(mk(bt)), bt))
+            got = read((c(mk(bt)), bt))
         except Exception as e:  # noqa: BLE001
-            pytest.fail(f"[tpu raised] compiled in-place on view {name}: {D._exc_text(e)}")
-        D.assert_same((c_cpu, bc), got, where=f"compiled in-place on view {name}")
+            pytest.fail(f"[tpu raised] compiled in-place on view {name}: {_exc_text(e)}")
+        assert_same((c_cpu, bc), got, where=f"compiled in-place on view {name}")
         del exp
     torch._dynamo.reset()
 
@@ -674,12 +679,12 @@ def _same(a, b, what):
 
 def _rng_reseed():
     torch.manual_seed(123)
-    a = _random_draws(D.DEV)
+    a = _random_draws(DEV)
     torch.manual_seed(123)
-    b = _random_draws(D.DEV)
+    b = _random_draws(DEV)
     _same(a, b, "re-seeded strict sequence")
     torch.manual_seed(124)
-    c = _random_draws(D.DEV)
+    c = _random_draws(DEV)
     assert not all(torch.equal(p, q) for p, q in zip(a, c)), "[wrong value] another seed gave the same numbers"
     for v in a[2], a[4]:
         assert v.dtype == torch.int64
@@ -689,9 +694,9 @@ def _rng_reseed():
 def _rng_reseed_fused():
     with _fused():
         torch.manual_seed(5)
-        a = _random_draws(D.DEV)
+        a = _random_draws(DEV)
         torch.manual_seed(5)
-        b = _random_draws(D.DEV)
+        b = _random_draws(DEV)
     _same(a, b, "re-seeded fused sequence")
 
 
@@ -699,30 +704,30 @@ def _rng_pending_then_reseed():
     """Fused: draws left pending when the seed is reset must keep the numbers of the old seed."""
     with _fused():
         torch.manual_seed(7)
-        a = torch.rand(4, device=D.DEV)
+        a = torch.rand(4, device=DEV)
         torch.manual_seed(7)
-        b = torch.rand(4, device=D.DEV)
+        b = torch.rand(4, device=DEV)
         _same([a.cpu()], [b.cpu()], "two pending draws after the same seed")
 
 
 def _rng_state_roundtrip():
     torch.manual_seed(3)
-    torch.rand(2, device=D.DEV)
+    torch.rand(2, device=DEV)
     state = torch.tpu.get_rng_state()
-    a = _random_draws(D.DEV)
+    a = _random_draws(DEV)
     torch.tpu.set_rng_state(state)
-    b = _random_draws(D.DEV)
+    b = _random_draws(DEV)
     _same(a, b, "after set_rng_state")
 
 
 def _rng_fork():
     torch.manual_seed(11)
     with torch.random.fork_rng(device_type="tpu"):
-        torch.rand(5, device=D.DEV)
-        torch.randn(5, device=D.DEV)
-    a = torch.rand(3, device=D.DEV).cpu()
+        torch.rand(5, device=DEV)
+        torch.randn(5, device=DEV)
+    a = torch.rand(3, device=DEV).cpu()
     torch.manual_seed(11)
-    b = torch.rand(3, device=D.DEV).cpu()
+    b = torch.rand(3, device=DEV).cpu()
     _same([a], [b], "draw after fork_rng (the fork must restore the tpu state)")
 
 
@@ -730,14 +735,14 @@ def _rng_generator_object():
     """torch.Generator('tpu'): a clear refusal (README: not available from a Python backend) or a
     generator that reproduces its own sequence."""
     try:
-        g = torch.Generator(D.DEV)
+        g = torch.Generator(DEV)
     except Exception as e:  # noqa: BLE001
-        assert D.is_clear(e), f"[unclear error] torch.Generator('tpu'): {D._exc_text(e)}"
+        assert is_clear(e), f"[unclear error] torch.Generator('tpu'): {_exc_text(e)}"
         return
     g.manual_seed(0)
-    a = torch.rand(4, device=D.DEV, generator=g).cpu()
+    a = torch.rand(4, device=DEV, generator=g).cpu()
     g.manual_seed(0)
-    b = torch.rand(4, device=D.DEV, generator=g).cpu()
+    b = torch.rand(4, device=DEV, generator=g).cpu()
     _same([a], [b], "tpu generator re-seeded")
 
 
@@ -746,19 +751,19 @@ def _rng_cpu_generator_on_tpu():
     tpu must raise clearly or match the CPU generator's numbers."""
     g = torch.Generator().manual_seed(0)
     try:
-        got = torch.rand(4, device=D.DEV, generator=g).cpu()
+        got = torch.rand(4, device=DEV, generator=g).cpu()
     except Exception as e:  # noqa: BLE001
-        assert D.is_clear(e), f"[unclear error] {D._exc_text(e)}"
+        assert is_clear(e), f"[unclear error] {_exc_text(e)}"
         return
     exp = torch.rand(4, generator=torch.Generator().manual_seed(0))
-    D.assert_same(exp, D.read(got), where="rand with a CPU generator on the tpu")
+    assert_same(exp, read(got), where="rand with a CPU generator on the tpu")
 
 
 def _rng_dropout_in_module_reseeded():
     def run():
         torch.manual_seed(42)
-        m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5)).to(D.DEV)
-        x = torch.ones(3, 4, device=D.DEV)
+        m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5)).to(DEV)
+        x = torch.ones(3, 4, device=DEV)
         return [m(x).detach().cpu(), m(x).detach().cpu()]
     _same(run(), run(), "module with dropout re-seeded")
 
@@ -785,16 +790,16 @@ def _equal_or_refused(fn, data):
     def run():
         for mode in SE:
             exp = fn(data.clone())
-            x = data.clone().to(D.DEV)
-            with D._in_mode(mode):
+            x = data.clone().to(DEV)
+            with _in_mode(mode):
                 try:
-                    got = D.read(fn(x))
+                    got = read(fn(x))
                 except Exception as e:  # noqa: BLE001
-                    assert D.is_clear(e) and "share memory" in str(e), f"[unclear error] {D._exc_text(e)}"
-                    D.assert_same(data, D.read(x), where=f"input after the refusal ({mode})")
-                    D.assert_device_works()
+                    assert is_clear(e) and "share memory" in str(e), f"[unclear error] {_exc_text(e)}"
+                    assert_same(data, read(x), where=f"input after the refusal ({mode})")
+                    assert_device_works()
                     continue
-            D.assert_same(exp, got, where=f"result ({mode})")
+            assert_same(exp, got, where=f"result ({mode})")
     return run
 
 
@@ -815,7 +820,7 @@ ISOLATED_CASES.update({f"key:{k}": v for k, v in KEY_CASES.items()})
 ISOLATED_CASES.update({f"dyn:{k}": v for k, v in DYN_CASES.items()})
 ISOLATED_CASES.update({f"rng:{k}": v for k, v in RNG_CASES.items()})
 
-results, test_case = D.isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=120)
+results, test_case = isolated_case_tests(__file__, ISOLATED_CASES, timeout_per_case=120)
 
 
 def test_resize_of_a_view_past_its_storage_is_refused_clearly(eager_mode):

@@ -43,7 +43,7 @@ def _inductor_on_tpu(self, model_, inputs_, *args, **kwargs):
         _WARNED[0] = True
         warnings.warn("torch.compile: inductor has no tpu code generator, so tpu graphs are compiled with "
                       "backend='tpu'; inductor's mode/options do not apply to them", stacklevel=2)
-    from . import tpu_backend
+    from .backend import tpu_backend
 
     return tpu_backend(model_, inputs_)
 

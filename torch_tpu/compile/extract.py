@@ -54,7 +54,8 @@ class _Traced:
         from torch.fx.experimental.proxy_tensor import make_fx
         from torch.utils import _pytree as pytree
 
-        from . import _decompositions, lowering
+        from . import lowering
+        from .aot import decompositions
 
         mode = FakeTensorMode()
         device = torch.device("tpu", 0)
@@ -80,7 +81,7 @@ class _Traced:
         with mode:
             # decomposed first, then functionalised: a decomposition may write in place (torch's rms_norm
             # adds eps with ``add_``), which decomposing under functionalize left in the graph
-            decomposed = make_fx(run, decomposition_table=_decompositions())(fake_params, fake_arrays)
+            decomposed = make_fx(run, decomposition_table=decompositions())(fake_params, fake_arrays)
             gm = make_fx(torch.func.functionalize(decomposed, remove="mutations_and_views"))(fake_params, fake_arrays)
         self.plan = lowering._Plan(gm)
         if self.plan.random:

@@ -1,4 +1,8 @@
-"""An aten FX graph -> one XLA program, built from the op table eager mode uses."""
+"""An aten FX graph -> one XLA program, built from the op table eager mode uses.
+
+Why one module: an aten graph's per-node resolution and the program built from it are read together; what could
+stand apart already does (special_nodes.py, graph_outputs.py, missing_ops.py ...).
+"""
 from __future__ import annotations
 
 import operator
@@ -303,7 +307,7 @@ def _read_back(node) -> bool:
     """A CPU result that comes from a tpu value copied to the host inside the graph (``x.cpu()``,
     ``x.tolist()``, ``.numpy()``: dynamo puts the copy in the graph), possibly viewed or computed on
     after the copy: the program computes it on the device and the runner copies it to the host
-    (``compile._graph_compiler``), which gives what eager gives."""
+    (``aot.graph_compiler_for``), which gives what eager gives."""
     todo, seen = [node], set()
     while todo:
         n = todo.pop()

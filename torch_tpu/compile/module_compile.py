@@ -16,7 +16,7 @@ _ORIGINAL = None
 def _is_tpu_backend(backend) -> bool:
     if backend == "tpu":
         return True
-    from . import tpu_backend
+    from .backend import tpu_backend
 
     return backend is tpu_backend
 
@@ -26,7 +26,7 @@ def _compile(self, *args, **kwargs):
     if args or not _is_tpu_backend(kwargs.get("backend")) or not kwargs.get("fullgraph") \
             or kwargs.get("dynamic") or kwargs.get("disable") or kwargs.get("options"):
         return
-    from . import tpu_backend
+    from .backend import tpu_backend
     from .warm_start import CompiledCall
 
     self._compiled_call_impl = CompiledCall(self, self._compiled_call_impl, tpu_backend)

@@ -5,7 +5,7 @@ FLUX's attention normalises q and k per head (``torch.nn.RMSNorm``) and then rot
 and concatenates them along the sequence first. AOTAutograd hands the norm over decomposed (float32 copy,
 ``pow``, ``mean``, ``add`` eps, ``rsqrt``, two ``mul``, the copy back to x's dtype). Left so, XLA:TPU
 writes the normalised q and k to memory for the rotary kernel to read back: 0.84 ms of a FLUX.1-width
-block's 4.9 ms attention piece on a v5e (``bench/attention_layouts.py``, variants ``rope_kernel`` and
+block's 4.9 ms attention piece on a v5e (``bench/results/tpu/attention_layouts.json``, variants ``rope_kernel`` and
 ``kernel``). ``fuse`` finds::
 
     rotary_embedding(norm(x), cos, sin)

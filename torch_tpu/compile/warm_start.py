@@ -27,6 +27,10 @@ What keeps a stale entry from running:
 - each graph's program found on disk under its structural key with the same device-side checks
   (``lowering.GraphProgram``); when the disk cache lost one, the entry is dropped and the module traced.
 An entry that fails any of these is not used (and the call is captured again, which replaces it).
+
+Why one module: an entry is written and read back as one record (its key, the sources traced, the guards dynamo
+keeps and those described here); the writer and the reader, apart, would drift. Its serialized form is
+``serialized.py``.
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ Stages:
    weights is what gets saved.
 
 After each stage the whole pipeline is written with ``save_pretrained`` (from the training device).
+
+Why one module: the demo's two training stages and their modes, run as one program.
 """
 from __future__ import annotations
 

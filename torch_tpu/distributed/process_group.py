@@ -6,6 +6,9 @@ transport is ``xla_transport.XlaTransport`` (collectives as XLA programs over th
 this process joined JAX's distributed runtime (``runtime/multiprocess.py``), else ``HostStaged``: stage
 tpu tensors to the host, run the same collective on a gloo group, write the results back in place.
 ``XlaTransport`` falls back to ``HostStaged`` for what it cannot do.
+
+Why one module: one ``dist.ProcessGroup`` subclass whose methods are torch's collective API; the transports live
+apart.
 """
 from __future__ import annotations
 

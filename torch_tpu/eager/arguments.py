@@ -17,6 +17,9 @@ whether its program is specialised on offset 0, which only a view reading its wh
 inputs its storage's array (and its offset, 0 included, otherwise), and the op's program reads the view
 itself (``ViewSlot``). So a view costs no program and no copy of its own: XLA
 fuses the read into the op or turns it into a bitcast, and ``x[i]`` loops share one program.
+
+Why one module: one pass over an op's arguments builds its key and its inputs together; apart, two walks of the
+arguments would drift.
 """
 from __future__ import annotations
 

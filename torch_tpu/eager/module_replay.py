@@ -29,6 +29,9 @@ Strict eager keeps one op at a time outside recorded blocks; a recorded block is
 while it runs falls back to the block's Python, op by op, so the error names the op. ``TORCH_TPU_MODULE_REPLAY=0``
 turns replay off; ``TORCH_TPU_REPLAY_VERIFY=1`` runs the Python beside every replay and raises
 ``ReplayMismatch`` where the two differ (the test suite sets it).
+
+Why one module: recording, replaying and verifying a call share the record's structure; the guards live apart
+(replay_guards.py).
 """
 from __future__ import annotations
 

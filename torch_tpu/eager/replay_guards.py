@@ -18,6 +18,9 @@ A recording depends on, and a replay checks:
 A check compares objects by identity (a value set again, even an equal one, is a change: the call records
 again) and is conservative: what it cannot see (a global that is not named by the code that reads it, a C
 function's state) is what ``TORCH_TPU_REPLAY_VERIFY=1`` exists to catch.
+
+Why one module: every kind of guard a recorded call depends on is built and checked by the same walk of the module
+tree.
 """
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ mask with a broadcastable value is a static select (torch.where); otherwise the 
 indices through nonzero (a data-dependent op, which waits for the mask). ``_unsafe_view`` is a view (no program);
 ``scaled_dot_product_attention`` without autograd (inference_mode) goes to its one lowering
 (``attention.py``).
+
+Why one module: one table of rewrites, a few lines each.
 """
 from __future__ import annotations
 

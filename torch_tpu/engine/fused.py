@@ -15,6 +15,9 @@ steps have identical graphs), around each outermost repeated block (identical bl
 and when the pending graph passes a size bound (TORCH_TPU_FUSED_MAX_NODES, default 2000: XLA's compile time
 grows faster than a graph's size, a 4500-op elementwise chain took 18 s on CPU; models' graphs are cut at
 block boundaries long before).
+
+Why one module: the pending graph's recording, flushing, compiling and running are one object's states; what could
+stand apart already does (graph_keys.py, graph_sets.py, recovery.py, call_sites.py, module_graphs.py).
 """
 from __future__ import annotations
 
@@ -551,18 +554,18 @@ class _Launch:
                 program_cache.note_launch(results, prog)
                 _counters["executions"] += 1
             except Exception as exc:
-                if self.mesh is not None:  # collectives: no op-by-op replay; the SPMD runner named them
+                if self.mesh is not None:  # collectives: no op-by-op run; the SPMD runner named them
                     for _, _, la in live:
                         la.error = exc
                         la.node = la.launch = None
                     raise
-                error = recovery.replay(self.nodes, inputs, live, self.writes, exc)
+                error = recovery.run_op_by_op(self.nodes, inputs, live, self.writes, exc)
                 if error is not None:
                     raise error from exc
                 return
         except BaseException:
             # interrupted (Ctrl-C) after the program ran: its values are kept; before it ran (or while an
-            # earlier graph's value was awaited, or while replaying op by op), the graph waits at the head
+            # earlier graph's value was awaited, or while running op by op), the graph waits at the head
             # of the line again (its values were lost: "a deferred value was lost")
             if results is not None:
                 _fill(live, results, self.out_sig, self.live_sig)

@@ -1,4 +1,4 @@
-"""When a fused graph fails as a whole: replay it op by op, so that its failure behaves like the
+"""When a fused graph fails as a whole: run its ops one by one, so that its failure behaves like the
 failing op's error on CPU torch.
 
 Ops recorded before the first failing op get their values (as if they had run one by one); the failing
@@ -36,7 +36,7 @@ def _lost(value) -> bool:
     return getattr(value, "is_deleted", None) is not None and value.is_deleted()
 
 
-def replay(nodes, inputs, live, writes, exc) -> RuntimeError | None:
+def run_op_by_op(nodes, inputs, live, writes, exc) -> RuntimeError | None:
     """Fill ``live`` (node, output, LazyArray) op by op; undo failed writes; the error to raise, or None
     when every op succeeded alone."""
     env: list = []
@@ -77,7 +77,7 @@ def replay(nodes, inputs, live, writes, exc) -> RuntimeError | None:
     if failed is not None:
         undo(writes)
     else:
-        counters.counters["fused_graph_replays"] += 1
+        counters.counters["fused_graph_replays"] += 1  # (the stats key keeps its name: users read it)
         warnings.warn(f"tpu fused eager: a graph of {len(nodes)} ops failed as a whole ({exc}); it ran op "
                       "by op instead", RuntimeWarning, stacklevel=4)
     return failed

@@ -9,7 +9,7 @@ def load() -> None:
 
     platform.jax()  # configure JAX (x64, caches) before any lowering module imports it
     from . import elementwise, reductions, variance, nn, attention, spatial, shape, indexing, random, factories  # noqa: F401
-    from . import activations, activation_backward, amp, ctc, fft, indexing_extra, linalg, nn_fastpaths, position_embeddings, rnn, special  # noqa: F401
+    from . import activations, activation_backward, amp, ctc, fft, index_accumulate, linalg, nn_fastpaths, position_embeddings, rnn, special  # noqa: F401
     from . import meta_kernels
 
     meta_kernels.register()

@@ -30,6 +30,9 @@ one computation instead of torch's math decomposition (about 14 aten ops, the sc
 several times); ``tpu::attention_backward`` is its gradient for query, key and value. ``eager/attention.py``
 routes SDPA to them in eager mode and rewrites dynamo's graphs to them. This module is imported at
 ``import torch`` for ``define()``, so it imports JAX only inside its functions (``_jax()``).
+
+Why one module: the ``tpu::attention`` op whole: its schema, meta kernel, lowering, block-size table and backward,
+read together.
 """
 from __future__ import annotations
 
@@ -184,7 +187,7 @@ def _xla_sliced(q, k, v, mask, is_causal, scale, prec):
     return out.reshape(lead + (lq, v.shape[-1]))
 
 
-# The Pallas kernel's tiles, measured on a TPU v5e (bench/tpu_probe.py, bench/results/tpu/probe.json):
+# The Pallas kernel's tiles, measured on a TPU v5e (bench/probes/tpu_probe.py, bench/results/tpu/probe.json):
 # (1, 24, 4608, 128) bf16 forward 16.0 ms with its default 128-tiles, 2.8 ms with 512, 3.2 with 1024 (which
 # pads 4608 to 5120); 1024 is 3-7% faster than 512 where it divides a length of 4096 or more. Below about
 # 1500 x 1500 scores XLA's own attention is as fast (0.62 ms vs 0.72 at 1024 tokens), so it keeps those.

@@ -18,7 +18,7 @@ Forward only (``attention.py``'s custom VJP computes gradients with JAX's kernel
 Used by ``attention.py`` for programs built for a TPU with ``TORCH_TPU_SEQUENCE_MAJOR_KERNELS`` naming
 ``attention`` (off by default until the chip shows it faster in a model). Measured alone on a TPU v5e at
 FLUX.1's size (1, 4608, 24 x 128) bf16, 512-tiles: 1.99 ms against JAX's kernel's 2.15 ms
-(``bench/attention_layouts.py``). JAX only (imported inside lowerings): trace it with JAX's 64-bit mode off.
+(``bench/results/tpu/attention_layouts.json``). JAX only (imported inside lowerings): trace it with JAX's 64-bit mode off.
 """
 from __future__ import annotations
 

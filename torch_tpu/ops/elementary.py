@@ -2,7 +2,7 @@
 versions of ``precise_f32`` where the target platform's are coarser than CPU torch's; and division, atan2, hypot,
 sinh and expm1 in forms that give CPU's special values where the target's do not (the end of this module).
 
-Measured on a TPU v5e (``bench/tpu_probe.py``, ``bench/results/tpu/probe.json``): XLA:TPU's float32 ``log``
+Measured on a TPU v5e (``bench/probes/tpu_probe.py``, ``bench/results/tpu/probe.json``): XLA:TPU's float32 ``log``
 is off by up to ~4000 ulps (1.2e-4 absolute near 0.75), ``tanh`` by ~1400, and everything computed from them
 inherits it (log1p, log2, log10, acosh, asinh, atanh, logaddexp, softplus, log_sigmoid, mish, log_softmax,
 logsumexp, cross entropy ...): beyond float32's tolerance of CPU torch. The precise versions stay within 5
@@ -135,7 +135,7 @@ def log_softmax(x, axis=-1):
     return shifted - log(jnp.sum(jnp.exp(shifted), axis=axis, keepdims=True))
 
 
-# XLA:TPU's results at special values where they are not CPU's, in every floating dtype (bench/tpu_semantics_probe.py
+# XLA:TPU's results at special values where they are not CPU's, in every floating dtype (bench/probes/tpu_semantics_probe.py
 # on a v5e: bench/results/tpu/tpu_semantics_probe.json). The forms below give CPU's results there; they are used
 # where the program is built for a TPU, as XLA's own results elsewhere are CPU's already. (Subnormal operands and
 # results are zero on a TPU: a difference of the hardware, not corrected.)

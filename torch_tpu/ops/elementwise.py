@@ -1,4 +1,8 @@
-"""Pointwise ops: arithmetic, comparisons, math functions (activations: activations.py)."""
+"""Pointwise ops: arithmetic, comparisons, math functions (activations: activations.py).
+
+Why one module: 34 lowerings of a few lines each that share torch's promotion and special-value rules (the helpers
+below).
+"""
 from __future__ import annotations
 
 import math

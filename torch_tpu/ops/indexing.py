@@ -1,4 +1,8 @@
-"""Gather/scatter/index ops. Ops whose output shape depends on values are marked data_dependent."""
+"""Gather/scatter/index ops. Ops whose output shape depends on values are marked data_dependent.
+
+Why one module: the gather/scatter family (29 lowerings) shares its index normalisation and its device-side range
+checks.
+"""
 from __future__ import annotations
 
 import math

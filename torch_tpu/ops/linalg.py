@@ -9,6 +9,9 @@ kernel; compiled: a device-side check, ``compile/lowering.py``). ``_linalg_det``
 of a real input factor A^T (torch does so for a contiguous A, and its backward then solves with
 ``adjoint=False``); for a real non-contiguous A torch keeps LU(A), so eager's ``rewrites.det_of_strided``
 and compile's ``_det_of_strided`` call the lowering on A.mT. ``_linalg_solve_ex`` always keeps LU(A).
+
+Why one module: the decompositions share torch's LAPACK conventions (pivots, ``info``, packed LU), written once
+above.
 """
 from __future__ import annotations
 

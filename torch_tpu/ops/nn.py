@@ -3,6 +3,9 @@ attention: attention.py).
 
 These map to single XLA operations where it matters for speed (dot_general, conv_general_dilated)
 instead of torch's decompositions.
+
+Why one module: 48 lowerings of a few lines each; the families split out already (spatial.py, attention.py) had
+helpers of their own, these share the matmul and reduction helpers.
 """
 from __future__ import annotations
 

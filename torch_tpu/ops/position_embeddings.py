@@ -38,6 +38,9 @@ rotary embedding of a noted value normalises inside its kernel (``_by_kernel``).
 Defined at ``import torch`` (torch only; JAX inside the lowerings): Meta kernels (shapes, dtypes, the
 argument checks), CPU kernels (the same math in torch, the reference), and for the rotary application an
 Autograd kernel whose backward is the rotation's transpose (``rotated``'s transpose is minus itself).
+
+Why one module: each op's schema, meta kernel, lowering and backward are read together, and the ops share the rotary
+tables' layout.
 """
 from __future__ import annotations
 

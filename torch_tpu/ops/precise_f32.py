@@ -8,6 +8,8 @@ polynomials, so they agree with CPU torch to a few ulps on every platform. The l
 float32 where the target platform is a TPU (``use_precise``); elsewhere XLA's own functions are as good.
 
 Only JAX is imported here: the TPU lane's probe loads this file alone, on a host without torch.
+
+Why one module: one family of float32 functions built from the same range reductions and polynomial helpers.
 """
 from __future__ import annotations
 
@@ -112,7 +114,7 @@ def log1p(x):
 # --- exp, expm1, exp2 ---------------------------------------------------------------------------------
 # XLA:TPU's float32 exp is off by tens of ulps even for small arguments (68 ulps in tanh built on it, 1.6e-3
 # in a timestep embedding's sin(t * exp(-c i)) at t ~ 1000) and its expm1 by ~1700 ulps near 0 (measured on
-# the chip, bench/tpu_probe.py). These reduce x = k ln2 + r exactly (Cody-Waite, as log does) and take
+# the chip, bench/probes/tpu_probe.py). These reduce x = k ln2 + r exactly (Cody-Waite, as log does) and take
 # exp(r) - 1 from its Taylor polynomial on |r| <= ln2/2 (the first term left out is below 0.1 ulp).
 _EXP_MAX = _F32(88.8)     # past it exp(x) overflows float32 (the largest is exp(88.72...))
 _EXP_MIN = _F32(-104.0)   # below it exp(x) is under float32's smallest subnormal

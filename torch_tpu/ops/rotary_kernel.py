@@ -6,7 +6,8 @@ Why: written with a trailing dimension of 2 (diffusers' ``[..., 64, 2]`` pairs, 
 ``position_embeddings.rotary_embedding`` lowers to), XLA:TPU lays the pairs out with the tokens in the lanes
 (``f32[1,4608,24,64,2]{1,4,3,2,0:T(2,128)}`` in a FLUX.1-width block) and copies them back and forth; here
 the pair swap is two lane rotations and a select in registers, and the result keeps x's layout.
-``bench/attention_layouts.py`` times it inside a FLUX block's attention piece.
+Timed inside a FLUX block's attention piece by the retired attention-layouts probe
+(``bench/results/tpu/attention_layouts.json``).
 
 Used by ``position_embeddings.rotary_embedding`` and ``rms_norm_rotary`` (the norm in the kernel: what
 compiled graphs of FLUX's attention reach, ``compile/norm_rope.py``) for programs built for a TPU while
@@ -27,7 +28,7 @@ _TILES = (512, 256, 128, 64, 32, 16, 8)
 # The widest block of heads one grid step takes (lanes; the heads of a block share the tables' block). Measured
 # on a TPU v5e, norm+rotary of a (4608, 3072) bf16 x with per-token weights: one head per step (128 lanes) 0.213
 # ms, 384 lanes 0.180, 768 0.143, 1536 0.160, 3072 0.155; XLA reading and writing the same array 0.147 ms
-# (``bench/attention_layouts.py``, its ``rotary/LANES`` rows).
+# (``bench/results/tpu/attention_layouts.json``, its ``rotary/LANES`` rows).
 MAX_BLOCK_LANES = 768
 
 

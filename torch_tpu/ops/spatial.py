@@ -1,5 +1,8 @@
 """Convolution, pooling and upsampling: single XLA operations (conv_general_dilated, reduce_window,
-gathers with static weights) instead of torch's decompositions."""
+gathers with static weights) instead of torch's decompositions.
+
+Why one module: convolution, pooling and upsampling (26 lowerings) share their window, padding and layout helpers.
+"""
 from __future__ import annotations
 
 import itertools

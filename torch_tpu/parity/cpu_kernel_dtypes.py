@@ -6,6 +6,8 @@ compute something instead (``logsigmoid`` of int64 gave zeros). ``REFUSED`` belo
 itself by ``scripts/record_cpu_kernel_dtypes.py``: per overload, the dtypes its kernel dispatches on
 (``dispatch_keys``) that CPU refused. A key is recorded only when the refusal names its very dtype, so
 a call CPU computes by promotion (``pow(bool_tensor, 2.5)`` in float) has another key.
+
+Why one module: data: a table recorded from torch by ``scripts/record_cpu_kernel_dtypes.py``.
 """
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ Validators (``validators.validates``) run on the host once per program key with 
 only static arguments (dims, dtypes, ``float`` parameters such as uniform_'s bounds) and input
 dtypes/shapes are checked here. Values on the device (probabilities, class indices, divisors) are
 checked inside the lowerings with ``checks.require``.
+
+Why one module: a table of validators, one refusal each in a few lines, read as a list.
 """
 from __future__ import annotations
 

@@ -12,6 +12,9 @@ this backend compiles is kept twice over:
   caller learns them by tracing, and a program found by key is never traced). A warm process finds the
   executable from the key alone, without tracing, lowering or computing a module digest.
 JAX's own persistent compilation cache is left off (``platform.py``): it does not check what it loads.
+
+Why one module: every executor's programs pass through this one cache: its keys, its bound, compiling and loading
+from disk keep one set of invariants, which would be spread thin over several modules.
 """
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 allocation (empty_like, new_empty), and in-place metadata changes (set_, resize_, as_strided_).
 
 Everything here reads or writes whole storages or views; ops that compute go through the op table.
+
+Why one module: one table of storage kernels, a few lines each.
 """
 from __future__ import annotations
 

@@ -14,6 +14,8 @@ view is placed in its storage picks the program (``placement``):
 - ``"window"``: any other regular view: a window of the flat storage, reshaped, sliced and transposed.
 
 Anything else (diagonal, overlapping ``unfold``, exotic ``as_strided``) uses an index gather / scatter.
+
+Why one module: reading and writing views share one model of a view (its box of the storage, offsets, memory order).
 """
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ replaces that array (a functional scatter) and bumps the storage's version, so t
 other view see the change the next time they are read. Views remember their torch metadata
 (size, stride, storage offset), computed by torch's own meta kernels, and read their value lazily
 with a small cached program (see ``strided.py``).
+
+Why one module: the tensor subclass whose methods torch calls (flatten, dispatch, the storage's life): one class.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""More index ops: put, index_reduce, one_hot, histc, with the same device-side range checks as
-indexing.py (an index outside the tensor raises DeviceAssertError at the next wait).
+"""Ops that accumulate values at the positions an index or the values themselves give: put, index_reduce,
+one_hot, histc and histogram, with the same device-side range checks as indexing.py (an index outside the
+tensor raises DeviceAssertError at the next wait).
 
 Out-of-range entries of an index that writes are dropped (the in-range ones are written), so the
 tensor a failed write leaves behind holds no value written at a wrapped or clamped position.

@@ -2,8 +2,8 @@
 the cost of the host primitives an op is made of (a clock read, a lock, a weak reference, a frame walk, torch's
 wrapper subclass, JAX's jitted call), each against the same primitive's cost here.
 
-    python bench/profile_host.py --out DIR     # DIR/profile_host.json
-    python bench/profile_host.py --out DIR --flux fused,strict,compiled [--small]   # and a FLUX.1-width call per mode
+    python bench/profile/host.py --out DIR     # DIR/profile_host.json
+    python bench/profile/host.py --out DIR --flux fused,strict,compiled [--small]   # and a FLUX.1-width call per mode
 
 With ``--flux``, also the FLUX.1-width transformer of ``bench/bench_model_width.py`` (2 double + 4 single blocks;
 ``--small``: width 128 and 24 tokens, the same ops at a size a CPU runs at once) in each mode: the call
@@ -162,7 +162,7 @@ def _profile_flux(torch, torch_tpu, mode, small: bool, calls: int = 10) -> dict:
     import gc
     import statistics
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: bench_model_width
     import bench_model_width as flux
 
     shape = dict(kind="flux", layers=2, single_layers=4, heads=1 if small else 24, image_tokens=16 if small else 4096,

@@ -1,6 +1,6 @@
 """Cases the chip got wrong, each against CPU torch, one line per case: a regression check for the TPU lane.
 
-    python3 bench/tpu_regression_probe.py --out bench/results/tpu/regression_probe.json
+    python3 bench/lane/chip_regressions.py --out bench/results/tpu/regression_probe.json
 
 Run on a TPU v5e (bench/results/tpu/regression_probe.json holds the last run, with the commit in the note) it
 found: float64 copysign, signbit, fmod and division by a 0-dim tensor not compiling (a shift of a float64's bits;

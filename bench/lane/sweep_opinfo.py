@@ -14,7 +14,7 @@ Each (op, phase) runs in a worker process (restarted after a crash or hang). The
 at the end and written as JSON lines: tags [wrong value] [wrong dtype] [wrong shape] [silent]
 [tpu raised] [unclear error] [crash] [hang].
 
-    PYTHONPATH=$PWD python3 bench/sweep_opinfo.py --out /tmp/sweep.jsonl [--ops a,b] [--phases dtype,fused]
+    PYTHONPATH=$PWD python3 bench/lane/sweep_opinfo.py --out /tmp/sweep.jsonl [--ops a,b] [--phases dtype,fused]
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository root (bench/lane/)
 EXTRA = ["float16", "float64", "int64", "int32", "int8", "uint8", "int16", "bool", "complex64"]
 CAP = {"inplace": 3, "compiled": 2, "dtype": 3, "f32all": 6, "noncontig": 3, "fused": 4, "backward": 3, "errors": 12}
 
@@ -47,14 +47,16 @@ def _worker():
     from torch.utils import _pytree as pytree
 
     import torch_tpu
-    from tests.harness import differential as D
+    from tests.harness.compare import sync, _TOL
+    from tests.harness.errors import assert_device_works, is_clear
+    from tests.harness.inputs import materialise
     from tests.ops import test_op_consistency as T
 
     ops = {T._full_name(o): o for o in T._selected()}
 
     def tol(name, dtype):
         t = T.TOLERANCES.get((name, dtype)) or T.TOLERANCES.get((name, None))
-        return t if t else D._TOL.get(dtype, (0.0, 0.0))
+        return t if t else _TOL.get(dtype, (0.0, 0.0))
 
     def short(e):
         s = str(e).strip().splitlines()
@@ -66,7 +68,7 @@ def _worker():
         if cexc is not None:
             if texc is None:
                 report({**base, "tag": "[silent]", "msg": "cpu raised " + short(cexc)})
-            elif not D.is_clear(texc):
+            elif not is_clear(texc):
                 report({**base, "tag": "[unclear error]", "msg": short(texc) + " || cpu " + short(cexc)})
             return
         if texc is not None:
@@ -126,7 +128,7 @@ def _worker():
         accum = dtype in (torch.bfloat16, torch.float16) and name in T.ACCUMULATING
         for k, (c, t) in enumerate(zip(cl, tl)):
             if isinstance(c, torch.Tensor):
-                aa, r = (a, r0) if override else D._TOL.get(c.dtype, (0.0, 0.0))
+                aa, r = (a, r0) if override else _TOL.get(c.dtype, (0.0, 0.0))
                 if accum and c.is_floating_point() and c.numel():
                     f = c[torch.isfinite(c)]
                     aa = a * max(1.0, f.abs().max().item() if f.numel() else 1.0)
@@ -181,7 +183,7 @@ def _worker():
                     with torch.tpu.set_eager_mode(mode):
                         got = op(inp, *args, **kwargs)
                         got = to_host(got)
-                        D.sync()
+                        sync()
                 else:
                     got = to_host(op(inp, *args, **kwargs))
                 texc = None
@@ -317,7 +319,7 @@ def _worker():
                     loss = loss.real
                 got = to_host(list(torch.autograd.grad(loss, tleaves, allow_unused=True)))
             except Exception as e:  # noqa: BLE001
-                report({**base, "tag": "[tpu raised]" if D.is_clear(e) else "[tpu raised][unclear]", "msg": short(e)})
+                report({**base, "tag": "[tpu raised]" if is_clear(e) else "[tpu raised][unclear]", "msg": short(e)})
                 continue
             for k, (c, t) in enumerate(zip(exp, got)):
                 if (c is None) != (t is None):
@@ -339,7 +341,7 @@ def _worker():
 
     def move_aliased(name, s):
         """The sample on the device with its aliasing kept (an out= view of the input stays a view)."""
-        inp, args, kwargs = D.materialise([s.input, list(s.args), dict(s.kwargs)], "tpu")
+        inp, args, kwargs = materialise([s.input, list(s.args), dict(s.kwargs)], "tpu")
         if name in T._CPU_ARGS:
             args = list(s.args)
         dev = lambda x: torch.device("tpu") if isinstance(x, torch.device) and x.type == "cpu" else x  # noqa: E731
@@ -370,16 +372,16 @@ def _worker():
                 if mode is not None:
                     with torch.tpu.set_eager_mode(mode):
                         to_host(op(inp, *args, **kwargs))
-                        D.sync()
+                        sync()
                 else:
                     to_host(op(inp, *args, **kwargs))
-                    D.sync()
+                    sync()
                 report({**base, "tag": "[silent]", "msg": "cpu raised " + short(cexc)})
             except Exception as e:  # noqa: BLE001
-                if not D.is_clear(e):
+                if not is_clear(e):
                     report({**base, "tag": "[unclear error]", "msg": short(e) + " || cpu " + short(cexc)})
             try:
-                D.assert_device_works()
+                assert_device_works()
             except BaseException as e:  # noqa: BLE001
                 report({**base, "tag": "[device broken]", "msg": short(e)})
         return n

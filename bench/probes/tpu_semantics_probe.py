@@ -1,6 +1,6 @@
 """Where XLA:TPU's elementwise results differ from XLA:CPU's on special values: JAX alone, no torch.
 
-    python3 bench/tpu_semantics_probe.py --out bench/results/tpu/tpu_semantics_probe.json
+    python3 bench/probes/tpu_semantics_probe.py --out bench/results/tpu/tpu_semantics_probe.json
 
 Every op runs jitted on the default device (the TPU) and on the host's CPU device over the same inputs (zeros of
 both signs, infinities, NaN, subnormals, large and ordinary values, every pair of them for binary ops), and the

@@ -4,7 +4,7 @@ the ops counted in ``stats()["cpu_fallback_ops"]`` are printed per OpInfo with w
 CPU torch. ``tests/eager/test_cpu_fallback.py``'s ``FALLBACK`` is this list: rerun after a torch upgrade or a new
 lowering and update it.
 
-    TORCH_TPU_CPU_FALLBACK=1 PYTHONPATH=$PWD python3 bench/sweep_fallbacks.py [--out /tmp/fallbacks.jsonl]
+    TORCH_TPU_CPU_FALLBACK=1 PYTHONPATH=$PWD python3 bench/lane/sweep_fallbacks.py [--out /tmp/fallbacks.jsonl]
 
 One process, about 20 minutes on 2 CPU cores (each OpInfo compiles its programs).
 """
@@ -18,7 +18,7 @@ import time
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # the repository root: tests.harness
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository root (bench/lane/): tests.harness
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
     import torch
     from torch.utils import _pytree as pytree
 
-    from tests.harness import differential as D
+    from tests.harness.counting import opinfo_db
     import torch_tpu
     import torch_tpu.ops as tpu_ops
     from torch_tpu.ops.registry import LOWERINGS
@@ -40,7 +40,7 @@ def main() -> None:
     lowered = {k._schema.name.split("::", 1)[1] for k in LOWERINGS}
     out = open(args.out, "w") if args.out else None
     found = {}
-    for op in D.opinfo_db():
+    for op in opinfo_db():
         if (op.aten_name or op.name) in lowered:
             continue
         name = op.name + ("." + op.variant_test_name if op.variant_test_name else "")

@@ -2,9 +2,9 @@
 warm, its steady step time, the programs launched and ops recorded per step, and a cProfile of one call (the
 functions with the most own time per step).
 
-    python bench/profile_demo_step.py --out DIR [--modes strict,fused] [--steps 20]   # DIR/demo_step.json
+    python bench/profile/demo_step.py --out DIR [--modes strict,fused] [--steps 20]   # DIR/demo_step.json
 
-Written for the TPU host (a launch costs ~120 us there, ``bench/launch_overlap_probe.py``), runs anywhere.
+Written for the TPU host (a launch costs ~120 us there, ``bench/results/tpu/launch_overlap.json``), runs anywhere.
 """
 from __future__ import annotations
 

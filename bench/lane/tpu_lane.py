@@ -3,21 +3,21 @@
 Run on a TPU host once torch and the packages are installed there (the project's TPU host scripts carry
 them as wheels; see "On a TPU" in the README), from the repository root:
 
-    python3 bench/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,host,tests,tests_diffusers,tests_linear,tests_tpu_forms,tests_linalg,opinfo,eager,coldstart,probe,dtypes,semantics,linalg_probe,launch,layouts] [--budget S]
+    python3 bench/lane/tpu_lane.py --out DIR [--steps demo,demo_step,flux,device_ops,host,tests,tests_diffusers,tests_linear,tests_tpu_forms,tests_linalg,opinfo,eager,coldstart,probe,dtypes,semantics,regressions] [--budget S]
 
 Steps (each in its own processes, one at a time: a TPU is held by one process):
   demo       ``python -m torch_tpu generate`` (the README's main job, shipped demo model) in eager, fused
              and compile modes, each twice: a fresh program cache (cold), then a second process (warm);
              before them, a process that only imports torch and diffusers' FluxPipeline (and whether their
              bytecode is on disk)
-  demo_step  bench/profile_demo_step.py: the main job's steady denoising step in strict and fused mode,
+  demo_step  bench/profile/demo_step.py: the main job's steady denoising step in strict and fused mode,
              launches and recorded ops per step, and a profile of its host time
   flux       bench/bench_model_width.py: a FLUX.1-width transformer (2+4 blocks, 4608 tokens, bf16) in the
              four modes beside the floor (its GEMMs and attention kernel alone, in JAX)
-  device_ops bench/profile_device_ops.py in compiled and fused mode (1 double + 1 single FLUX.1-width block):
+  device_ops bench/profile/device_ops.py in compiled and fused mode (1 double + 1 single FLUX.1-width block):
              the device's time per XLA op, and the compiled program's optimized HLO (DIR/hlo), where a fusion
              that runs slower than its FLOPs says why (the tanh-GELU recomputed in a matmul's operand, 2026-12-05)
-  host       bench/profile_host.py --flux compiled: where a compiled FLUX.1-width call's host time goes,
+  host       bench/profile/host.py --flux compiled: where a compiled FLUX.1-width call's host time goes,
              and dynamo's guard check beside the same model's on CPU tensors
   tests      the attention, TPU lowering, real-width transformer and precise-math test files on the chip
   tests_diffusers  the pipeline, position-embedding and adaptive-norm test files on the chip
@@ -29,14 +29,11 @@ Steps (each in its own processes, one at a time: a TPU is held by one process):
              --opinfo-tests FILE::TEST one of its tests)
   eager      bench/bench_eager_cost.py (per-op cost, fused chains, against JAX's own)
   coldstart  bench/bench_coldstart.py (first image per mode, cold and warm)
-  probe      bench/tpu_probe.py (kernel tiles, float32 functions' error)
-  dtypes     bench/tpu_dtype_probe.py (JAX alone: which 64-bit and complex ops XLA compiles, a process per abort)
-  linalg_probe  bench/tpu_linalg_probe.py (each op of test_linalg.py's chip failures alone, strict and fused)
-  semantics  bench/tpu_semantics_probe.py (JAX alone: special values, float64 precision, NaN in reductions, against
+  probe      bench/probes/tpu_probe.py (kernel tiles, float32 functions' error)
+  dtypes     bench/probes/tpu_dtype_probe.py (JAX alone: which 64-bit and complex ops XLA compiles, a process per abort)
+  semantics  bench/probes/tpu_semantics_probe.py (JAX alone: special values, float64 precision, NaN in reductions, against
              XLA:CPU on the same host; ~30 s)
-  launch     bench/launch_overlap_probe.py (JAX alone: a launch's cost, and whether a launcher thread hides it)
-  layouts    bench/attention_layouts.py (JAX alone: the sequence-major attention and rotary kernels of
-             torch_tpu/ops/attention_kernel.py and rotary_kernel.py in a FLUX block's attention piece)
+  regressions  bench/lane/chip_regressions.py (the cases the chip got wrong before, each against CPU torch)
 Writes DIR/lane.json after every step (a step that runs out of --budget seconds is recorded as such),
 plus each step's own JSON and logs in DIR.
 """
@@ -53,10 +50,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository root (bench/lane/)
 STEPS = ("demo", "demo_step", "flux", "device_ops", "host", "tests", "tests_diffusers", "tests_linear", "opinfo",
-         "tests_tpu_forms", "tests_linalg", "eager", "coldstart", "probe", "dtypes", "semantics", "linalg_probe",
-         "regressions", "launch", "layouts")
+         "tests_tpu_forms", "tests_linalg", "eager", "coldstart", "probe", "dtypes", "semantics", "regressions")
 # each group fits one device call (the first took ~5 min on the chip, where every small program compiles in ~0.3 s)
 TEST_GROUPS = {
     "tests": ["tests/ops/test_attention_op.py", "tests/runtime/test_tpu_lowering.py", "tests/models/test_real_width.py",
@@ -230,7 +226,7 @@ def step_coldstart(args, left):
 
 def step_demo_step(args, left):
     """The main job's steady denoising step per eager mode, with a profile of where its host time goes."""
-    rc, text, wall = _run([sys.executable, "bench/profile_demo_step.py", "--out", args.out], min(600, left()),
+    rc, text, wall = _run([sys.executable, "bench/profile/demo_step.py", "--out", args.out], min(600, left()),
                           log=Path(args.out) / "demo_step.log")
     return {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / "demo_step.json").exists(), "tail": text[-1500:]}
 
@@ -242,7 +238,7 @@ def step_device_ops(args, left):
     for mode in ("compiled", "fused"):
         env = {"XLA_FLAGS": f"--xla_dump_to={hlo} --xla_dump_hlo_module_re=.*wrapper.* --xla_dump_hlo_as_text"} \
             if mode == "compiled" else None
-        rc, text, wall = _run([sys.executable, "bench/profile_device_ops.py", "--mode", mode, "--top", "150",
+        rc, text, wall = _run([sys.executable, "bench/profile/device_ops.py", "--mode", mode, "--top", "150",
                                "--out", args.out], min(300, left()), env=env,
                               log=Path(args.out) / f"device_ops_{mode}.log")
         runs[mode] = {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / f"device_ops_{mode}.json").exists()}
@@ -255,17 +251,10 @@ def step_device_ops(args, left):
 
 def step_host(args, left):
     """The host's share of a compiled FLUX.1-width call: its profile and dynamo's guard check."""
-    rc, text, wall = _run([sys.executable, "bench/profile_host.py", "--out", args.out, "--flux", "compiled"],
+    rc, text, wall = _run([sys.executable, "bench/profile/host.py", "--out", args.out, "--flux", "compiled"],
                           min(600, left()), log=Path(args.out) / "host.log")
     return {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / "profile_host.json").exists(),
             "tail": text[-1500:]}
-
-
-def step_launch(args, left):
-    """JAX alone: a launch's cost, and whether a launcher thread could hide it behind the caller's host work."""
-    rc, text, wall = _run([sys.executable, "bench/launch_overlap_probe.py", "--out", args.out], min(300, left()),
-                          log=Path(args.out) / "launch.log")
-    return {"rc": rc, "process_s": wall, "wrote": (Path(args.out) / "launch_overlap.json").exists()}
 
 
 def _probe(args, left, script, json_name, log_name, limit_s, tail_chars=1500):
@@ -276,19 +265,13 @@ def _probe(args, left, script, json_name, log_name, limit_s, tail_chars=1500):
     return {"rc": rc, "process_s": wall, "wrote": path.exists(), "tail": text[-tail_chars:]}
 
 
-def step_layouts(args, left):
-    """JAX alone: attention in diffusers' sequence-major layout against JAX's heads-major kernel, with three
-    rotary-embedding formulations (bench/attention_layouts.py)."""
-    return _probe(args, left, "bench/attention_layouts.py", "attention_layouts.json", "layouts.log", 300)
-
-
 def step_probe(args, left):
-    return _probe(args, left, "bench/tpu_probe.py", "probe.json", "probe.log", float("inf"))
+    return _probe(args, left, "bench/probes/tpu_probe.py", "probe.json", "probe.log", float("inf"))
 
 
 def step_dtypes(args, left):
-    """JAX alone: which 64-bit float and complex operations XLA compiles and runs here (bench/tpu_dtype_probe.py)."""
-    return _probe(args, left, "bench/tpu_dtype_probe.py", "tpu_dtype_probe.json", "dtypes.log", 500)
+    """JAX alone: which 64-bit float and complex operations XLA compiles and runs here (bench/probes/tpu_dtype_probe.py)."""
+    return _probe(args, left, "bench/probes/tpu_dtype_probe.py", "tpu_dtype_probe.json", "dtypes.log", 500)
 
 
 def step_tests_linalg(args, left):
@@ -297,19 +280,13 @@ def step_tests_linalg(args, left):
 
 def step_semantics(args, left):
     """JAX alone: where XLA:TPU's elementwise, float64 and reduction results differ from XLA:CPU's."""
-    return _probe(args, left, "bench/tpu_semantics_probe.py", "tpu_semantics_probe.json", "semantics.log", 300,
+    return _probe(args, left, "bench/probes/tpu_semantics_probe.py", "tpu_semantics_probe.json", "semantics.log", 300,
                   tail_chars=3000)
 
 
-def step_linalg_probe(args, left):
-    """Each op of test_linalg.py's chip failures alone, strict and fused, against CPU torch."""
-    return _probe(args, left, "bench/tpu_linalg_probe.py", "linalg_probe.json", "linalg_probe.log", 400,
-                  tail_chars=4000)
-
-
 def step_regressions(args, left):
-    """The cases the chip got wrong before (bench/tpu_regression_probe.py), each against CPU torch."""
-    return _probe(args, left, "bench/tpu_regression_probe.py", "regression_probe.json", "regressions.log", 300,
+    """The cases the chip got wrong before (bench/lane/chip_regressions.py), each against CPU torch."""
+    return _probe(args, left, "bench/lane/chip_regressions.py", "regression_probe.json", "regressions.log", 300,
                   tail_chars=3000)
 
 

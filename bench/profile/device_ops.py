@@ -1,6 +1,6 @@
 """Where a FLUX.1-width transformer call spends the device's time, op by op, in one execution mode.
 
-    python bench/profile_device_ops.py --mode fused --out DIR      # DIR/device_ops_fused.json
+    python bench/profile/device_ops.py --mode fused --out DIR      # DIR/device_ops_fused.json
 
 Builds the transformer of ``bench/bench_model_width.py`` (width 3072, 24 heads x 128, 4096 image + 512 text
 tokens, bf16; here 1 double + 1 single block by default: the blocks repeat), runs it until its programs are
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # bench/: bench_model_width
 
 
 def _timeline(events, calls: int, top: int) -> dict:

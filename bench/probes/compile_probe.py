@@ -1,6 +1,6 @@
 """JAX-only: what one small program costs to compile on this platform, and how compiles scale over threads.
 
-    python3 bench/compile_probe.py --out bench/results/tpu/compile_probe.json
+    python3 bench/probes/compile_probe.py --out bench/results/tpu/compile_probe.json
 
 Strict eager builds one program per op signature, so a cold first image is bound by how long XLA takes to
 compile a small program and by how many compile at once. Each case below is the shape of a program the demo

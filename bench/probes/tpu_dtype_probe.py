@@ -1,6 +1,6 @@
 """Which JAX operations XLA compiles and runs on this platform, per dtype: JAX alone, no torch (a TPU host has none).
 
-    python3 bench/tpu_dtype_probe.py --out bench/results/tpu/tpu_dtype_probe.json [--dtypes float64,complex128]
+    python3 bench/probes/tpu_dtype_probe.py --out bench/results/tpu/tpu_dtype_probe.json [--dtypes float64,complex128]
 
 Written for the TPU, where some 64-bit programs fail to compile ("Only F32 and C64 types are implemented in
 LuDecomposition") and some make the compiler abort the whole process (a failed CHECK): each case runs in a child

@@ -1,7 +1,7 @@
 """JAX-only measurements for the TPU (no torch needed): the Pallas flash-attention kernel's block sizes and
 padding, float32 elementary functions' error against float64, and their cost.
 
-    python3 bench/tpu_probe.py --out bench/results/tpu/probe.json [--quick]
+    python3 bench/probes/tpu_probe.py --out bench/results/tpu/probe.json [--quick]
 
 Runs on any JAX platform (the kernel parts only on a TPU, or lowered with ``jax.export`` elsewhere). Its
 results chose the block-size table in ``torch_tpu/ops/attention.py`` and the float32 functions of
@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _precise_module():
-    spec = importlib.util.spec_from_file_location("precise_f32", HERE.parent / "torch_tpu/ops/precise_f32.py")
+    spec = importlib.util.spec_from_file_location("precise_f32", HERE.parents[1] / "torch_tpu/ops/precise_f32.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -350,7 +350,7 @@ def matmul_precision(quick: bool) -> dict:
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default=str(HERE / "results/tpu/probe.json"))
+    parser.add_argument("--out", default=str(HERE.parent / "results/tpu/probe.json"))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: attention,numerics,float64,matmul")
     args = parser.parse_args()

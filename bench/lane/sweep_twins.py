@@ -1,7 +1,7 @@
 """Run twin families (tests/harness/twin_cases.py) and print failures with whether B alone fails.
-usage: python bench/twin_sweep.py [family-substring] [modes,comma] [limit]"""
+usage: python bench/lane/sweep_twins.py [family-substring] [modes,comma] [limit]"""
 import collections, os, sys, time
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))  # the repository root
 import torch, torch_tpu  # noqa
 from tests.harness import twins, twin_cases
 
