@@ -356,16 +356,16 @@ def _run(g: _Graph) -> None:
             in_sig.append((np.shape(a), graph_keys.dtype_name(_dtype_of(a))))
     # both hashed once and kept as one object per content: the graph's keys below (and its program's)
     # are looked up in several tables per flush, and a 1000-node tuple hashes in tens of us
-    in_sig = graph_keys.interned(tuple(in_sig))
+    in_sig = tuple(in_sig)
     structure = graph_keys.interned(tuple(parts))
+    if firsts and not graph_sets.known_with_constants(structure, in_sig):
+        # first values of varying numbers: constants only in the program compiled with them (graph_sets)
+        for i in firsts:
+            del constants[i]
+        in_sig = tuple(type(inputs[i]) if i in firsts else k for i, k in enumerate(in_sig))
+    in_sig = graph_keys.interned(in_sig)
     if constants:
-        if firsts and not graph_sets.known_with_constants(structure, in_sig):
-            # first values of varying numbers: constants only in the program compiled with them (graph_sets)
-            for i in firsts:
-                del constants[i]
-            in_sig = graph_keys.interned(tuple(type(inputs[i]) if i in firsts else k for i, k in enumerate(in_sig)))
-        if constants:
-            graph_sets.flushed_with_constants(structure, in_sig)
+        graph_sets.flushed_with_constants(structure, in_sig)
     _STATE.last_constants = len(constants)
     # the program's parameters: the inputs less its constants (None: all of them)
     params = tuple(i for i in range(len(inputs)) if i not in constants) if constants else None
