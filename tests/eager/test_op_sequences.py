@@ -189,14 +189,7 @@ def _copyslices_chain(x):
     return y, x.grad
 
 
-def _backward_twice(x):
-    loss = x.exp().sum()
-    loss.backward()
-    loss.backward()
-    return x.grad
-
-
-def _backward_twice_retain(x):
+def _backward_twice_retain(x):  # (a second backward without retain_graph: tests/autograd/test_autograd_modes.py)
     loss = (x.sin() * x).sum()
     loss.backward(retain_graph=True)
     loss.backward()
@@ -440,7 +433,6 @@ AUTOGRAD = {
     "copyslices_setitem": (_copyslices_setitem, lambda: [_leaf(3, 2)]),
     "copyslices_transpose": (_copyslices_transpose, lambda: [_leaf(3, 3)]),
     "copyslices_chain": (_copyslices_chain, lambda: [_leaf(3, 3)]),
-    "backward_twice": (_backward_twice, lambda: [_leaf(3)]),
     "backward_twice_retain": (_backward_twice_retain, lambda: [_leaf(3)]),
     "grad_accumulates": (_grad_accumulates, lambda: [_leaf(3)]),
     "grad_zero_then_accumulate": (_grad_zero_then_accumulate, lambda: [_leaf(3)]),
