@@ -390,6 +390,8 @@ def install_accelerator_streams() -> None:
         if original is None or getattr(original, "_tpu_patched", False):
             continue
 
+        # (not _on_tpu's wrapper: keep_out marks a code object, and marking _on_tpu's would keep the memory
+        # functions' wrappers out of dynamo too; these two need a code object of their own)
         def patched(*args, _ours=ours, _original=original, **kwargs):
             current = torch.accelerator.current_accelerator()
             if current is not None and current.type == "tpu":

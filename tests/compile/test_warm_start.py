@@ -3,6 +3,7 @@ stale ever runs: a changed model file, a changed global the forward reads, a par
 dtype, an attribute the forward reads, another setting each make the module traced again. Every result is
 compared with CPU torch; counters say whether the call was traced (``module_captures``) or read from disk
 (``module_loads``). No timing."""
+import copy
 import json
 import os
 import sys
@@ -192,13 +193,19 @@ def cache(tmp_path, monkeypatch):
     warm_start.reset()
 
 
+def _on_tpu_compiled(net):
+    """A copy of ``net`` on the tpu under ``module.compile(backend="tpu", fullgraph=True)`` (warm start's path)."""
+    tnet = copy.deepcopy(net).to("tpu")
+    tnet.compile(backend="tpu", fullgraph=True, dynamic=False)
+    return tnet
+
+
 def test_a_global_changed_between_calls_is_seen(cache):
     global _OFFSET
     torch.manual_seed(0)
     net = _Scaled()
     x = torch.randn(4, 6)
-    tnet = __import__("copy").deepcopy(net).to("tpu")
-    tnet.compile(backend="tpu", fullgraph=True, dynamic=False)
+    tnet = _on_tpu_compiled(net)
     before = torch_tpu.stats()["module_captures"]
     try:
         for offset in (1.0, -3.0, 1.0):
@@ -215,8 +222,7 @@ def test_calls_needing_autograd_compile_as_usual(cache):
     torch.manual_seed(0)
     net = _Scaled()
     x = torch.randn(4, 6)
-    tnet = __import__("copy").deepcopy(net).to("tpu")
-    tnet.compile(backend="tpu", fullgraph=True, dynamic=False)
+    tnet = _on_tpu_compiled(net)
     before = torch_tpu.stats()["module_captures"]
     out = tnet(x.to("tpu"))
     out.sum().backward()
@@ -241,8 +247,7 @@ def test_a_module_of_a_class_defined_in_a_function_compiles_as_usual(cache):
     torch.manual_seed(0)
     net = Local()
     x = torch.randn(4, 6)
-    tnet = __import__("copy").deepcopy(net).to("tpu")
-    tnet.compile(backend="tpu", fullgraph=True, dynamic=False)
+    tnet = _on_tpu_compiled(net)
     torch._dynamo.reset()
     before = torch_tpu.stats()["module_captures"]
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
