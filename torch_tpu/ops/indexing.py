@@ -24,17 +24,28 @@ def in_range_or_dropped(index, size: int, negative_ok: bool):
     return jnp.where(index_in_range(index, size, negative_ok), index, size)
 
 
-def _check_indices(x, indices, negative_ok=True):
-    """Advanced indices (one per leading dim, None for a full slice) address existing elements; returns
-    them with out-of-range entries made harmless (``in_range_or_dropped``)."""
-    out = []
-    for d, i in enumerate(indices):
-        if i is not None and i.dtype != jnp.bool_ and d < x.ndim:
-            require(index_in_range(i, x.shape[d], negative_ok),
-                    f"index out of bounds for dimension {d} with size {x.shape[d]}")
-            i = in_range_or_dropped(i, x.shape[d], negative_ok)
-        out.append(i)
+def _integer_indices(x, indices):
+    """(dim, index) of the integer advanced indices (one per leading dim; None is a full slice, bool a mask)."""
+    return [(d, i) for d, i in enumerate(indices) if i is not None and i.dtype != jnp.bool_ and d < x.ndim]
+
+
+def _require_in_range(x, indices):
+    for d, i in _integer_indices(x, indices):
+        require(index_in_range(i, x.shape[d], True), f"index out of bounds for dimension {d} with size {x.shape[d]}")
+
+
+def _dropped(x, indices):
+    """``indices`` with out-of-range entries made harmless (``in_range_or_dropped``)."""
+    out = list(indices)
+    for d, i in _integer_indices(x, indices):
+        out[d] = in_range_or_dropped(i, x.shape[d], True)
     return out
+
+
+def _check_indices(x, indices):
+    """Advanced indices address existing elements (a device-side check); returns them made harmless."""
+    _require_in_range(x, indices)
+    return _dropped(x, indices)
 
 
 def _check_along(x, dim, index, what="index"):
@@ -60,12 +71,9 @@ def accumulate_into(x, idx, src, op="add", **kw):
 
 @register(aten.index.Tensor, aten._unsafe_index.Tensor)
 def index(x, indices):
-    safe = [i if i is None or i.dtype == jnp.bool_ or d >= x.ndim else in_range_or_dropped(i, x.shape[d], True)
-            for d, i in enumerate(indices)]
-    out = x[_index_tuple(safe)]
-    if out.size == 0:  # nothing is read: CPU checks no index then (``zeros(0, 3)[:, [5]]`` is empty, no error)
-        return out
-    _check_indices(x, indices)
+    out = x[_index_tuple(_dropped(x, indices))]
+    if out.size:  # (an empty result reads nothing: CPU checks no index then, ``zeros(0, 3)[:, [5]]`` is no error)
+        _require_in_range(x, indices)
     return out
 
 
