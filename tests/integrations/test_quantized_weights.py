@@ -8,13 +8,16 @@ torch.compile of a torchao or quanto model fed the quantized tensor itself to th
 tpu tensor; no data!": the backend faked a quantized weight as a dense tensor, so the trace was a plain linear;
 ``compile/__init__._holds_tpu_tensors``); torch.compile of a model with layerwise casting inlined the tpu
 tensor's ``.data`` setter with fake tensors (the weight's payload kept float8 while its metadata said
-bfloat16: "Argument types differ"). The dequantization runs on the device, in the matmul's program in fused
-and compiled modes (the strict op path casts the int8 weight to the compute dtype as an op of its own: a
-full-precision copy of one weight at a time, freed after its matmul).
+bfloat16: "Argument types differ"); module replay refused every block holding a quantized weight (a tensor
+subclass wrapping tpu tensors), so strict eager ran the dequantization as an op of its own per weight. The
+dequantization runs on the device, in the matmul's program: in compiled mode, in fused graphs, and in both eager
+modes in each block's replayed program (the strict op path, which casts one weight at a time to the compute
+dtype as an op of its own, runs only where a block runs its Python: grad mode, a refused block).
 
 The libraries are optional (``pip install gguf torchao optimum-quanto``): a test whose library is missing is
 skipped by ``pytest.importorskip``.
 """
+import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -164,3 +167,54 @@ def test_gguf_group_offload_with_streams_matches_cpu(root):
         out = model(**_inputs(model, torch.float32, "tpu"), return_dict=False)[0].cpu()
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     assert torch_tpu.stats()["device_to_host_bytes"] == out.nbytes
+
+
+def _inner_weight_changed(weight):
+    """Replace the first tensor a quantized weight wraps with a new one of other values (as a user who
+    re-quantizes a layer in place does): torchao and quanto weights through ``__tensor_flatten__``, a GGUF
+    weight (itself a tensor of bytes) written in place. Returns what was replaced (kept alive by the caller, so
+    that only the weight's attributes tell the change)."""
+    if type(weight).__module__.split(".")[0] in ("torchao", "optimum"):
+        name = weight.__tensor_flatten__()[0][0]
+        inner = getattr(weight, name)
+        setattr(weight, name, inner.flip(0).clone())
+        return inner
+    weight.data.copy_(weight.data.flip(0))
+    return None
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("scheme", ["gguf_q8_0", "torchao_int8", "quanto_int8"])
+def test_quantized_blocks_replay_and_see_a_changed_weight(root, scheme, mode, monkeypatch):
+    """The eager modes replay a quantized model's blocks as one program each (the dequantization beside the
+    matmul, no full-precision weight made by an op of its own), reading the quantized tensors the weights wrap,
+    and a weight whose wrapped tensor is replaced records again. Replays checked here against CPU torch, not
+    by the suite's replay verification."""
+    from torch_tpu.eager import module_replay
+
+    monkeypatch.delenv("TORCH_TPU_REPLAY_VERIFY", raising=False)
+    quantize, dtype = SCHEMES[scheme]
+    ref_model = quantize(_transformer(root, dtype))
+    model = quantize(_transformer(root, dtype)).to("tpu")
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+
+    def check():
+        with torch.no_grad():
+            want = ref_model(**_inputs(ref_model, dtype), return_dict=False)[0].float()
+            got = model(**_inputs(model, dtype, "tpu"), return_dict=False)[0].float().cpu()
+        assert float((got - want).abs().max()) <= tol * max(float(want.abs().max()), 1.0), scheme
+
+    blocks = len(model.transformer_blocks) + len(model.single_transformer_blocks)
+    with contextlib.ExitStack() as stack:
+        if mode == "fused":
+            stack.enter_context(torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE))
+        check()
+        torch_tpu.reset_stats()
+        check()
+        assert torch_tpu.stats()["module_replays"] >= blocks, torch_tpu.stats()
+        assert not [line for line in module_replay.status(model) if "refused" in line], module_replay.status(model)
+        replaced = [_inner_weight_changed(m.transformer_blocks[0].attn.to_q.weight) for m in (ref_model, model)]
+        torch_tpu.reset_stats()
+        check()
+        check()
+        assert replaced[1] is None or replaced[1].device.type == "tpu"  # (still held)

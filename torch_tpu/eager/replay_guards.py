@@ -33,6 +33,7 @@ import types
 import weakref
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..engine import launchers
 from ..tensor import tensor as tensor_module
@@ -188,13 +189,19 @@ class ModuleTree:
 
     def _value(self, value, where: str, seen: set, depth: int) -> None:
         t = type(value)
-        if t is TpuTensor:
-            if id(value) not in seen:
+        if t is TpuTensor or isinstance(value, TpuTensor):  # (a subclass: diffusers' GGUF weights on the tpu,
+            if id(value) not in seen:                       # their quantization kind guarded by their identity)
                 seen.add(id(value))
                 self.tensors.append((value, where))
         elif isinstance(value, torch.Tensor):
             if value.device.type == "meta" or value.numel() == 0:
                 return
+            if value.device.type == "tpu" and is_traceable_wrapper_subclass(value):
+                self._wrapped(value, where, seen, depth)
+                return
+            if value.device.type == "tpu":
+                raise Refused(f"{where or 'the module'} holds a {type(value).__qualname__} whose tensors cannot be "
+                              "listed (no __tensor_flatten__): a replay could not find its values")
             raise Refused(f"{where or 'the module'} holds a {value.device} tensor: its values would be "
                           "constants of the program")
         elif isinstance(value, torch.nn.Module):
@@ -210,6 +217,23 @@ class ModuleTree:
             values = (value.values() if isinstance(value, dict) else
                       value if isinstance(value, (list, tuple, set, frozenset)) else value.__dict__.values())
             for v in values:
+                self._value(v, where, seen, depth + 1)
+
+    def _wrapped(self, value, where: str, seen: set, depth: int) -> None:
+        """A tensor subclass that wraps device tensors (torchao's and optimum-quanto's quantized weights): its
+        inner tensors are the program's inputs, and its attributes (inner tensors, quantization metadata) are
+        watched like a plain object's, so that replacing one records again."""
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        attributes = getattr(value, "__dict__", None)
+        if attributes is not None:
+            self.containers.append(attributes)
+        names, _ = value.__tensor_flatten__()
+        for name in names:
+            self._value(getattr(value, name), where, seen, depth)
+        for name, v in (attributes or {}).items():
+            if name not in names and not isinstance(v, torch.Tensor) and depth < _MAX_DEPTH:
                 self._value(v, where, seen, depth + 1)
 
     def _group(self) -> None:
