@@ -459,11 +459,14 @@ class _Forgotten(dict):
     def clear(self):
         super().clear()
         _REFUSED.clear()
-        _READ.clear()
+        _UNTRIED.clear()
 
 
 _REFUSED: set = set()        # disk keys of calls that cannot be captured (compiled as usual)
-_READ: set = set()           # disk keys read in this process (each once)
+# disk key -> the entries kept under it that no call of this process has used yet (bytes, or an entry loaded whose
+# guards failed for the call that loaded it; the disk read once per key): a later call with the same key (another
+# value of an attribute the forward reads: a second model, another block) tries them before it is traced
+_UNTRIED: dict = {}
 _ENTRIES: dict = _Forgotten()  # module class -> [entry]
 _LOCK = threading.RLock()
 
@@ -538,20 +541,25 @@ def _kept(key: str) -> list:
 def _read(key: str, module, args, kwargs, backend):
     from ..runtime import counters
 
-    if key in _READ:
-        return None
-    _READ.add(key)
-    for blob in _kept(key):
-        try:
-            entry = _load(blob, backend)
-        except Exception as exc:  # noqa: BLE001 - stale or unreadable: traced again, and replaced
-            _note(f"kept entry not used: {type(exc).__name__}: {exc}")
-            counters.add("cache_rejects", 1)
-            continue
-        if entry.matches(module, args, kwargs):
+    if key not in _UNTRIED:
+        _UNTRIED[key] = _kept(key)
+    untried = _UNTRIED[key]
+    for i, kept in enumerate(untried):
+        entry = kept
+        if type(kept) is bytes:
+            try:
+                entry = untried[i] = _load(kept, backend)
+            except Exception as exc:  # noqa: BLE001 - stale or unreadable: traced again, and replaced
+                _note(f"kept entry not used: {type(exc).__name__}: {exc}")
+                counters.add("cache_rejects", 1)
+                untried[i] = None
+                continue
+        if entry is not None and entry.matches(module, args, kwargs):
+            del untried[i]
             counters.add("module_loads", 1)
             return entry
-        _note("kept entry not used: its guards fail for this call")
+    if any(entry is not None for entry in untried):
+        _note("no kept entry's guards hold for this call: it is traced")
     return None
 
 
