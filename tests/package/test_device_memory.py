@@ -130,9 +130,15 @@ def test_per_process_memory_fraction_raises_out_of_memory_past_it():
     try:
         torch.tpu.set_per_process_memory_fraction(fraction)
         assert torch.tpu.get_per_process_memory_fraction() == fraction
-        with pytest.raises(torch.OutOfMemoryError, match=r"set_per_process_memory_fraction\(.*\) of"):
+        counts = memory.COUNTS
+        live, allocs, frees = counts.live, counts.allocs, counts.frees
+        with pytest.raises(torch.OutOfMemoryError, match=r"set_per_process_memory_fraction\(.*\) of") as refused:
             torch.ones(4 << 20, device=DEV)  # 16 MiB more: past it
-        assert memory.in_use() < held + (12 << 20)  # the refused result is not counted
+        assert memory.in_use() < held + (12 << 20)  # the refused result is not counted, while its error lives
+        del refused
+        gc.collect()
+        # and once its error is gone, it is one allocation and one free (it was freed twice: live fell by one)
+        assert (counts.live, counts.allocs - allocs, counts.frees - frees) == (live, 1, 1)
         more = keep + 1  # what fits still runs, and is right
         assert torch.equal(more.cpu(), torch.full((1 << 20,), 2.0))
     finally:

@@ -72,11 +72,10 @@ class TpuStorage:
         c.allocs += 1
         c.allocated_bytes += nbytes
         if in_use > c.limit:  # torch.tpu.set_per_process_memory_fraction
-            # uncounted now, not by __del__: the error's traceback keeps this half-made storage alive (a
-            # test or a user holding the exception), and every later allocation would see its bytes held
+            # its bytes uncounted now, not by __del__: the error's traceback keeps this half-made storage alive
+            # (a test or a user holding the exception), and every later allocation would see them held; __del__
+            # still counts it as freed (with no bytes)
             c.in_use -= nbytes
-            c.live -= 1
-            c.frees += 1
             c.freed_bytes += nbytes
             self.nbytes = 0
             memory.over_limit(nbytes, in_use - nbytes)
