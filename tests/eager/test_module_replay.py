@@ -274,6 +274,8 @@ def test_an_attribute_of_a_plain_object_is_read(mode):
 
 
 def test_a_parameter_replaced_or_written_is_read(mode):
+    """A new parameter of the same layout in its place, or new data: the replay reads the new values (no new
+    recording is needed: the program reads every module tensor from its place)."""
     def change(cpu, tpu):
         with torch.no_grad():
             new = torch.randn(16, 8)
@@ -282,7 +284,8 @@ def test_a_parameter_replaced_or_written_is_read(mode):
             cpu.blocks[1].l2.weight.data = torch.ones(8, 16)
             tpu.blocks[1].l2.weight.data = torch.ones(8, 16).to("tpu")
 
-    _after_change(mode, change)
+    counts = _after_change(mode, change, expect_recording=False)
+    assert counts["module_recordings"] == 0 and counts["module_replays"] >= 3, counts
 
 
 def test_a_parameter_updated_in_place_is_read_without_recording_again(mode):
@@ -294,6 +297,85 @@ def test_a_parameter_updated_in_place_is_read_without_recording_again(mode):
 
     counts = _after_change(mode, change, expect_recording=False)
     assert counts["module_recordings"] == 0 and counts["module_replays"] >= 3, counts
+
+
+def test_moved_to_the_host_and_back_it_replays_with_the_same_parameters(mode):
+    """Model offload's round trip: the weights come back in new storages, laid out as before; the recording
+    serves them (no new recording), and the move keeps every parameter object (an optimizer built before it
+    still holds the model's parameters)."""
+    cpu, tpu = _models()
+    x, temb = _inputs()
+    with torch.no_grad():
+        want = cpu(x, temb)
+    for _ in range(2):
+        _call(tpu, x, temb)
+    params = list(tpu.parameters())
+    for _ in range(2):
+        tpu.to("cpu")
+        assert all(p.device.type == "cpu" for p in params)
+        tpu.to("tpu")
+        assert [id(p) for p in tpu.parameters()] == [id(p) for p in params]
+        got, counts = _stats(lambda: _call(tpu, x, temb))
+        _close(got, want)
+        assert counts["module_recordings"] == 0 and counts["module_replays"] >= 3, counts
+
+
+def test_parameter_data_set_again_is_read(mode):
+    """``p.data = t`` (diffusers' group offload, accelerate): the new values of the same layout are read by the
+    replay; another layout, or two tensors that now share a storage, record again; CPU's values each time."""
+    cpu, tpu = _models()
+    x, temb = _inputs()
+    for _ in range(2):
+        _call(tpu, x, temb)
+    with torch.no_grad():
+        new = torch.randn(16, 8)
+        cpu.blocks[0].l1.weight.data = new.clone()
+        tpu.blocks[0].l1.weight.data = new.to("tpu")
+        want = cpu(x, temb)
+    got, counts = _stats(lambda: _call(tpu, x, temb))
+    _close(got, want)
+    assert counts["module_recordings"] == 0 and counts["module_replays"] >= 3, counts
+    with torch.no_grad():
+        for m in (cpu, tpu):  # bias and weight of one norm: one storage now
+            m.blocks[1].norm.bias.data = m.blocks[1].norm.weight.data
+            m.blocks[2].l2.weight.data = m.blocks[2].l2.weight.data.t().contiguous().t()  # (column-major now)
+        want = cpu(x, temb)
+    got, counts = _stats(lambda: _call(tpu, x, temb))
+    _close(got, want)
+    assert counts["module_recordings"] == 2, counts
+    with torch.no_grad():
+        for m in (cpu, tpu):
+            m.blocks[1].norm.weight.add_(1.0)  # (the bias too: they share it)
+        want = cpu(x, temb)
+    _close(_call(tpu, x, temb), want)
+
+
+class ViewBuffers(torch.nn.Module):
+    """Buffers that are views of other storages (a transposed table, a slice)."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.register_buffer("table", torch.randn(width, width).t())
+        self.register_buffer("part", torch.randn(4, width)[1:3])
+        self.l = torch.nn.Linear(width, width)
+
+    def forward(self, x, temb):
+        return self.l(x @ self.table + self.part.sum(0)) + temb[:, None]
+
+
+def test_a_view_buffer_written_in_place_is_read_again(mode):
+    """A replay reads a view's value computed at its recording; written in place since, it is computed again
+    (it was an internal error)."""
+    cpu, tpu = _models(Net, block=ViewBuffers)
+    x, temb = _inputs()
+    for i in range(4):
+        with torch.no_grad():
+            want = cpu(x, temb)
+        _close(_call(tpu, x, temb), want)
+        with torch.no_grad():
+            for m in (cpu, tpu):
+                m.blocks[1].table.add_(0.5)
+                m.blocks[i % 3].part.mul_(-2.0)
 
 
 def test_a_hook_added_runs_and_sees_the_call(mode):

@@ -48,7 +48,7 @@ from ..engine import deferred_errors, fused, graph_keys, launchers, module_graph
 from ..engine.fused import LazyArray
 from ..engine.graph_sets import value_key
 from ..runtime import counters, platform, program_cache
-from ..tensor.tensor import TpuStorage, TpuTensor, new_view
+from ..tensor.tensor import TpuStorage, TpuTensor, new_view, value_of
 from . import autocast, replay_guards
 from .replay_guards import Refused
 
@@ -171,10 +171,14 @@ def _call(m, replayer: Replayer, args, kwargs):
     replay = replayer.replays.get(sig)
     if replay is not None:
         if replay.holds():
-            if config.settings().replay_verify:
-                return _verify(m, replayer, replay, args, kwargs, leaves)
-            return _replay(m, replay, args, kwargs, leaves)
-        _LOG.debug("torch_tpu: %s records again: %s", type(m).__name__, replay.difference())
+            try:
+                if config.settings().replay_verify:
+                    return _verify(m, replayer, replay, args, kwargs, leaves)
+                return _replay(m, replay, args, kwargs, leaves)
+            except _Stale as stale:
+                _LOG.debug("torch_tpu: %s records again: its input %s is stale", type(m).__name__, stale)
+        else:
+            _LOG.debug("torch_tpu: %s records again: %s", type(m).__name__, replay.difference())
         del replayer.replays[sig]
     if replayer.refusals >= _MAX_REFUSALS:
         return m._call_impl(*args, **kwargs)
@@ -205,6 +209,11 @@ class Replay:
         return self.tree.difference() or self.watch.difference() or "nothing"
 
 
+class _Stale(Exception):
+    """A program input the recording read from a value computed on the side (a storage read whole in another
+    shape) that a write since made stale: the call records again."""
+
+
 def _tensor_of(kind: str, index: int, leaves, tree):
     return leaves[index] if kind == "arg" else tree.tensor(index)
 
@@ -222,12 +231,12 @@ def _fetch(source, leaves, tree):
         if a is None:
             return storage.value()
     elif rep == "cache":
-        a = t._tpu_cache if t._tpu_cache_version == storage.version else None
+        a = value_of(t)  # (a module's view written in place since: its value computed again)
     else:
         reshaped = storage.reshaped
         a = reshaped[1] if reshaped is not None and reshaped[0] == storage.version else None
-    if a is None:  # (the signature holds which of a view's values are computed: internal error)
-        raise RuntimeError(f"tpu: a replayed call's input {source} has no value (internal error)")
+        if a is None:  # a module's storage written in place since it was read whole in another shape
+            raise _Stale(source)
     if type(a) is LazyArray and a.concrete is not None:
         return a.concrete
     return a
@@ -456,7 +465,7 @@ def _analyse(m, result, leaves, tree, found, ambiguous, tensors, before, state, 
         raise Refused("it runs collectives")
     if replay_guards.global_state() != state:
         raise Refused("it changes grad mode, autocast, the default dtype or another global setting")
-    if not tree.holds():
+    if not tree.holds(follow=False):  # (a tensor the call itself put in its module's place is a change)
         raise Refused(f"it changes its module's state ({tree.difference()})")
     if not watch.holds():
         raise Refused(f"it changes what its code looks up ({watch.difference()})")

@@ -95,6 +95,13 @@ def _computed(t: TpuTensor) -> tuple:
             reshaped is not None and reshaped[0] == storage.version)
 
 
+def storage_pattern(tensors) -> tuple:
+    """Per tensor: its type, its layout and the first of ``tensors`` that shares its storage: what a program
+    recorded over a module's tensors depends on besides their values."""
+    first: dict = {}
+    return tuple((type(t), tensor_layout(t), first.setdefault(id(t._tpu_storage), i)) for i, t in enumerate(tensors))
+
+
 def signature(args: tuple, kwargs: dict):
     """(signature, leaves) of a call's arguments: a hashable description of everything a recording of the
     call depends on in its arguments, and the arguments' leaves (tensors and other values, in order). The
@@ -156,11 +163,15 @@ _NOT_CALLED = frozenset(("_forward_hooks_with_kwargs", "_forward_hooks_always_ca
 class ModuleTree:
     """The state of a module and its submodules a recording depends on: the containers to fingerprint, the
     number of hooks of each submodule (torch_tpu's own block pre-hook at most) and the tensors it holds (with
-    their storages and layouts). Tensors and storages are held weakly: a recording must not keep a weight's
-    device memory alive after the module let it go (offloaded to the host, replaced)."""
+    their storages and layouts). A tensor is held through the container that holds it (a module's
+    ``_parameters``, a plain object's attributes: the place a replay reads it from), never by a reference of
+    its own: a recording must not keep a weight's device memory alive after the module let it go (offloaded to
+    the host, replaced), and a weak reference to a parameter would make ``torch.utils.swap_tensors`` refuse it
+    (a move between the host and the tpu would then give the module new parameter objects, and an optimizer
+    built before it would hold the old ones). Storages are held weakly."""
 
     __slots__ = ("containers", "fingerprints", "hooks", "hook_counts", "tensors", "storages", "layouts",
-                 "layout_epoch", "_dicts", "_sequences", "_sets", "_recorded")
+                 "pattern", "layout_epoch", "_dicts", "_sequences", "_sets", "_recorded")
 
     def __init__(self, root: torch.nn.Module):
         self.containers: list = []
@@ -177,22 +188,25 @@ class ModuleTree:
                 if key in _CALL_HOOKS:
                     self.hooks.append(value)
                 elif key not in _NOT_CALLED:
-                    self._value(value, name, seen, 0)
+                    self._value(value, name, seen, 0, d, key)
         self._group()
         self.fingerprints = self._now()
         self._recorded = {id(c): _fingerprint(c) for c in self.containers}  # (for ``difference``)
         self.hook_counts = [len(h) for h in self.hooks]
-        self.storages = [weakref.ref(t._tpu_storage) for t, _ in self.tensors]
-        self.layouts = [tensor_layout(t) for t, _ in self.tensors]
-        self.tensors = [(weakref.ref(t), where) for t, where in self.tensors]
+        self.storages = [weakref.ref(t._tpu_storage) for t, _, _ in self.tensors]
+        self.layouts = [tensor_layout(t) for t, _, _ in self.tensors]
+        self.pattern = storage_pattern([t for t, _, _ in self.tensors])
+        self.tensors = [(place, where) for _, where, place in self.tensors]
         self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
 
-    def _value(self, value, where: str, seen: set, depth: int) -> None:
+    def _value(self, value, where: str, seen: set, depth: int, holder, key) -> None:
+        """Walk ``value``, found at ``holder[key]`` (holder None: in a set, ``key`` unused)."""
         t = type(value)
         if t is TpuTensor or isinstance(value, TpuTensor):  # (a subclass: diffusers' GGUF weights on the tpu,
             if id(value) not in seen:                       # their quantization kind guarded by their identity)
                 seen.add(id(value))
-                self.tensors.append((value, where))
+                place = (holder, key) if holder is not None else (None, weakref.ref(value))
+                self.tensors.append((value, where, place))
         elif isinstance(value, torch.Tensor):
             if value.device.type == "meta" or value.numel() == 0:
                 return
@@ -214,10 +228,15 @@ class ModuleTree:
             self.containers.append(value)
             if isinstance(value, (dict, list, tuple)) and len(value) > 4 * _SMALL:
                 return  # a large container (a cache, a table): by its own fingerprint only
-            values = (value.values() if isinstance(value, dict) else
-                      value if isinstance(value, (list, tuple, set, frozenset)) else value.__dict__.values())
-            for v in values:
-                self._value(v, where, seen, depth + 1)
+            if isinstance(value, (set, frozenset)):
+                for v in value:
+                    self._value(v, where, seen, depth + 1, None, None)
+                return
+            items = (value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple))
+                     else value.__dict__.items())
+            inner = value if isinstance(value, (dict, list, tuple)) else value.__dict__
+            for k, v in items:
+                self._value(v, where, seen, depth + 1, inner, k)
 
     def _wrapped(self, value, where: str, seen: set, depth: int) -> None:
         """A tensor subclass that wraps device tensors (torchao's and optimum-quanto's quantized weights): its
@@ -231,10 +250,11 @@ class ModuleTree:
             self.containers.append(attributes)
         names, _ = value.__tensor_flatten__()
         for name in names:
-            self._value(getattr(value, name), where, seen, depth)
+            inside = attributes is not None and name in attributes
+            self._value(getattr(value, name), where, seen, depth, attributes if inside else None, name)
         for name, v in (attributes or {}).items():
             if name not in names and not isinstance(v, torch.Tensor) and depth < _MAX_DEPTH:
-                self._value(v, where, seen, depth + 1)
+                self._value(v, where, seen, depth + 1, attributes, name)
 
     def _group(self) -> None:
         """The containers by kind, so that ``_now`` reads them all in a few C loops (a replay's check of a FLUX
@@ -257,32 +277,69 @@ class ModuleTree:
                 tuple(map(len, self._sequences)), tuple(map(id, chain(self._sequences))),
                 tuple(map(_fingerprint, self._sets)))
 
-    def holds(self) -> bool:
-        """Whether the tree is as it was recorded."""
+    def holds(self, follow: bool = True) -> bool:
+        """Whether the tree is as it was recorded (``follow``: or its tensors only moved, see ``_follow``)."""
         if list(map(len, self.hooks)) != self.hook_counts:
             return False
         if self._now() != self.fingerprints:
-            return False
+            return follow and self._follow()
         tensors = self.live_tensors()
         if tensors is None:
             return False
         for t, storage in zip(tensors, self.storages):
             held = storage()
             if held is None or getattr(t, "_tpu_storage", None) is not held:
-                return False
+                return follow and self._follow()
         if tensor_module.LAYOUT_EPOCH[0] != self.layout_epoch:  # a layout changed in place somewhere
             if [tensor_layout(t) for t in tensors] != self.layouts:
                 return False
             self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
         return True
 
+    def _follow(self) -> bool:
+        """Whether a tree whose tensors changed only in where their values are still serves, and if so, follow
+        them. Their values went to the host and came back (model, sequential and group offload; ``.to("cpu")``
+        then ``.to("tpu")``, which gives a module's buffers new tensor objects), or ``p.data =`` took another
+        tensor's: the program reads every tree tensor's current value from its place, so it serves when the
+        containers changed only at those places, and the tensors there are laid out and share storages as when
+        recorded."""
+        tensors = self.live_tensors()
+        if tensors is None or not all(isinstance(t, TpuTensor) for t in tensors):
+            return False
+        if self._now() != self.fingerprints:
+            places = {(id(holder), key) for (holder, key), _ in self.tensors if holder is not None}
+            for c in self.containers:
+                now, then = _fingerprint(c), self._recorded[id(c)]
+                if now == then:
+                    continue
+                if type(now) is frozenset or len(now) != len(then):
+                    return False
+                holder = c if isinstance(c, (dict, list, tuple)) else c.__dict__
+                keys = holder.keys() if isinstance(holder, dict) else range(len(holder))
+                for k, a, b in zip(keys, now, then):
+                    # (a subclass's other attributes, GGUF's quantization kind, are seen by identity only)
+                    if a != b and ((id(holder), k) not in places or type(holder[k]) is not TpuTensor):
+                        return False
+        if storage_pattern(tensors) != self.pattern:
+            return False
+        self.fingerprints = self._now()
+        self._recorded = {id(c): _fingerprint(c) for c in self.containers}
+        self.storages = [weakref.ref(t._tpu_storage) for t in tensors]
+        self.layouts = [tensor_layout(t) for t in tensors]
+        self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
+        return True
+
     def live_tensors(self):
         """The tree's tensors (None when one of them is gone)."""
-        tensors = [ref() for ref, _ in self.tensors]
+        try:
+            tensors = [key() if holder is None else holder[key] for (holder, key), _ in self.tensors]
+        except (KeyError, IndexError):  # (taken out of its container)
+            return None
         return None if any(t is None for t in tensors) else tensors
 
     def tensor(self, index: int):
-        t = self.tensors[index][0]()
+        holder, key = self.tensors[index][0]
+        t = key() if holder is None else holder.get(key) if isinstance(holder, dict) else holder[key]
         if t is None:  # (holds() said it lives: internal error)
             raise RuntimeError("tpu: a recorded module call's tensor is gone (internal error)")
         return t
@@ -296,10 +353,14 @@ class ModuleTree:
                 if _fingerprint(c) != self._recorded.get(id(c)):
                     return f"an attribute of {_short(c)} changed"
             return "an attribute of a submodule changed"
-        for (ref, where), storage, layout in zip(self.tensors, self.storages, self.layouts):
-            t, held = ref(), storage()
-            if t is None or held is None or getattr(t, "_tpu_storage", None) is not held or tensor_layout(t) != layout:
-                return f"a tensor of {where or 'the module'} was replaced"
+        tensors = self.live_tensors()
+        if tensors is None:
+            return "a tensor of the module was let go"
+        if not all(isinstance(t, TpuTensor) for t in tensors):
+            return "a tensor of the module left the tpu"
+        for (_, where), now, then in zip(self.tensors, storage_pattern(tensors), self.pattern):
+            if now != then:
+                return f"a tensor of {where or 'the module'} was laid out or shared otherwise"
         return ""
 
 
