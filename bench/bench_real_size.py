@@ -71,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--res", type=int, default=None, help="image side (default 1024; --tiny: 64)")
     p.add_argument("--steps", type=int, default=None, help="denoising steps (default 4; --tiny: 2)")
     p.add_argument("--blocks", default="4,8", help="double,single FLUX blocks of the 'blocks' path")
+    p.add_argument("--t5-int8", action="store_true",
+                   help="the 8-bit paths make T5-XXL 8-bit too (4.8 GB of host memory, not 9.5)")
     p.add_argument("--path-timeout", type=float, default=None,
                    help="seconds a path may take (its process is stopped, and the path records that); default none")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -195,13 +197,13 @@ def _on_host(make, seed: int, dtype, big: bool, convert=None):
     return model.eval()
 
 
-def _t5(cfg, seed, dtype, big):
+def _t5(cfg, seed, dtype, big, convert=None):
     from transformers import T5Config, T5EncoderModel
 
     config = T5Config(vocab_size=32128, relative_attention_num_buckets=32, relative_attention_max_distance=128,
                       dropout_rate=0.0, feed_forward_proj="gated-gelu", is_encoder_decoder=False, pad_token_id=0,
                       eos_token_id=1, **cfg)
-    return _on_host(lambda: T5EncoderModel(config), seed, dtype, big)
+    return _on_host(lambda: T5EncoderModel(config), seed, dtype, big, convert)
 
 
 def _clip(cfg, seed, dtype, tokenizer, projection: bool):
@@ -225,7 +227,7 @@ def _vae(cfg, seed, dtype, shift, scale):
         use_post_quant_conv=False, **cfg), seed, dtype, big=False)
 
 
-def flux_pipeline(tiny: bool, dtype, int8: bool = False):
+def flux_pipeline(tiny: bool, dtype, int8: bool = False, t5_int8: bool = False):
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
 
     from torch_tpu.testing.tiny_pipelines.tokenizers import make_clip_tokenizer, make_t5_tokenizer
@@ -236,7 +238,7 @@ def flux_pipeline(tiny: bool, dtype, int8: bool = False):
         scheduler=FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False),  # schnell's
         vae=_vae(c["vae"], 4, dtype, shift=0.1159, scale=0.3611),
         text_encoder=_clip(c["clip"], 1, dtype, tok, projection=False), tokenizer=tok,
-        text_encoder_2=_t5(c["t5"], 2, dtype, big=not tiny), tokenizer_2=tok2,
+        text_encoder_2=_t5(c["t5"], 2, dtype, big=not tiny, convert=_int8 if t5_int8 else None), tokenizer_2=tok2,
         transformer=_on_host(lambda: FluxTransformer2DModel(**c["transformer"]), 3, dtype, big=not tiny,
                              convert=_int8 if int8 else None))
 
@@ -340,7 +342,9 @@ def run_pipeline_path(path: str, args) -> dict:
     out = {"path": path, "mode": mode}
     t0 = time.perf_counter()
     if kind == "flux":
-        pipe = flux_pipeline(args.tiny, torch.bfloat16, int8="int8" in path)  # (8-bit as it is built)
+        int8 = "int8" in path  # (8-bit as it is built)
+        pipe = flux_pipeline(args.tiny, torch.bfloat16, int8=int8, t5_int8=int8 and args.t5_int8)
+        out["t5_int8"] = int8 and args.t5_int8
     else:
         pipe = sd3_pipeline(args.tiny, torch.bfloat16)
     pipe.set_progress_bar_config(disable=True)
@@ -537,6 +541,8 @@ def main(argv=None) -> int:
             child_out = f.name
         cmd = [sys.executable, __file__, "--child", path, "--child-out", child_out, "--out", args.out,
                "--mode", args.mode, "--res", str(args.res), "--steps", str(args.steps), "--blocks", args.blocks]
+        if args.t5_int8:
+            cmd.append("--t5-int8")
         if args.tiny:
             cmd.append("--tiny")
         t0 = time.perf_counter()

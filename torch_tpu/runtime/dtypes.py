@@ -1,8 +1,10 @@
 """Mapping between torch dtypes and JAX/NumPy dtypes, and host <-> device copies."""
 from __future__ import annotations
 
+import collections
 import functools
 import warnings
+import weakref
 
 import numpy as np
 import torch
@@ -135,12 +137,45 @@ def host_to_device(cpu_tensor: torch.Tensor, device):
         arr = arr.copy()
     with platform.X64():  # else JAX truncates int64/float64 host data to 32 bits
         try:
-            return jax.device_put(arr, device)
+            out = jax.device_put(arr, device)
         except Exception as exc:
             oom = out_of_memory(exc, f"uploading a {list(t.shape)} {t.dtype} tensor to the device")
             if oom is None:
                 raise
             raise oom from exc
+    _UPLOADS.add(out, arr.nbytes)
+    return out
+
+
+class _UploadsInFlight:
+    """Uploads return before their copies are done, and an accelerator's runtime may stage each one in host
+    memory until then: a model moved at once (a 9.5 GB text encoder under model offload) could stage all of
+    it beside the model's own host memory. Past ``LIMIT`` bytes in flight, an upload waits for the oldest ones
+    (the device's copy engine stays busy: the bytes still in flight keep it so)."""
+
+    LIMIT = 1 << 30
+
+    def __init__(self):
+        self.arrays: collections.deque = collections.deque()  # (weak reference, bytes), oldest first
+        self.bytes = 0
+
+    def add(self, array, nbytes: int) -> None:
+        if nbytes < (1 << 20):
+            return  # (small ones: not worth the bookkeeping)
+        self.arrays.append((weakref.ref(array), nbytes))  # (weakly: a freed tensor's memory goes at once)
+        self.bytes += nbytes
+        while self.bytes > self.LIMIT and len(self.arrays) > 1:
+            ref, n = self.arrays.popleft()
+            self.bytes -= n
+            oldest = ref()
+            if oldest is not None:
+                try:
+                    oldest.block_until_ready()
+                except Exception:  # noqa: BLE001  (a failed upload raises where its value is used)
+                    pass
+
+
+_UPLOADS = _UploadsInFlight()
 
 
 def device_to_host(array, dtype: torch.dtype) -> torch.Tensor:
