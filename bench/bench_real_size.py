@@ -194,6 +194,7 @@ def _on_host(make, seed: int, dtype, big: bool, convert=None):
     rest = [t for t in list(model.parameters()) + list(model.buffers()) if id(t) not in inside]
     if rest:  # (the model's own parameters, outside any child)
         raise RuntimeError(f"{type(model).__name__} holds {len(rest)} tensors outside its children")
+    _phase(f"{type(model).__name__} allocated")
     return model.eval()
 
 
@@ -330,6 +331,16 @@ def _call(pipe, kind: str, args, step_times: list | None = None):
     return pipe(**kw).images[0]
 
 
+def _phase(name: str) -> None:
+    """A line (time, the process's peak RSS, the phase) in the file ``REAL_SIZE_PHASES`` names, if any: where a
+    path was when its machine ran out of host memory."""
+    where = os.environ.get("REAL_SIZE_PHASES")
+    if where:
+        with open(where, "a") as f:
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+            f.write(f"{time.time():.1f} peak_rss={rss:.2f}GiB {name}\n")
+
+
 def run_pipeline_path(path: str, args) -> dict:
     import torch
 
@@ -349,6 +360,7 @@ def run_pipeline_path(path: str, args) -> dict:
         pipe = sd3_pipeline(args.tiny, torch.bfloat16)
     pipe.set_progress_bar_config(disable=True)
     out["build_s"] = time.perf_counter() - t0
+    _phase(f"{path}: built")
     out["model_bytes"] = {n: _model_bytes(m) for n, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
     if "int8" in path:
         out["int8"] = _int8_method()
@@ -378,8 +390,10 @@ def run_pipeline_path(path: str, args) -> dict:
         pipe.to("tpu")
         pipe.transformer.compile(backend="tpu", fullgraph=True, dynamic=False)
     out["prepare_s"] = time.perf_counter() - t0
+    _phase(f"{path}: prepared")
     t0 = time.perf_counter()
     _call(pipe, kind, args)
+    _phase(f"{path}: first call")
     torch.tpu.synchronize()
     out["first_call_s"] = time.perf_counter() - t0
     torch_tpu.reset_stats()
