@@ -132,20 +132,19 @@ def _sd3_configs(tiny: bool) -> dict:
 # random weights on the host, in bfloat16, without a float32 copy
 
 
-def _fill(module, seed: int) -> None:
-    """Every parameter and buffer from one random block (normal * 0.02, made in float32 once: 16 Mi values),
-    repeated; norm weights 1, biases 0. In place, in the module's dtype."""
+def _fill(module, seed: int, recurse: bool = True) -> None:
+    """Every parameter and buffer (``recurse=False``: the module's own) from one random block (normal * 0.02, made
+    in float32 once: 16 Mi values), repeated; norm weights 1, biases 0. In place, in the module's dtype."""
     import torch
 
-    first = next(iter(list(module.parameters()) + list(module.buffers())), None)
-    if first is None:
+    tensors = list(module.named_parameters(recurse=recurse)) + list(module.named_buffers(recurse=recurse))
+    floats = [(name, t) for name, t in tensors if t.is_floating_point()]
+    if not floats:
         return
     g = torch.Generator().manual_seed(seed)
-    block = (torch.randn(1 << 24, generator=g) * 0.02).to(first.dtype)
+    block = (torch.randn(1 << 24, generator=g) * 0.02).to(floats[0][1].dtype)
     with torch.no_grad():
-        for name, t in list(module.named_parameters()) + list(module.named_buffers()):
-            if not t.is_floating_point():
-                continue
+        for name, t in floats:
             flat = t.view(-1)
             if t.dim() == 1:
                 flat.fill_(1.0 if "norm" in name else 0.0)
@@ -157,22 +156,36 @@ def _fill(module, seed: int) -> None:
                 flat[start:start + n].copy_(src)
 
 
-def _parts(model) -> list:
-    """The model's blocks (each child of a ModuleList) and its other children: the pieces a big model is
-    allocated and converted by, one at a time."""
+def _blocks(model) -> list:
+    """(ModuleList, index) of every block of ``model``: each child of a ModuleList not inside another block, at any
+    depth (FLUX's transformer blocks, T5's encoder layers)."""
     import torch
 
-    parts = []
-    for child in model.children():
-        parts.extend(child if isinstance(child, torch.nn.ModuleList) else [child])
-    return parts
+    found, inside = [], set()
+    for m in model.modules():  # (parents before their children: a ModuleList inside a block is the block's)
+        if isinstance(m, torch.nn.ModuleList) and id(m) not in inside:
+            for i in range(len(m)):
+                if next(m[i].parameters(), None) is not None:
+                    found.append((m, i))
+                    inside.update(id(x) for x in m[i].modules())
+    return found
+
+
+def _signature(block) -> tuple:
+    return (type(block), tuple((n, tuple(t.shape), t.dtype) for n, t in block.state_dict(keep_vars=True).items()))
 
 
 def _on_host(make, seed: int, dtype, big: bool, convert=None):
     """``make()`` (a model) in ``dtype`` on the host with random weights: a big one is made on the meta device and
-    allocated in ``dtype`` (no float32 copy), a small one made as usual (its buffers computed) and cast. ``convert``
-    (8-bit weights) is applied to each part of a big model as it is allocated: the whole model never exists in
-    ``dtype`` (FLUX.1's transformer in bfloat16 beside T5-XXL filled the TPU host's 40 GiB), to a small one whole."""
+    allocated in ``dtype`` (no float32 copy), a small one made as usual (its buffers computed) and cast.
+
+    ``convert`` (8-bit weights) applies to a big model without churn: the first block of each kind is allocated,
+    filled and converted, and the blocks like it are copies of it (the same random weights; a copy allocates only
+    its final tensors), then the rest of the model is allocated and converted. On the TPU host, memory a process
+    frees stays charged to its 40 GiB for a while: converting FLUX.1's transformer and T5-XXL block by block
+    there ran it out. A small model is converted whole."""
+    import copy
+
     import torch
 
     if not big:
@@ -184,16 +197,37 @@ def _on_host(make, seed: int, dtype, big: bool, convert=None):
     with torch.device("meta"):
         model = make()
     model = model.to(dtype)
-    parts = _parts(model)
-    for part in parts:
-        part.to_empty(device="cpu")
-        _fill(part, seed)
-        if convert is not None:
-            convert(part)
-    inside = {id(t) for part in parts for t in list(part.parameters()) + list(part.buffers())}
-    rest = [t for t in list(model.parameters()) + list(model.buffers()) if id(t) not in inside]
-    if rest:  # (the model's own parameters, outside any child)
-        raise RuntimeError(f"{type(model).__name__} holds {len(rest)} tensors outside its children")
+    slots: dict = {}  # id(parameter) -> its (module, name) slots: a tied weight stays tied
+    for m in model.modules():
+        for name, p in m._parameters.items():
+            if p is not None:
+                slots.setdefault(id(p), []).append((m, name))
+    made: dict = {}
+    inside: set = set()
+    for holder, index in _blocks(model):
+        block = holder[index]
+        key = _signature(block)
+        if key in made:
+            holder[index] = copy.deepcopy(made[key])
+        else:
+            block.to_empty(device="cpu")
+            _fill(block, seed)
+            if convert is not None:
+                convert(block)
+            made[key] = block
+        inside.update(id(m) for m in holder[index].modules())
+    for m in model.modules():
+        if id(m) not in inside:
+            m.to_empty(device="cpu", recurse=False)
+            _fill(m, seed, recurse=False)
+    for (first, first_name), *others in (group for group in slots.values() if len(group) > 1):
+        for m, name in others:
+            setattr(m, name, getattr(first, first_name))
+    if convert is not None:
+        convert(model, skip=inside)
+    left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.device.type == "meta"]
+    if left:
+        raise RuntimeError(f"{type(model).__name__}: {left[:4]} left unallocated")
     _phase(f"{type(model).__name__} allocated")
     return model.eval()
 
@@ -269,18 +303,22 @@ def _int8_method() -> str:
         return "optimum-quanto qint8"
 
 
-def _int8(model) -> str:
-    """``model``'s linear weights in 8 bits, on the host: torchao's int8 weight-only, else optimum-quanto's."""
+def _int8(model, skip=frozenset()) -> str:
+    """``model``'s linear weights in 8 bits, on the host, but those of the modules whose ids ``skip`` holds:
+    torchao's int8 weight-only, else optimum-quanto's."""
+    import torch
+
     try:
         from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
-        quantize_(model, Int8WeightOnlyConfig())
+        quantize_(model, Int8WeightOnlyConfig(),
+                  filter_fn=lambda m, name: isinstance(m, torch.nn.Linear) and id(m) not in skip)
         return "torchao Int8WeightOnlyConfig"
     except ImportError:
         pass
     from optimum.quanto import freeze, qint8, quantize
 
-    quantize(model, weights=qint8)
+    quantize(model, weights=qint8, exclude=[n for n, m in model.named_modules() if id(m) in skip and n] or None)
     freeze(model)
     return "optimum-quanto qint8"
 

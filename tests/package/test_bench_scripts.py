@@ -116,3 +116,33 @@ def test_the_width_benchmark_models_keep_the_buffers_their_constructor_computed(
     for name, t in held.items():
         assert loaded[name].dtype == t.dtype, name
         assert torch.equal(loaded[name], t), name
+
+
+def test_real_size_weights_are_made_whole_tied_and_8_bit_without_a_full_precision_model():
+    """bench_real_size builds FLUX.1's transformer and T5-XXL on the chip's host only through its big-model path
+    (its ``--tiny`` smoke test takes the small one): a tiny FLUX transformer and T5 through that path must come out
+    with every tensor allocated, T5's tied embedding tied, every block's linear weights 8-bit, and run on CPU torch."""
+    import torch
+
+    real_size = _module("bench_real_size")
+    configs = real_size._flux_configs(True)
+    flux = real_size._on_host(lambda: __import__("diffusers").FluxTransformer2DModel(**configs["transformer"]), 3,
+                              torch.bfloat16, True, convert=real_size._int8)
+    t5 = real_size._t5(dict(configs["t5"], num_layers=3), 2, torch.bfloat16, True, convert=real_size._int8)
+    for model in (flux, t5):
+        assert all(t.device.type == "cpu" for t in list(model.parameters()) + list(model.buffers()))
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert linears and all(type(m.weight) is not torch.nn.Parameter for m in linears), model
+    assert t5.encoder.embed_tokens.weight is t5.shared.weight
+    # the blocks alike share their random weights as copies, not as one object
+    second, third = t5.encoder.block[1], t5.encoder.block[2]
+    assert second is not third and second.layer[0].SelfAttention.q.weight is not third.layer[0].SelfAttention.q.weight
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        out = flux(hidden_states=torch.randn(1, 16, 16, generator=g).bfloat16(),
+                   encoder_hidden_states=torch.randn(1, 8, 64, generator=g).bfloat16(),
+                   pooled_projections=torch.randn(1, 32, generator=g).bfloat16(), timestep=torch.tensor([0.5]),
+                   img_ids=torch.zeros(16, 3), txt_ids=torch.zeros(8, 3), return_dict=False)[0]
+        encoded = t5(torch.tensor([[3, 4, 5, 1]])).last_hidden_state
+    assert out.shape == (1, 16, 16) and torch.isfinite(out.float()).all()
+    assert encoded.shape == (1, 4, 64) and torch.isfinite(encoded.float()).all()
