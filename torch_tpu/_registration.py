@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from . import config, device_module, distributed
-from .integrations import diffusers_embeddings, gguf_weights, safetensors_devices
+from .integrations import diffusers_embeddings, gguf_weights, group_offloading, safetensors_devices
 from .integrations import tokenizers as _tokenizers  # noqa: F401  (diffusers finds pipeline components only in imported modules)
 from .compile import default_backend, module_compile
 from .eager import (amp, attention, autocast, backward_errors, fused_optim, derived_backward, factories, router,
@@ -91,6 +91,7 @@ def register() -> None:
     data_moves.install()  # t.data = other between the CPU and the tpu, as between the CPU and CUDA
     safetensors_devices.install()  # safetensors.torch.load_file(path, device="tpu")
     gguf_weights.install()  # diffusers' GGUFParameter on the tpu
+    group_offloading.install()  # a group-offloaded model's blocks replay inside diffusers' hooks
     untyped.install()
     interop.install()
     events.install()  # torch.Event("tpu") records, synchronizes and times (torch's asks C++ hooks)

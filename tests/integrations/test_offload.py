@@ -109,6 +109,30 @@ def test_group_offload_matches_cpu(root, eager_mode, offload_type, stream):
         assert all(p.device.type == "cpu" for p in getattr(pipe, name).parameters()), name
 
 
+@pytest.mark.parametrize("stream", ["no_stream", "stream_record"])
+def test_group_offloaded_blocks_replay_inside_the_hooks(root, eager_mode, stream, monkeypatch):
+    """Block-level group offload: each block's forward replays its recorded program inside diffusers' hooks (the
+    hooks' onload and prefetch run at every call; the weights come back in new storages each time), so a call
+    past the first two records nothing and replays every block; CPU's image. Before, the hooked blocks were
+    refused ("has hooks or a forward of its own") and ran op by op."""
+    from torch_tpu.eager import module_replay
+
+    monkeypatch.delenv("TORCH_TPU_REPLAY_VERIFY", raising=False)  # (a verified replay records again: counted)
+    pipe = _pipe(root)
+    _group_offload(pipe, "tpu", "block_level", stream=stream != "no_stream", record=stream == "stream_record")
+    _run(pipe)  # (with streams, diffusers traces the groups' order in the first call and prefetches from the second
+    out, stats = _twice(pipe)  # on: a few modules see new arguments' layouts then, and record once more)
+    _close(out, _reference(root), f"group offload block_level {stream}")
+    _no_weight_read_back(stats, f"group offload block_level {stream}")
+    blocks = [b for b in pipe.transformer.modules()
+              if type(b).__name__ in ("FluxTransformerBlock", "FluxSingleTransformerBlock")]
+    status = dict(line.split(": ", 1) for line in module_replay.status(pipe.transformer))
+    for name, block in pipe.transformer.named_modules():
+        if block in blocks:
+            assert status.get(name) == "1 recorded", (name, status)
+    assert stats["module_recordings"] == 0 and stats["module_replays"] >= STEPS * len(blocks), stats
+
+
 @pytest.mark.parametrize("offload_type", ["block_level", "leaf_level"])
 def test_group_offload_to_disk_matches_cpu(root, tmp_path, eager_mode, offload_type):
     pipe = _pipe(root)

@@ -23,7 +23,8 @@ A call is not recorded (it runs its Python; after two refusals the block stops t
 differ from running the Python: it reads a value on the host (``.item()``, ``.cpu()``, a data-dependent op),
 draws random numbers, keeps a value it computed anywhere but in its
 result or a tensor it writes (a cache, a list, an attribute), changes its module's state, prints or logs, reads
-a tensor that is neither an argument nor its module's, or when hooks watch it or its submodules.
+a tensor that is neither an argument nor its module's, or when hooks watch it or its submodules (diffusers' hooks
+around a block's own forward excepted: its replayer then takes that forward's place inside them, ``_hooked_forward``).
 
 Strict eager keeps one op at a time outside recorded blocks; a recorded block is one program, and an error
 while it runs falls back to the block's Python, op by op, so the error names the op. ``TORCH_TPU_MODULE_REPLAY=0``
@@ -75,21 +76,28 @@ _THREAD = _Thread()
 
 # --- installing ---------------------------------------------------------------------------------------------
 class Replayer:
-    """A block's ``_compiled_call_impl``: its call, replayed where a recording serves it."""
+    """A block's ``_compiled_call_impl``: its call, replayed where a recording serves it. Or, for a block whose
+    forward diffusers' hooks wrap (group offloading: ``inner``), the innermost forward they call: the hooks' Python
+    runs around it at every call (the onload of this group and the prefetch of the next, the offload after)."""
 
-    __slots__ = ("module", "glue", "replays", "refusals", "reason", "__weakref__")
+    __slots__ = ("module", "glue", "inner", "replays", "refusals", "reason", "__weakref__")
 
-    def __init__(self, module, glue: bool):
+    def __init__(self, module, glue: bool, inner=None):
         self.module = weakref.ref(module)
         self.glue = glue  # a model's child around its blocks (an embedding), not a block: see ``candidates``
+        self.inner = inner        # the module's own forward, bound (hooks around it), or None (the whole call)
         self.replays: dict = {}   # call signature -> Replay
         self.refusals = 0
         self.reason = ""          # why the latest recording was refused
 
+    def python(self, m):
+        """What runs the call's Python: the module's whole call, or its own forward inside the hooks."""
+        return self.inner if self.inner is not None else m._call_impl
+
     def __call__(self, *args, **kwargs):
         m = self.module()
         if torch.compiler.is_compiling():  # dynamo traces the block itself: its Python, as always
-            return m._call_impl(*args, **kwargs)
+            return self.python(m)(*args, **kwargs)
         return _call(m, self, args, kwargs)
 
     def __reduce__(self):  # (a pickled or copied module holds no replayer: Module.__getstate__ drops it too)
@@ -121,11 +129,36 @@ def candidates(root) -> list:
     return found
 
 
+def _hooked_forward(block):
+    """The innermost forward of a block whose forward diffusers' hooks wrap (``HookRegistry``: group offloading),
+    as the hooks hold it (the function reference whose ``forward`` attribute it is), if a replayer may take its
+    place: the block's own class forward, bound, or a replayer already there."""
+    registry = block.__dict__.get("_diffusers_hook")
+    refs = getattr(registry, "_fn_refs", None)
+    if not refs or "forward" not in block.__dict__ or getattr(refs[0], "original_forward", None) is not None:
+        return None  # (a hook that replaces the forward itself: a cache, its Python decides)
+    forward = refs[0].forward
+    if type(forward) is Replayer or (getattr(forward, "__self__", None) is block
+                                     and getattr(forward, "__func__", None) is type(block).forward):
+        return refs[0]
+    return None
+
+
 def install(root) -> int:
     """Give each candidate module of ``root`` a replayer (modules with a compiled call of their own keep it);
     returns how many have one."""
     count = 0
     for block, glue in candidates(root):
+        ref = _hooked_forward(block)
+        if ref is not None:
+            if type(block.__dict__.get("_compiled_call_impl")) is Replayer:
+                block._compiled_call_impl = None  # (given before the hooks: it would refuse them at every call)
+            if type(ref.forward) is Replayer:
+                ref.forward.refusals = 0
+            else:
+                ref.forward = Replayer(block, glue, inner=ref.forward)
+            count += 1
+            continue
         current = block.__dict__.get("_compiled_call_impl")
         if current is None:
             block._compiled_call_impl = Replayer(block, glue)
@@ -138,8 +171,13 @@ def install(root) -> int:
 
 def replayers(root) -> list:
     """(name, Replayer) of every block of ``root`` that has one (for tests and ``status``)."""
-    return [(name, m.__dict__["_compiled_call_impl"]) for name, m in root.named_modules()
-            if type(m.__dict__.get("_compiled_call_impl")) is Replayer]
+    found = []
+    for name, m in root.named_modules():
+        ref = _hooked_forward(m)
+        r = ref.forward if ref is not None else m.__dict__.get("_compiled_call_impl")
+        if type(r) is Replayer:
+            found.append((name, r))
+    return found
 
 
 def status(root) -> list:
@@ -164,25 +202,25 @@ def _serves(m) -> bool:
 
 def _call(m, replayer: Replayer, args, kwargs):
     if not _serves(m):
-        return m._call_impl(*args, **kwargs)
+        return replayer.python(m)(*args, **kwargs)
     sig, leaves = replay_guards.signature(args, kwargs)
     if sig is None:
-        return m._call_impl(*args, **kwargs)
+        return replayer.python(m)(*args, **kwargs)
     replay = replayer.replays.get(sig)
     if replay is not None:
         if replay.holds():
             try:
                 if config.settings().replay_verify:
                     return _verify(m, replayer, replay, args, kwargs, leaves)
-                return _replay(m, replay, args, kwargs, leaves)
+                return _replay(m, replayer, replay, args, kwargs, leaves)
             except _Stale as stale:
                 _LOG.debug("torch_tpu: %s records again: its input %s is stale", type(m).__name__, stale)
         else:
             _LOG.debug("torch_tpu: %s records again: %s", type(m).__name__, replay.difference())
         del replayer.replays[sig]
     if replayer.refusals >= _MAX_REFUSALS:
-        return m._call_impl(*args, **kwargs)
-    result, replay = _record(m, args, kwargs, leaves, 3 if replayer.glue else 1)
+        return replayer.python(m)(*args, **kwargs)
+    result, replay = _record(m, replayer, args, kwargs, leaves, 3 if replayer.glue else 1)
     if isinstance(replay, Replay):
         replayer.replays[sig] = replay
     else:
@@ -243,7 +281,7 @@ def _fetch(source, leaves, tree):
 
 
 # --- replay ---------------------------------------------------------------------------------------------------
-def _replay(m, replay: Replay, args, kwargs, leaves):
+def _replay(m, replayer: Replayer, replay: Replay, args, kwargs, leaves):
     if launchers.current is launchers.FUSED:
         module_graphs.start_block(args, kwargs)  # (the glue before it is a graph of its own, as for its Python)
     tree = replay.tree
@@ -258,12 +296,10 @@ def _replay(m, replay: Replay, args, kwargs, leaves):
                 poisoned.mark(outs, taken, arrays)
         except Exception as exc:  # noqa: BLE001  (the call's Python raises the op's own error, op by op)
             _LOG.debug("torch_tpu: %s's recorded program failed (%s): its Python runs", type(m).__name__, exc)
-            replayer = m.__dict__.get("_compiled_call_impl")
-            if type(replayer) is Replayer:
-                replayer.replays.clear()
-                replayer.refusals = _MAX_REFUSALS
-                replayer.reason = f"its recorded program failed: {type(exc).__name__}: {exc}"
-            return m._call_impl(*args, **kwargs)
+            replayer.replays.clear()
+            replayer.refusals = _MAX_REFUSALS
+            replayer.reason = f"its recorded program failed: {type(exc).__name__}: {exc}"
+            return replayer.python(m)(*args, **kwargs)
         _counters["module_replays"] += 1
         return _results(replay, outs, leaves)
 
@@ -373,16 +409,17 @@ def _settle(tensors) -> None:
             fused.materialize(a)
 
 
-def _record(m, args, kwargs, leaves, least: int = 1):
+def _record(m, replayer: Replayer, args, kwargs, leaves, least: int = 1):
     """Run the call's Python with its ops recorded into one graph; returns (its result, a Replay or why not).
     A graph of fewer than ``least`` ops is not worth a replay's checks (a module that is one op)."""
     fused_mode = launchers.current is launchers.FUSED
     if fused_mode:
         module_graphs.start_block(args, kwargs)
+    python = replayer.python(m)
     try:
-        tree = replay_guards.ModuleTree(m)
+        tree = replay_guards.ModuleTree(m, inside_hooks=replayer.inner is not None)
     except Refused as why:
-        return m._call_impl(*args, **kwargs), str(why)
+        return python(*args, **kwargs), str(why)
     found, ambiguous, tensors = _sources(leaves, tree)
     _settle(tensors)
     found, ambiguous, tensors = _sources(leaves, tree)
@@ -397,13 +434,13 @@ def _record(m, args, kwargs, leaves, least: int = 1):
     try:
         watch.start()
     except Refused as why:
-        return m._call_impl(*args, **kwargs), str(why)
+        return python(*args, **kwargs), str(why)
     launchers.current = launchers.FUSED
     fused.capture(recording)
     deferred_errors.record_adds(checks)
     _THREAD.recording += 1
     try:
-        result = m._call_impl(*args, **kwargs)
+        result = python(*args, **kwargs)
     except BaseException:
         watch.stop()
         _THREAD.recording -= 1
@@ -597,7 +634,7 @@ def _verify(m, replayer, replay, args, kwargs, leaves):
     with platform.X64():
         arrays = [fused.materialize(a) if type(a) is LazyArray else a
                   for a in (_fetch(s, leaves, replay.tree) for s in replay.inputs)]
-    result, fresh = _record(m, args, kwargs, leaves)
+    result, fresh = _record(m, replayer, args, kwargs, leaves)
     name = type(m).__name__
     if not isinstance(fresh, Replay):
         raise ReplayMismatch(f"{name}: a replayed call could not be recorded again: {fresh}")

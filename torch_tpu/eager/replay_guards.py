@@ -173,13 +173,17 @@ class ModuleTree:
     __slots__ = ("containers", "fingerprints", "hooks", "hook_counts", "tensors", "storages", "layouts",
                  "pattern", "layout_epoch", "_dicts", "_sequences", "_sets", "_recorded")
 
-    def __init__(self, root: torch.nn.Module):
+    def __init__(self, root: torch.nn.Module, inside_hooks: bool = False):
+        """``inside_hooks``: the recording is of the root's own forward, inside the hooks diffusers wrapped it
+        in (they run at every call): the root's forward attribute and hook registry are watched by identity
+        only (a hook added or removed replaces the forward), not looked into."""
         self.containers: list = []
         self.hooks: list = []
         self.tensors: list = []
         seen: set = set()
         for name, module in root.named_modules(remove_duplicate=True):
-            if not _own_hooks_only(module):
+            hooks_around = inside_hooks and module is root
+            if not _own_hooks_only(module, ignore_forward=hooks_around):
                 raise Refused(f"{name or type(root).__name__} has hooks or a forward of its own")
             d = module.__dict__
             seen.add(id(d))
@@ -187,7 +191,7 @@ class ModuleTree:
             for key, value in d.items():
                 if key in _CALL_HOOKS:
                     self.hooks.append(value)
-                elif key not in _NOT_CALLED:
+                elif key not in _NOT_CALLED and not (hooks_around and key in _HOOK_WRAPPERS):
                     self._value(value, name, seen, 0, d, key)
         self._group()
         self.fingerprints = self._now()
@@ -380,9 +384,12 @@ def own_hook(predicate) -> None:
     _OWN_HOOKS.append(predicate)
 
 
-def _own_hooks_only(module) -> bool:
+_HOOK_WRAPPERS = ("forward", "_diffusers_hook")  # what diffusers' HookRegistry sets on a module it wraps
+
+
+def _own_hooks_only(module, ignore_forward: bool = False) -> bool:
     if module._forward_hooks or module._backward_hooks or module._backward_pre_hooks or \
-            "forward" in module.__dict__:
+            ("forward" in module.__dict__ and not ignore_forward):
         return False
     return all(any(p(h) for p in _OWN_HOOKS) for h in module._forward_pre_hooks.values())
 
