@@ -831,6 +831,44 @@ def test_a_pipeline_denoising_step_compiles_nothing_new_after_the_first():
     del first
 
 
+class _ActivatedStack(torch.nn.Module):
+    """Blocks with glue around them that holds one of torch's parameterless layers (a VAE decoder's conv_act)."""
+
+    def __init__(self, width=8):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.act = torch.nn.SiLU()
+        self.blocks = torch.nn.ModuleList([_Block(width) for _ in range(2)])
+        self.out = torch.nn.Linear(width, 4)
+
+    def forward(self, x):
+        x = self.act(self.norm(x))
+        for b in self.blocks:
+            x = b(x, 0.5)
+        return self.out(self.act(x))
+
+
+def test_a_fused_call_repeated_builds_nothing_new_around_torch_layers():
+    """torch's parameterless layers around the blocks are not recorded: a recording refused for its size split
+    the fused graph around them in the first two calls only, so the third call built the graph whole as a new
+    program (the shipped demo's VAE decoder did)."""
+    torch.manual_seed(0)
+    model = _ActivatedStack()
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():
+        ref = model(x)
+    model.to("tpu")
+    torch_tpu.reset_caches()
+    misses = []
+    with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
+        xt = x.to("tpu")
+        for _ in range(4):
+            before = torch_tpu.stats()["cache_misses"]
+            torch.testing.assert_close(model(xt).cpu(), ref, atol=1e-5, rtol=1e-5)
+            misses.append(torch_tpu.stats()["cache_misses"] - before)
+    assert misses[0] > 0 and misses[1:] == [0, 0, 0], misses
+
+
 @pytest.mark.parametrize("mode", ["DEFER_NEVER", "DEFER_AND_FUSE"])
 def test_an_indexed_read_shares_one_program_at_every_index_zero_included(mode):
     # x[i] takes its offset as a program input; only a view reading its whole storage (offset 0

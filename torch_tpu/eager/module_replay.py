@@ -112,9 +112,10 @@ def candidates(root) -> list:
     """(module, glue) of the modules of ``root`` whose calls are recorded and replayed: its repeated blocks
     (glue False), and its direct children that hold no block (glue True: a model's embeddings and the norms
     around its blocks, one program each rather than one op at a time in strict eager, or ops recorded at every
-    call in fused eager). A layer with parameters and no submodule (a Linear, a norm: one op or two) is left to
-    run as it is: a replay's checks would cost more than its one op, and in fused eager it joins its neighbours'
-    graph."""
+    call in fused eager). A layer with parameters and no submodule (a Linear, a norm: one op or two) and torch's
+    own parameterless layers (SiLU, Dropout) are left to run as they are: a replay's checks would cost more than
+    their op, and in fused eager they join their neighbours' graph (a recording refused for its size split that
+    graph in the first calls only, and the graph whole was a new program in the third call)."""
     blocks = module_graphs.repeated_blocks(root)
     inside = {id(m) for b in blocks for m in b.modules()}
     found = [(b, False) for b in blocks]
@@ -123,8 +124,9 @@ def candidates(root) -> list:
             continue
         if any(id(m) in inside for m in child.modules()):
             continue  # it holds blocks: those are recorded, and its own glue runs op by op
-        if next(child.children(), None) is None and next(child.parameters(), None) is not None:
-            continue  # a layer
+        if next(child.children(), None) is None and (next(child.parameters(), None) is not None
+                                                     or type(child).__module__.startswith("torch.nn.")):
+            continue  # a layer, or one of torch's own parameterless layers (an activation, a dropout)
         found.append((child, True))
     return found
 
