@@ -39,6 +39,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import types
 import weakref
 
 import numpy as np
@@ -100,7 +101,9 @@ class Replayer:
             return self.python(m)(*args, **kwargs)
         return _call(m, self, args, kwargs)
 
-    def __reduce__(self):  # (a pickled or copied module holds no replayer: Module.__getstate__ drops it too)
+    def __reduce__(self):  # (a pickled or copied module holds no replayer: Module.__getstate__ drops it too;
+        if self.inner is not None:  # inside hooks, the copy's hooks call its own forward)
+            return (types.MethodType, (self.inner.__func__, self.inner.__self__))
         return (_no_replayer, ())
 
 
