@@ -737,6 +737,15 @@ class _Widen(torch.nn.Module):
         return torch.nn.functional.silu(self.lin(self.norm(x)))
 
 
+def _cpu_then_tpu(model, x):
+    """CPU torch's output of ``model`` on ``x``; then the model moves to the tpu, its programs' caches emptied."""
+    with torch.no_grad():
+        ref = model(x)
+    model.to("tpu")
+    torch_tpu.reset_caches()
+    return ref
+
+
 def test_blocks_that_differ_are_graphs_of_their_own():
     """The blocks of a stack whose shapes differ are graphs of their own, compiled side by side on a first
     call (they were one graph with the model, a decoder's longest compile): one graph per block call and one
@@ -744,10 +753,7 @@ def test_blocks_that_differ_are_graphs_of_their_own():
     torch.manual_seed(0)
     model = _WideningStack()
     x = torch.randn(2, 3, 8)
-    with torch.no_grad():
-        ref = model(x)
-    model.to("tpu")
-    torch_tpu.reset_caches()
+    ref = _cpu_then_tpu(model, x)
     with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
         xt = x.to("tpu")
         torch_tpu.reset_stats()
@@ -855,10 +861,7 @@ def test_a_fused_call_repeated_builds_nothing_new_around_torch_layers():
     torch.manual_seed(0)
     model = _ActivatedStack()
     x = torch.randn(2, 3, 8)
-    with torch.no_grad():
-        ref = model(x)
-    model.to("tpu")
-    torch_tpu.reset_caches()
+    ref = _cpu_then_tpu(model, x)
     misses = []
     with torch.no_grad(), torch.tpu.set_eager_mode(FUSE):
         xt = x.to("tpu")
