@@ -170,8 +170,8 @@ class ModuleTree:
     (a move between the host and the tpu would then give the module new parameter objects, and an optimizer
     built before it would hold the old ones). Storages are held weakly."""
 
-    __slots__ = ("containers", "fingerprints", "hooks", "hook_counts", "tensors", "storages", "layouts",
-                 "pattern", "layout_epoch", "_dicts", "_sequences", "_sets", "_recorded")
+    __slots__ = ("containers", "fingerprints", "hooks", "hook_counts", "tensors", "storages", "pattern",
+                 "layout_epoch", "_dicts", "_sequences", "_sets", "_recorded")
 
     def __init__(self, root: torch.nn.Module, inside_hooks: bool = False):
         """``inside_hooks``: the recording is of the root's own forward, inside the hooks diffusers wrapped it
@@ -198,7 +198,6 @@ class ModuleTree:
         self._recorded = {id(c): _fingerprint(c) for c in self.containers}  # (for ``difference``)
         self.hook_counts = [len(h) for h in self.hooks]
         self.storages = [weakref.ref(t._tpu_storage) for t, _, _ in self.tensors]
-        self.layouts = [tensor_layout(t) for t, _, _ in self.tensors]
         self.pattern = storage_pattern([t for t, _, _ in self.tensors])
         self.tensors = [(place, where) for _, where, place in self.tensors]
         self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
@@ -295,7 +294,7 @@ class ModuleTree:
             if held is None or getattr(t, "_tpu_storage", None) is not held:
                 return follow and self._follow()
         if tensor_module.LAYOUT_EPOCH[0] != self.layout_epoch:  # a layout changed in place somewhere
-            if [tensor_layout(t) for t in tensors] != self.layouts:
+            if storage_pattern(tensors) != self.pattern:
                 return False
             self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
         return True
@@ -329,7 +328,6 @@ class ModuleTree:
         self.fingerprints = self._now()
         self._recorded = {id(c): _fingerprint(c) for c in self.containers}
         self.storages = [weakref.ref(t._tpu_storage) for t in tensors]
-        self.layouts = [tensor_layout(t) for t in tensors]
         self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
         return True
 
