@@ -218,3 +218,78 @@ def test_quantized_blocks_replay_and_see_a_changed_weight(root, scheme, mode, mo
         check()
         check()
         assert replaced[1] is None or replaced[1].device.type == "tpu"  # (still held)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("scheme", ["gguf_q8_0", "torchao_int8", "quanto_int8"])
+def test_a_quantized_model_moved_to_the_host_frees_the_device_and_replays_back(root, scheme, mode, monkeypatch):
+    """Model offload's round trip with quantized weights: torch moves a weight that wraps tensors with
+    ``swap_tensors`` (the same parameter object, another ``__dict__``). Once on the host, none of the device
+    tensors it wrapped is alive (a recording that held the wrapped tensors' old dict kept every 8-bit weight on
+    the device: FLUX.1 ran out of the chip's memory at the VAE); back on the tpu its blocks replay without
+    recording again, and values changed on the host while it was there are the ones read."""
+    import gc
+    import weakref
+
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    from torch_tpu.eager import module_replay
+
+    monkeypatch.delenv("TORCH_TPU_REPLAY_VERIFY", raising=False)  # (a verified replay records again: counted)
+    quantize, dtype = SCHEMES[scheme]
+    ref_model = quantize(_transformer(root, dtype))
+    model = quantize(_transformer(root, dtype)).to("tpu")
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+
+    def check():
+        with torch.no_grad():
+            want = ref_model(**_inputs(ref_model, dtype), return_dict=False)[0].float()
+            got = model(**_inputs(model, dtype, "tpu"), return_dict=False)[0].float().cpu()
+        assert float((got - want).abs().max()) <= tol * max(float(want.abs().max()), 1.0), scheme
+
+    def device_tensors():
+        """Weak references to the tpu tensors the model's weights are or wrap."""
+        found = []
+        for p in model.parameters():
+            inner = [getattr(p, n) for n in p.__tensor_flatten__()[0]] if is_traceable_wrapper_subclass(p) else [p]
+            found += [weakref.ref(t) for t in inner if t.device.type == "tpu"]
+        return found
+
+    with contextlib.ExitStack() as stack:
+        if mode == "fused":
+            stack.enter_context(torch.tpu.set_eager_mode(torch_tpu.EagerMode.DEFER_AND_FUSE))
+        check()
+        check()
+        for round_trip in range(2):
+            held = device_tensors()
+            assert held
+            model.to("cpu")
+            gc.collect()
+            assert not [r for r in held if r() is not None], f"{scheme}: device tensors kept after the move"
+            if round_trip:  # a weight changed on the host, on both sides
+                for m in (ref_model, model):
+                    with torch.no_grad():
+                        bias = m.transformer_blocks[0].attn.to_q.bias
+                        bias.copy_(bias.flip(0))
+            model.to("tpu")
+            torch_tpu.reset_stats()
+            check()
+            assert torch_tpu.stats()["module_recordings"] == 0, (scheme, round_trip, torch_tpu.stats()["module_recordings"], module_replay.status(model))
+
+
+def test_a_gguf_weight_whose_kind_changes_is_not_replayed(root):
+    """A GGUF weight's quantization kind is an attribute of the tensor itself: a recording over it holds only
+    while the kind is the one recorded, moved or not (a replay would dequantize the bytes as the old kind)."""
+    gguf = pytest.importorskip("gguf")
+    from torch_tpu.eager.replay_guards import ModuleTree
+
+    model = _gguf(_transformer(root, torch.float32)).to("tpu")
+    block = model.transformer_blocks[0]
+    tree = ModuleTree(block)
+    assert tree.holds()
+    model.to("cpu")
+    model.to("tpu")
+    assert tree.holds()  # moved, the same kind: followed
+    weight = block.attn.to_q.weight
+    weight.quant_type = gguf.GGMLQuantizationType.Q4_0
+    assert not tree.holds() and "quantized" in tree.difference()

@@ -25,6 +25,7 @@ tree.
 from __future__ import annotations
 
 import builtins
+import enum
 import functools
 import itertools
 import os
@@ -37,7 +38,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from ..engine import launchers
 from ..tensor import tensor as tensor_module
-from ..tensor.tensor import TpuTensor
+from ..tensor.tensor import TpuStorage, TpuTensor
 
 _MISSING = object()
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # torch_tpu/
@@ -168,10 +169,16 @@ class ModuleTree:
     its own: a recording must not keep a weight's device memory alive after the module let it go (offloaded to
     the host, replaced), and a weak reference to a parameter would make ``torch.utils.swap_tensors`` refuse it
     (a move between the host and the tpu would then give the module new parameter objects, and an optimizer
-    built before it would hold the old ones). Storages are held weakly."""
+    built before it would hold the old ones). Storages are held weakly.
+
+    A tensor subclass that wraps tpu tensors (torchao's and optimum-quanto's quantized weights) is reached the
+    same way, from its place, and its inner tensors by attribute from it (a place is ``(holder, key, path)``):
+    torch moves such a parameter with ``swap_tensors``, which gives the same parameter object another
+    ``__dict__``, so the wrapped tensors' old dict, held here, would keep the old device arrays alive (twice
+    the weights' memory after an offload round trip) and would still be read."""
 
     __slots__ = ("containers", "fingerprints", "hooks", "hook_counts", "tensors", "storages", "pattern",
-                 "layout_epoch", "_dicts", "_sequences", "_sets", "_recorded")
+                 "layout_epoch", "wrapped", "_dicts", "_sequences", "_sets", "_recorded", "_wrapped_recorded")
 
     def __init__(self, root: torch.nn.Module, inside_hooks: bool = False):
         """``inside_hooks``: the recording is of the root's own forward, inside the hooks diffusers wrapped it
@@ -180,6 +187,7 @@ class ModuleTree:
         self.containers: list = []
         self.hooks: list = []
         self.tensors: list = []
+        self.wrapped: list = []  # (place, its type, its other attributes) per tensor subclass with attributes
         seen: set = set()
         for name, module in root.named_modules(remove_duplicate=True):
             hooks_around = inside_hooks and module is root
@@ -196,25 +204,32 @@ class ModuleTree:
         self._group()
         self.fingerprints = self._now()
         self._recorded = {id(c): _fingerprint(c) for c in self.containers}  # (for ``difference``)
+        self._wrapped_recorded = self.fingerprints[-1]
         self.hook_counts = [len(h) for h in self.hooks]
         self.storages = [weakref.ref(t._tpu_storage) for t, _, _ in self.tensors]
         self.pattern = storage_pattern([t for t, _, _ in self.tensors])
         self.tensors = [(place, where) for _, where, place in self.tensors]
         self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
 
-    def _value(self, value, where: str, seen: set, depth: int, holder, key) -> None:
-        """Walk ``value``, found at ``holder[key]`` (holder None: in a set, ``key`` unused)."""
+    def _value(self, value, where: str, seen: set, depth: int, holder, key, path: tuple = ()) -> None:
+        """Walk ``value``, found at ``holder[key]`` then by the attributes ``path`` names (holder None: in a
+        set, ``key`` unused)."""
         t = type(value)
         if t is TpuTensor or isinstance(value, TpuTensor):  # (a subclass: diffusers' GGUF weights on the tpu,
-            if id(value) not in seen:                       # their quantization kind guarded by their identity)
+            if id(value) not in seen:                       # their quantization kind among its attributes)
                 seen.add(id(value))
-                place = (holder, key) if holder is not None else (None, weakref.ref(value))
+                place = (holder, key, path) if holder is not None else (None, weakref.ref(value), ())
                 self.tensors.append((value, where, place))
+                if t is not TpuTensor and holder is not None:
+                    self.wrapped.append((place, t, _metadata(value)))
         elif isinstance(value, torch.Tensor):
             if value.device.type == "meta" or value.numel() == 0:
                 return
             if value.device.type == "tpu" and is_traceable_wrapper_subclass(value):
-                self._wrapped(value, where, seen, depth)
+                if holder is None:
+                    raise Refused(f"{where or 'the module'} holds a {type(value).__qualname__} in a set: a replay "
+                                  "could not find its tensors after a move")
+                self._wrapped(value, where, seen, depth, (holder, key, path))
                 return
             if value.device.type == "tpu":
                 raise Refused(f"{where or 'the module'} holds a {type(value).__qualname__} whose tensors cannot be "
@@ -241,21 +256,22 @@ class ModuleTree:
             for k, v in items:
                 self._value(v, where, seen, depth + 1, inner, k)
 
-    def _wrapped(self, value, where: str, seen: set, depth: int) -> None:
-        """A tensor subclass that wraps device tensors (torchao's and optimum-quanto's quantized weights): its
-        inner tensors are the program's inputs, and its attributes (inner tensors, quantization metadata) are
-        watched like a plain object's, so that replacing one records again."""
+    def _wrapped(self, value, where: str, seen: set, depth: int, place: tuple) -> None:
+        """A tensor subclass that wraps device tensors (torchao's and optimum-quanto's quantized weights), found
+        at ``place``: its inner tensors are the program's inputs, read by attribute from whatever object is at
+        that place, and its attributes (inner tensors, quantization metadata) are watched, read through the
+        place too, so that replacing one records again. Its metadata's own containers are watched as a plain
+        object's."""
         if id(value) in seen:
             return
         seen.add(id(value))
-        attributes = getattr(value, "__dict__", None)
-        if attributes is not None:
-            self.containers.append(attributes)
         names, _ = value.__tensor_flatten__()
+        self.wrapped.append((place, type(value), _metadata(value)))
+        holder, key, path = place
         for name in names:
-            inside = attributes is not None and name in attributes
-            self._value(getattr(value, name), where, seen, depth, attributes if inside else None, name)
-        for name, v in (attributes or {}).items():
+            self._value(getattr(value, name), where, seen, depth, holder, key, path + (name,))
+        attributes = getattr(value, "__dict__", None) or {}
+        for name, v in attributes.items():
             if name not in names and not isinstance(v, torch.Tensor) and depth < _MAX_DEPTH:
                 self._value(v, where, seen, depth + 1, attributes, name)
 
@@ -278,7 +294,21 @@ class ModuleTree:
         chain = itertools.chain.from_iterable
         return (tuple(map(len, self._dicts)), tuple(map(id, chain(map(dict.values, self._dicts)))),
                 tuple(map(len, self._sequences)), tuple(map(id, chain(self._sequences))),
-                tuple(map(_fingerprint, self._sets)))
+                tuple(map(_fingerprint, self._sets)), self._wrapped_now())
+
+    def _wrapped_now(self) -> tuple:
+        """Per wrapping subclass: the object now at its place, its type and its attributes, by identity (None
+        where its place is gone)."""
+        now = []
+        for place, _, _ in self.wrapped:
+            try:
+                w = _read(place)
+            except (KeyError, IndexError, AttributeError):
+                now.append(None)
+                continue
+            d = getattr(w, "__dict__", None)
+            now.append((id(w), type(w), tuple(d) if d is not None else (), _fingerprint(w) if d is not None else ()))
+        return tuple(now)
 
     def holds(self, follow: bool = True) -> bool:
         """Whether the tree is as it was recorded (``follow``: or its tensors only moved, see ``_follow``)."""
@@ -310,7 +340,10 @@ class ModuleTree:
         if tensors is None or not all(isinstance(t, TpuTensor) for t in tensors):
             return False
         if self._now() != self.fingerprints:
-            places = {(id(holder), key) for (holder, key), _ in self.tensors if holder is not None}
+            # a place may hold a new object of the type recorded there (a tpu tensor or a subclass: GGUF's)
+            movable = {(id(holder), key): recorded[0] for ((holder, key, path), _), recorded
+                       in zip(self.tensors, self.pattern) if holder is not None and not path}
+            movable.update(((id(holder), key), t) for (holder, key, path), t, _ in self.wrapped if not path)
             for c in self.containers:
                 now, then = _fingerprint(c), self._recorded[id(c)]
                 if now == then:
@@ -321,27 +354,46 @@ class ModuleTree:
                 keys = holder.keys() if isinstance(holder, dict) else range(len(holder))
                 for k, a, b in zip(keys, now, then):
                     # (a subclass's other attributes, GGUF's quantization kind, are seen by identity only)
-                    if a != b and ((id(holder), k) not in places or type(holder[k]) is not TpuTensor):
+                    if a != b and type(holder[k]) is not movable.get((id(holder), k)):
                         return False
+            if not self._wrapped_follow():
+                return False
         if storage_pattern(tensors) != self.pattern:
             return False
         self.fingerprints = self._now()
         self._recorded = {id(c): _fingerprint(c) for c in self.containers}
+        self._wrapped_recorded = self.fingerprints[-1]
         self.storages = [weakref.ref(t._tpu_storage) for t in tensors]
         self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
+        return True
+
+    def _wrapped_follow(self) -> bool:
+        """Whether each tensor subclass with attributes changed only in the tensors it holds (a move: the same
+        object with another ``__dict__``, or a new object of its type), its other attributes (a quantization's
+        kind, block size, shape) equal to those recorded."""
+        for (place, kind, metadata), now, then in zip(self.wrapped, self._wrapped_now(), self._wrapped_recorded):
+            if now == then:
+                continue
+            if now is None or now[1] is not kind or now[2] != then[2]:
+                return False
+            attributes = _read(place).__dict__
+            if any(not _same_value(attributes[name], value) for name, value in metadata.items()):
+                return False
         return True
 
     def live_tensors(self):
         """The tree's tensors (None when one of them is gone)."""
         try:
-            tensors = [key() if holder is None else holder[key] for (holder, key), _ in self.tensors]
-        except (KeyError, IndexError):  # (taken out of its container)
+            tensors = [_read(place) for place, _ in self.tensors]
+        except (KeyError, IndexError, AttributeError):  # (taken out of its container)
             return None
         return None if any(t is None for t in tensors) else tensors
 
     def tensor(self, index: int):
-        holder, key = self.tensors[index][0]
-        t = key() if holder is None else holder.get(key) if isinstance(holder, dict) else holder[key]
+        try:
+            t = _read(self.tensors[index][0])
+        except (KeyError, IndexError, AttributeError):
+            t = None
         if t is None:  # (holds() said it lives: internal error)
             raise RuntimeError("tpu: a recorded module call's tensor is gone (internal error)")
         return t
@@ -354,6 +406,8 @@ class ModuleTree:
             for c in self.containers:
                 if _fingerprint(c) != self._recorded.get(id(c)):
                     return f"an attribute of {_short(c)} changed"
+            if self._wrapped_now() != self._wrapped_recorded:
+                return "a quantized weight's tensors or attributes changed"
             return "an attribute of a submodule changed"
         tensors = self.live_tensors()
         if tensors is None:
@@ -364,6 +418,33 @@ class ModuleTree:
             if now != then:
                 return f"a tensor of {where or 'the module'} was laid out or shared otherwise"
         return ""
+
+
+def _metadata(value) -> dict:
+    """A tensor subclass's attributes that are neither tensors nor storages (what its values mean: GGUF's
+    quantization kind and shape, torchao's block size)."""
+    return {name: v for name, v in getattr(value, "__dict__", {}).items()
+            if not isinstance(v, (torch.Tensor, TpuStorage))}
+
+
+def _same_value(a, b) -> bool:
+    """``a`` is ``b``, or both are the same immutable value (a new ``torch.Size`` equal to the old)."""
+    return a is b or (type(a) is type(b) and _immutable(a) and a == b)
+
+
+def _immutable(v) -> bool:
+    return type(v) in _IMMUTABLE or type(v) is float or isinstance(v, enum.Enum) or \
+        (type(v) in (tuple, torch.Size) and all(_immutable(x) for x in v))
+
+
+def _read(place: tuple):
+    """The value at a tree's place: ``holder[key]`` (a weak reference's target where holder is None), then the
+    attributes ``path`` names in turn."""
+    holder, key, path = place
+    value = key() if holder is None else holder[key]
+    for name in path:
+        value = getattr(value, name)
+    return value
 
 
 def _short(obj) -> str:
