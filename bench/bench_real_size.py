@@ -10,8 +10,8 @@ them ever exists (the TPU host has 40 GiB; FLUX.1 with T5 is 33.7 GB in bfloat16
 Paths (``--paths``; each in a process of its own, one after the other: a TPU is held by one process at a time):
   flux_int8_model_offload  the transformer in 8-bit weights (torchao's Int8WeightOnlyConfig, else optimum-quanto
                            qint8), ``pipe.enable_model_cpu_offload()``: each model on the chip for its part
-  flux_int8_resident       the 8-bit transformer resident on the chip; T5 group-offloaded (block level, streams);
-                           CLIP and the VAE resident
+  flux_int8_resident       the 8-bit transformer resident on the chip; T5 group-offloaded (block level; streams
+                           for a bfloat16 T5, none for an 8-bit one, see ``_group_offload``); CLIP and the VAE resident
   flux_bf16_group_offload  bfloat16; the transformer and T5 group-offloaded (block level, one block a group,
                            ``use_stream=True, record_stream=True``: the next block uploads while this one computes;
                            ``low_cpu_mem_usage=True``: diffusers' pinned copies of every weight would need 2x the
@@ -72,7 +72,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="denoising steps (default 4; --tiny: 2)")
     p.add_argument("--blocks", default="4,8", help="double,single FLUX blocks of the 'blocks' path")
     p.add_argument("--t5-int8", action="store_true",
-                   help="the 8-bit paths make T5-XXL 8-bit too (4.8 GB of host memory, not 9.5)")
+                   help="the FLUX paths make T5-XXL 8-bit (4.8 GB of host memory, not 9.5: the bfloat16 transformer "
+                        "and T5 in bfloat16 are 33.3 GB of the TPU host's 40 GiB)")
     p.add_argument("--path-timeout", type=float, default=None,
                    help="seconds a path may take (its process is stopped, and the path records that); default none")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -338,9 +339,18 @@ def _model_bytes(model) -> int:
 
 
 def _group_offload(model, streams: bool = True) -> None:
+    """Block-level group offload, one block a group. T5's blocks are a ModuleList inside its ``encoder`` (a
+    ``T5Stack``, which diffusers' block level would take whole, as one group: all of T5 on the chip at once), so
+    T5 is offloaded from its encoder. torchao weights go without streams: with streams and ``low_cpu_mem_usage``,
+    diffusers keeps the weight itself as its "host copy" (torchao's ``.cpu()`` of a host tensor is the tensor) and
+    swaps it onto the device, so the next upload pins a device tensor (diffusers 0.42, any accelerator); without
+    ``low_cpu_mem_usage`` its pinned copies would add 4.8 GB (8-bit T5) to a host near its 40 GiB."""
     from diffusers.hooks import apply_group_offloading
+    from diffusers.hooks.group_offloading import _is_torchao_tensor
 
-    apply_group_offloading(model, onload_device="tpu", offload_device="cpu", offload_type="block_level",
+    target = model.encoder if hasattr(model, "encoder") and hasattr(model.encoder, "block") else model
+    streams = streams and not any(_is_torchao_tensor(p) for p in model.parameters())
+    apply_group_offloading(target, onload_device="tpu", offload_device="cpu", offload_type="block_level",
                            num_blocks_per_group=1, use_stream=streams, record_stream=streams,
                            low_cpu_mem_usage=streams)
 
@@ -392,8 +402,8 @@ def run_pipeline_path(path: str, args) -> dict:
     t0 = time.perf_counter()
     if kind == "flux":
         int8 = "int8" in path  # (8-bit as it is built)
-        pipe = flux_pipeline(args.tiny, torch.bfloat16, int8=int8, t5_int8=int8 and args.t5_int8)
-        out["t5_int8"] = int8 and args.t5_int8
+        pipe = flux_pipeline(args.tiny, torch.bfloat16, int8=int8, t5_int8=args.t5_int8)
+        out["t5_int8"] = args.t5_int8
     else:
         pipe = sd3_pipeline(args.tiny, torch.bfloat16)
     pipe.set_progress_bar_config(disable=True)
