@@ -169,6 +169,23 @@ def test_gguf_group_offload_with_streams_matches_cpu(root):
     assert torch_tpu.stats()["device_to_host_bytes"] == out.nbytes
 
 
+def _quantized_pair(root, scheme):
+    """(the quantized model on CPU, the same on the tpu, a check that one call of each agrees to the scheme's
+    tolerance)."""
+    quantize, dtype = SCHEMES[scheme]
+    ref_model = quantize(_transformer(root, dtype))
+    model = quantize(_transformer(root, dtype)).to("tpu")
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+
+    def check():
+        with torch.no_grad():
+            want = ref_model(**_inputs(ref_model, dtype), return_dict=False)[0].float()
+            got = model(**_inputs(model, dtype, "tpu"), return_dict=False)[0].float().cpu()
+        assert float((got - want).abs().max()) <= tol * max(float(want.abs().max()), 1.0), scheme
+
+    return ref_model, model, check
+
+
 def _inner_weight_changed(weight, scheme):
     """Replace the first tensor a quantized weight wraps with a new one of other values (as a user who
     re-quantizes a layer in place does): torchao and quanto weights through ``__tensor_flatten__``, a GGUF
@@ -192,17 +209,8 @@ def test_quantized_blocks_replay_and_see_a_changed_weight(root, scheme, mode, mo
     by the suite's replay verification."""
     from torch_tpu.eager import module_replay
 
-    monkeypatch.delenv("TORCH_TPU_REPLAY_VERIFY", raising=False)
-    quantize, dtype = SCHEMES[scheme]
-    ref_model = quantize(_transformer(root, dtype))
-    model = quantize(_transformer(root, dtype)).to("tpu")
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-
-    def check():
-        with torch.no_grad():
-            want = ref_model(**_inputs(ref_model, dtype), return_dict=False)[0].float()
-            got = model(**_inputs(model, dtype, "tpu"), return_dict=False)[0].float().cpu()
-        assert float((got - want).abs().max()) <= tol * max(float(want.abs().max()), 1.0), scheme
+    monkeypatch.delenv("TORCH_TPU_REPLAY_VERIFY", raising=False)  # (a verified replay records again: counted)
+    ref_model, model, check = _quantized_pair(root, scheme)
 
     blocks = len(model.transformer_blocks) + len(model.single_transformer_blocks)
     with contextlib.ExitStack() as stack:
@@ -236,16 +244,7 @@ def test_a_quantized_model_moved_to_the_host_frees_the_device_and_replays_back(r
     from torch_tpu.eager import module_replay
 
     monkeypatch.delenv("TORCH_TPU_REPLAY_VERIFY", raising=False)  # (a verified replay records again: counted)
-    quantize, dtype = SCHEMES[scheme]
-    ref_model = quantize(_transformer(root, dtype))
-    model = quantize(_transformer(root, dtype)).to("tpu")
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-
-    def check():
-        with torch.no_grad():
-            want = ref_model(**_inputs(ref_model, dtype), return_dict=False)[0].float()
-            got = model(**_inputs(model, dtype, "tpu"), return_dict=False)[0].float().cpu()
-        assert float((got - want).abs().max()) <= tol * max(float(want.abs().max()), 1.0), scheme
+    ref_model, model, check = _quantized_pair(root, scheme)
 
     def device_tensors():
         """Weak references to the tpu tensors the model's weights are or wrap."""
