@@ -353,7 +353,7 @@ class ModuleTree:
                 holder = c if isinstance(c, (dict, list, tuple)) else c.__dict__
                 keys = holder.keys() if isinstance(holder, dict) else range(len(holder))
                 for k, a, b in zip(keys, now, then):
-                    # (a subclass's other attributes, GGUF's quantization kind, are seen by identity only)
+                    # (a subclass's own attributes are compared by ``_wrapped_follow``)
                     if a != b and type(holder[k]) is not movable.get((id(holder), k)):
                         return False
             if not self._wrapped_follow():
@@ -376,8 +376,8 @@ class ModuleTree:
                 continue
             if now is None or now[1] is not kind or now[2] != then[2]:
                 return False
-            attributes = _read(place).__dict__
-            if any(not _same_value(attributes[name], value) for name, value in metadata.items()):
+            attributes = getattr(_read(place), "__dict__", {})
+            if any(not _same_value(attributes.get(name, _MISSING), value) for name, value in metadata.items()):
                 return False
         return True
 
