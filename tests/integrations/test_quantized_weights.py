@@ -273,7 +273,8 @@ def test_a_quantized_model_moved_to_the_host_frees_the_device_and_replays_back(r
             model.to("tpu")
             torch_tpu.reset_stats()
             check()
-            assert torch_tpu.stats()["module_recordings"] == 0, (scheme, round_trip, torch_tpu.stats()["module_recordings"], module_replay.status(model))
+            recordings = torch_tpu.stats()["module_recordings"]
+            assert recordings == 0, (scheme, round_trip, recordings, module_replay.status(model))
 
 
 def test_a_gguf_weight_whose_kind_changes_is_not_replayed(root):

@@ -178,7 +178,7 @@ class ModuleTree:
     the weights' memory after an offload round trip) and would still be read."""
 
     __slots__ = ("containers", "fingerprints", "hooks", "hook_counts", "tensors", "storages", "pattern",
-                 "layout_epoch", "wrapped", "_dicts", "_sequences", "_sets", "_recorded", "_wrapped_recorded")
+                 "layout_epoch", "wrapped", "_dicts", "_sequences", "_sets", "_recorded")
 
     def __init__(self, root: torch.nn.Module, inside_hooks: bool = False):
         """``inside_hooks``: the recording is of the root's own forward, inside the hooks diffusers wrapped it
@@ -204,7 +204,6 @@ class ModuleTree:
         self._group()
         self.fingerprints = self._now()
         self._recorded = {id(c): _fingerprint(c) for c in self.containers}  # (for ``difference``)
-        self._wrapped_recorded = self.fingerprints[-1]
         self.hook_counts = [len(h) for h in self.hooks]
         self.storages = [weakref.ref(t._tpu_storage) for t, _, _ in self.tensors]
         self.pattern = storage_pattern([t for t, _, _ in self.tensors])
@@ -339,39 +338,39 @@ class ModuleTree:
         tensors = self.live_tensors()
         if tensors is None or not all(isinstance(t, TpuTensor) for t in tensors):
             return False
-        if self._now() != self.fingerprints:
+        now = self._now()
+        if now != self.fingerprints:
             # a place may hold a new object of the type recorded there (a tpu tensor or a subclass: GGUF's)
             movable = {(id(holder), key): recorded[0] for ((holder, key, path), _), recorded
                        in zip(self.tensors, self.pattern) if holder is not None and not path}
             movable.update(((id(holder), key), t) for (holder, key, path), t, _ in self.wrapped if not path)
             for c in self.containers:
-                now, then = _fingerprint(c), self._recorded[id(c)]
-                if now == then:
+                found, then = _fingerprint(c), self._recorded[id(c)]
+                if found == then:
                     continue
-                if type(now) is frozenset or len(now) != len(then):
+                if type(found) is frozenset or len(found) != len(then):
                     return False
                 holder = c if isinstance(c, (dict, list, tuple)) else c.__dict__
                 keys = holder.keys() if isinstance(holder, dict) else range(len(holder))
-                for k, a, b in zip(keys, now, then):
+                for k, a, b in zip(keys, found, then):
                     # (a subclass's own attributes are compared by ``_wrapped_follow``)
                     if a != b and type(holder[k]) is not movable.get((id(holder), k)):
                         return False
-            if not self._wrapped_follow():
+            if not self._wrapped_follow(now[-1]):
                 return False
         if storage_pattern(tensors) != self.pattern:
             return False
-        self.fingerprints = self._now()
+        self.fingerprints = now
         self._recorded = {id(c): _fingerprint(c) for c in self.containers}
-        self._wrapped_recorded = self.fingerprints[-1]
         self.storages = [weakref.ref(t._tpu_storage) for t in tensors]
         self.layout_epoch = tensor_module.LAYOUT_EPOCH[0]
         return True
 
-    def _wrapped_follow(self) -> bool:
+    def _wrapped_follow(self, wrapped_now: tuple) -> bool:
         """Whether each tensor subclass with attributes changed only in the tensors it holds (a move: the same
         object with another ``__dict__``, or a new object of its type), its other attributes (a quantization's
         kind, block size, shape) equal to those recorded."""
-        for (place, kind, metadata), now, then in zip(self.wrapped, self._wrapped_now(), self._wrapped_recorded):
+        for (place, kind, metadata), now, then in zip(self.wrapped, wrapped_now, self.fingerprints[-1]):
             if now == then:
                 continue
             if now is None or now[1] is not kind or now[2] != then[2]:
@@ -406,7 +405,7 @@ class ModuleTree:
             for c in self.containers:
                 if _fingerprint(c) != self._recorded.get(id(c)):
                     return f"an attribute of {_short(c)} changed"
-            if self._wrapped_now() != self._wrapped_recorded:
+            if self._wrapped_now() != self.fingerprints[-1]:
                 return "a quantized weight's tensors or attributes changed"
             return "an attribute of a submodule changed"
         tensors = self.live_tensors()
